@@ -1,0 +1,56 @@
+"""Turn traces into answers: ledger figures per scenario, bootstrap CIs, reconciliation of predicted
+vs measured speed-up, fitted cost curves, optimal γ and the 'why' of slow-downs.
+
+Pure functions over lists of :class:`~specledger.engine.trace.RequestRecord`; no I/O.
+"""
+
+from specledger.analysis.costs import (
+    CostModel,
+    LinearFit,
+    best_gamma,
+    fit_cost_model,
+    fit_draft_cost,
+    fit_verify_cost,
+    predict_gamma_curve,
+)
+from specledger.analysis.metrics import (
+    baseline_t0,
+    conditional_acceptance,
+    k_histogram,
+    latency_stats,
+    round_stats,
+    totals,
+)
+from specledger.analysis.reconcile import reconcile, reconciliation_sentences, why_sentences
+from specledger.analysis.run import analyze_baseline, analyze_run, analyze_scenario, clean
+from specledger.analysis.scenario import ScenarioKey, group_scenarios, key_of, shared_prompts
+from specledger.analysis.stats import distribution, paired_speedup_bootstrap
+
+__all__ = [
+    "CostModel",
+    "LinearFit",
+    "ScenarioKey",
+    "analyze_baseline",
+    "analyze_run",
+    "analyze_scenario",
+    "baseline_t0",
+    "best_gamma",
+    "clean",
+    "conditional_acceptance",
+    "distribution",
+    "fit_cost_model",
+    "fit_draft_cost",
+    "fit_verify_cost",
+    "group_scenarios",
+    "k_histogram",
+    "key_of",
+    "latency_stats",
+    "paired_speedup_bootstrap",
+    "predict_gamma_curve",
+    "reconcile",
+    "reconciliation_sentences",
+    "round_stats",
+    "shared_prompts",
+    "totals",
+    "why_sentences",
+]

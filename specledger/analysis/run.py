@@ -1,0 +1,196 @@
+"""One pass over a run's records: every ledger figure per scenario, the reconciliation, the cost
+curves and the optimal gamma. Pure: records in, JSON-ready dicts out (times in ms, speeds in tokens/s)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from specledger.analysis.costs import best_gamma, fit_cost_model, predict_gamma_curve, verify_points
+from specledger.analysis.metrics import all_rounds, baseline_t0, latency_stats, round_stats, totals
+from specledger.analysis.reconcile import reconcile, reconciliation_sentences, why_sentences
+from specledger.analysis.scenario import (
+    ScenarioKey,
+    baseline_key,
+    by_prompt,
+    group_scenarios,
+    restrict,
+    shared_prompts,
+)
+from specledger.analysis.stats import finite_or_none, paired_speedup_bootstrap
+from specledger.engine.trace import RequestRecord
+
+
+def clean(obj: object) -> object:
+    """Recursively turn numpy scalars into Python numbers and NaN/inf into None (strict JSON)."""
+    if isinstance(obj, dict):
+        return {str(k): clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean(v) for v in obj]
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return finite_or_none(float(obj))
+    return obj
+
+
+def per_prompt_totals(
+    records: Sequence[RequestRecord], prompts: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, seconds) per prompt, aligned with ``prompts`` (repeats of a prompt are summed)."""
+    groups = by_prompt(records)
+    tokens = np.array([sum(r.output_tokens for r in groups[p]) for p in prompts], dtype=float)
+    seconds = np.array([sum(r.total_time for r in groups[p]) for p in prompts], dtype=float)
+    return tokens, seconds
+
+
+def analyze_scenario(
+    key: ScenarioKey,
+    records: Sequence[RequestRecord],
+    baseline: Sequence[RequestRecord],
+    n_resamples: int = 1000,
+    seed: int = 0,
+    little_gain: float = 1.10,
+) -> dict[str, object]:
+    """Ledger figures of one speculative scenario against its paired plain baseline.
+
+    Everything comparative (speed-up, reconciliation, why) uses only the prompts both sides ran.
+    """
+    prompts = shared_prompts(records, baseline)
+    spec_p, base_p = restrict(records, prompts), restrict(baseline, prompts)
+    out: dict[str, object] = {**key.as_dict(), "paired_prompts": len(prompts)}
+    out["totals"] = totals(records)
+    out["rounds"] = round_stats(records)
+    out["latency"] = latency_stats(records)
+    out["memory_bytes"] = peak_memory_bytes(records)
+    if not prompts:
+        out.update(
+            speedup=None,
+            speedup_ci=[None, None],
+            baseline_tokens_per_s=None,
+            paired_tokens_per_s=None,
+            t0_ms=None,
+            reconciliation=None,
+            reconciliation_text=["No baseline requests on the same prompts: nothing to compare."],
+            why=[],
+        )
+        return out
+    st, ss = per_prompt_totals(spec_p, prompts)
+    bt, bs = per_prompt_totals(base_p, prompts)
+    point, low, high = paired_speedup_bootstrap(st, ss, bt, bs, n_resamples=n_resamples, seed=seed)
+    t0 = baseline_t0(base_p)
+    spec_ledger = {**round_stats(spec_p), **totals(spec_p)}
+    base_ledger = {**round_stats(base_p), **totals(base_p)}
+    rec = reconcile(spec_ledger, base_ledger, t0, point)
+    out.update(
+        speedup=point,
+        speedup_ci=[low, high],
+        paired_tokens_per_s=spec_ledger["tokens_per_s"],
+        baseline_tokens_per_s=base_ledger["tokens_per_s"],
+        t0_ms=t0 * 1e3,
+        reconciliation=rec,
+        reconciliation_text=reconciliation_sentences(rec),
+        why=why_sentences(spec_ledger, t0, point, little_gain),
+    )
+    return out
+
+
+def analyze_baseline(key: ScenarioKey, records: Sequence[RequestRecord]) -> dict[str, object]:
+    """The plain-decoding reference of one (category, temperature)."""
+    return {
+        **key.as_dict(),
+        "totals": totals(records),
+        "rounds": round_stats(records),
+        "latency": latency_stats(records),
+        "t0_ms": baseline_t0(records) * 1e3,
+        "memory_bytes": peak_memory_bytes(records),
+    }
+
+
+_MEMORY_KEYS = ("peak_memory_bytes", "peak_mem_bytes", "memory_bytes")
+
+
+def peak_memory_bytes(records: Iterable[RequestRecord]) -> float | None:
+    """Largest peak memory any request recorded in ``extra`` (bytes), or None if none did."""
+    values = [
+        float(r.extra[k]) for r in records for k in _MEMORY_KEYS if isinstance(r.extra.get(k), (int, float))
+    ]
+    return max(values) if values else None
+
+
+def optimal_gamma(
+    scenarios: Sequence[dict], groups: dict[ScenarioKey, list[RequestRecord]], models: dict
+) -> list[dict[str, object]]:
+    """Predicted vs measured best γ per (category, temperature, drafter)."""
+    by_drafter: dict[tuple, list[ScenarioKey]] = defaultdict(list)
+    for key in groups:
+        if not key.is_baseline:
+            by_drafter[(key.category, key.temperature, key.drafter)].append(key)
+    measured = {(s["category"], s["temperature"], s["drafter"], s["gamma"]): s["speedup"] for s in scenarios}
+    out = []
+    for (cat, temp, drafter), keys in by_drafter.items():
+        base = groups.get(ScenarioKey(cat, temp, "none", 0))
+        model = models.get(drafter)
+        if not base or model is None:
+            continue
+        rounds = [rd for k in keys for rd in all_rounds(groups[k])]
+        static = sorted(k.gamma for k in keys if isinstance(k.gamma, int))
+        t0 = baseline_t0(base)
+        if not math.isfinite(t0):
+            continue
+        curve = predict_gamma_curve(model, rounds, t0, max_gamma=max(static) if static else None)
+        points = [(g, measured.get((cat, temp, drafter, g))) for g in static]
+        points = [(g, s) for g, s in points if s is not None and math.isfinite(s)]
+        measured_best = max(points, key=lambda p: p[1]) if points else None
+        m_best = (measured_best[0] if measured_best[1] > 1.0 else 0) if measured_best else None
+        p_best = best_gamma(curve)
+        out.append(
+            {
+                "category": cat,
+                "temperature": temp,
+                "drafter": drafter,
+                "curve": curve,
+                "measured": [{"gamma": g, "speedup": s} for g, s in points],
+                "predicted_best_gamma": p_best,
+                "measured_best_gamma": m_best,
+                "agree": (p_best == m_best) if m_best is not None else None,
+            }
+        )
+    return out
+
+
+def analyze_run(
+    records: Iterable[RequestRecord], n_resamples: int = 1000, seed: int = 0, little_gain: float = 1.10
+) -> dict[str, object]:
+    """Every figure of a run: baselines, scenarios, cost models, optimal γ. JSON-ready (see :func:`clean`)."""
+    groups = group_scenarios(records)
+    baselines, scenarios, unpaired = [], [], []
+    for key, recs in groups.items():
+        if key.is_baseline:
+            baselines.append(analyze_baseline(key, recs))
+            continue
+        base = groups.get(baseline_key(key), [])
+        s = analyze_scenario(key, recs, base, n_resamples, seed, little_gain)
+        if not s["paired_prompts"]:
+            unpaired.append(key.label)
+        scenarios.append(s)
+    drafter_rounds: dict[str, list] = defaultdict(list)
+    for key, recs in groups.items():
+        if not key.is_baseline:
+            drafter_rounds[key.drafter].extend(all_rounds(recs))
+    models = {d: m for d, rs in drafter_rounds.items() if (m := fit_cost_model(d, rs)) is not None}
+    return clean(
+        {
+            "baselines": baselines,
+            "scenarios": scenarios,
+            "unpaired": unpaired,
+            "cost_models": {d: m.to_dict() for d, m in models.items()},
+            "cost_points": {d: verify_points(m, drafter_rounds[d]) for d, m in models.items()},
+            "optimal_gamma": optimal_gamma(scenarios, groups, models),
+        }
+    )  # type: ignore[return-value]

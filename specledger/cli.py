@@ -1,0 +1,72 @@
+"""The ``specledger`` command line: one app, one verb per concern.
+
+Each verb's implementation lives in its own package (``ledger/cli.py``, ``engine/cli.py`` ...)
+and keeps heavy imports (torch) inside the function body, so ``specledger --help`` and
+``specledger ledger`` start fast.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from specledger.errors import SpecLedgerError
+
+app = typer.Typer(
+    name="specledger",
+    help="Does speculative decoding pay on this workload, why, and with which settings?",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Does speculative decoding pay on this workload, why, and with which settings?"""
+
+
+def _register() -> None:
+    from specledger.engine.cli import generate
+    from specledger.ledger.cli import ledger
+    from specledger.probe.cli import import_vllm_bench, probe
+    from specledger.report.cli import report
+
+    app.command("ledger")(ledger)
+    app.command("generate")(generate)
+    app.command("probe")(probe)
+    app.command("import-vllm-bench")(import_vllm_bench)
+    app.command("report")(report)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app; user errors become one line on stderr and exit code 2."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except SpecLedgerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        print("interrupted: traces written so far are kept", file=sys.stderr)
+        raise SystemExit(130) from None
+    except typer.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except typer.Abort:
+        raise SystemExit(1) from None
+    except SystemExit:
+        raise
+    except typer.TyperException as exc:  # usage errors (typer ships its own click)
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:
+            print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(getattr(exc, "exit_code", 2)) from None
+
+
+if __name__ == "__main__":
+    main()

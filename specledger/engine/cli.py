@@ -1,0 +1,130 @@
+"""``specledger generate``: one prompt, streamed, then its round ledger vs plain decoding."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specledger.errors import SpecLedgerError
+
+
+def build_engine(target: str | None, dtype: str = "auto"):
+    """Load the target (default: bundled SmolLM2-135M-Instruct) and wrap it in an Engine."""
+    from specledger.engine.decode import Engine
+    from specledger.engine.loader import load_model
+
+    return Engine.from_loaded(load_model(target, dtype=dtype))
+
+
+def request_ledger(spec, plain=None) -> dict:
+    """The per-request ledger: E[L], a_j, mean round-time split and (with ``plain``) the speed-up
+    measured as committed tokens / time of this request vs the plain decode of the same prompt."""
+    from specledger.analysis.metrics import round_stats
+
+    st = round_stats([spec])
+    out = {
+        "drafter": spec.drafter,
+        "gamma": spec.gamma,
+        "output_tokens": spec.output_tokens,
+        "stop_reason": spec.stop_reason,
+        "rounds": st["rounds"],
+        "truncated_rounds": st["truncated_rounds"],
+        "E[L]": st["el_full"],
+        "conditional_acceptance": [c["a"] for c in st["conditional_acceptance"]],
+        "k_histogram": st["k_histogram"],
+        "t_draft_ms": st["t_draft_ms"],
+        "t_verify_ms": st["t_verify_ms"],
+        "t_other_ms": st["t_other_ms"],
+        "t_round_ms": st["t_round_ms"],
+        "ttft_ms": spec.ttft * 1e3,
+        "tokens_per_s": spec.output_tokens / spec.total_time if spec.total_time > 0 else None,
+    }
+    if plain is not None:
+        base = round_stats([plain])
+        t0 = base["t_round_ms"]
+        out["plain_tokens_per_s"] = plain.output_tokens / plain.total_time
+        out["T0_ms"] = t0
+        out["predicted_speedup"] = t0 * st["el_full"] / st["t_round_ms"] if st["full_rounds"] else None
+        out["speedup"] = out["tokens_per_s"] / out["plain_tokens_per_s"]
+        out["identical_to_plain"] = spec.token_ids == plain.token_ids
+    return out
+
+
+def _print_ledger(led: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(stderr=False)
+    t = Table(title=f"round ledger: drafter={led['drafter']} gamma={led['gamma']}", show_header=False)
+    fmt = {
+        "E[L]": "{:.3f}", "t_draft_ms": "{:.2f}", "t_verify_ms": "{:.2f}", "t_other_ms": "{:.2f}",
+        "t_round_ms": "{:.2f}", "ttft_ms": "{:.1f}", "tokens_per_s": "{:.1f}", "plain_tokens_per_s": "{:.1f}",
+        "T0_ms": "{:.2f}", "predicted_speedup": "{:.3f}", "speedup": "{:.3f}",
+    }
+    for k, v in led.items():
+        if k in ("drafter", "gamma"):
+            continue
+        if isinstance(v, float) and k in fmt:
+            v = fmt[k].format(v)
+        elif k == "conditional_acceptance":
+            v = ", ".join("-" if a is None else f"{a:.2f}" for a in v) or "-"
+        t.add_row(k, str(v))
+    console.print(t)
+
+
+def generate(
+    prompt: Annotated[str, typer.Option("--prompt", "-p", help="The user message (or raw text with --raw).")],
+    drafter: Annotated[str, typer.Option(help="none | ngram | suffix | layerskip | quant-self | model")] = "ngram",
+    gamma: Annotated[int, typer.Option(help="Candidates per round (0 = plain decoding).")] = 4,
+    max_tokens: Annotated[int, typer.Option(help="Most tokens to generate.")] = 128,
+    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling mass (1 = off).")] = 1.0,
+    top_k: Annotated[int, typer.Option(help="Top-k filter (0 = off).")] = 0,
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    stop: Annotated[list[str] | None, typer.Option(help="Stop string (repeatable).")] = None,
+    target: Annotated[str | None, typer.Option(help="GGUF file or HF model dir (default: bundled SmolLM2-135M).")] = None,
+    draft: Annotated[str | None, typer.Option(help="Draft model path for --drafter model.")] = None,
+    layers: Annotated[str | None, typer.Option(help="layerskip layers, e.g. 12 or 0-7,26-29 (default: calibrate).")] = None,
+    dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
+    raw: Annotated[bool, typer.Option("--raw", help="Encode the prompt as raw text, no chat template.")] = False,
+    compare: Annotated[bool, typer.Option(help="Also decode plainly to measure the speed-up.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of streaming.")] = False,
+    trace: Annotated[Path | None, typer.Option(help="Append the request records to this JSONL file.")] = None,
+) -> None:
+    """Generate for one prompt with speculative decoding, stream the text, then print the round ledger."""
+    from specledger.engine.decode import Emitted
+    from specledger.engine.drafters.registry import make_drafter
+    from specledger.engine.sampling import SamplingParams
+    from specledger.engine.trace import RequestRecord, append_records
+
+    if gamma < 0:
+        raise SpecLedgerError(f"--gamma must be >= 0, got {gamma}")
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    engine = build_engine(target, dtype)
+    ids = engine.loaded.encode_prompt(prompt, chat=not raw)
+    d = make_drafter(drafter, engine, layers=layers, draft_path=draft)
+    kwargs = dict(max_tokens=max_tokens, params=params, stop=stop or [])
+    record = None
+    for ev in engine.stream(ids, drafter=d, gamma=gamma if drafter != "none" else 0, **kwargs):
+        if isinstance(ev, Emitted) and not as_json:
+            sys.stdout.write(ev.text)
+            sys.stdout.flush()
+        elif isinstance(ev, RequestRecord):
+            record = ev
+    if not as_json:
+        sys.stdout.write("\n")
+    plain = engine.generate(ids, **kwargs) if compare and drafter != "none" else None
+    if trace is not None:
+        append_records(trace, [r for r in (record, plain) if r is not None])
+    led = request_ledger(record, plain)
+    if as_json:
+        from dataclasses import asdict
+
+        print(json.dumps({"text": record.text, "tokens": record.token_ids,
+                          "rounds": [asdict(r) for r in record.rounds], "ledger": led}, default=str))
+    else:
+        _print_ledger(led)

@@ -1,0 +1,66 @@
+"""The one interface between proposers (drafters) and the decode loop.
+
+A round, as the decode loop runs it::
+
+    proposal = drafter.propose(context, gamma, params, rng)   # timed as t_draft
+    ... target verifies context[-1:] + proposal.tokens in one pass ...
+    drafter.commit(context_after_round)                       # after acceptance
+
+Invariants every drafter keeps:
+- ``propose`` returns at most ``gamma`` tokens (it may return fewer, even none: a model-free
+  drafter with no match proposes nothing and the round degenerates to a plain step).
+- Under sampling (``params.greedy`` false) ``proposal.q`` is either ``None`` -- the tokens
+  are deterministic given the context, i.e. q is one-hot -- or a float tensor
+  ``[len(tokens), V]`` holding the distribution each token was *actually sampled from*,
+  produced by :func:`specledger.engine.sampling.probs_from_logits` with the same params
+  as the target. Under greedy, q is ignored.
+- A drafter never changes what the target outputs; it only changes how fast. Any state it
+  keeps (KV caches, suffix trees) must be consistent with the *committed* context, which
+  ``commit`` hands it after every round (rejected candidates are gone from it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from specledger.engine.sampling import SamplingParams
+
+
+@dataclass(slots=True)
+class Proposal:
+    tokens: list[int] = field(default_factory=list)
+    q: Any = None  # torch.Tensor [len(tokens), V] or None (one-hot / deterministic)
+
+
+class Drafter:
+    """Base class; subclasses override ``propose`` and any of the hooks they need."""
+
+    name: str = "base"
+    #: True if the drafter runs a neural network (its q is a real distribution).
+    uses_model: bool = False
+
+    def begin(self, prompt: list[int], params: SamplingParams) -> None:
+        """A new request starts with ``prompt`` (token ids). Reset per-request state."""
+
+    def propose(self, context: list[int], gamma: int, params: SamplingParams, rng: Any) -> Proposal:
+        """Propose up to ``gamma`` tokens to follow ``context`` (prompt + committed output).
+
+        ``rng`` is a ``torch.Generator`` for drafters that sample.
+        """
+        raise NotImplementedError
+
+    def commit(self, context: list[int]) -> None:
+        """The round is over; ``context`` is prompt + everything committed so far."""
+
+    def end(self, prompt: list[int], output: list[int]) -> None:
+        """The request finished with ``output``. Cross-request state may learn from it."""
+
+
+class NoDrafter(Drafter):
+    """Plain decoding: proposes nothing, so every round commits exactly the target's token."""
+
+    name = "none"
+
+    def propose(self, context: list[int], gamma: int, params: SamplingParams, rng: Any) -> Proposal:
+        return Proposal()

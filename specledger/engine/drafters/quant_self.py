@@ -1,0 +1,18 @@
+"""``quant-self``: the target itself with weight-only int8 weights, as the draft.
+
+Quantisation changes only q (the draft's distribution); the verifying p is the unchanged
+target, so outputs stay exactly the target's (SPEC §1, seed §6).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specledger.engine.drafters.neural import NeuralDrafter
+
+
+class QuantSelfDrafter(NeuralDrafter):
+    def __init__(self, target: Any) -> None:
+        from specledger.engine.quant import quantize_int8
+
+        super().__init__(quantize_int8(target), layers=None, name="quant-self")

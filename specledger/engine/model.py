@@ -1,0 +1,328 @@
+"""A small, fast native Llama-family decoder with a static, position-indexed KV cache.
+
+Design (in the spirit of gpt-fast, written for CPU decode):
+
+- q/k/v are fused into one linear (``wqkv``) and gate/up into one (``w13``): a decode step
+  runs 4 matmuls per layer instead of 7, and each weight is read exactly once per step.
+- The KV cache is a pair of preallocated tensors ``[n_layers, B, n_kv_heads, capacity, head_dim]``
+  holding no length. ``forward(tokens, start_pos, cache)`` writes k/v for positions
+  ``start_pos .. start_pos+T-1`` and attends over slots ``[0, start_pos+T)`` only, so rolling
+  back rejected draft tokens is just passing a smaller ``start_pos`` next time.
+- GQA without copies: the ``n_heads // n_kv_heads`` query heads that share one kv head are
+  folded into the query-length axis, so attention is one SDPA call over
+  ``[B, n_kv_heads, group*T, head_dim]`` queries against the unrepeated cache slice.
+- Numerics follow Hugging Face Llama: RMSNorm in float32 then cast back before the weight
+  multiply, RoPE with the rotate-half convention, cos/sin computed in float32 and cast to the
+  activation dtype, logits computed in the model dtype and returned as float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specledger.errors import SpecLedgerError
+
+_LLAMA_LIKE = ("llama", "mistral")
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    hidden_dim: int
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    max_seq_len: int = 2048
+    tie_embeddings: bool = True
+    head_dim: int | None = None
+    attention_bias: bool = False
+
+    def __post_init__(self) -> None:
+        if self.head_dim is None:
+            self.head_dim = self.dim // self.n_heads
+        if self.n_heads % self.n_kv_heads:
+            raise SpecLedgerError(
+                f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}; fix the model config"
+            )
+
+    @classmethod
+    def from_hf(cls, hf_config: dict) -> ModelConfig:
+        """Map a Hugging Face ``config.json`` dict (LlamaConfig keys) onto a ModelConfig."""
+        model_type = str(hf_config.get("model_type", "llama"))
+        if model_type not in _LLAMA_LIKE:
+            raise SpecLedgerError(
+                f"model_type {model_type!r} is not supported natively (only the Llama family: "
+                f"{', '.join(_LLAMA_LIKE)}); use a Llama-architecture checkpoint"
+            )
+        if hf_config.get("sliding_window"):
+            window = int(hf_config["sliding_window"])
+            if window < int(hf_config.get("max_position_embeddings", 2048)):
+                raise SpecLedgerError(
+                    "sliding-window attention is not supported natively; use a checkpoint without it"
+                )
+        rope_params = hf_config.get("rope_parameters") or {}
+        rope_scaling = hf_config.get("rope_scaling") or rope_params
+        rope_type = rope_scaling.get("rope_type", rope_scaling.get("type", "default"))
+        if rope_type not in ("default", None):
+            raise SpecLedgerError(
+                f"rope_scaling type {rope_type!r} is not supported natively; use a checkpoint with plain RoPE"
+            )
+        if hf_config.get("mlp_bias"):
+            raise SpecLedgerError("MLP biases are not supported natively; use a checkpoint without mlp_bias")
+        theta = hf_config.get("rope_theta", rope_params.get("rope_theta", 10000.0))
+        n_heads = int(hf_config["num_attention_heads"])
+        return cls(
+            vocab_size=int(hf_config["vocab_size"]),
+            dim=int(hf_config["hidden_size"]),
+            n_layers=int(hf_config["num_hidden_layers"]),
+            n_heads=n_heads,
+            n_kv_heads=int(hf_config.get("num_key_value_heads") or n_heads),
+            hidden_dim=int(hf_config["intermediate_size"]),
+            rope_theta=float(theta),
+            norm_eps=float(hf_config.get("rms_norm_eps", 1e-5)),
+            max_seq_len=int(hf_config.get("max_position_embeddings", 2048)),
+            tie_embeddings=bool(hf_config.get("tie_word_embeddings", True)),
+            head_dim=hf_config.get("head_dim"),
+            attention_bias=bool(hf_config.get("attention_bias", False)),
+        )
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """KV bytes one token occupies: ``n_layers * 2 * n_kv_heads * head_dim * dtype_bytes``."""
+        return self.n_layers * 2 * self.n_kv_heads * int(self.head_dim) * dtype_bytes
+
+
+class KVCache:
+    """Static, position-indexed: k, v tensors [n_layers, B, n_kv_heads, capacity, head_dim].
+
+    Holds no length: the caller passes ``start_pos`` to forward; rolling back rejected tokens is
+    simply passing a smaller ``start_pos`` next time (stale slots get overwritten).
+    """
+
+    def __init__(self, config: ModelConfig, capacity: int, batch_size: int, dtype: torch.dtype):
+        shape = (config.n_layers, batch_size, config.n_kv_heads, capacity, int(config.head_dim))
+        self.capacity = capacity
+        self.batch_size = batch_size
+        self.k = torch.zeros(shape, dtype=dtype)
+        self.v = torch.zeros(shape, dtype=dtype)
+
+    def nbytes(self) -> int:
+        """Bytes held by the k and v tensors together."""
+        return self.k.numel() * self.k.element_size() * 2
+
+
+def rope_cos_sin(config: ModelConfig, n_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """HF Llama RoPE tables: ``inv_freq_i = theta^(-2i/d)``, angle ``p * inv_freq`` duplicated
+    to the full head_dim (rotate-half layout). Returns float32 ``cos, sin`` of shape [P, head_dim]."""
+    head_dim = int(config.head_dim)
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+    inv_freq = 1.0 / (config.rope_theta**exponents)
+    angles = torch.outer(torch.arange(n_positions, dtype=torch.int64).float(), inv_freq)
+    emb = torch.cat((angles, angles), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """``x * cos + rotate_half(x) * sin`` with ``rotate_half([a, b]) = [-b, a]`` on the last axis.
+
+    ``x`` is [B, T, heads, head_dim]; ``cos``/``sin`` are [T, 1, head_dim] in x's dtype.
+    """
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """HF RMSNorm: ``weight * (x32 / sqrt(mean(x32^2) + eps)).to(x.dtype)``."""
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, weight.shape, weight, eps)
+    return weight * F.rms_norm(x.float(), weight.shape, None, eps).to(x.dtype)
+
+
+class Block(nn.Module):
+    """One pre-norm decoder layer: x += Attn(norm(x)); x += MLP(norm(x))."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        head_dim = int(config.head_dim)
+        self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, head_dim
+        self.eps = config.norm_eps
+        qkv_out = (config.n_heads + 2 * config.n_kv_heads) * head_dim
+        self.wqkv = nn.Linear(config.dim, qkv_out, bias=config.attention_bias)
+        self.wo = nn.Linear(config.n_heads * head_dim, config.dim, bias=config.attention_bias)
+        self.w13 = nn.Linear(config.dim, 2 * config.hidden_dim, bias=False)
+        self.w2 = nn.Linear(config.hidden_dim, config.dim, bias=False)
+        self.attn_norm = nn.Parameter(torch.ones(config.dim))
+        self.mlp_norm = nn.Parameter(torch.ones(config.dim))
+        self.hidden_dim = config.hidden_dim
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        start_pos: int,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        bsz, seq, _ = x.shape
+        hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv_heads
+        qkv = self.wqkv(rms_norm(x, self.attn_norm, self.eps))
+        q, k, v = qkv.split((nh * hd, nkv * hd, nkv * hd), dim=-1)
+        q = apply_rope(q.view(bsz, seq, nh, hd), cos, sin)
+        k = apply_rope(k.view(bsz, seq, nkv, hd), cos, sin)
+        end = start_pos + seq
+        k_cache[:, :, start_pos:end].copy_(k.transpose(1, 2))
+        v_cache[:, :, start_pos:end].copy_(v.view(bsz, seq, nkv, hd).transpose(1, 2))
+        # Fold each kv head's query group into the query axis: [B, nkv, group*T, hd].
+        group = nh // nkv
+        q = q.view(bsz, seq, nkv, group, hd).permute(0, 2, 3, 1, 4).reshape(bsz, nkv, group * seq, hd)
+        out = F.scaled_dot_product_attention(q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask)
+        out = out.view(bsz, nkv, group, seq, hd).permute(0, 3, 1, 2, 4).reshape(bsz, seq, nh * hd)
+        x = x + self.wo(out)
+        gate_up = self.w13(rms_norm(x, self.mlp_norm, self.eps))
+        gate, up = gate_up.split((self.hidden_dim, self.hidden_dim), dim=-1)
+        return x + self.w2(F.silu(gate) * up)
+
+
+class Transformer(nn.Module):
+    """Llama decoder. ``forward`` returns float32 logits and writes k/v into the given cache."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.dim)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.norm = nn.Parameter(torch.ones(config.dim))
+        self.lm_head = nn.Linear(config.dim, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+        # Plain attributes, not buffers, so ``.to(dtype)`` never rounds the float32 tables.
+        self.rope_cos, self.rope_sin = rope_cos_sin(config, config.max_seq_len)
+        self._rope_cache: tuple[torch.dtype, torch.Tensor, torch.Tensor] | None = None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.norm.dtype
+
+    def new_cache(self, capacity: int, batch_size: int = 1) -> KVCache:
+        """A zeroed cache for ``capacity`` positions (at most ``config.max_seq_len``)."""
+        if not 0 < capacity <= self.config.max_seq_len:
+            raise SpecLedgerError(
+                f"KV cache capacity {capacity} is outside 1..{self.config.max_seq_len} (the model's context); "
+                "shorten the prompt or max_tokens"
+            )
+        return KVCache(self.config, capacity, batch_size, self.dtype)
+
+    def _rope_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin shaped [P, 1, head_dim] in the activation dtype (HF casts them the same way)."""
+        if self._rope_cache is None or self._rope_cache[0] != self.dtype:
+            cos = self.rope_cos.to(self.dtype).unsqueeze(1)
+            sin = self.rope_sin.to(self.dtype).unsqueeze(1)
+            self._rope_cache = (self.dtype, cos, sin)
+        return self._rope_cache[1], self._rope_cache[2]
+
+    def _causal_mask(self, start_pos: int, seq: int, group: int) -> torch.Tensor | None:
+        """Boolean [group*T, start_pos+T] mask: query row for position ``start_pos+i`` may see
+        key slot ``j`` iff ``j <= start_pos + i`` (rows repeat per folded query head)."""
+        if seq == 1:
+            return None
+        query_pos = torch.arange(start_pos, start_pos + seq).repeat(group)
+        return torch.arange(start_pos + seq)[None, :] <= query_pos[:, None]
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        start_pos: int,
+        cache: KVCache,
+        layers: Sequence[int] | None = None,
+        last_only: bool = False,
+    ) -> torch.Tensor:
+        """Logits (float32) ``[B, T, V]`` (``[B, 1, V]`` if ``last_only``) for ``tokens`` at
+        positions ``start_pos .. start_pos+T-1``; each position attends to cache slots
+        ``[0, position]`` and its own k/v are written into the cache first."""
+        bsz, seq = tokens.shape
+        end = start_pos + seq
+        if start_pos < 0 or end > cache.capacity:
+            raise SpecLedgerError(
+                f"positions {start_pos}..{end - 1} do not fit the KV cache (capacity {cache.capacity}); "
+                "allocate a larger cache"
+            )
+        cos_all, sin_all = self._rope_tables()
+        cos, sin = cos_all[start_pos:end], sin_all[start_pos:end]
+        mask = self._causal_mask(start_pos, seq, self.config.n_heads // self.config.n_kv_heads)
+        x = self.embed(tokens)
+        indices = range(len(self.layers)) if layers is None else layers
+        for i in indices:
+            x = self.layers[i](x, cache.k[i], cache.v[i], start_pos, cos, sin, mask)
+        if last_only:
+            x = x[:, -1:]
+        return self.lm_head(rms_norm(x, self.norm, self.config.norm_eps)).float()
+
+    def weight_bytes(self) -> int:
+        """Bytes of weights read per decode step: every layer's tensors + final norm + LM head.
+
+        Convention: the embedding lookup (one row) is excluded; with tied embeddings the shared
+        table is counted once, as the LM head. Quantized layers count their int8 weights + scales.
+        """
+        counted: set[int] = set()
+        total = 0
+        tensors = list(self.layers.parameters()) + list(self.layers.buffers()) + [self.norm]
+        tensors += list(self.lm_head.parameters()) + list(self.lm_head.buffers())
+        for t in tensors:
+            if id(t) not in counted:
+                counted.add(id(t))
+                total += t.numel() * t.element_size()
+        return total
+
+    @classmethod
+    def from_hf_state_dict(
+        cls, config: ModelConfig, state_dict: dict, dtype: torch.dtype = torch.float32
+    ) -> Transformer:
+        """Build from HF Llama names (``model.layers.N.self_attn.q_proj.weight`` ...), fusing
+        q|k|v -> ``wqkv`` and gate|up -> ``w13`` by concatenation along the output axis."""
+        with torch.device("meta"):
+            model = cls(config)
+        model = model.to_empty(device="cpu")
+        model.rope_cos, model.rope_sin = rope_cos_sin(config, config.max_seq_len)
+
+        def take(name: str) -> torch.Tensor:
+            if name not in state_dict:
+                raise SpecLedgerError(f"checkpoint is missing tensor {name!r}; use a complete Llama checkpoint")
+            return state_dict[name]
+
+        new_sd: dict[str, torch.Tensor] = {"embed.weight": take("model.embed_tokens.weight")}
+        new_sd["norm"] = take("model.norm.weight")
+        for i in range(config.n_layers):
+            p = f"model.layers.{i}."
+            att = p + "self_attn."
+            new_sd[f"layers.{i}.wqkv.weight"] = torch.cat(
+                [take(att + "q_proj.weight"), take(att + "k_proj.weight"), take(att + "v_proj.weight")]
+            )
+            if config.attention_bias:
+                new_sd[f"layers.{i}.wqkv.bias"] = torch.cat(
+                    [take(att + "q_proj.bias"), take(att + "k_proj.bias"), take(att + "v_proj.bias")]
+                )
+                new_sd[f"layers.{i}.wo.bias"] = take(att + "o_proj.bias")
+            new_sd[f"layers.{i}.wo.weight"] = take(att + "o_proj.weight")
+            new_sd[f"layers.{i}.w13.weight"] = torch.cat(
+                [take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")]
+            )
+            new_sd[f"layers.{i}.w2.weight"] = take(p + "mlp.down_proj.weight")
+            new_sd[f"layers.{i}.attn_norm"] = take(p + "input_layernorm.weight")
+            new_sd[f"layers.{i}.mlp_norm"] = take(p + "post_attention_layernorm.weight")
+        new_sd["lm_head.weight"] = new_sd["embed.weight"] if config.tie_embeddings else take("lm_head.weight")
+        model.load_state_dict(new_sd, strict=True, assign=True)
+        if config.tie_embeddings:
+            model.lm_head.weight = model.embed.weight
+        model = model.to(dtype)
+        model.eval().requires_grad_(False)
+        return model

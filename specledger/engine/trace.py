@@ -1,0 +1,111 @@
+"""Round and request records: the raw material of every figure specledger reports.
+
+A *round* is one draft -> verify -> commit cycle. ``proposed`` candidates were verified,
+``accepted`` (K) of them matched, and ``committed`` (L) tokens were emitted: normally
+L = K + 1 (the bonus/correction token from the target). A *truncated* round was cut by a
+stop condition (EOS, stop string, max_tokens) and may commit fewer; truncated rounds are
+kept out of acceptance statistics but inside token and time totals.
+
+Times are seconds (float, from ``time.perf_counter``):
+  t_draft  -- inside the drafter's ``propose``
+  t_verify -- the target forward pass over the candidates
+  t_other  -- everything else in the round (sampling, acceptance, cache maintenance,
+              detokenisation and stop checks)
+A plain-decoding step is a round with proposed = 0, accepted = 0, committed = 1.
+
+Files are JSONL: one :class:`RequestRecord` per line (its rounds nested), appended and
+flushed per request, so an interrupted run loses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from specledger.errors import SpecLedgerError
+
+
+@dataclass(slots=True)
+class RoundRecord:
+    drafter: str
+    gamma: int  # candidates asked for this round
+    proposed: int  # candidates the drafter actually proposed (<= gamma) and the target verified
+    accepted: int  # K: accepted prefix length, 0..proposed
+    committed: int  # L: tokens emitted this round (K + 1 unless truncated)
+    truncated: bool
+    t_draft: float
+    t_verify: float
+    t_other: float
+    context_len: int  # tokens in the context when the round started (prompt + committed)
+    batch_size: int = 1
+
+    @property
+    def t_round(self) -> float:
+        return self.t_draft + self.t_verify + self.t_other
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    request_id: str
+    drafter: str
+    gamma: int | str  # static gamma, or the name of the policy that chose it per round
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int | None
+    prompt_tokens: int
+    output_tokens: int
+    text: str
+    token_ids: list[int]
+    stop_reason: str  # "eos" | "stop" | "length"
+    t_prefill: float  # target prefill (and drafter begin) before the first round
+    ttft: float  # seconds from request start to the first emitted token
+    total_time: float  # seconds from request start to the last emitted token
+    token_times: list[float]  # emission time of every output token, seconds since request start
+    chunks: list[int]  # sizes of the groups of tokens that left together, in order
+    rounds: list[RoundRecord] = field(default_factory=list)
+    category: str = ""
+    prompt_id: str = ""
+    model: str = ""
+    dtype: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in known}
+        kwargs["rounds"] = [RoundRecord(**r) for r in d.get("rounds", [])]
+        return cls(**kwargs)
+
+
+def append_records(path: str | os.PathLike, records: Iterable[RequestRecord]) -> None:
+    """Append records to a JSONL file and flush+fsync, so a crash loses at most the request in flight."""
+    with open(path, "a", encoding="utf-8") as f:
+        for r in records:
+            f.write(r.to_json() + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_records(path: str | os.PathLike) -> Iterator[RequestRecord]:
+    """Read a trace file. A torn last line (interrupted write) is skipped; any other bad line is an error."""
+    p = Path(path)
+    if not p.exists():
+        raise SpecLedgerError(f"trace file not found: {p}")
+    lines = p.read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            yield RequestRecord.from_dict(json.loads(line))
+        except (json.JSONDecodeError, TypeError, KeyError) as exc:
+            if i == len(lines):  # torn tail from an interrupted run
+                return
+            raise SpecLedgerError(f"{p}:{i}: malformed trace record ({exc}); delete the line or re-run") from None

@@ -1,0 +1,389 @@
+"""The four deployment gates (seed §8.2) and the per-category verdict.
+
+Each gate is ``pass``, ``fail`` or ``not assessed`` (shown honestly, never guessed) with an
+evidence string:
+
+- correctness: greedy (T = 0) outputs token-identical to plain decoding on every shared prompt;
+  under sampling, two-sample tests on the paired prompts (Wilcoxon signed-rank on output length,
+  chi-square homogeneity on the first output token) when there are ≥ ``min_sampled_prompts``.
+- quality: mean task score (``extra["quality"]``) at most ``quality_tolerance`` below the baseline's.
+- latency: TTFT P99, TPOT P50, chunk ITL P99 and the longest stall within the SLO.
+- capacity: paired tokens/s ≥ the baseline's; peak memory within ``max_memory_mb`` if both are known.
+
+Verdict per (category, temperature): the fastest scenario with no failed gate and a speed-up CI
+lower bound above ``min_ci_low``; otherwise "off". ``not assessed`` blocks only with ``require_assessed``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from specledger.analysis.scenario import by_prompt, shared_prompts
+from specledger.engine.trace import RequestRecord
+from specledger.errors import SpecLedgerError
+
+PASS, FAIL, NOT_ASSESSED = "pass", "fail", "not assessed"
+GATES = ("correctness", "quality", "latency", "capacity")
+
+
+@dataclass(frozen=True)
+class SLO:
+    ttft_p99_ms: float = 2000.0
+    tpot_p50_ms: float = 200.0
+    itl_p99_ms: float = 500.0
+    stall_ms: float = 1000.0
+    quality_tolerance: float = 0.02
+    max_memory_mb: float | None = None
+    min_ci_low: float = 1.0
+    min_sampled_prompts: int = 20
+    alpha: float = 0.01
+    require_assessed: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _check_value(name: str, value: Any, default: Any) -> Any:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise SpecLedgerError(f"SLO key {name!r} must be true or false, got {value!r}")
+        return value
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise SpecLedgerError(f"SLO key {name!r} must be a non-negative number, got {value!r}")
+    if name == "alpha" and not 0 < value < 1:
+        raise SpecLedgerError(f"SLO key 'alpha' must be between 0 and 1, got {value!r}")
+    return int(value) if isinstance(default, int) else float(value)
+
+
+def slo_from_dict(data: dict[str, Any], source: str = "SLO") -> SLO:
+    """Build an :class:`SLO` from a mapping (top level or under an ``slo`` table); unknown keys are errors."""
+    if not isinstance(data, dict):
+        raise SpecLedgerError(f"{source}: expected a table/object of SLO keys")
+    if isinstance(data.get("slo"), dict):
+        data = data["slo"]
+    known = {f.name: f.default for f in fields(SLO)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise SpecLedgerError(
+            f"{source}: unknown SLO key(s) {', '.join(unknown)}; allowed: {', '.join(known)}"
+        )
+    values = {}
+    for name, value in data.items():
+        default = known[name]
+        if name == "max_memory_mb" and value is None:
+            values[name] = None
+            continue
+        values[name] = _check_value(name, value, default if default is not None else 0.0)
+    return SLO(**values)
+
+
+def load_slo(path: str | Path | None) -> SLO:
+    """The SLO from a ``.toml`` or ``.json`` file (keys at top level or under ``[slo]``), or defaults for None."""
+    if path is None:
+        return SLO()
+    p = Path(path)
+    if not p.is_file():
+        raise SpecLedgerError(f"SLO file not found: {p}; pass an existing .toml or .json file")
+    text = p.read_text(encoding="utf-8")
+    suffix = p.suffix.lower()
+    try:
+        if suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        elif suffix == ".json":
+            data = json.loads(text)
+        else:
+            raise SpecLedgerError(f"SLO file {p} must end in .toml or .json")
+    except (ValueError, json.JSONDecodeError) as exc:  # tomllib.TOMLDecodeError is a ValueError
+        raise SpecLedgerError(f"SLO file {p} is not valid {suffix[1:].upper()}: {exc}") from None
+    return slo_from_dict(data, str(p))
+
+
+@dataclass(frozen=True)
+class GateResult:
+    name: str
+    status: str  # PASS | FAIL | NOT_ASSESSED
+    evidence: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+# ----------------------------------------------------------------------------- correctness
+
+
+def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def greedy_correctness(spec: Sequence[RequestRecord], base: Sequence[RequestRecord]) -> GateResult:
+    """Pass iff every speculative output is token-identical to the plain output of the same prompt."""
+    prompts = shared_prompts(spec, base)
+    if not prompts:
+        return GateResult(
+            "correctness", NOT_ASSESSED, "no prompt was run by both this setting and plain decoding"
+        )
+    sp, bp = by_prompt(spec), by_prompt(base)
+    bad = []
+    for pid in prompts:
+        reference = bp[pid][0].token_ids
+        for r in sp[pid]:
+            if list(r.token_ids) != list(reference):
+                bad.append((pid, _first_difference(r.token_ids, reference)))
+    if not bad:
+        return GateResult(
+            "correctness", PASS, f"{len(prompts)}/{len(prompts)} prompts token-identical to plain (greedy)"
+        )
+    pid, pos = bad[0]
+    return GateResult(
+        "correctness",
+        FAIL,
+        f"{len(bad)} output(s) on {len({b[0] for b in bad})}/{len(prompts)} prompts differ from plain; "
+        f"first: prompt {pid} at token {pos}",
+    )
+
+
+def _first_token_pvalue(spec_first: list[int], base_first: list[int]) -> float:
+    """Chi-square homogeneity p-value of two first-token samples; tokens rarer than 5 in total are pooled."""
+    from scipy.stats import chi2_contingency
+
+    counts = Counter(spec_first) + Counter(base_first)
+    common = [t for t, c in counts.items() if c >= 5]
+    cs, cb = Counter(spec_first), Counter(base_first)
+    rows = [[cs[t] for t in common], [cb[t] for t in common]]
+    rows[0].append(len(spec_first) - sum(rows[0]))
+    rows[1].append(len(base_first) - sum(rows[1]))
+    cols = [i for i in range(len(rows[0])) if rows[0][i] + rows[1][i] > 0]
+    if len(cols) < 2:
+        return 1.0
+    return float(chi2_contingency([[r[i] for i in cols] for r in rows])[1])
+
+
+def sampled_correctness(
+    spec: Sequence[RequestRecord], base: Sequence[RequestRecord], min_prompts: int = 20, alpha: float = 0.01
+) -> GateResult:
+    """Under sampling outputs differ request by request; test the distributions instead.
+
+    Paired by prompt: Wilcoxon signed-rank on output lengths and chi-square on first tokens, each
+    at alpha/2 (Bonferroni). Fewer than ``min_prompts`` shared prompts: not assessed.
+    """
+    from scipy.stats import wilcoxon
+
+    prompts = shared_prompts(spec, base)
+    if len(prompts) < min_prompts:
+        return GateResult(
+            "correctness",
+            NOT_ASSESSED,
+            f"sampling: {len(prompts)} shared prompts, need ≥ {min_prompts} to compare output distributions",
+        )
+    sp, bp = by_prompt(spec), by_prompt(base)
+    diffs = [sp[p][0].output_tokens - bp[p][0].output_tokens for p in prompts]
+    p_len = 1.0 if all(d == 0 for d in diffs) else float(wilcoxon(diffs, zero_method="zsplit").pvalue)
+    first_s = [sp[p][0].token_ids[0] for p in prompts if sp[p][0].token_ids]
+    first_b = [bp[p][0].token_ids[0] for p in prompts if bp[p][0].token_ids]
+    p_first = _first_token_pvalue(first_s, first_b)
+    evidence = (
+        f"sampling, {len(prompts)} paired prompts: output length Wilcoxon p={p_len:.3g}, "
+        f"first-token chi-square p={p_first:.3g} (fail below {alpha / 2:.3g})"
+    )
+    status = FAIL if min(p_len, p_first) < alpha / 2 else PASS
+    return GateResult(
+        "correctness", status, evidence if status == FAIL else "no evidence of a difference; " + evidence
+    )
+
+
+def correctness_gate(
+    spec: Sequence[RequestRecord], base: Sequence[RequestRecord], temperature: float, slo: SLO = SLO()
+) -> GateResult:
+    if temperature == 0:
+        return greedy_correctness(spec, base)
+    return sampled_correctness(spec, base, slo.min_sampled_prompts, slo.alpha)
+
+
+# ----------------------------------------------------------------------------- quality
+
+
+def _score(r: RequestRecord) -> float | None:
+    value = r.extra.get("quality") if isinstance(r.extra, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def quality_gate(
+    spec: Sequence[RequestRecord], base: Sequence[RequestRecord], tolerance: float = 0.02
+) -> GateResult:
+    """Mean task score on prompts scored on both sides; pass iff spec ≥ plain − tolerance."""
+    sp, bp = by_prompt(spec), by_prompt(base)
+    pairs = []
+    for pid in shared_prompts(spec, base):
+        s = [x for r in sp[pid] if (x := _score(r)) is not None]
+        b = [x for r in bp[pid] if (x := _score(r)) is not None]
+        if s and b:
+            pairs.append((sum(s) / len(s), sum(b) / len(b)))
+    if not pairs:
+        return GateResult("quality", NOT_ASSESSED, "no task scores recorded on shared prompts")
+    ms = sum(p[0] for p in pairs) / len(pairs)
+    mb = sum(p[1] for p in pairs) / len(pairs)
+    status = PASS if ms >= mb - tolerance else FAIL
+    return GateResult(
+        "quality",
+        status,
+        f"mean score {ms:.3f} vs plain {mb:.3f} ({ms - mb:+.3f}, tolerance {tolerance:g}) on {len(pairs)} prompts",
+    )
+
+
+# ----------------------------------------------------------------------------- latency / capacity
+
+
+def latency_gate(latency: dict[str, Any], slo: SLO = SLO()) -> GateResult:
+    """TTFT P99, TPOT P50, chunk ITL P99 and longest stall (ms) against the SLO."""
+    checks = [
+        ("TTFT P99", latency["ttft_ms"]["p99"], slo.ttft_p99_ms),
+        ("TPOT P50", latency["tpot_ms"]["p50"], slo.tpot_p50_ms),
+        ("ITL P99", latency["itl_chunk_ms"]["p99"], slo.itl_p99_ms),
+        ("stall", latency["longest_stall_ms"], slo.stall_ms),
+    ]
+    known = [(n, v, lim) for n, v, lim in checks if v is not None]
+    if not known:
+        return GateResult("latency", NOT_ASSESSED, "no latency samples")
+    over = [(n, v, lim) for n, v, lim in known if v > lim]
+    parts = [f"{n} {v:.1f}{'>' if v > lim else '≤'}{lim:g} ms" for n, v, lim in known]
+    return GateResult("latency", FAIL if over else PASS, ", ".join(parts))
+
+
+def capacity_gate(
+    tokens_per_s: float | None,
+    baseline_tokens_per_s: float | None,
+    memory_bytes: float | None,
+    slo: SLO = SLO(),
+) -> GateResult:
+    """Paired throughput at least the baseline's; peak memory within ``max_memory_mb`` when both are known."""
+    if tokens_per_s is None or baseline_tokens_per_s is None:
+        return GateResult("capacity", NOT_ASSESSED, "no paired baseline throughput")
+    ok = tokens_per_s >= baseline_tokens_per_s
+    evidence = f"{tokens_per_s:.1f} tok/s vs plain {baseline_tokens_per_s:.1f} tok/s"
+    if memory_bytes is not None:
+        mb = memory_bytes / 2**20
+        if slo.max_memory_mb is not None:
+            ok = ok and mb <= slo.max_memory_mb
+            evidence += f"; peak memory {mb:.0f} MiB {'≤' if mb <= slo.max_memory_mb else '>'} {slo.max_memory_mb:g} MiB"
+        else:
+            evidence += f"; peak memory {mb:.0f} MiB (no limit set)"
+    return GateResult("capacity", PASS if ok else FAIL, evidence)
+
+
+def evaluate_gates(
+    scenario: dict[str, Any], spec: Sequence[RequestRecord], base: Sequence[RequestRecord], slo: SLO = SLO()
+) -> dict[str, GateResult]:
+    """All four gates of one scenario (``scenario`` is an :func:`~specledger.analysis.analyze_scenario` dict)."""
+    return {
+        "correctness": correctness_gate(spec, base, float(scenario["temperature"]), slo),
+        "quality": quality_gate(spec, base, slo.quality_tolerance),
+        "latency": latency_gate(scenario["latency"], slo),
+        "capacity": capacity_gate(
+            scenario.get("paired_tokens_per_s"),
+            scenario.get("baseline_tokens_per_s"),
+            scenario.get("memory_bytes"),
+            slo,
+        ),
+    }
+
+
+# ----------------------------------------------------------------------------- verdict
+
+
+def _blocking(gates: dict[str, dict[str, str]], slo: SLO) -> list[str]:
+    bad = {FAIL, NOT_ASSESSED} if slo.require_assessed else {FAIL}
+    return [name for name in GATES if gates.get(name, {}).get("status", NOT_ASSESSED) in bad]
+
+
+def verdicts(scenarios: Sequence[dict[str, Any]], slo: SLO = SLO()) -> list[dict[str, Any]]:
+    """One decision per (category, temperature) from scenario dicts carrying ``gates`` (as dicts).
+
+    Deploy the fastest scenario with no blocking gate and CI low > ``slo.min_ci_low``; else "off",
+    with the reason in one sentence.
+    """
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for s in scenarios:
+        groups[(s["category"], s["temperature"])].append(s)
+    out = []
+    for (cat, temp), items in groups.items():
+        measured = [s for s in items if s.get("speedup") is not None]
+        eligible = [
+            s
+            for s in measured
+            if not _blocking(s["gates"], slo) and (s["speedup_ci"][0] or -math.inf) > slo.min_ci_low
+        ]
+        base = {"category": cat, "temperature": temp}
+        if eligible:
+            best = max(eligible, key=lambda s: s["speedup"])
+            lo, hi = best["speedup_ci"]
+            caveat = [n for n in GATES if best["gates"][n]["status"] == NOT_ASSESSED]
+            reason = (
+                f"{best['drafter']} γ={best['gamma']} is the fastest setting that passes the gates: "
+                f"S = {best['speedup']:.2f} (95% CI {lo:.2f}–{hi:.2f})"
+                + (f"; {', '.join(caveat)} not assessed" if caveat else "")
+                + "."
+            )
+            out.append(
+                {
+                    **base,
+                    "decision": "deploy",
+                    "drafter": best["drafter"],
+                    "gamma": best["gamma"],
+                    "label": best["label"],
+                    "speedup": best["speedup"],
+                    "speedup_ci": best["speedup_ci"],
+                    "reason": reason,
+                }
+            )
+            continue
+        out.append(
+            {
+                **base,
+                "decision": "off",
+                "drafter": None,
+                "gamma": None,
+                "label": "off",
+                "speedup": None,
+                "speedup_ci": [None, None],
+                "reason": _off_reason(measured, slo),
+            }
+        )
+    return out
+
+
+def _off_reason(measured: Sequence[dict[str, Any]], slo: SLO) -> str:
+    if not measured:
+        return "Off: no speculative setting was measured against plain decoding on the same prompts."
+    fastest = max(measured, key=lambda s: s["speedup"])
+    lo = fastest["speedup_ci"][0]
+    blocked = _blocking(fastest["gates"], slo)
+    name = f"{fastest['drafter']} γ={fastest['gamma']} (S = {fastest['speedup']:.2f})"
+    if blocked:
+        ok = [s for s in measured if not _blocking(s["gates"], slo)]
+        tail = (
+            f"; the best setting that passes, {ok[0]['drafter']} γ={ok[0]['gamma']}, has a CI lower bound of "
+            f"{ok[0]['speedup_ci'][0] if ok[0]['speedup_ci'][0] is not None else float('nan'):.2f} ≤ {slo.min_ci_low:g}"
+            if (ok := sorted(ok, key=lambda s: -s["speedup"]))
+            else ""
+        )
+        return f"Off: the fastest setting, {name}, fails the {' and '.join(blocked)} gate{'s' if len(blocked) > 1 else ''}{tail}."
+    lo_txt = f"{lo:.2f}" if lo is not None else "unknown"
+    return f"Off: the fastest setting, {name}, has a speed-up CI lower bound of {lo_txt}, not above {slo.min_ci_low:g}."

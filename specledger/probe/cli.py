@@ -1,0 +1,338 @@
+"""CLI verbs ``probe`` and ``import-vllm-bench`` (registered by specledger/cli.py).
+
+``probe`` loads an OpenAI-compatible streaming endpoint (fixed concurrency or Poisson rate),
+times every chunk, scrapes ``URL/metrics`` before and after for spec-decode counters, and
+prints one summary table; ``--baseline URL2`` repeats the same load on a second endpoint
+and prints the speed-up. It only ever contacts the URLs it is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from specledger.errors import SpecLedgerError
+from specledger.probe.loadgen import LoadConfig, PromptItem, Tokenizer, load_prompt_items, run_load
+from specledger.probe.metrics import speedup, summarize
+from specledger.probe.prometheus import (
+    MetricsSnapshot,
+    latency_histogram_summaries,
+    parse_prometheus_text,
+    spec_decode_figures,
+)
+from specledger.probe.vllm_bench import load_vllm_bench
+
+BUILTIN_PROMPTS = (
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "Explain in three sentences why the sky is blue.",
+    "List five prime numbers greater than 100 and say how you checked them.",
+    "Translate to French: 'The meeting is moved to Thursday at noon.'",
+    "Summarise the plot of Romeo and Juliet in one paragraph.",
+    "Give a SQL query that counts orders per customer in a table orders(customer_id, id).",
+    "What is the difference between a process and a thread?",
+    "Continue the sequence and explain the rule: 2, 6, 12, 20, 30, ...",
+)
+
+
+def normalize_base_url(url: str) -> str:
+    """``http(s)://host:port[/v1][/]`` -> ``http(s)://host:port`` (the server root)."""
+    url = url.strip()
+    if not url.startswith(("http://", "https://")):
+        raise SpecLedgerError(f"URL {url!r} must start with http:// or https://, e.g. http://127.0.0.1:8000")
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def _unreachable(url: str, exc: Exception) -> SpecLedgerError:
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return SpecLedgerError(f"cannot reach {url} ({reason}); check the URL and that the server is running")
+
+
+def discover_model(base_url: str, model: str | None, timeout_s: float = 10.0) -> str:
+    """``model`` or the first id of GET /v1/models; an unreachable server is a SpecLedgerError."""
+    try:
+        response = httpx.get(f"{base_url}/v1/models", timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise _unreachable(base_url, exc) from None
+    if model:
+        return model
+    try:
+        ids = [m["id"] for m in response.json()["data"]] if response.status_code == 200 else []
+    except (ValueError, KeyError, TypeError):
+        ids = []
+    if not ids or not isinstance(ids[0], str):
+        raise SpecLedgerError(
+            f"{base_url}/v1/models lists no model (HTTP {response.status_code}); pass --model"
+        )
+    return ids[0]
+
+
+def scrape_metrics(base_url: str, timeout_s: float = 10.0) -> tuple[MetricsSnapshot | None, str | None]:
+    """(snapshot, None) or (None, why not); a malformed body is reported, not raised."""
+    try:
+        response = httpx.get(f"{base_url}/metrics", timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        return None, f"metrics scrape failed: {type(exc).__name__}"
+    if response.status_code != 200:
+        return None, f"{base_url}/metrics answered HTTP {response.status_code}"
+    try:
+        return parse_prometheus_text(response.text), None
+    except SpecLedgerError as exc:
+        return None, str(exc)
+
+
+def load_tokenizer(path: Path | None) -> Tokenizer | None:
+    """A ``tokenizer.json`` file -> callable text -> token ids (no special tokens)."""
+    if path is None:
+        return None
+    from tokenizers import Tokenizer as HFTokenizer
+
+    try:
+        tok = HFTokenizer.from_file(str(path))
+    except Exception as exc:
+        raise SpecLedgerError(f"cannot load tokenizer {path} ({exc}); pass a tokenizer.json file") from None
+    return lambda text: tok.encode(text, add_special_tokens=False).ids
+
+
+def probe_endpoint(
+    url: str,
+    config: LoadConfig,
+    items: list[PromptItem],
+    metrics: bool = True,
+    tokenizer: Tokenizer | None = None,
+) -> dict[str, Any]:
+    """Run one load against ``url``; the report holds config, summary, spec-decode and results."""
+    base_url = normalize_base_url(url)
+    config.base_url = base_url
+    config.model = discover_model(base_url, config.model or None)
+    warnings: list[str] = []
+    before = after = None
+    if metrics:
+        before, why = scrape_metrics(base_url)
+        if why:
+            warnings.append(why)
+    run = asyncio.run(run_load(config, items, tokenizer=tokenizer))
+    if metrics and before is not None:
+        after, why = scrape_metrics(base_url)
+        if why:
+            warnings.append(why)
+    report: dict[str, Any] = {
+        "url": base_url,
+        "model": config.model,
+        "config": run.config,
+        "summary": summarize(run.results, run.wall_time_s),
+        "spec_decode": None,
+        "server_histograms": {},
+        "warnings": warnings,
+        "results": [r.to_dict() for r in run.results],
+    }
+    if before is not None and after is not None:
+        report["spec_decode"] = spec_decode_figures(before, after).to_dict()
+        report["server_histograms"] = latency_histogram_summaries(before, after)
+    if report["summary"]["requests_ok"] == 0:
+        first = next((r.error for r in run.results if r.error), "no request finished")
+        warnings.append(f"every request failed; first error: {first}")
+    return report
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON to ``path`` via a temp file in the same folder and os.replace."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(obj, handle, indent=2, default=str)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _pcts(block: dict | None) -> str:
+    block = block or {}
+    return " / ".join(_fmt(block.get(k)) for k in ("p50", "p95", "p99"))
+
+
+def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) rows shared by probe and vllm-bench tables."""
+    return [
+        (
+            "requests ok / failed",
+            f"{_fmt(summary.get('requests_ok'))} / {_fmt(summary.get('requests_failed'))}",
+        ),
+        ("errors", ", ".join(f"{k}: {v}" for k, v in (summary.get("errors") or {}).items()) or "-"),
+        ("wall time (s)", _fmt(summary.get("wall_time_s"))),
+        ("output throughput (tok/s)", _fmt(summary.get("output_throughput_tok_s"))),
+        ("request throughput (req/s)", _fmt(summary.get("request_throughput_req_s"), 3)),
+        ("TTFT p50/p95/p99 (ms)", _pcts(summary.get("ttft_ms"))),
+        ("TPOT p50/p95/p99 (ms)", _pcts(summary.get("tpot_ms"))),
+        ("pooled TPOT (ms)", _fmt(summary.get("pooled_tpot_ms"))),
+        ("token ITL p50/p95/p99 (ms)", _pcts(summary.get("token_itl_ms"))),
+        ("chunk ITL p50/p95/p99 (ms)", _pcts(summary.get("chunk_itl_ms"))),
+        ("longest stall (ms)", _fmt(summary.get("longest_stall_ms"))),
+        ("tokens per chunk", _fmt(summary.get("mean_tokens_per_chunk"))),
+    ]
+
+
+def spec_rows(spec: dict[str, Any] | None) -> list[tuple[str, str]]:
+    if not spec:
+        return [("spec decode", "not measured (--no-metrics or no /metrics)")]
+    rows = [("spec-decode source", _fmt(spec.get("source")))]
+    for key, label in (
+        ("num_drafts", "draft rounds"),
+        ("mean_acceptance_length", "mean acceptance length (1 + acc/drafts)"),
+        ("draft_acceptance_rate", "draft acceptance rate (acc/draft tokens)"),
+        ("sglang_accept_length", "SGLang accept length (gauge, bonus inside)"),
+        ("sglang_accept_rate", "SGLang accept rate (gauge)"),
+    ):
+        if spec.get(key) is not None:
+            rows.append((label, _fmt(spec[key], 3)))
+    if spec.get("per_position_rates"):
+        rows.append(("Pr(K>=i), i=1..", " ".join(_fmt(r, 3) for r in spec["per_position_rates"])))
+        rows.append(("conditional a_i", " ".join(_fmt(r, 3) for r in spec["conditional_rates"])))
+    rows.extend(("warning", w) for w in spec.get("warnings", []))
+    return rows
+
+
+def render_report(
+    console: Console, title: str, columns: dict[str, dict[str, Any]], ratios: dict | None
+) -> None:
+    """One table with a column per endpoint, speed-up rows for a baseline, warnings below."""
+    table = Table(title=title)
+    table.add_column("figure")
+    for name in columns:
+        table.add_column(name, overflow="fold")
+    per_column: dict[str, dict[str, str]] = {}
+    warnings: list[tuple[str, str]] = []
+    for name, report in columns.items():
+        rows = summary_rows(report["summary"]) + spec_rows(report.get("spec_decode"))
+        per_column[name] = {label: value for label, value in rows if label != "warning"}
+        warnings += [(name, value) for label, value in rows if label == "warning"]
+        warnings += [(name, w) for w in report.get("warnings", [])]
+    labels = list(dict.fromkeys(label for rows in per_column.values() for label in rows))
+    for label in labels:
+        table.add_row(label, *[rows.get(label, "-") for rows in per_column.values()])
+    if ratios:
+        table.add_row("speed-up: throughput ratio", _fmt(ratios.get("throughput_ratio"), 3))
+        table.add_row("speed-up: TPOT ratio (base/cand)", _fmt(ratios.get("tpot_ratio"), 3))
+    console.print(table)
+    for name, warning in dict.fromkeys(warnings):
+        console.print(f"[yellow]warning ({name}):[/yellow] {warning}")
+
+
+def probe(
+    url: Annotated[str, typer.Argument(help="Server root, e.g. http://127.0.0.1:8000")],
+    concurrency: Annotated[
+        int | None, typer.Option(help="Closed loop: requests in flight (default 4)")
+    ] = None,
+    rate: Annotated[
+        float | None, typer.Option(help="Open loop: Poisson arrivals, requests per second")
+    ] = None,
+    requests: Annotated[int, typer.Option(help="Number of requests (upper bound)")] = 16,
+    duration: Annotated[float | None, typer.Option(help="Stop starting requests after S seconds")] = None,
+    workload: Annotated[Path | None, typer.Option(help="JSONL of {prompt} or {messages}")] = None,
+    max_tokens: Annotated[int, typer.Option(help="max_tokens per request")] = 128,
+    temperature: Annotated[float, typer.Option()] = 0.0,
+    top_p: Annotated[float, typer.Option()] = 1.0,
+    seed: Annotated[int, typer.Option(help="Sampling seed sent to the server and Poisson seed")] = 0,
+    stop: Annotated[list[str] | None, typer.Option(help="Stop string (repeatable)")] = None,
+    chat: Annotated[bool, typer.Option("--chat/--completions", help="Endpoint flavour")] = False,
+    model: Annotated[str | None, typer.Option(help="Model name (default: first of /v1/models)")] = None,
+    metrics: Annotated[bool, typer.Option("--metrics/--no-metrics", help="Scrape URL/metrics")] = True,
+    tokenizer: Annotated[Path | None, typer.Option(help="tokenizer.json to count tokens per chunk")] = None,
+    timeout: Annotated[float, typer.Option(help="Per-request timeout (s)")] = 120.0,
+    baseline: Annotated[str | None, typer.Option(help="Second endpoint: same load, speed-up shown")] = None,
+    baseline_model: Annotated[str | None, typer.Option(help="Model name on the baseline endpoint")] = None,
+    out: Annotated[Path | None, typer.Option(help="Folder for probe.json")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON")] = False,
+) -> None:
+    """Measure an OpenAI-compatible endpoint under load: TTFT, TPOT, ITL, stalls, spec-decode."""
+    if concurrency is not None and rate is not None:
+        raise SpecLedgerError("give either --concurrency or --rate, not both")
+    items = load_prompt_items(workload) if workload else load_prompt_items(BUILTIN_PROMPTS)
+    tok = load_tokenizer(tokenizer)
+
+    def config_for(endpoint_model: str | None) -> LoadConfig:
+        return LoadConfig(
+            base_url="",
+            model=endpoint_model or "",
+            chat=chat,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            stop=stop or None,
+            concurrency=concurrency if rate is None else None,
+            rate=rate,
+            num_requests=requests,
+            duration_s=duration,
+            arrival_seed=seed,
+            timeout_s=timeout,
+        )
+
+    if concurrency is None and rate is None:
+        concurrency = 4
+    config_for(model).validate()
+    report = probe_endpoint(url, config_for(model), items, metrics=metrics, tokenizer=tok)
+    full: dict[str, Any] = {"probe": report}
+    columns = {report["url"]: report}
+    ratios = None
+    if baseline:
+        base_report = probe_endpoint(
+            baseline, config_for(baseline_model), items, metrics=metrics, tokenizer=tok
+        )
+        ratios = speedup(report["summary"], base_report["summary"])
+        full.update(baseline=base_report, speedup=ratios)
+        columns[f"baseline {base_report['url']}"] = base_report
+    if out is not None:
+        write_json_atomic(out / "probe.json", full)
+    if as_json:
+        typer.echo(json.dumps(_without_results(full), indent=2, default=str))
+        return
+    render_report(Console(), "specledger probe", columns, ratios)
+    if out is not None:
+        Console().print(f"wrote {out / 'probe.json'}")
+
+
+def _without_results(full: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: ({kk: vv for kk, vv in v.items() if kk != "results"} if isinstance(v, dict) else v)
+        for k, v in full.items()
+    }
+
+
+def import_vllm_bench(
+    file: Annotated[Path, typer.Argument(help="JSON written by `vllm bench serve --save-result`")],
+    out: Annotated[Path | None, typer.Option(help="Folder for vllm_bench.json (normalised)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the normalised summary as JSON")] = False,
+) -> None:
+    """Read a `vllm bench serve` result and show it with the probe's figures and caveats."""
+    result = load_vllm_bench(file)
+    summary = result.summary()
+    document = {"source_file": str(file), "summary": summary, "raw": result.model_dump()}
+    if out is not None:
+        write_json_atomic(out / "vllm_bench.json", document)
+    if as_json:
+        typer.echo(json.dumps(document["summary"], indent=2, default=str))
+        return
+    report = {"summary": summary, "spec_decode": summary["spec_decode"], "warnings": []}
+    title = f"vllm bench serve: {result.model_id or file.name}"
+    render_report(Console(), title, {"vllm bench": report}, None)

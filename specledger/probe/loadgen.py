@@ -1,0 +1,367 @@
+"""Async load generator for OpenAI-compatible streaming endpoints.
+
+Two arrival modes, both bounded by a request count AND a duration (no request starts after
+the duration has elapsed; requests in flight finish, bounded by the request timeout):
+
+* closed loop: ``concurrency`` workers, each sends its next request when the previous ends;
+* open loop: Poisson arrivals at ``rate`` req/s, exponential gaps from a seeded RNG.
+
+Every token-bearing SSE chunk is timed with ``time.perf_counter`` (seconds since the request
+was sent). A chunk bears tokens when its text delta is non-empty; role-only or usage-only
+chunks are not timed. Tokens per chunk come from ``tokenizer(delta_text)`` when given, else
+1 per chunk; when the server reports ``usage.completion_tokens`` (``stream_options:
+{"include_usage": true}``) and the per-chunk counts disagree with it, they are reconciled
+(:func:`reconcile_chunk_tokens`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from specledger.errors import SpecLedgerError
+from specledger.probe.sse import OpenAIStreamDecoder
+
+Tokenizer = Callable[[str], Any]
+
+
+@dataclass(frozen=True)
+class PromptItem:
+    """One request body source: a completion ``prompt`` or chat ``messages``."""
+
+    prompt: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    max_tokens: int | None = None
+
+    def as_prompt(self) -> str:
+        if self.prompt is not None:
+            return self.prompt
+        return "\n".join(str(m.get("content", "")) for m in self.messages or [])
+
+    def as_messages(self) -> list[dict[str, Any]]:
+        if self.messages is not None:
+            return self.messages
+        return [{"role": "user", "content": self.prompt or ""}]
+
+
+def _field(item: Any, name: str) -> Any:
+    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
+
+
+def to_prompt_item(item: Any, where: str = "workload item") -> PromptItem:
+    """A str, a dict or an object with ``.prompt`` / ``.messages`` -> PromptItem."""
+    if isinstance(item, PromptItem):
+        return item
+    if isinstance(item, str):
+        return PromptItem(prompt=item)
+    prompt, messages, max_tokens = (
+        _field(item, "prompt"),
+        _field(item, "messages"),
+        _field(item, "max_tokens"),
+    )
+    if prompt is None and messages is None:
+        raise SpecLedgerError(f"{where} has neither 'prompt' nor 'messages'; give one of them")
+    if prompt is not None and not isinstance(prompt, str):
+        raise SpecLedgerError(f"{where}: 'prompt' must be a string")
+    if messages is not None and not (
+        isinstance(messages, list) and all(isinstance(m, dict) and "role" in m for m in messages)
+    ):
+        raise SpecLedgerError(f"{where}: 'messages' must be a list of {{role, content}} objects")
+    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)):
+        max_tokens = None
+    return PromptItem(prompt=prompt, messages=messages, max_tokens=max_tokens)
+
+
+def load_prompt_items(source: str | Path | Iterable[Any]) -> list[PromptItem]:
+    """Prompt items from a JSONL file path or an iterable of str/dict/objects (non-empty)."""
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SpecLedgerError(f"cannot read workload {path}: {exc}") from None
+        items = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                raise SpecLedgerError(f"{path}:{number} is not JSON; the workload must be JSONL") from None
+            items.append(to_prompt_item(obj, where=f"{path}:{number}"))
+    else:
+        items = [to_prompt_item(obj, where=f"workload item {i}") for i, obj in enumerate(source)]
+    if not items:
+        raise SpecLedgerError("the workload has no prompts; give at least one")
+    return items
+
+
+@dataclass
+class LoadConfig:
+    """What to send and how hard. Exactly one of ``concurrency`` / ``rate`` drives arrivals."""
+
+    base_url: str
+    model: str
+    chat: bool = False
+    max_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = 0
+    stop: list[str] | None = None
+    concurrency: int | None = 4
+    rate: float | None = None
+    num_requests: int = 16
+    duration_s: float | None = None
+    arrival_seed: int = 0
+    timeout_s: float = 120.0
+    include_usage: bool = True
+
+    def validate(self) -> None:
+        if (self.concurrency is None) == (self.rate is None):
+            raise SpecLedgerError("give exactly one of --concurrency or --rate")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise SpecLedgerError("--concurrency must be at least 1")
+        if self.rate is not None and not self.rate > 0:
+            raise SpecLedgerError("--rate must be a positive number of requests per second")
+        if self.num_requests < 1:
+            raise SpecLedgerError("--requests must be at least 1")
+        if self.duration_s is not None and not self.duration_s > 0:
+            raise SpecLedgerError("--duration must be positive seconds")
+        if self.max_tokens < 1:
+            raise SpecLedgerError("--max-tokens must be at least 1")
+
+    @property
+    def endpoint(self) -> str:
+        return self.base_url.rstrip("/") + ("/v1/chat/completions" if self.chat else "/v1/completions")
+
+
+@dataclass
+class RequestResult:
+    """One request, times in seconds. ``chunk_times`` are token-bearing chunks since send."""
+
+    index: int
+    ok: bool = False
+    status: int | None = None
+    error: str | None = None
+    start_s: float = 0.0  # send time since the run started
+    end_s: float = 0.0  # stream end since the run started
+    ttft_s: float | None = None
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    chunk_chars: list[int] = field(default_factory=list)
+    output_text: str = ""
+    completion_tokens: int = 0
+    usage_completion_tokens: int | None = None
+    token_count_source: str = "chunks"  # "chunks", "tokenizer" or "usage-reconciled"
+    saw_done: bool = False
+    finish_reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class LoadRun:
+    """All results of one run, ordered by request index, and the run's wall time."""
+
+    results: list[RequestResult]
+    wall_time_s: float
+    config: dict[str, Any]
+
+
+def reconcile_chunk_tokens(counts: Sequence[int], weights: Sequence[float], total: int) -> list[int]:
+    """Re-split ``total`` tokens over chunks so the counts sum to ``total``.
+
+    Chunk i gets about total * w_i / sum(w) (largest remainders round up; equal weights when
+    all are 0); when ``total >= len(counts)`` every chunk keeps at least one token, taken from
+    the largest. Unchanged when the counts already sum to ``total``.
+    """
+    n = len(counts)
+    if n == 0 or sum(counts) == total or total < 0:
+        return list(counts)
+    positive = [max(float(w), 0.0) for w in weights]
+    if sum(positive) <= 0:
+        positive = [1.0] * n
+    ideal = [total * w / sum(positive) for w in positive]
+    out = [int(x) for x in ideal]
+    order = sorted(range(n), key=lambda i: (-(ideal[i] - out[i]), i))
+    for i in order[: total - sum(out)]:
+        out[i] += 1
+    if total >= n:
+        for i in range(n):
+            if out[i] == 0:
+                donor = max(range(n), key=lambda j: out[j])
+                out[donor] -= 1
+                out[i] = 1
+    return out
+
+
+def _count_tokens(tokenizer: Tokenizer | None, text: str) -> int:
+    if tokenizer is None:
+        return 1
+    encoded = tokenizer(text)
+    return encoded if isinstance(encoded, int) else len(encoded)
+
+
+def build_payload(config: LoadConfig, item: PromptItem) -> dict[str, Any]:
+    """The JSON body of one streaming request."""
+    payload: dict[str, Any] = {
+        "model": config.model,
+        "max_tokens": item.max_tokens or config.max_tokens,
+        "temperature": config.temperature,
+        "top_p": config.top_p,
+        "stream": True,
+    }
+    if config.chat:
+        payload["messages"] = item.as_messages()
+    else:
+        payload["prompt"] = item.as_prompt()
+    if config.seed is not None:
+        payload["seed"] = config.seed
+    if config.stop:
+        payload["stop"] = config.stop
+    if config.include_usage:
+        payload["stream_options"] = {"include_usage": True}
+    return payload
+
+
+async def send_one(
+    client: httpx.AsyncClient,
+    config: LoadConfig,
+    item: PromptItem,
+    index: int,
+    run_start: float,
+    tokenizer: Tokenizer | None = None,
+) -> RequestResult:
+    """Send one streaming request and time every token-bearing chunk; never raises."""
+    result = RequestResult(index=index)
+    sent = time.perf_counter()
+    result.start_s = sent - run_start
+    decoder = OpenAIStreamDecoder()
+    texts: list[str] = []
+    try:
+        async with client.stream("POST", config.endpoint, json=build_payload(config, item)) as response:
+            result.status = response.status_code
+            if response.status_code != 200:
+                body = (await response.aread()).decode("utf-8", "replace").strip().replace("\n", " ")
+                result.error = f"HTTP {response.status_code}: {body[:200]}"
+            else:
+                async for raw in response.aiter_bytes():
+                    now = time.perf_counter() - sent
+                    if _consume(decoder.feed(raw), now, result, texts, tokenizer):
+                        break
+                else:
+                    _consume(decoder.close(), time.perf_counter() - sent, result, texts, tokenizer)
+    except httpx.HTTPError as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # keep the run going; the error is recorded per request
+        result.error = f"{type(exc).__name__}: {exc}"
+    result.end_s = time.perf_counter() - run_start
+    result.output_text = "".join(texts)
+    _finish_counts(result, tokenizer)
+    result.ok = result.error is None
+    return result
+
+
+def _consume(
+    chunks, now: float, result: RequestResult, texts: list[str], tokenizer: Tokenizer | None
+) -> bool:
+    """Record decoded chunks; True once the stream is over ([DONE] or an error)."""
+    for chunk in chunks:
+        if chunk.kind == "error":
+            result.error = chunk.error
+            return True
+        if chunk.kind == "done":
+            result.saw_done = True
+            return True
+        if chunk.usage and isinstance(chunk.usage.get("completion_tokens"), int):
+            result.usage_completion_tokens = chunk.usage["completion_tokens"]
+        if chunk.finish_reason:
+            result.finish_reason = chunk.finish_reason
+        if chunk.text:
+            if result.ttft_s is None:
+                result.ttft_s = now
+            result.chunk_times.append(now)
+            result.chunk_tokens.append(_count_tokens(tokenizer, chunk.text))
+            result.chunk_chars.append(len(chunk.text))
+            texts.append(chunk.text)
+    return False
+
+
+def _finish_counts(result: RequestResult, tokenizer: Tokenizer | None) -> None:
+    result.token_count_source = "tokenizer" if tokenizer is not None else "chunks"
+    usage = result.usage_completion_tokens
+    if usage is not None and result.chunk_tokens and usage != sum(result.chunk_tokens):
+        weights = result.chunk_tokens if tokenizer is not None else result.chunk_chars
+        result.chunk_tokens = reconcile_chunk_tokens(result.chunk_tokens, weights, usage)
+        result.token_count_source = "usage-reconciled"
+    result.completion_tokens = sum(result.chunk_tokens)
+
+
+def poisson_arrivals(rate: float, count: int, seed: int) -> list[float]:
+    """``count`` arrival offsets (s) of a Poisson process: cumulative Exp(rate) gaps, seeded."""
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(count):
+        t += rng.expovariate(rate)
+        out.append(t)
+    return out
+
+
+async def run_load(
+    config: LoadConfig,
+    items: Sequence[PromptItem],
+    tokenizer: Tokenizer | None = None,
+    client: httpx.AsyncClient | None = None,
+) -> LoadRun:
+    """Run the load; request i uses ``items[i % len(items)]``."""
+    config.validate()
+    if not items:
+        raise SpecLedgerError("the workload has no prompts; give at least one")
+    own_client = client is None
+    if client is None:
+        limit = config.concurrency or 256
+        client = httpx.AsyncClient(
+            timeout=httpx.Timeout(config.timeout_s, connect=min(10.0, config.timeout_s)),
+            limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
+        )
+    start = time.perf_counter()
+    deadline = start + config.duration_s if config.duration_s else float("inf")
+    results: list[RequestResult] = []
+    try:
+        if config.concurrency is not None:
+            counter = iter(range(config.num_requests))
+
+            async def worker() -> None:
+                for index in counter:
+                    if time.perf_counter() >= deadline:
+                        return
+                    item = items[index % len(items)]
+                    results.append(await send_one(client, config, item, index, start, tokenizer))
+
+            await asyncio.gather(*(worker() for _ in range(config.concurrency)))
+        else:
+            tasks = []
+            for index, offset in enumerate(
+                poisson_arrivals(config.rate, config.num_requests, config.arrival_seed)
+            ):
+                if start + offset >= deadline:
+                    break
+                await asyncio.sleep(max(0.0, start + offset - time.perf_counter()))
+                item = items[index % len(items)]
+                tasks.append(asyncio.create_task(send_one(client, config, item, index, start, tokenizer)))
+            results = list(await asyncio.gather(*tasks))
+    finally:
+        if own_client:
+            await client.aclose()
+    wall = time.perf_counter() - start
+    results.sort(key=lambda r: r.index)
+    return LoadRun(results=results, wall_time_s=wall, config=asdict(config))

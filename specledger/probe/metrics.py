@@ -1,0 +1,146 @@
+"""Latency and throughput figures from per-request probe results (pure functions).
+
+Conventions (times in seconds inside, reported in ms):
+
+* TTFT: send -> first chunk with non-empty text.
+* TPOT of a request: (t_last_token_chunk - t_first_token_chunk) / (tokens - 1); undefined
+  for requests with fewer than 2 tokens. ``tpot_ms`` gives the per-request distribution;
+  ``pooled_tpot_ms`` = sum(t_last - t_first) / sum(tokens - 1), the long-run figure.
+* Token-level ITL: a chunk of n tokens arriving g after the previous chunk contributes
+  [g, 0, ..., 0] (n-1 zeros); the first chunk contributes n-1 zeros. So a request with N
+  tokens yields N-1 gaps that sum to t_last - t_first, and their mean is the pooled TPOT.
+  With speculative decoding, several tokens per chunk show up as zeros, not as a smaller
+  spread-out gap.
+* Chunk-level ITL: the gaps between consecutive token chunks, one per chunk after the first
+  (what ``vllm bench serve`` reports as ITL).
+* Longest stall: the largest chunk-level gap over all successful requests.
+* Output throughput: output tokens of successful requests / run wall time. Never a mean of
+  per-request speeds.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from specledger.probe.loadgen import RequestResult
+
+PERCENTILES = (50, 95, 99)
+
+
+def percentile_summary(values: Sequence[float], scale: float = 1000.0) -> dict[str, float | None]:
+    """{n, mean, p50, p95, p99, max} of ``values`` times ``scale`` (numpy linear percentiles)."""
+    if len(values) == 0:
+        return {"n": 0, "mean": None, **{f"p{p}": None for p in PERCENTILES}, "max": None}
+    arr = np.asarray(values, dtype=float) * scale
+    out: dict[str, float | None] = {"n": int(arr.size), "mean": float(arr.mean())}
+    for p in PERCENTILES:
+        out[f"p{p}"] = float(np.percentile(arr, p))
+    out["max"] = float(arr.max())
+    return out
+
+
+def request_tpot(result: RequestResult) -> float | None:
+    """(t_last - t_first) / (tokens - 1) over token-bearing chunks; None below 2 tokens."""
+    tokens = sum(result.chunk_tokens)
+    if tokens < 2 or not result.chunk_times:
+        return None
+    return (result.chunk_times[-1] - result.chunk_times[0]) / (tokens - 1)
+
+
+def token_itls(result: RequestResult) -> list[float]:
+    """Token-level gaps: first chunk -> n-1 zeros; later chunk after gap g -> g then n-1 zeros."""
+    out: list[float] = []
+    previous: float | None = None
+    for t, n in zip(result.chunk_times, result.chunk_tokens):
+        if n <= 0:
+            continue
+        if previous is None:
+            out.extend([0.0] * (n - 1))
+        else:
+            out.append(t - previous)
+            out.extend([0.0] * (n - 1))
+        previous = t
+    return out
+
+
+def chunk_itls(result: RequestResult) -> list[float]:
+    """Gaps between consecutive token-bearing chunks (vLLM bench's ITL)."""
+    times = result.chunk_times
+    return [b - a for a, b in zip(times, times[1:])]
+
+
+def error_counts(results: Sequence[RequestResult]) -> dict[str, int]:
+    """Failed requests grouped by kind: 'HTTP 500', 'ConnectError', 'stream' ..."""
+    kinds: Counter[str] = Counter()
+    for r in results:
+        if r.ok:
+            continue
+        message = r.error or "unknown"
+        if message.startswith("HTTP "):
+            kinds[message.split(":", 1)[0]] += 1
+        elif ":" in message and message.split(":", 1)[0].isidentifier():
+            kinds[message.split(":", 1)[0]] += 1
+        else:
+            kinds["stream"] += 1
+    return dict(kinds)
+
+
+def summarize(results: Sequence[RequestResult], wall_time_s: float) -> dict[str, Any]:
+    """The probe summary: counts, throughput, TTFT/TPOT/ITL percentiles (ms), stalls, chunking."""
+    ok = [r for r in results if r.ok]
+    total_tokens = sum(r.completion_tokens for r in ok)
+    total_chunks = sum(len(r.chunk_times) for r in ok)
+    tpots = [t for t in (request_tpot(r) for r in ok) if t is not None]
+    spans = [
+        (r.chunk_times[-1] - r.chunk_times[0], sum(r.chunk_tokens) - 1)
+        for r in ok
+        if sum(r.chunk_tokens) >= 2
+    ]
+    pooled_den = sum(n for _, n in spans)
+    tok_itl = [g for r in ok for g in token_itls(r)]
+    chk_itl = [g for r in ok for g in chunk_itls(r)]
+    return {
+        "requests_total": len(results),
+        "requests_ok": len(ok),
+        "requests_failed": len(results) - len(ok),
+        "errors": error_counts(results),
+        "wall_time_s": wall_time_s,
+        "total_output_tokens": total_tokens,
+        "output_throughput_tok_s": total_tokens / wall_time_s if wall_time_s > 0 else None,
+        "request_throughput_req_s": len(ok) / wall_time_s if wall_time_s > 0 else None,
+        "ttft_ms": percentile_summary([r.ttft_s for r in ok if r.ttft_s is not None]),
+        "tpot_ms": percentile_summary(tpots),
+        "pooled_tpot_ms": 1000.0 * sum(s for s, _ in spans) / pooled_den if pooled_den else None,
+        "token_itl_ms": percentile_summary(tok_itl),
+        "chunk_itl_ms": percentile_summary(chk_itl),
+        "longest_stall_ms": 1000.0 * max(chk_itl) if chk_itl else None,
+        "mean_tokens_per_chunk": total_tokens / total_chunks if total_chunks else None,
+        "requests_without_done": sum(1 for r in ok if not r.saw_done),
+        "conventions": {
+            "token_itl": "a chunk of n tokens after gap g contributes g then n-1 zeros",
+            "chunk_itl": "one gap per token-bearing chunk after the first (vllm bench serve's ITL)",
+            "tpot": "(last token chunk - first token chunk) / (tokens - 1), per request",
+            "throughput": "output tokens of successful requests / run wall time",
+        },
+    }
+
+
+def speedup(candidate: dict[str, Any], baseline: dict[str, Any]) -> dict[str, float | None]:
+    """Candidate vs baseline: throughput ratio (cand/base) and TPOT ratio (base/cand); >1 = faster."""
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b is not None and b > 0 else None
+
+    return {
+        "throughput_ratio": ratio(
+            candidate.get("output_throughput_tok_s"), baseline.get("output_throughput_tok_s")
+        ),
+        "tpot_ratio": ratio(baseline.get("pooled_tpot_ms"), candidate.get("pooled_tpot_ms")),
+        "ttft_p50_ratio": ratio(
+            (baseline.get("ttft_ms") or {}).get("p50"), (candidate.get("ttft_ms") or {}).get("p50")
+        ),
+    }

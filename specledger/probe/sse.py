@@ -1,0 +1,202 @@
+"""Incremental Server-Sent Events parser and OpenAI streaming-chunk interpretation.
+
+:class:`SSEParser` turns bytes (split anywhere, even inside a UTF-8 character or between
+CR and LF) into events, following the WHATWG event-stream rules: lines end in LF, CRLF or
+CR; a blank line dispatches the event; ``:`` starts a comment; ``data`` fields of one event
+are joined with newlines; one leading space after the colon is dropped.
+
+Invariant: for any byte string and any way of splitting it into chunks, the events returned
+by ``feed`` over the chunks followed by ``close`` are the same.
+
+:func:`interpret_event` maps one event of an OpenAI-compatible stream to a
+:class:`StreamChunk`: text delta (``choices[0].text`` for /v1/completions,
+``choices[0].delta.content`` for /v1/chat/completions), ``usage`` when present, ``[DONE]``,
+or an error object for malformed JSON -- never an exception.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from specledger.errors import SpecLedgerError
+
+
+@dataclass(frozen=True)
+class SSEEvent:
+    """One dispatched event: joined data, event type and last event id."""
+
+    data: str
+    event: str = "message"
+    id: str | None = None
+
+
+class SSEParser:
+    """Feed bytes or str, get complete events back; ``close`` flushes an unterminated event.
+
+    At end of stream an event whose blank line never came is still dispatched (lenient: some
+    servers close right after the last ``data:`` line).
+    """
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._buffer = ""
+        self._data: list[str] = []
+        self._event = ""
+        self._last_id: str | None = None
+        self._started = False
+        self.comments = 0
+
+    def feed(self, chunk: bytes | str) -> list[SSEEvent]:
+        text = self._decoder.decode(chunk) if isinstance(chunk, (bytes, bytearray)) else chunk
+        if not isinstance(text, str):
+            raise SpecLedgerError("SSE input must be bytes or str")
+        if not self._started and text:
+            self._started = True
+            text = text.removeprefix("\ufeff")
+        self._buffer += text
+        return self._drain(final=False)
+
+    def close(self) -> list[SSEEvent]:
+        """Flush: decode the remaining bytes, take the last line and dispatch a pending event."""
+        self._buffer += self._decoder.decode(b"", final=True)
+        events = self._drain(final=True)
+        if self._buffer:
+            events.extend(self._line(self._buffer))
+            self._buffer = ""
+        if self._data:
+            events.append(self._dispatch())
+        return events
+
+    def _drain(self, final: bool) -> list[SSEEvent]:
+        events: list[SSEEvent] = []
+        buffer = self._buffer
+        start = 0
+        while True:
+            cr = buffer.find("\r", start)
+            lf = buffer.find("\n", start)
+            ends = [i for i in (cr, lf) if i >= 0]
+            if not ends:
+                break
+            end = min(ends)
+            if buffer[end] == "\r":
+                if end + 1 == len(buffer) and not final:
+                    break  # CR at the end: the LF of a CRLF may still come
+                step = 2 if end + 1 < len(buffer) and buffer[end + 1] == "\n" else 1
+            else:
+                step = 1
+            events.extend(self._line(buffer[start:end]))
+            start = end + step
+        self._buffer = buffer[start:]
+        return events
+
+    def _line(self, line: str) -> list[SSEEvent]:
+        if line == "":
+            return [self._dispatch()] if self._data else self._reset()
+        if line.startswith(":"):
+            self.comments += 1
+            return []
+        name, sep, value = line.partition(":")
+        if sep and value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
+        elif name == "id" and "\x00" not in value:
+            self._last_id = value
+        return []
+
+    def _reset(self) -> list[SSEEvent]:
+        self._data, self._event = [], ""
+        return []
+
+    def _dispatch(self) -> SSEEvent:
+        event = SSEEvent(data="\n".join(self._data), event=self._event or "message", id=self._last_id)
+        self._reset()
+        return event
+
+
+def parse_sse(data: bytes | str) -> list[SSEEvent]:
+    """All events of a complete stream."""
+    parser = SSEParser()
+    return parser.feed(data) + parser.close()
+
+
+@dataclass(frozen=True)
+class StreamChunk:
+    """One interpreted OpenAI stream event.
+
+    kind: "delta" (a choices chunk; ``text`` may be empty, e.g. the role-only first chat chunk),
+    "usage" (no choices, only usage), "done" (``data: [DONE]``), "error" (malformed data or
+    an in-stream error object; ``error`` says which).
+    """
+
+    kind: Literal["delta", "usage", "done", "error"]
+    text: str = ""
+    usage: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+
+
+def _error(message: str) -> StreamChunk:
+    return StreamChunk(kind="error", error=message)
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def interpret_event(event: SSEEvent) -> StreamChunk:
+    """Map an SSE event of an OpenAI-compatible stream to a StreamChunk (never raises)."""
+    payload = event.data.strip()
+    if payload == "[DONE]":
+        return StreamChunk(kind="done")
+    try:
+        obj = json.loads(payload)
+    except (ValueError, RecursionError) as exc:
+        return _error(f"malformed JSON in SSE data ({type(exc).__name__}): {_clip(payload)!r}")
+    if not isinstance(obj, dict):
+        return _error(f"SSE data is JSON but not an object: {_clip(payload)!r}")
+    if "error" in obj and obj.get("error"):
+        err = obj["error"]
+        message = err.get("message") if isinstance(err, dict) else err
+        return _error(f"server error in stream: {_clip(str(message))}")
+    usage = obj.get("usage")
+    if usage is not None and not isinstance(usage, dict):
+        return _error("'usage' in stream chunk is not an object")
+    choices = obj.get("choices")
+    if choices is None or choices == []:
+        return StreamChunk(kind="usage", usage=usage) if usage else StreamChunk(kind="delta", usage=None)
+    if not isinstance(choices, list) or not isinstance(choices[0], dict):
+        return _error("'choices' in stream chunk is not a list of objects")
+    choice = choices[0]
+    text = choice.get("text")
+    if text is None:
+        delta = choice.get("delta")
+        if delta is not None and not isinstance(delta, dict):
+            return _error("'choices[0].delta' in stream chunk is not an object")
+        text = (delta or {}).get("content")
+    if text is None:
+        text = ""
+    if not isinstance(text, str):
+        return _error("stream chunk text/content is not a string")
+    finish = choice.get("finish_reason")
+    return StreamChunk(
+        kind="delta", text=text, usage=usage, finish_reason=finish if isinstance(finish, str) else None
+    )
+
+
+class OpenAIStreamDecoder:
+    """Bytes of an OpenAI streaming response -> StreamChunks (SSEParser + interpret_event)."""
+
+    def __init__(self) -> None:
+        self._parser = SSEParser()
+
+    def feed(self, chunk: bytes | str) -> list[StreamChunk]:
+        return [interpret_event(e) for e in self._parser.feed(chunk)]
+
+    def close(self) -> list[StreamChunk]:
+        return [interpret_event(e) for e in self._parser.close()]

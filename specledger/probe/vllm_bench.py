@@ -1,0 +1,213 @@
+"""Import a ``vllm bench serve --save-result`` JSON file.
+
+Field names follow vLLM's ``vllm/benchmarks/serve.py`` (``benchmark()`` builds the result
+dict; ``process_one_metric`` adds ``mean_/median_/std_/p{P}_{ttft,tpot,itl,e2el}_ms``):
+
+* ``spec_decode_acceptance_rate`` is a **percentage** (100 * accepted / draft_tokens),
+* ``spec_decode_acceptance_length`` = 1 + accepted / drafts (bonus token counted),
+* ``spec_decode_per_position_acceptance_rates[i]`` = accepted_per_pos[i] / drafts
+  (unconditional Pr(K >= i+1)); all computed from /metrics deltas, hence server-wide,
+* vLLM's ITL is per streamed chunk (chunk-level), TPOT = (latency - ttft) / (output_len - 1).
+
+Unknown fields are kept (``model_extra``); every known field is optional; a wrong type
+raises SpecLedgerError naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from specledger.errors import SpecLedgerError
+from specledger.probe.prometheus import SERVER_WIDE_WARNING, conditional_from_unconditional
+
+_PERCENTILE_KEY = re.compile(r"^p(\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
+_INT_FIELDS = (
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "num_prompts",
+    "max_concurrency",
+    "max_concurrent_requests",
+    "spec_decode_num_drafts",
+    "spec_decode_draft_tokens",
+    "spec_decode_accepted_tokens",
+)
+
+
+class VllmBenchResult(BaseModel):
+    """A ``vllm bench serve`` result; times in ms unless named ``duration`` (s)."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    date: str | None = None
+    backend: str | None = None
+    label: str | None = None
+    model_id: str | None = None
+    tokenizer_id: str | None = None
+    num_prompts: int | None = None
+    request_rate: float | str | None = None  # vLLM writes "inf" for an unbounded rate
+    burstiness: float | None = None
+    max_concurrency: int | None = None
+
+    duration: float | None = None
+    completed: int | None = None
+    failed: int | None = None
+    total_input_tokens: int | None = None
+    total_output_tokens: int | None = None
+    request_throughput: float | None = None
+    request_goodput: float | None = None
+    output_throughput: float | None = None
+    total_token_throughput: float | None = None
+    max_output_tokens_per_s: float | None = None
+    max_concurrent_requests: int | None = None
+
+    mean_ttft_ms: float | None = None
+    median_ttft_ms: float | None = None
+    std_ttft_ms: float | None = None
+    p99_ttft_ms: float | None = None
+    mean_tpot_ms: float | None = None
+    median_tpot_ms: float | None = None
+    std_tpot_ms: float | None = None
+    p99_tpot_ms: float | None = None
+    mean_itl_ms: float | None = None
+    median_itl_ms: float | None = None
+    std_itl_ms: float | None = None
+    p99_itl_ms: float | None = None
+    mean_e2el_ms: float | None = None
+    median_e2el_ms: float | None = None
+    std_e2el_ms: float | None = None
+    p99_e2el_ms: float | None = None
+
+    spec_decode_acceptance_rate: float | None = None  # percent
+    spec_decode_acceptance_length: float | None = None
+    spec_decode_num_drafts: int | None = None
+    spec_decode_draft_tokens: int | None = None
+    spec_decode_accepted_tokens: int | None = None
+    spec_decode_per_position_acceptance_rates: list[float] | None = None
+
+    input_lens: list[int] | None = None
+    output_lens: list[int] | None = None
+    ttfts: list[float | None] | None = None
+    itls: list[list[float]] | None = None
+    errors: list[str | None] | None = None
+
+    @field_validator(*_INT_FIELDS, mode="before")
+    @classmethod
+    def _integral_floats_are_ints(cls, value: Any) -> Any:
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            return int(value)
+        return value
+
+    @model_validator(mode="after")
+    def _extra_latency_fields_are_numbers(self) -> VllmBenchResult:
+        for key, value in (self.model_extra or {}).items():
+            if _PERCENTILE_KEY.match(key) and (
+                value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)))
+            ):
+                raise ValueError(f"field '{key}' must be a number of milliseconds, got {_describe(value)}")
+        return self
+
+    def percentiles(self, metric: str) -> dict[float, float]:
+        """All ``p{P}_{metric}_ms`` values in the file (declared or extra), keyed by P."""
+        values = {**self.__dict__, **(self.model_extra or {})}
+        out: dict[float, float] = {}
+        for key, value in values.items():
+            match = _PERCENTILE_KEY.match(key)
+            if match and match.group(2) == metric and isinstance(value, (int, float)):
+                out[float(match.group(1))] = float(value)
+        return dict(sorted(out.items()))
+
+    def summary(self) -> dict[str, Any]:
+        """The same keys as a probe summary where vLLM measured the same thing (ms, tok/s)."""
+
+        def latency(metric: str) -> dict[str, float | None]:
+            pct = self.percentiles(metric)
+            return {
+                "mean": getattr(self, f"mean_{metric}_ms"),
+                "p50": getattr(self, f"median_{metric}_ms"),
+                "p95": pct.get(95.0),
+                "p99": pct.get(99.0),
+            }
+
+        rates = self.spec_decode_per_position_acceptance_rates or []
+        spec = None
+        if self.spec_decode_acceptance_length is not None or self.spec_decode_num_drafts is not None:
+            rate = self.spec_decode_acceptance_rate
+            spec = {
+                "source": "vllm bench serve",
+                "num_drafts": self.spec_decode_num_drafts,
+                "num_draft_tokens": self.spec_decode_draft_tokens,
+                "num_accepted_tokens": self.spec_decode_accepted_tokens,
+                "mean_acceptance_length": self.spec_decode_acceptance_length,
+                "draft_acceptance_rate": None if rate is None else rate / 100.0,
+                "per_position_rates": rates,
+                "conditional_rates": conditional_from_unconditional(rates),
+                "warnings": [
+                    SERVER_WIDE_WARNING,
+                    "vLLM's acceptance rate is stored in percent; shown as a fraction",
+                ],
+            }
+        return {
+            "source": "vllm bench serve",
+            "requests_ok": self.completed,
+            "requests_failed": self.failed,
+            "wall_time_s": self.duration,
+            "output_throughput_tok_s": self.output_throughput,
+            "request_throughput_req_s": self.request_throughput,
+            "total_output_tokens": self.total_output_tokens,
+            "ttft_ms": latency("ttft"),
+            "tpot_ms": latency("tpot"),
+            "chunk_itl_ms": latency("itl"),
+            "e2el_ms": latency("e2el"),
+            "spec_decode": spec,
+        }
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def parse_vllm_bench(obj: Any, source: str = "vllm bench result") -> VllmBenchResult:
+    """Validate a decoded JSON object; SpecLedgerError names the first bad field."""
+    if not isinstance(obj, dict):
+        raise SpecLedgerError(f"{source}: top level must be a JSON object, got {type(obj).__name__}")
+    try:
+        return VllmBenchResult.model_validate(obj)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "<root>"
+        if not first["loc"] and "field '" in first["msg"]:
+            raise SpecLedgerError(f"{source}: {first['msg'].removeprefix('Value error, ')}") from None
+        raise SpecLedgerError(
+            f"{source}: field '{field}' is invalid ({first['msg']}; got {_describe(first.get('input'))}); "
+            "pass the file written by `vllm bench serve --save-result`"
+        ) from None
+
+
+def load_vllm_bench(path: str | Path) -> VllmBenchResult:
+    """Read and validate a result file; unreadable or non-JSON -> SpecLedgerError."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecLedgerError(f"cannot read vllm bench result {path}: {exc}") from None
+    return parse_vllm_bench_text(text, source=str(path))
+
+
+def parse_vllm_bench_text(text: str, source: str = "vllm bench result") -> VllmBenchResult:
+    """Decode JSON text (NaN/Infinity allowed, as Python's json writes them) and validate it."""
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise SpecLedgerError(
+            f"{source} is not JSON ({exc}); pass a `vllm bench serve` result file"
+        ) from None
+    return parse_vllm_bench(obj, source=source)

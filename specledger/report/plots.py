@@ -1,0 +1,290 @@
+"""Plotly figures of the report, built from the machine-readable summary only (so the HTML shows
+exactly what summary.json holds). Each function returns a ``plotly.graph_objects.Figure``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+LAYOUT = {
+    "template": "plotly_white",
+    "height": 420,
+    "margin": {"l": 60, "r": 20, "t": 50, "b": 60},
+    "legend": {"font": {"size": 10}},
+}
+
+
+def _series_name(s: dict[str, Any]) -> str:
+    return f"{s['category']} T={s['temperature']:g} {s['drafter']}"
+
+
+def _static(scenarios: list[dict]) -> dict[str, list[dict]]:
+    """Scenarios with an integer gamma, grouped by series (category, temperature, drafter), sorted by gamma."""
+    out: dict[str, list[dict]] = {}
+    for s in scenarios:
+        if isinstance(s["gamma"], int):
+            out.setdefault(_series_name(s), []).append(s)
+    return {k: sorted(v, key=lambda s: s["gamma"]) for k, v in out.items()}
+
+
+def el_vs_gamma(summary: dict) -> go.Figure:
+    fig = go.Figure()
+    for name, items in _static(summary["scenarios"]).items():
+        fig.add_trace(
+            go.Scatter(
+                x=[s["gamma"] for s in items],
+                y=[s["rounds"]["el_full"] for s in items],
+                mode="lines+markers",
+                name=name,
+            )
+        )
+    fig.update_layout(
+        title="E[L]: tokens committed per full round",
+        xaxis_title="γ (candidates per round)",
+        yaxis_title="E[L]",
+        **LAYOUT,
+    )
+    return fig
+
+
+def speedup_vs_gamma(summary: dict) -> go.Figure:
+    fig = go.Figure()
+    for name, items in _static(summary["scenarios"]).items():
+        items = [s for s in items if s["speedup"] is not None]
+        if not items:
+            continue
+        lo = [s["speedup"] - s["speedup_ci"][0] if s["speedup_ci"][0] is not None else 0 for s in items]
+        hi = [s["speedup_ci"][1] - s["speedup"] if s["speedup_ci"][1] is not None else 0 for s in items]
+        fig.add_trace(
+            go.Scatter(
+                x=[s["gamma"] for s in items],
+                y=[s["speedup"] for s in items],
+                name=name,
+                mode="lines+markers",
+                error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo},
+            )
+        )
+    for opt in summary.get("optimal_gamma", []):
+        curve = opt["curve"]
+        fig.add_trace(
+            go.Scatter(
+                x=[p["gamma"] for p in curve],
+                y=[p["speedup"] for p in curve],
+                mode="lines",
+                line={"dash": "dot"},
+                name=f"predicted {_series_name(opt)}",
+            )
+        )
+    fig.add_hline(y=1.0, line_dash="dash", line_color="grey", annotation_text="plain")
+    fig.update_layout(
+        title="Measured speed-up vs γ (95% bootstrap CI); dotted: predicted from fitted costs",
+        xaxis_title="γ",
+        yaxis_title="speed-up vs plain",
+        **LAYOUT,
+    )
+    return fig
+
+
+def predicted_vs_measured(summary: dict) -> go.Figure:
+    pts = [
+        s
+        for s in summary["scenarios"]
+        if s.get("reconciliation")
+        and s["reconciliation"]["predicted_speedup"] is not None
+        and s["speedup"] is not None
+    ]
+    xs = [s["reconciliation"]["predicted_speedup"] for s in pts]
+    ys = [s["speedup"] for s in pts]
+    fig = go.Figure(
+        go.Scatter(
+            x=xs,
+            y=ys,
+            mode="markers",
+            text=[s["label"] for s in pts],
+            name="scenarios",
+            hovertemplate="%{text}<br>predicted %{x:.3f}<br>measured %{y:.3f}<extra></extra>",
+        )
+    )
+    if xs:
+        lo, hi = min(xs + ys) * 0.95, max(xs + ys) * 1.05
+        fig.add_trace(
+            go.Scatter(
+                x=[lo, hi], y=[lo, hi], mode="lines", line={"dash": "dash", "color": "grey"}, name="y = x"
+            )
+        )
+    fig.update_layout(
+        title="Measured vs predicted speed-up (T0·E[L]/E[T_round])",
+        xaxis_title="predicted S",
+        yaxis_title="measured S",
+        **LAYOUT,
+    )
+    return fig
+
+
+def round_decomposition(summary: dict) -> go.Figure:
+    labels, draft, verify, other, budget = [], [], [], [], []
+    for b in summary["baselines"]:
+        labels.append(b["label"])
+        draft.append(0.0)
+        verify.append(b["rounds"]["t_verify_ms"])
+        other.append(b["rounds"]["t_other_ms"])
+        budget.append(b["t0_ms"])
+    for s in summary["scenarios"]:
+        labels.append(s["label"])
+        r = s["rounds"]
+        draft.append(r["t_draft_ms"])
+        verify.append(r["t_verify_ms"])
+        other.append(r["t_other_ms"])
+        t0 = s.get("t0_ms")
+        budget.append(t0 * r["el_full"] if t0 is not None and r["el_full"] is not None else None)
+    fig = go.Figure()
+    for name, ys in (("draft", draft), ("verify", verify), ("other", other)):
+        fig.add_trace(go.Bar(x=labels, y=ys, name=name))
+    fig.add_trace(
+        go.Scatter(
+            x=labels,
+            y=budget,
+            mode="markers",
+            marker={"symbol": "line-ew-open", "size": 24, "color": "black"},
+            name="T0·E[L] (break-even)",
+        )
+    )
+    fig.update_layout(
+        barmode="stack",
+        title="Mean full-round time (ms) and the break-even budget T0·E[L]",
+        yaxis_title="ms per round",
+        **{**LAYOUT, "height": 480},
+    )
+    return fig
+
+
+def acceptance_by_position(summary: dict) -> go.Figure:
+    fig = go.Figure()
+    for s in summary["scenarios"]:
+        chain = [c for c in s["rounds"]["conditional_acceptance"] if c["a"] is not None]
+        if chain:
+            fig.add_trace(
+                go.Scatter(
+                    x=[c["position"] for c in chain],
+                    y=[c["a"] for c in chain],
+                    mode="lines+markers",
+                    name=s["label"],
+                    customdata=[c["at_risk"] for c in chain],
+                    hovertemplate="position %{x}: a=%{y:.3f} (n=%{customdata})<extra></extra>",
+                )
+            )
+    fig.update_layout(
+        title="Conditional acceptance a_j = Pr(K ≥ j | K ≥ j−1)",
+        xaxis_title="position j",
+        yaxis_title="a_j",
+        yaxis_range=[0, 1.05],
+        **LAYOUT,
+    )
+    return fig
+
+
+def latency_ecdf(summary: dict) -> go.Figure:
+    metrics = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl_chunk", "ITL (chunk)"))
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[m[1] for m in metrics])
+    rows = [*summary["baselines"], *summary["scenarios"]]
+    for i, row in enumerate(rows):
+        for col, (key, _) in enumerate(metrics, 1):
+            qs = row["latency"]["ecdf_ms"][key]
+            if not qs:
+                continue
+            probs = [j / (len(qs) - 1) for j in range(len(qs))] if len(qs) > 1 else [1.0]
+            fig.add_trace(
+                go.Scatter(
+                    x=qs,
+                    y=probs,
+                    mode="lines",
+                    name=row["label"],
+                    legendgroup=row["label"],
+                    showlegend=col == 1,
+                    line={"color": _colour(i)},
+                ),
+                row=1,
+                col=col,
+            )
+    for col in (1, 2, 3):
+        fig.update_xaxes(title_text="ms", type="log", row=1, col=col)
+    fig.update_yaxes(title_text="fraction ≤ x", row=1, col=1)
+    fig.update_layout(title="Latency distributions (ECDF)", **{**LAYOUT, "height": 460})
+    return fig
+
+
+def cost_fit(summary: dict) -> go.Figure:
+    """Measured mean T_verify per candidate count n vs the fitted model at the drafter's mean context."""
+    fig = go.Figure()
+    for i, (drafter, pts) in enumerate(summary.get("cost_points", {}).items()):
+        model = summary["cost_models"].get(drafter)
+        fig.add_trace(
+            go.Scatter(
+                x=[p["n"] for p in pts],
+                y=[p["t_verify_ms"] for p in pts],
+                mode="markers",
+                name=f"{drafter} measured",
+                marker={"color": _colour(i)},
+            )
+        )
+        if model:
+            fig.add_trace(
+                go.Scatter(
+                    x=[p["n"] for p in pts],
+                    y=[p["fit_verify_ms"] for p in pts],
+                    mode="lines",
+                    name=f"{drafter} fit (R²={_fmt(model['verify']['r2'])})",
+                    line={"color": _colour(i), "dash": "dash"},
+                )
+            )
+    fig.update_layout(
+        title="T_verify vs candidates n: measured means and fitted model (at mean context)",
+        xaxis_title="candidates verified n",
+        yaxis_title="ms",
+        **LAYOUT,
+    )
+    return fig
+
+
+_PALETTE = [
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+]
+
+
+def _colour(i: int) -> str:
+    return _PALETTE[i % len(_PALETTE)]
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+FIGURES = {
+    "plot-speedup-vs-gamma": speedup_vs_gamma,
+    "plot-el-vs-gamma": el_vs_gamma,
+    "plot-predicted-vs-measured": predicted_vs_measured,
+    "plot-round-decomposition": round_decomposition,
+    "plot-acceptance-by-position": acceptance_by_position,
+    "plot-latency": latency_ecdf,
+    "plot-cost-fit": cost_fit,
+}
+
+
+def figure_divs(summary: dict) -> dict[str, str]:
+    """HTML ``<div>`` (+ its inline newPlot script) per figure id; no plotly.js included."""
+    config = {"displaylogo": False, "responsive": True}
+    return {
+        div_id: build(summary).to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=config)
+        for div_id, build in FIGURES.items()
+    }

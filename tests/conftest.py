@@ -1,0 +1,53 @@
+"""Shared fixtures: tiny random Llama models (fast, exact) and a character tokenizer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specledger.engine.model import ModelConfig, Transformer
+
+
+def tiny_model(
+    seed: int = 0, vocab: int = 64, n_layers: int = 3, dim: int = 32, max_seq_len: int = 512
+) -> Transformer:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(
+        vocab_size=vocab,
+        dim=dim,
+        n_layers=n_layers,
+        n_heads=4,
+        n_kv_heads=2,
+        hidden_dim=2 * dim,
+        tie_embeddings=False,
+        max_seq_len=max_seq_len,
+    )
+    model = Transformer(cfg)
+    with torch.no_grad():  # larger embeddings -> peakier, more repetitive distributions
+        model.embed.weight.mul_(3.0)
+    return model.eval().requires_grad_(False)
+
+
+class CharTokenizer:
+    """Token i <-> one character; enough to test stop strings across token boundaries."""
+
+    ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,;:!?-_()[]{}<>/+*=#@"
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        return "".join(self.ALPHABET[i % len(self.ALPHABET)] for i in ids)
+
+    def encode(self, text: str) -> list[int]:
+        return [self.ALPHABET.index(c) for c in text]
+
+    def get_vocab(self) -> dict[str, int]:
+        return {c: i for i, c in enumerate(self.ALPHABET)}
+
+
+@pytest.fixture(scope="session")
+def target():
+    return tiny_model(2)
+
+
+@pytest.fixture(scope="session")
+def char_tokenizer():
+    return CharTokenizer()

@@ -1,0 +1,236 @@
+"""The four gates and the verdict on constructed cases."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specledger.analysis.synthetic import plain_rounds, request_from_rounds, spec_rounds
+from specledger.errors import SpecLedgerError
+from specledger.gates import (
+    FAIL,
+    NOT_ASSESSED,
+    PASS,
+    SLO,
+    capacity_gate,
+    correctness_gate,
+    latency_gate,
+    load_slo,
+    quality_gate,
+    verdicts,
+)
+
+
+def _plain(pid, n=6, ids=None, quality=None, temperature=0.0):
+    return request_from_rounds(
+        f"b{pid}", pid, plain_rounds(n, 0.01), token_ids=ids, quality=quality, temperature=temperature
+    )
+
+
+def _spec(pid, ks=(1, 1, 1), ids=None, quality=None, temperature=0.0):
+    return request_from_rounds(
+        f"s{pid}",
+        pid,
+        spec_rounds("ng", 2, list(ks), 0.001, 0.012),
+        token_ids=ids,
+        quality=quality,
+        temperature=temperature,
+    )
+
+
+# ----------------------------------------------------------------------------- SLO loading
+
+
+def test_load_slo_defaults_toml_and_json(tmp_path):
+    assert load_slo(None) == SLO()
+    toml = tmp_path / "slo.toml"
+    toml.write_text("[slo]\nttft_p99_ms = 800\nstall_ms = 250.5\nrequire_assessed = true\n")
+    slo = load_slo(toml)
+    assert (slo.ttft_p99_ms, slo.stall_ms, slo.require_assessed, slo.tpot_p50_ms) == (
+        800.0,
+        250.5,
+        True,
+        200.0,
+    )
+    js = tmp_path / "slo.json"
+    js.write_text(json.dumps({"itl_p99_ms": 100, "max_memory_mb": 4096}))
+    assert load_slo(js).itl_p99_ms == 100.0 and load_slo(js).max_memory_mb == 4096.0
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("a.toml", "ttft_p99 = 5\n", "unknown SLO key"),
+        ("a.toml", "ttft_p99_ms = -1\n", "non-negative number"),
+        ("a.toml", "ttft_p99_ms = 'fast'\n", "non-negative number"),
+        ("a.toml", "ttft_p99_ms = \n", "not valid TOML"),
+        ("a.json", "{not json", "not valid JSON"),
+        ("a.json", "[1, 2]", "expected a table"),
+        ("a.yaml", "ttft_p99_ms: 5", "must end in .toml or .json"),
+        ("a.toml", "require_assessed = 1\n", "true or false"),
+    ],
+)
+def test_load_slo_rejects_bad_files_with_a_clear_message(tmp_path, name, text, message):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(SpecLedgerError, match=message):
+        load_slo(path)
+
+
+def test_load_slo_missing_file(tmp_path):
+    with pytest.raises(SpecLedgerError, match="not found"):
+        load_slo(tmp_path / "nope.toml")
+
+
+# ----------------------------------------------------------------------------- correctness
+
+
+def test_greedy_correctness_passes_when_token_identical():
+    spec = [_spec(f"p{i}") for i in range(4)]
+    base = [_plain(f"p{i}") for i in range(4)]
+    result = correctness_gate(spec, base, 0.0)
+    assert result.status == PASS and "4/4" in result.evidence
+
+
+def test_one_greedy_mismatch_fails_correctness():
+    spec = [_spec(f"p{i}") for i in range(4)]
+    spec[2] = _spec("p2", ids=[0, 1, 2, 99, 4, 5])
+    base = [_plain(f"p{i}") for i in range(4)]
+    result = correctness_gate(spec, base, 0.0)
+    assert result.status == FAIL
+    assert "prompt p2 at token 3" in result.evidence
+
+
+def test_correctness_not_assessed_without_shared_prompts():
+    assert correctness_gate([_spec("a")], [_plain("b")], 0.0).status == NOT_ASSESSED
+
+
+def test_sampled_correctness_needs_enough_prompts():
+    spec = [_spec(f"p{i}", temperature=0.8) for i in range(5)]
+    base = [_plain(f"p{i}", temperature=0.8) for i in range(5)]
+    result = correctness_gate(spec, base, 0.8)
+    assert result.status == NOT_ASSESSED and "need ≥ 20" in result.evidence
+
+
+def test_sampled_correctness_passes_same_distribution_and_fails_a_shifted_one():
+    prompts = [f"p{i}" for i in range(40)]
+    base = [_plain(p, n=6 + i % 5, ids=[i % 3] * (6 + i % 5), temperature=0.7) for i, p in enumerate(prompts)]
+    same = [
+        _spec(p, ks=[0] * (6 + (i + 2) % 5), ids=[(i + 1) % 3] * (6 + (i + 2) % 5), temperature=0.7)
+        for i, p in enumerate(prompts)
+    ]
+    assert correctness_gate(same, base, 0.7).status == PASS
+    longer = [
+        _spec(p, ks=[0] * (20 + i % 5), ids=[7] * (20 + i % 5), temperature=0.7)
+        for i, p in enumerate(prompts)
+    ]
+    result = correctness_gate(longer, base, 0.7)
+    assert result.status == FAIL and "Wilcoxon" in result.evidence
+
+
+# ----------------------------------------------------------------------------- quality / latency / capacity
+
+
+def test_quality_gate_tolerance_and_not_assessed():
+    base = [_plain(f"p{i}", quality=0.60) for i in range(3)]
+    assert quality_gate([_spec(f"p{i}") for i in range(3)], base).status == NOT_ASSESSED
+    assert quality_gate([_spec(f"p{i}", quality=0.59) for i in range(3)], base, 0.02).status == PASS
+    worse = quality_gate([_spec(f"p{i}", quality=0.55) for i in range(3)], base, 0.02)
+    assert worse.status == FAIL and "-0.050" in worse.evidence
+
+
+def _latency(ttft=100.0, tpot=20.0, itl=50.0, stall=80.0):
+    return {
+        "ttft_ms": {"p99": ttft},
+        "tpot_ms": {"p50": tpot},
+        "itl_chunk_ms": {"p99": itl},
+        "longest_stall_ms": stall,
+    }
+
+
+def test_latency_gate_against_slo():
+    assert latency_gate(_latency(), SLO()).status == PASS
+    result = latency_gate(_latency(stall=1500.0), SLO())
+    assert result.status == FAIL and "stall 1500.0>1000 ms" in result.evidence
+    assert latency_gate(_latency(ttft=900.0), SLO(ttft_p99_ms=800)).status == FAIL
+    empty = {
+        "ttft_ms": {"p99": None},
+        "tpot_ms": {"p50": None},
+        "itl_chunk_ms": {"p99": None},
+        "longest_stall_ms": None,
+    }
+    assert latency_gate(empty).status == NOT_ASSESSED
+
+
+def test_capacity_gate_throughput_and_memory():
+    assert capacity_gate(120.0, 100.0, None).status == PASS
+    assert capacity_gate(90.0, 100.0, None).status == FAIL
+    assert capacity_gate(None, 100.0, None).status == NOT_ASSESSED
+    over = capacity_gate(120.0, 100.0, 3 * 2**30, SLO(max_memory_mb=2048))
+    assert over.status == FAIL and "3072 MiB > 2048" in over.evidence
+    assert "no limit set" in capacity_gate(120.0, 100.0, 2**30).evidence
+
+
+# ----------------------------------------------------------------------------- verdict
+
+
+def _scenario(drafter, gamma, s, ci, statuses=("pass",) * 4, category="code", temperature=0.0):
+    gates = {
+        n: {"name": n, "status": st, "evidence": "e"}
+        for n, st in zip(("correctness", "quality", "latency", "capacity"), statuses)
+    }
+    return {
+        "category": category,
+        "temperature": temperature,
+        "drafter": drafter,
+        "gamma": gamma,
+        "label": f"{drafter} γ={gamma}",
+        "speedup": s,
+        "speedup_ci": list(ci),
+        "gates": gates,
+    }
+
+
+def test_verdict_picks_fastest_setting_that_passes_with_ci_above_one():
+    scenarios = [
+        _scenario("ngram", 2, 1.4, (1.2, 1.6)),
+        _scenario("ngram", 4, 1.6, (1.3, 1.9)),
+        _scenario("draft", 4, 1.9, (1.5, 2.2), statuses=("fail", "pass", "pass", "pass")),
+        _scenario("ngram", 8, 1.7, (0.9, 2.5)),
+    ]
+    (v,) = verdicts(scenarios)
+    assert v["decision"] == "deploy" and (v["drafter"], v["gamma"]) == ("ngram", 4)
+    assert "S = 1.60" in v["reason"]
+
+
+def test_verdict_off_when_ci_touches_one_or_gates_fail():
+    (v,) = verdicts([_scenario("ngram", 2, 1.05, (0.97, 1.12))])
+    assert v["decision"] == "off" and "lower bound of 0.97" in v["reason"]
+    (v,) = verdicts([_scenario("ngram", 2, 1.5, (1.3, 1.7), statuses=("pass", "pass", "fail", "pass"))])
+    assert v["decision"] == "off" and "fails the latency gate" in v["reason"]
+    (v,) = verdicts([{**_scenario("ngram", 2, None, (None, None))}])
+    assert v["decision"] == "off"
+
+
+def test_not_assessed_is_named_and_blocks_only_when_required():
+    s = _scenario("ngram", 2, 1.5, (1.3, 1.7), statuses=("pass", "not assessed", "pass", "pass"))
+    (v,) = verdicts([s])
+    assert v["decision"] == "deploy" and "quality not assessed" in v["reason"]
+    (v,) = verdicts([s], SLO(require_assessed=True))
+    assert v["decision"] == "off"
+
+
+def test_verdict_per_category_and_temperature():
+    out = verdicts(
+        [
+            _scenario("ngram", 2, 1.5, (1.3, 1.7)),
+            _scenario("ngram", 2, 0.8, (0.7, 0.9), temperature=0.7),
+            _scenario("ngram", 2, 1.2, (1.1, 1.3), category="chat"),
+        ]
+    )
+    assert {(v["category"], v["temperature"], v["decision"]) for v in out} == {
+        ("code", 0.0, "deploy"),
+        ("code", 0.7, "off"),
+        ("chat", 0.0, "deploy"),
+    }
