@@ -28,11 +28,13 @@ def _root() -> None:
 
 
 def _register() -> None:
+    from specledger.bench.cli import run
     from specledger.engine.cli import generate
     from specledger.ledger.cli import ledger
     from specledger.probe.cli import import_vllm_bench, probe
     from specledger.report.cli import report
 
+    app.command("run")(run)
     app.command("ledger")(ledger)
     app.command("generate")(generate)
     app.command("probe")(probe)

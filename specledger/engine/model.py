@@ -146,6 +146,54 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * F.rms_norm(x.float(), weight.shape, None, eps).to(x.dtype)
 
 
+def _can_prepack(weight: torch.Tensor) -> bool:
+    return (
+        weight.device.type == "cpu"
+        and weight.dtype in (torch.float32, torch.bfloat16)
+        and torch.backends.mkldnn.is_available()
+    )
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` whose matmul runs on a oneDNN-prepacked copy of its weight.
+
+    On the 2-core EPYC target the prepacked oneDNN kernel is ~1.5-2x faster than ``F.linear``
+    for decode-sized inputs (T = 1..9 rows) in both bf16 and fp32, and costs the same for T=1
+    and T=9 (benchmarks/bench_model.py). The packed copy is derived state: built lazily on the
+    first forward, rebuilt whenever the weight tensor is replaced or modified in place, and
+    never copied or saved (``state_dict`` holds only the plain weight). Set ``prepack = False``
+    (class or instance) to use ``F.linear``.
+    """
+
+    prepack: bool = True
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False):
+        super().__init__(in_features, out_features, bias=bias)
+        self._packed: torch.Tensor | None = None
+        self._packed_key: tuple | None = None
+
+    def _weight_key(self) -> tuple:
+        w = self.weight
+        return (w.data_ptr(), w.dtype, w._version)
+
+    def _repack(self) -> torch.Tensor | None:
+        self._packed, self._packed_key = None, self._weight_key()
+        if self.prepack and _can_prepack(self.weight):
+            with torch.inference_mode(False), torch.no_grad():
+                self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), 1)
+        return self._packed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        key = self._weight_key()
+        packed = self._packed if key == self._packed_key else self._repack()
+        if packed is None or x.dtype != packed.dtype or not self.prepack:
+            return F.linear(x, self.weight, self.bias)
+        return torch.ops.mkldnn._linear_pointwise(x, packed, self.bias, "none", [], "")
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_packed": None, "_packed_key": None}
+
+
 class Block(nn.Module):
     """One pre-norm decoder layer: x += Attn(norm(x)); x += MLP(norm(x))."""
 
@@ -155,10 +203,10 @@ class Block(nn.Module):
         self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, head_dim
         self.eps = config.norm_eps
         qkv_out = (config.n_heads + 2 * config.n_kv_heads) * head_dim
-        self.wqkv = nn.Linear(config.dim, qkv_out, bias=config.attention_bias)
-        self.wo = nn.Linear(config.n_heads * head_dim, config.dim, bias=config.attention_bias)
-        self.w13 = nn.Linear(config.dim, 2 * config.hidden_dim, bias=False)
-        self.w2 = nn.Linear(config.hidden_dim, config.dim, bias=False)
+        self.wqkv = Linear(config.dim, qkv_out, bias=config.attention_bias)
+        self.wo = Linear(config.n_heads * head_dim, config.dim, bias=config.attention_bias)
+        self.w13 = Linear(config.dim, 2 * config.hidden_dim, bias=False)
+        self.w2 = Linear(config.hidden_dim, config.dim, bias=False)
         self.attn_norm = nn.Parameter(torch.ones(config.dim))
         self.mlp_norm = nn.Parameter(torch.ones(config.dim))
         self.hidden_dim = config.hidden_dim
@@ -202,7 +250,7 @@ class Transformer(nn.Module):
         self.embed = nn.Embedding(config.vocab_size, config.dim)
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = nn.Parameter(torch.ones(config.dim))
-        self.lm_head = nn.Linear(config.dim, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.dim, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.embed.weight
         # Plain attributes, not buffers, so ``.to(dtype)`` never rounds the float32 tables.

@@ -1,0 +1,102 @@
+"""``specledger run``: the main job -- sweep, trace, analyse, report, verdict."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specledger.errors import SpecLedgerError
+
+
+def _csv(text: str | None, cast=str) -> list | None:
+    if text is None:
+        return None
+    try:
+        return [cast(x.strip()) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SpecLedgerError(f"cannot parse list {text!r}; give comma-separated values like 1,2,4") from None
+
+
+def run(
+    quick: Annotated[bool, typer.Option("--quick", help="About 1 minute: 4 categories, 1 prompt each, gamma 4.")] = False,
+    full: Annotated[bool, typer.Option("--full", help="Hours: 8 prompts per category, gamma 1-8, T 0 and 0.8.")] = False,
+    out: Annotated[Path | None, typer.Option(help="Run directory (default: runs/<timestamp>).")] = None,
+    resume: Annotated[Path | None, typer.Option(help="Continue an interrupted run in this directory.")] = None,
+    categories: Annotated[str | None, typer.Option(help="Comma-separated categories.")] = None,
+    drafters: Annotated[str | None, typer.Option(help="Comma-separated drafters (ngram,suffix,layerskip,quant-self,model).")] = None,
+    gammas: Annotated[str | None, typer.Option(help="Comma-separated gammas, e.g. 1,2,4,8.")] = None,
+    temperatures: Annotated[str | None, typer.Option(help="Comma-separated temperatures, e.g. 0,0.8.")] = None,
+    n: Annotated[int | None, typer.Option("--n", help="Prompts per category.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Tokens generated per request.")] = None,
+    workload: Annotated[Path | None, typer.Option(help="Your own JSONL workload instead of the built-in categories.")] = None,
+    target: Annotated[str | None, typer.Option(help="GGUF file or HF model dir (default: bundled SmolLM2-135M).")] = None,
+    dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
+    layers: Annotated[str | None, typer.Option(help="layerskip layers (default: calibrate).")] = None,
+    draft: Annotated[str | None, typer.Option(help="Draft model path for the 'model' drafter.")] = None,
+    slo: Annotated[Path | None, typer.Option(help="SLO file (TOML/JSON) for the latency gate.")] = None,
+    seed: Annotated[int, typer.Option(help="Workload sampling and sampling seed.")] = 0,
+) -> None:
+    """Run plain decoding and every drafter over real workloads; write traces, report.html, summary.json and the verdict."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from specledger.bench.runner import META_NAME, RunPlan, preset
+    from specledger.bench.runner import run as run_plan
+    from specledger.engine.cli import build_engine
+    from specledger.report.build import build_report
+    from specledger.report.cli import print_summary
+
+    console = Console()
+    if quick and full:
+        raise SpecLedgerError("choose one of --quick and --full")
+    if resume is not None:
+        import json
+
+        meta_path = resume / META_NAME
+        if not meta_path.exists():
+            raise SpecLedgerError(f"{resume} has no {META_NAME}; it is not a run directory")
+        meta = json.loads(meta_path.read_text())
+        plan = RunPlan(**meta["config"])
+        run_dir = resume
+    else:
+        plan = preset("quick" if quick else "full" if full else "default")
+        for attr, value in (
+            ("categories", _csv(categories)), ("drafters", _csv(drafters)), ("gammas", _csv(gammas, int)),
+            ("temperatures", _csv(temperatures, float)), ("n_per_category", n), ("max_tokens", max_tokens),
+            ("layers", layers), ("draft", draft), ("seed", seed if seed else None),
+            ("workload_file", str(workload) if workload else None),
+        ):
+            if value is not None:
+                setattr(plan, attr, value)
+        run_dir = out or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    plan.validate()
+
+    console.print(f"[bold]specledger run[/] -> {run_dir}  (Ctrl-C keeps every finished request; "
+                  f"continue with --resume {run_dir})")
+    with console.status("loading the target model (first use converts the GGUF once, ~30 s)"):
+        engine = build_engine(target, dtype)
+    console.print(f"target: {engine.name} ({engine.dtype}), drafters: {', '.join(plan.drafters)}, "
+                  f"gammas: {plan.gammas}, temperatures: {plan.temperatures}")
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("requests", total=None)
+
+        def progress(done: int, total: int, label: str) -> None:
+            bar.update(task, completed=done, total=total, description=label[:48].ljust(48))
+
+        run_plan(run_dir, plan, engine, resume=resume is not None, progress=progress)
+    with console.status("analysing traces and writing the report"):
+        summary, html = build_report(run_dir, slo)
+    print_summary(summary, console)
+    console.print(f"report: {html}\nsummary: {run_dir / 'summary.json'}")

@@ -1,0 +1,230 @@
+"""The main job: plain decoding and every drafter over real workloads, across gamma and temperature.
+
+A run directory holds ``run.json`` (what was planned, on which model and machine),
+``traces.jsonl`` (one RequestRecord per finished request, appended and fsync'ed as each
+request ends) and, at the end, ``summary.json`` + ``report.html``. A job is identified by
+(prompt id, drafter, gamma, temperature); ``resume`` skips jobs already in the trace, so an
+interrupted run loses at most the request that was in flight.
+
+Fairness on a noisy machine: for each prompt the plain baseline and every speculative
+setting run back to back (interleaved), so slow phases of the machine hit all settings alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specledger.engine.trace import RequestRecord, append_records, read_records
+from specledger.errors import SpecLedgerError, require
+
+TRACE_NAME = "traces.jsonl"
+META_NAME = "run.json"
+
+DEFAULT_CATEGORIES = ("code", "code-edit", "extraction", "agent", "dialogue", "summary", "math", "random")
+
+
+@dataclass
+class RunPlan:
+    """What to run. Presets: :func:`preset` ("quick" ~1 min, "default" ~5 min, "full" hours on 2 cores)."""
+
+    categories: list[str] = field(default_factory=lambda: list(DEFAULT_CATEGORIES))
+    n_per_category: int = 2
+    drafters: list[str] = field(default_factory=lambda: ["ngram", "suffix", "layerskip", "quant-self"])
+    gammas: list[int] = field(default_factory=lambda: [2, 4])
+    temperatures: list[float] = field(default_factory=lambda: [0.0])
+    max_tokens: int = 96
+    max_prompt_tokens: int = 1536
+    seed: int = 0
+    layers: str | None = None  # layerskip layers; None = calibrate
+    draft: str | None = None  # draft model path for the "model" drafter
+    workload_file: str | None = None
+
+    def validate(self) -> None:
+        require(self.n_per_category >= 1, "--n must be >= 1")
+        require(all(g >= 1 for g in self.gammas), "gammas must be >= 1 (plain decoding is always run as the baseline)")
+        require(all(t >= 0 for t in self.temperatures), "temperatures must be >= 0")
+        require(self.max_tokens >= 1, "--max-tokens must be >= 1")
+        from specledger.engine.drafters.registry import DRAFTERS
+
+        for d in self.drafters:
+            require(d in DRAFTERS and d != "none", f"unknown drafter {d!r}; choose from {', '.join(DRAFTERS[1:])}")
+        require("model" not in self.drafters or self.draft, "the 'model' drafter needs --draft PATH")
+
+
+def preset(name: str) -> RunPlan:
+    if name == "quick":
+        return RunPlan(categories=["code-edit", "extraction", "dialogue", "math"], n_per_category=1,
+                       drafters=["ngram", "suffix", "layerskip"], gammas=[4], max_tokens=48)
+    if name == "default":
+        return RunPlan()
+    if name == "full":
+        return RunPlan(n_per_category=8, gammas=[1, 2, 3, 4, 6, 8], temperatures=[0.0, 0.8], max_tokens=256,
+                       max_prompt_tokens=6144)
+    raise SpecLedgerError(f"unknown preset {name!r}; use quick, default or full")
+
+
+@dataclass(frozen=True)
+class Job:
+    prompt_id: str
+    drafter: str
+    gamma: int
+    temperature: float
+
+    @property
+    def key(self) -> tuple[str, str, int, float]:
+        return (self.prompt_id, self.drafter, self.gamma, round(self.temperature, 6))
+
+
+def plan_jobs(prompt_ids: Sequence[str], plan: RunPlan) -> list[Job]:
+    """Per prompt and temperature: the plain baseline, then every drafter x gamma (interleaved)."""
+    jobs = []
+    for t in plan.temperatures:
+        for pid in prompt_ids:
+            jobs.append(Job(pid, "none", 0, t))
+            for d in plan.drafters:
+                for g in plan.gammas:
+                    jobs.append(Job(pid, d, g, t))
+    return jobs
+
+
+def done_keys(trace_path: Path) -> set[tuple[str, str, int, float]]:
+    if not trace_path.exists():
+        return set()
+    return {(r.prompt_id, r.drafter, int(r.gamma), round(r.temperature, 6)) for r in read_records(trace_path)}
+
+
+def load_items(plan: RunPlan, vocab_size: int):
+    """Workload items: built-in categories (seeded, stable) or the user's JSONL; returns (items, warnings)."""
+    from specledger.workloads import load_category, load_jsonl, random_token_items
+
+    warnings: list[str] = []
+    if plan.workload_file:
+        items, warnings = load_jsonl(plan.workload_file)
+        require(bool(items), f"{plan.workload_file}: no usable workload items")
+        return items, warnings
+    items = []
+    for c in plan.categories:
+        if c == "random":
+            items += random_token_items(plan.n_per_category, vocab_size=vocab_size, length=64, seed=plan.seed)
+        else:
+            items += load_category(c, plan.n_per_category, seed=plan.seed)
+    return items, warnings
+
+
+def encode_item(loaded: Any, item: Any) -> list[int]:
+    if item.meta.get("token_ids"):
+        return [int(t) for t in item.meta["token_ids"]]
+    if item.messages:
+        return loaded.encode_prompt(messages=item.messages)
+    return loaded.encode_prompt(prompt=item.prompt, chat=False)
+
+
+def machine_info() -> dict[str, Any]:
+    import torch
+
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def run(
+    run_dir: Path,
+    plan: RunPlan,
+    engine: Any,
+    resume: bool = False,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> Path:
+    """Execute (or continue) the plan into ``run_dir``; returns the trace path."""
+    from specledger.engine.drafters.registry import make_drafter
+    from specledger.engine.sampling import SamplingParams
+
+    plan.validate()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trace_path = run_dir / TRACE_NAME
+    meta_path = run_dir / META_NAME
+    loaded = engine.loaded
+    items, warnings = load_items(plan, engine.model.config.vocab_size)
+    encoded: dict[str, list[int]] = {}
+    skipped: list[str] = []
+    for it in items:
+        ids = encode_item(loaded, it)
+        if len(ids) > plan.max_prompt_tokens or len(ids) + plan.max_tokens > engine.max_context:
+            skipped.append(f"{it.id}: prompt of {len(ids)} tokens is over --max-prompt-tokens {plan.max_prompt_tokens}")
+            continue
+        encoded[it.id] = ids
+    by_id = {it.id: it for it in items if it.id in encoded}
+    require(bool(by_id), "no workload item fits the prompt budget; raise --max-prompt-tokens")
+
+    drafters: dict[str, Any] = {}
+    drafter_info: dict[str, Any] = {}
+    for name in plan.drafters:
+        drafters[name] = make_drafter(name, engine, layers=plan.layers, draft_path=plan.draft)
+        if name == "layerskip":
+            drafter_info["layerskip_layers"] = list(drafters[name].layers)
+    drafters["none"] = make_drafter("none", engine)
+
+    meta = {
+        "name": run_dir.name,
+        "model": engine.name,
+        "dtype": engine.dtype,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine_info(),
+        "weight_bytes": engine.model.weight_bytes(),
+        "config": asdict(plan),
+        "drafters": drafter_info,
+        "workload_warnings": warnings,
+        "skipped_prompts": skipped,
+        "prompts": {pid: {"category": it.category, "prompt_tokens": len(encoded[pid])} for pid, it in by_id.items()},
+    }
+    if resume and meta_path.exists():
+        old = json.loads(meta_path.read_text())
+        if old.get("config") != meta["config"]:
+            raise SpecLedgerError(f"{run_dir} was started with another configuration; resume it without options")
+        meta["started"] = old.get("started", meta["started"])
+    elif not resume and trace_path.exists() and trace_path.stat().st_size:
+        raise SpecLedgerError(f"{run_dir} already holds a run; use --resume {run_dir} or another --out")
+    tmp = meta_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(meta, indent=2))
+    os.replace(tmp, meta_path)
+
+    from specledger.quality import score
+
+    jobs = plan_jobs(list(by_id), plan)
+    done = done_keys(trace_path) if resume else set()
+    todo = [j for j in jobs if j.key not in done]
+    total = len(jobs)
+    finished = total - len(todo)
+    for job in todo:
+        item = by_id[job.prompt_id]
+        if progress:
+            progress(finished, total, f"{item.category} {job.drafter} γ={job.gamma} T={job.temperature:g}")
+        params = SamplingParams(temperature=job.temperature, seed=plan.seed)
+        rec: RequestRecord = engine.generate(
+            encoded[job.prompt_id], drafter=drafters[job.drafter], gamma=job.gamma, params=params,
+            max_tokens=plan.max_tokens, request_id=f"{job.prompt_id}|{job.drafter}|{job.gamma}|{job.temperature:g}",
+        )
+        rec.category = item.category
+        rec.prompt_id = job.prompt_id
+        rec.extra["quality"] = score(item, rec.text)
+        rec.extra["peak_memory_bytes"] = peak_rss_bytes()
+        append_records(trace_path, [rec])
+        finished += 1
+    if progress:
+        progress(finished, total, "done")
+    return trace_path
