@@ -33,6 +33,7 @@ def _register() -> None:
     from specledger.ledger.cli import ledger
     from specledger.probe.cli import import_vllm_bench, probe
     from specledger.report.cli import report
+    from specledger.serve.cli import serve
 
     app.command("run")(run)
     app.command("ledger")(ledger)
@@ -40,6 +41,7 @@ def _register() -> None:
     app.command("probe")(probe)
     app.command("import-vllm-bench")(import_vllm_bench)
     app.command("report")(report)
+    app.command("serve")(serve)
 
 
 _register()

@@ -7,6 +7,10 @@ import torch
 
 from specledger.engine.model import ModelConfig, Transformer
 
+# Tiny models run faster on one thread, and a second OpenMP thread spin-waits badly when the
+# other core is busy (2-core CI machine). Tests assert behaviour, never speed.
+torch.set_num_threads(1)
+
 
 def tiny_model(
     seed: int = 0, vocab: int = 64, n_layers: int = 3, dim: int = 32, max_seq_len: int = 512

@@ -104,18 +104,22 @@ class KVCache:
 
     Holds no length: the caller passes ``start_pos`` to forward; rolling back rejected tokens is
     simply passing a smaller ``start_pos`` next time (stale slots get overwritten).
+    ``k`` and ``v`` are views of one tensor ``kv`` [n_layers, 2, B, n_kv_heads, capacity, head_dim]
+    so a layer writes its new keys and values with a single copy.
     """
 
     def __init__(self, config: ModelConfig, capacity: int, batch_size: int, dtype: torch.dtype):
-        shape = (config.n_layers, batch_size, config.n_kv_heads, capacity, int(config.head_dim))
         self.capacity = capacity
         self.batch_size = batch_size
-        self.k = torch.zeros(shape, dtype=dtype)
-        self.v = torch.zeros(shape, dtype=dtype)
+        self.kv = torch.zeros(
+            (config.n_layers, 2, batch_size, config.n_kv_heads, capacity, int(config.head_dim)), dtype=dtype
+        )
+        self.k = self.kv[:, 0]
+        self.v = self.kv[:, 1]
 
     def nbytes(self) -> int:
         """Bytes held by the k and v tensors together."""
-        return self.k.numel() * self.k.element_size() * 2
+        return self.kv.numel() * self.kv.element_size()
 
 
 def rope_cos_sin(config: ModelConfig, n_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -132,7 +136,9 @@ def rope_cos_sin(config: ModelConfig, n_positions: int) -> tuple[torch.Tensor, t
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """``x * cos + rotate_half(x) * sin`` with ``rotate_half([a, b]) = [-b, a]`` on the last axis.
 
-    ``x`` is [B, T, heads, head_dim]; ``cos``/``sin`` are [T, 1, head_dim] in x's dtype.
+    ``x`` is [B, T, heads, head_dim]; ``cos``/``sin`` broadcast to [T, heads, head_dim] in x's dtype.
+    A head with ``cos = 1, sin = 0`` passes through unchanged (exactly), which is how the value
+    heads ride along in the one fused q|k|v rotation.
     """
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -214,26 +220,26 @@ class Block(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
+        kv_cache: torch.Tensor,
         start_pos: int,
         cos: torch.Tensor,
         sin: torch.Tensor,
         mask: torch.Tensor | None,
     ) -> torch.Tensor:
+        """``kv_cache`` is this layer's [2, B, nkv, capacity, hd]; ``cos``/``sin`` are
+        [T, nh + 2*nkv, hd] with the value heads' rows set to cos=1, sin=0."""
         bsz, seq, _ = x.shape
         hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv_heads
-        qkv = self.wqkv(rms_norm(x, self.attn_norm, self.eps))
-        q, k, v = qkv.split((nh * hd, nkv * hd, nkv * hd), dim=-1)
-        q = apply_rope(q.view(bsz, seq, nh, hd), cos, sin)
-        k = apply_rope(k.view(bsz, seq, nkv, hd), cos, sin)
+        qkv = self.wqkv(rms_norm(x, self.attn_norm, self.eps)).view(bsz, seq, nh + 2 * nkv, hd)
+        qkv = apply_rope(qkv, cos, sin)
         end = start_pos + seq
-        k_cache[:, :, start_pos:end].copy_(k.transpose(1, 2))
-        v_cache[:, :, start_pos:end].copy_(v.view(bsz, seq, nkv, hd).transpose(1, 2))
+        new_kv = qkv[:, :, nh:].view(bsz, seq, 2, nkv, hd).permute(2, 0, 3, 1, 4)
+        kv_cache[:, :, :, start_pos:end].copy_(new_kv)
         # Fold each kv head's query group into the query axis: [B, nkv, group*T, hd].
         group = nh // nkv
-        q = q.view(bsz, seq, nkv, group, hd).permute(0, 2, 3, 1, 4).reshape(bsz, nkv, group * seq, hd)
-        out = F.scaled_dot_product_attention(q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask)
+        q = qkv[:, :, :nh].reshape(bsz, seq, nkv, group, hd).permute(0, 2, 3, 1, 4)
+        q = q.reshape(bsz, nkv, group * seq, hd)
+        out = F.scaled_dot_product_attention(q, kv_cache[0, :, :, :end], kv_cache[1, :, :, :end], attn_mask=mask)
         out = out.view(bsz, nkv, group, seq, hd).permute(0, 3, 1, 2, 4).reshape(bsz, seq, nh * hd)
         x = x + self.wo(out)
         gate_up = self.w13(rms_norm(x, self.mlp_norm, self.eps))
@@ -270,13 +276,18 @@ class Transformer(nn.Module):
             )
         return KVCache(self.config, capacity, batch_size, self.dtype)
 
-    def _rope_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos/sin shaped [P, 1, head_dim] in the activation dtype (HF casts them the same way)."""
+    def _rope_tables(self, start_pos: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin for positions [start_pos, end) shaped [T, nh + 2*nkv, head_dim] in the
+        activation dtype (HF casts them the same way): the rotation for the q and k heads,
+        the identity (cos=1, sin=0) for the v heads."""
         if self._rope_cache is None or self._rope_cache[0] != self.dtype:
-            cos = self.rope_cos.to(self.dtype).unsqueeze(1)
-            sin = self.rope_sin.to(self.dtype).unsqueeze(1)
-            self._rope_cache = (self.dtype, cos, sin)
-        return self._rope_cache[1], self._rope_cache[2]
+            self._rope_cache = (self.dtype, self.rope_cos.to(self.dtype), self.rope_sin.to(self.dtype))
+        cfg = self.config
+        seq, rotated, passthrough = end - start_pos, cfg.n_heads + cfg.n_kv_heads, cfg.n_kv_heads
+        cos = self._rope_cache[1][start_pos:end, None].expand(seq, rotated, -1)
+        sin = self._rope_cache[2][start_pos:end, None].expand(seq, rotated, -1)
+        ones = cos.new_ones(seq, passthrough, cos.shape[-1])
+        return torch.cat((cos, ones), dim=1), torch.cat((sin, torch.zeros_like(ones)), dim=1)
 
     def _causal_mask(self, start_pos: int, seq: int, group: int) -> torch.Tensor | None:
         """Boolean [group*T, start_pos+T] mask: query row for position ``start_pos+i`` may see
@@ -304,13 +315,12 @@ class Transformer(nn.Module):
                 f"positions {start_pos}..{end - 1} do not fit the KV cache (capacity {cache.capacity}); "
                 "allocate a larger cache"
             )
-        cos_all, sin_all = self._rope_tables()
-        cos, sin = cos_all[start_pos:end], sin_all[start_pos:end]
+        cos, sin = self._rope_tables(start_pos, end)
         mask = self._causal_mask(start_pos, seq, self.config.n_heads // self.config.n_kv_heads)
         x = self.embed(tokens)
         indices = range(len(self.layers)) if layers is None else layers
         for i in indices:
-            x = self.layers[i](x, cache.k[i], cache.v[i], start_pos, cos, sin, mask)
+            x = self.layers[i](x, cache.kv[i], start_pos, cos, sin, mask)
         if last_only:
             x = x[:, -1:]
         return self.lm_head(rms_norm(x, self.norm, self.config.norm_eps)).float()

@@ -1,0 +1,1 @@
+"""``specledger serve``: the engine behind an OpenAI-compatible HTTP API with vLLM-named metrics."""

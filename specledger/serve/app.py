@@ -1,0 +1,338 @@
+"""``create_app``: an OpenAI-compatible HTTP front end on the specledger engine.
+
+Routes: POST /v1/completions (raw text prompt), POST /v1/chat/completions (chat template),
+both streaming (SSE ``data: {json}\\n\\n`` ... ``data: [DONE]``) and not; GET /v1/models,
+GET /health, GET /metrics (Prometheus text, vLLM names; see :mod:`specledger.serve.metrics`).
+
+Request life cycle: validate (400 / 404) -> encode -> check the context (400 with the
+engine's message) -> admit into the bounded queue (429 + Retry-After when full) -> the worker
+thread decodes it -> events reach the handler through the request's asyncio queue. When the
+client goes away the request leaves the queue, or, if running, stops after the current round,
+so its slot frees at once. The model is fixed at start-up: a request can only name it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from specledger.engine.decode import Emitted
+from specledger.engine.policy import GammaPolicy, HeuristicGamma
+from specledger.engine.sampling import SamplingParams
+from specledger.engine.trace import RequestRecord
+from specledger.errors import SpecLedgerError
+from specledger.serve.metrics import ServeMetrics
+from specledger.serve.protocol import (
+    FINISH_REASONS,
+    ChatCompletionRequest,
+    CompletionRequest,
+    Kind,
+    RequestError,
+    SamplingFields,
+    chat_messages,
+    check_common,
+    completion_prompt,
+    error_body,
+    full_response,
+    models_list,
+    parse_body,
+    resolve_max_tokens,
+    stream_chunk,
+    usage_chunk,
+)
+from specledger.serve.worker import EngineWorker, Job, JobCancelled, JobFailed, JobQueue
+
+#: (prompt, messages) -> token ids; exactly one of the two is given (messages = chat template).
+PromptEncoder = Callable[[str | None, list[dict[str, str]] | None], list[int]]
+
+GAMMA_POLICIES: dict[str, Callable[[], GammaPolicy]] = {"heuristic": HeuristicGamma}
+HEURISTIC_MAX_GAMMA = 16
+DISCONNECT_POLL_S = 0.25
+
+
+def parse_gamma(gamma: int | str) -> Callable[[], int | GammaPolicy]:
+    """A factory of the per-request gamma: an integer >= 0, or a policy name (fresh per request)."""
+    if isinstance(gamma, str) and gamma.strip().isdigit():
+        gamma = int(gamma)
+    if isinstance(gamma, int) and not isinstance(gamma, bool):
+        if gamma < 0:
+            raise SpecLedgerError(f"gamma must be >= 0, got {gamma}")
+        return lambda: gamma
+    if isinstance(gamma, str) and gamma in GAMMA_POLICIES:
+        return GAMMA_POLICIES[gamma]
+    raise SpecLedgerError(
+        f"gamma must be an integer >= 0 or one of: {', '.join(GAMMA_POLICIES)}; got {gamma!r}"
+    )
+
+
+def max_positions(gamma: int | str) -> int:
+    """How many per-position acceptance counters to expose from the start."""
+    value = gamma if isinstance(gamma, int) else int(gamma) if str(gamma).isdigit() else HEURISTIC_MAX_GAMMA
+    return max(0, value)
+
+
+def engine_encoder(engine: Any) -> PromptEncoder:
+    """Encode with the engine's LoadedModel (chat template for messages, raw text otherwise)."""
+    loaded = getattr(engine, "loaded", None)
+
+    def encode(prompt: str | None, messages: list[dict[str, str]] | None) -> list[int]:
+        if loaded is not None:
+            return loaded.encode_prompt(prompt=prompt, messages=messages, chat=messages is not None)
+        if messages is not None:
+            raise SpecLedgerError("this model has no chat template; use /v1/completions with a raw prompt")
+        if engine.tokenizer is None:
+            raise SpecLedgerError("this model has no tokenizer; it cannot serve text requests")
+        return list(engine.tokenizer.encode(prompt))
+
+    return encode
+
+
+def _sse(obj: dict[str, Any] | str) -> bytes:
+    data = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return f"data: {data}\n\n".encode()
+
+
+def _error_response(exc: RequestError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+class JobStreamingResponse(StreamingResponse):
+    """A StreamingResponse that runs ``on_close`` however the response ends (disconnects included)."""
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
+        super().__init__(content, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self._on_close = on_close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+
+
+class Service:
+    """Everything a route needs: engine, encoder, queue, worker, metrics and the served name."""
+
+    def __init__(self, engine: Any, drafter: Any, gamma: int | str, model_name: str, max_queue: int,
+                 encode: PromptEncoder, retry_after_s: int, keep_records: int) -> None:
+        self.engine, self.model_name, self.encode, self.retry_after_s = engine, model_name, encode, retry_after_s
+        self.gamma_label = str(gamma)
+        self.drafter_name = getattr(drafter, "name", type(drafter).__name__)
+        self.created = int(time.time())
+        self.queue = JobQueue(max_queue)
+        self.metrics = ServeMetrics(model_name, max_positions(gamma), running=lambda: self.worker.num_running,
+                                    waiting=lambda: len(self.queue))
+        self.worker = EngineWorker(engine, drafter, parse_gamma(gamma), self.queue, self.metrics, keep_records)
+        config = getattr(getattr(engine, "model", None), "config", None)
+        self.vocab_size: int | None = getattr(config, "vocab_size", None)
+
+    # -- admission -------------------------------------------------------------------------
+    def sampling_params(self, body: SamplingFields) -> SamplingParams:
+        temperature = 1.0 if body.temperature is None else body.temperature
+        seed = body.seed
+        if seed is None and temperature > 0:
+            seed = secrets.randbelow(2**63)  # OpenAI semantics: no seed, no reproducibility promise
+        try:
+            return SamplingParams(
+                temperature=temperature,
+                top_k=max(0, body.top_k or 0),
+                top_p=1.0 if body.top_p is None else body.top_p,
+                seed=seed,
+            )
+        except SpecLedgerError as exc:
+            raise RequestError(str(exc)) from None
+
+    async def admit(self, body: SamplingFields, prompt: str | None, messages: list[dict[str, str]] | None,
+                    max_tokens: int | None, prefix: str) -> Job:
+        """Encode, check and enqueue one request; RequestError for anything refused."""
+        try:
+            ids = [int(t) for t in await asyncio.to_thread(self.encode, prompt, messages)]
+        except SpecLedgerError as exc:
+            raise RequestError(str(exc)) from None
+        except Exception as exc:  # the tokenizer or chat template rejected the user's text
+            raise RequestError(f"cannot encode the prompt: {type(exc).__name__}: {exc}") from None
+        if self.vocab_size is not None and any(not 0 <= t < self.vocab_size for t in ids):
+            raise RequestError(f"the prompt encodes to token ids outside the model's vocabulary ({self.vocab_size})")
+        max_tokens = resolve_max_tokens(max_tokens, len(ids), self.engine.max_context)
+        try:
+            self.engine.check_prompt(ids, max_tokens)
+        except SpecLedgerError as exc:
+            raise RequestError(str(exc)) from None
+        job = Job(
+            request_id=f"{prefix}-{uuid.uuid4().hex[:24]}", prompt_ids=ids, params=self.sampling_params(body),
+            max_tokens=max_tokens, stop=body.stop_strings, ignore_eos=bool(body.ignore_eos),
+            loop=asyncio.get_running_loop(),
+        )
+        if not self.queue.offer(job):
+            raise RequestError(
+                f"the server is busy ({len(self.queue)} requests waiting, the queue holds {self.queue.maxsize}); "
+                f"retry after {self.retry_after_s} s",
+                status=429, kind="rate_limit_error", code="queue_full",
+                headers={"Retry-After": str(self.retry_after_s)},
+            )
+        return job
+
+    def release(self, job: Job) -> None:
+        """The client is done with ``job`` (finished or gone): free its queue slot or stop it."""
+        self.queue.remove(job)
+        job.cancel_flag.set()
+
+    # -- responses -------------------------------------------------------------------------
+    async def stream(self, job: Job, kind: Kind, include_usage: bool) -> AsyncIterator[bytes]:
+        created = int(time.time())
+        rid, model = job.request_id, self.model_name
+        if kind == "chat":
+            yield _sse(stream_chunk(kind, rid, model, created, None, role=True))
+        while True:
+            event = await job.events.get()
+            if isinstance(event, Emitted):
+                if event.text:
+                    yield _sse(stream_chunk(kind, rid, model, created, event.text))
+            elif isinstance(event, RequestRecord):
+                finish = FINISH_REASONS.get(event.stop_reason, "stop")
+                yield _sse(stream_chunk(kind, rid, model, created, None if kind == "chat" else "", finish))
+                if include_usage:
+                    yield _sse(usage_chunk(kind, rid, model, created, event.prompt_tokens, event.output_tokens))
+                yield _sse("[DONE]")
+                return
+            elif isinstance(event, JobFailed):
+                yield _sse(error_body(event.message, kind="server_error"))
+                yield _sse("[DONE]")
+                return
+            elif isinstance(event, JobCancelled):
+                yield _sse(error_body("the request was cancelled (server shutting down)", kind="server_error"))
+                return
+
+    async def collect(self, job: Job, kind: Kind, request: Request) -> Response:
+        while True:
+            try:
+                event = await asyncio.wait_for(job.events.get(), DISCONNECT_POLL_S)
+            except TimeoutError:
+                if await request.is_disconnected():
+                    return Response(status_code=499)
+                continue
+            if isinstance(event, RequestRecord):
+                finish = FINISH_REASONS.get(event.stop_reason, "stop")
+                return JSONResponse(full_response(kind, job.request_id, self.model_name, event.text, finish,
+                                                  event.prompt_tokens, event.output_tokens))
+            if isinstance(event, JobFailed):
+                return JSONResponse(error_body(event.message, kind="server_error"), status_code=500)
+            if isinstance(event, JobCancelled):
+                return JSONResponse(error_body("the request was cancelled (server shutting down)",
+                                               kind="server_error"), status_code=503)
+
+    async def handle(self, request: Request, kind: Kind) -> Response:
+        try:
+            raw = await request.body()
+            try:
+                payload = json.loads(raw)
+            except (ValueError, RecursionError):
+                raise RequestError("the request body is not valid JSON") from None
+            if kind == "completion":
+                body: SamplingFields = parse_body(CompletionRequest, payload)
+                check_common(body, self.model_name)
+                prompt, messages, max_tokens = completion_prompt(body), None, body.max_tokens
+            else:
+                body = parse_body(ChatCompletionRequest, payload)
+                check_common(body, self.model_name)
+                prompt, messages = None, chat_messages(body)
+                max_tokens = body.max_completion_tokens or body.max_tokens
+            job = await self.admit(body, prompt, messages, max_tokens, "cmpl" if kind == "completion" else "chatcmpl")
+        except RequestError as exc:
+            return _error_response(exc)
+        if body.stream:
+            return JobStreamingResponse(self.stream(job, kind, body.include_usage), lambda: self.release(job))
+        try:
+            return await self.collect(job, kind, request)
+        finally:
+            self.release(job)
+
+
+def create_app(
+    engine: Any,
+    drafter_name: str = "ngram",
+    gamma: int | str = 4,
+    model_name: str | None = None,
+    max_queue: int = 64,
+    max_running: int = 1,
+    *,
+    drafter: Any = None,
+    layers: str | None = None,
+    draft_path: str | None = None,
+    encode: PromptEncoder | None = None,
+    retry_after_s: int = 1,
+    keep_records: int = 10000,
+) -> FastAPI:
+    """Build the app and start its engine worker thread.
+
+    ``drafter``: a ready Drafter instance (else one is built from ``drafter_name`` with
+    ``layers`` / ``draft_path``); drafter "none" means plain decoding (gamma 0).
+    ``gamma``: candidates per round or a policy name ("heuristic").
+    ``encode``: (prompt, messages) -> ids; default: the engine's LoadedModel.
+    State for callers: ``app.state.service`` (a :class:`Service`), ``app.state.records``
+    (RequestRecords of finished requests), ``app.state.registry`` (Prometheus registry).
+    Call ``app.state.service.worker.stop()`` (done on lifespan shutdown) to end the worker.
+    """
+    if max_running != 1:
+        raise SpecLedgerError(f"the engine decodes one request at a time; max_running must be 1, got {max_running}")
+    if max_queue < 1:
+        raise SpecLedgerError(f"max_queue must be >= 1, got {max_queue}")
+    if retry_after_s < 1:
+        raise SpecLedgerError(f"retry_after_s must be >= 1, got {retry_after_s}")
+    if drafter is None:
+        from specledger.engine.drafters.registry import make_drafter
+
+        drafter = make_drafter(drafter_name, engine, layers=layers, draft_path=draft_path)
+    if getattr(drafter, "name", drafter_name) == "none":
+        gamma = 0
+    parse_gamma(gamma)  # fail at start-up, not per request
+    name = model_name or getattr(engine, "name", "") or "specledger"
+    service = Service(engine, drafter, gamma, name, max_queue, encode or engine_encoder(engine), retry_after_s,
+                      keep_records)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        service.worker.stop()
+
+    app = FastAPI(title="specledger serve", lifespan=lifespan)
+    app.state.service = service
+    app.state.records = service.worker.records
+    app.state.registry = service.metrics.registry
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse(error_body(f"internal error: {type(exc).__name__}: {exc}", kind="server_error"),
+                            status_code=500)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await service.handle(request, "completion")
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await service.handle(request, "chat")
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return models_list(service.model_name, service.created, engine.max_context)
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(service.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    service.worker.start()
+    return app

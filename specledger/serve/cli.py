@@ -1,0 +1,69 @@
+"""``specledger serve``: our engine behind an OpenAI-compatible API with vLLM metric names."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated
+
+import typer
+
+from specledger.errors import SpecLedgerError
+
+LOOPBACK_NAMES = {"localhost"}
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and loopback addresses (127.0.0.0/8, ::1)."""
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_serve_options(port: int, drafter: str, gamma: str, max_queue: int) -> None:
+    """Reject bad options before the (slow) model load."""
+    from specledger.engine.drafters.registry import DRAFTERS
+    from specledger.serve.app import parse_gamma
+
+    if not 0 <= port <= 65535:
+        raise SpecLedgerError(f"--port must be in 0..65535, got {port}")
+    if drafter not in DRAFTERS:
+        raise SpecLedgerError(f"unknown drafter {drafter!r}; choose one of: {', '.join(DRAFTERS)}")
+    parse_gamma(gamma)
+    if max_queue < 1:
+        raise SpecLedgerError(f"--max-queue must be >= 1, got {max_queue}")
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="Address to bind (default loopback only).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    target: Annotated[str | None, typer.Option(help="GGUF file or HF model dir (default: bundled SmolLM2-135M).")] = None,
+    drafter: Annotated[str, typer.Option(help="none | ngram | suffix | layerskip | quant-self | model")] = "ngram",
+    gamma: Annotated[str, typer.Option(help="Candidates per round (integer, 0 = plain) or 'heuristic'.")] = "4",
+    layers: Annotated[str | None, typer.Option(help="layerskip layers, e.g. 12 or 0-7,26-29.")] = None,
+    draft: Annotated[str | None, typer.Option(help="Draft model path for --drafter model.")] = None,
+    dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
+    max_queue: Annotated[int, typer.Option(help="Waiting requests beyond which the server answers 429.")] = 64,
+    model_name: Annotated[str | None, typer.Option(help="Model id to serve as (default: the model's name).")] = None,
+) -> None:
+    """Serve the target with speculative decoding: /v1/completions, /v1/chat/completions, /metrics."""
+    import uvicorn
+
+    from specledger.engine.cli import build_engine
+    from specledger.serve.app import create_app
+
+    check_serve_options(port, drafter, gamma, max_queue)
+    engine = build_engine(target, dtype)
+    app = create_app(engine, drafter_name=drafter, gamma=gamma, model_name=model_name, max_queue=max_queue,
+                     layers=layers, draft_path=draft)
+    service = app.state.service
+    shown_host = f"[{host}]" if ":" in host else host
+    print(f"specledger serve: http://{shown_host}:{port}/v1  (model id {service.model_name!r})")
+    print(f"speculation: drafter={service.drafter_name} gamma={service.gamma_label}  "
+          f"dtype={engine.dtype}  context={engine.max_context}  queue={max_queue}")
+    print("metrics: /metrics (vLLM names: vllm:spec_decode_num_drafts_total, ...)")
+    if not is_loopback(host):
+        print(f"warning: bound to {host}: reachable from other machines; there is no authentication")
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

@@ -1,0 +1,236 @@
+"""OpenAI-compatible request bodies, error bodies and response/chunk shapes (pure, no I/O).
+
+Request bodies are pydantic models in strict mode: a wrong JSON type (``"temperature": "1"``,
+``"max_tokens": true``) is a 400, never a silent coercion. Unknown fields are ignored, as
+OpenAI-compatible servers do. ``null`` for an optional field means "use the default".
+
+Defaults follow OpenAI / vLLM: temperature 1, top_p 1, top_k off, n 1, no stop strings;
+``max_tokens`` defaults to 128, clipped to the room the context leaves after the prompt.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+DEFAULT_MAX_TOKENS = 128
+MAX_SEED = 2**63 - 1
+
+#: engine stop reason -> OpenAI finish_reason
+FINISH_REASONS: dict[str, str] = {"eos": "stop", "stop": "stop", "length": "length"}
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+
+
+class StreamOptions(_Body):
+    include_usage: bool | None = None
+
+
+class SamplingFields(_Body):
+    """Fields shared by /v1/completions and /v1/chat/completions."""
+
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=-1)  # vLLM extension; -1 and 0 disable it
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    stop: str | list[str] | None = None
+    n: int | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    ignore_eos: bool | None = None  # vLLM extension
+
+    @property
+    def stop_strings(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class CompletionRequest(SamplingFields):
+    prompt: str | list[str]
+
+
+class ContentPart(_Body):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(_Body):
+    role: str
+    content: str | list[ContentPart] | None = None
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+
+
+class RequestError(Exception):
+    """A request the server refuses: HTTP ``status`` with an OpenAI-style error body."""
+
+    def __init__(
+        self, message: str, status: int = 400, kind: str = "invalid_request_error", code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message, self.status, self.kind, self.code = message, status, kind, code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.kind, self.code)
+
+
+def error_body(message: str, kind: str = "invalid_request_error", code: str | None = None) -> dict[str, Any]:
+    """OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line naming the first offending field, e.g. ``temperature: Input should be ...``."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ())) or "body"
+    return f"{where}: {first.get('msg', 'invalid value')}"
+
+
+def parse_body(model: type[_Body], payload: Any) -> Any:
+    """Validate a decoded JSON payload into ``model``; RequestError(400) when it does not fit."""
+    if not isinstance(payload, dict):
+        raise RequestError("the request body must be a JSON object")
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        raise RequestError(describe_validation_error(exc)) from None
+
+
+def completion_prompt(body: CompletionRequest) -> str:
+    """The one prompt string of a completion request (a list must hold exactly one string)."""
+    if isinstance(body.prompt, str):
+        return body.prompt
+    if len(body.prompt) != 1:
+        raise RequestError(
+            f"prompt: got a list of {len(body.prompt)} prompts; send exactly one prompt per request"
+        )
+    return body.prompt[0]
+
+
+def chat_messages(body: ChatCompletionRequest) -> list[dict[str, str]]:
+    """Messages as ``{"role", "content"}`` with text content (text parts joined, None -> "")."""
+    out = []
+    for i, m in enumerate(body.messages):
+        if m.content is None:
+            content = ""
+        elif isinstance(m.content, str):
+            content = m.content
+        else:
+            bad = [p.type for p in m.content if p.type != "text"]
+            if bad:
+                raise RequestError(f"messages.{i}.content: only text parts are supported, got {bad[0]!r}")
+            content = "".join(p.text or "" for p in m.content)
+        out.append({"role": m.role, "content": content})
+    return out
+
+
+def check_common(body: SamplingFields, served_model: str) -> None:
+    """Checks pydantic cannot express: the model name and n == 1."""
+    if body.model is not None and body.model != served_model:
+        raise RequestError(f"The model `{body.model}` does not exist.", status=404, code="model_not_found")
+    if body.n is not None and body.n != 1:
+        raise RequestError(f"n: this server returns exactly one choice per request; got n={body.n}, use n=1")
+
+
+def resolve_max_tokens(requested: int | None, prompt_tokens: int, max_context: int) -> int:
+    """The request's max_tokens, or DEFAULT_MAX_TOKENS clipped to the context room when omitted.
+
+    An explicit value is returned unchanged (the engine rejects prompt + max_tokens > context).
+    """
+    if requested is not None:
+        return requested
+    return max(1, min(DEFAULT_MAX_TOKENS, max_context - prompt_tokens))
+
+
+# --- responses ------------------------------------------------------------------------------
+
+
+Kind = Literal["completion", "chat"]
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def _envelope(kind: Kind, request_id: str, model: str, created: int, stream: bool) -> dict[str, Any]:
+    if kind == "completion":
+        obj = "text_completion"
+    else:
+        obj = "chat.completion.chunk" if stream else "chat.completion"
+    return {"id": request_id, "object": obj, "created": created, "model": model}
+
+
+def stream_chunk(
+    kind: Kind, request_id: str, model: str, created: int, text: str | None,
+    finish_reason: str | None = None, role: bool = False,
+) -> dict[str, Any]:
+    """One streamed chunk: ``choices[0].text`` (completion) or ``choices[0].delta`` (chat).
+
+    For chat, ``role=True`` makes the opening ``{"role": "assistant", "content": ""}`` delta and
+    ``text=None`` an empty delta (the closing chunk that carries only ``finish_reason``).
+    """
+    out = _envelope(kind, request_id, model, created, stream=True)
+    if kind == "completion":
+        choice: dict[str, Any] = {"index": 0, "text": text or "", "logprobs": None}
+    else:
+        delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
+        if text is not None and not role:
+            delta["content"] = text
+        choice = {"index": 0, "delta": delta, "logprobs": None}
+    choice["finish_reason"] = finish_reason
+    out["choices"] = [choice]
+    return out
+
+
+def usage_chunk(kind: Kind, request_id: str, model: str, created: int, prompt_tokens: int,
+                completion_tokens: int) -> dict[str, Any]:
+    """The final ``stream_options.include_usage`` chunk: empty choices, usage filled."""
+    out = _envelope(kind, request_id, model, created, stream=True)
+    out["choices"] = []
+    out["usage"] = usage(prompt_tokens, completion_tokens)
+    return out
+
+
+def full_response(
+    kind: Kind, request_id: str, model: str, text: str, finish_reason: str, prompt_tokens: int,
+    completion_tokens: int, created: int | None = None,
+) -> dict[str, Any]:
+    """A non-streaming response with ``usage``."""
+    out = _envelope(kind, request_id, model, created if created is not None else int(time.time()), stream=False)
+    if kind == "completion":
+        choice: dict[str, Any] = {"index": 0, "text": text, "logprobs": None}
+    else:
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None}
+    choice["finish_reason"] = finish_reason
+    out["choices"] = [choice]
+    out["usage"] = usage(prompt_tokens, completion_tokens)
+    return out
+
+
+def models_list(model: str, created: int, max_context: int) -> dict[str, Any]:
+    """GET /v1/models: the one served model."""
+    return {
+        "object": "list",
+        "data": [{"id": model, "object": "model", "created": created, "owned_by": "specledger",
+                  "max_model_len": max_context}],
+    }

@@ -1,0 +1,404 @@
+"""specledger serve: OpenAI-compatible routes, vLLM metrics, queueing, robustness (loopback only)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+
+import httpx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specledger.engine.decode import Engine
+from specledger.engine.trace import RoundRecord
+from specledger.errors import SpecLedgerError
+from specledger.probe.loadgen import LoadConfig, PromptItem, run_load
+from specledger.probe.prometheus import (
+    counter_by_label,
+    counter_total,
+    gauge_mean,
+    histogram_delta,
+    histogram_from_snapshot,
+    parse_prometheus_text,
+    spec_decode_figures,
+)
+from specledger.probe.sse import OpenAIStreamDecoder
+from specledger.serve.app import create_app, max_positions, parse_gamma
+from specledger.serve.cli import check_serve_options, is_loopback, serve
+from specledger.serve.metrics import draft_counts
+from specledger.serve.protocol import RequestError, check_common, resolve_max_tokens, stream_chunk
+from specledger.serve.runner import ServerThread
+from tests.conftest import CharTokenizer, tiny_model
+
+TOKENIZER = CharTokenizer()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """Tiny forwards on a busy 2-core machine are ~50x slower with 2 intra-op threads (barrier waits
+    against the server, client and other processes); one thread keeps this file fast. Restored after."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+MODEL = "tiny-serve"
+CONTEXT = 256
+
+
+def tiny_encoder(prompt: str | None, messages: list[dict] | None) -> list[int]:
+    """Raw text as characters; chat as ``role: content; ... assistant:`` (CharTokenizer has no template)."""
+    if messages is not None:
+        prompt = "; ".join(f"{m['role']}: {m['content']}" for m in messages) + "; assistant:"
+    return TOKENIZER.encode(prompt)
+
+
+def tiny_app(max_queue: int = 16, drafter: str = "ngram", gamma: int | str = 4):
+    vocab = len(CharTokenizer.ALPHABET)
+    engine = Engine(tiny_model(5, vocab=vocab, n_layers=2, dim=32, max_seq_len=CONTEXT), TOKENIZER,
+                    eos_token_ids=[TOKENIZER.encode("!")[0]], max_context=CONTEXT, name="tiny")
+    return create_app(engine, drafter, gamma, model_name=MODEL, max_queue=max_queue, encode=tiny_encoder)
+
+
+PROMPTS = [
+    "abc abc abc abc", "the cat sat on the mat the cat", "0101010101", "hello world hello",
+    "xyz", "aaaa bbbb aaaa bbbb", "def f(x): return x", "one two three one two",
+    "A B C A B C", "spec spec spec", "[1, 2, 3, 1, 2, 3]", "qwerty",
+]
+
+
+def scrape(client: httpx.Client):
+    r = client.get("/metrics")
+    assert r.status_code == 200
+    return parse_prometheus_text(r.text)
+
+
+def rounds_of(records) -> list[RoundRecord]:
+    return [rnd for rec in records for rnd in rec.rounds]
+
+
+def expected_spec_counters(rounds: list[RoundRecord]) -> dict:
+    """What vLLM would count for these rounds, straight from the engine's own records."""
+    drafts = [r for r in rounds if r.proposed > 0]
+    per_pos = Counter(p for r in drafts for p in range(r.accepted))
+    return {
+        "drafts": len(drafts),
+        "draft_tokens": sum(r.proposed for r in drafts),
+        "accepted": sum(r.accepted for r in drafts),
+        "per_pos": dict(per_pos),
+    }
+
+
+def read_sse(text: str) -> tuple[str, str | None, dict | None, bool]:
+    """(joined text, last finish_reason, usage, saw [DONE]) of a complete SSE body."""
+    decoder = OpenAIStreamDecoder()
+    parts, finish, usage, done = [], None, None, False
+    for chunk in decoder.feed(text) + decoder.close():
+        assert chunk.kind != "error", chunk.error
+        if chunk.kind == "done":
+            done = True
+        parts.append(chunk.text)
+        finish = chunk.finish_reason or finish
+        usage = chunk.usage or usage
+    return "".join(parts), finish, usage, done
+
+
+# --- pure pieces ----------------------------------------------------------------------------
+
+
+@given(st.integers(0, 8).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n))), st.booleans())
+def test_draft_counts_follow_vllm(proposed_accepted: tuple[int, int], truncated: bool) -> None:
+    proposed, accepted = proposed_accepted
+    rnd = RoundRecord("ngram", 8, proposed, accepted, 1 if truncated else accepted + 1, truncated, 0, 0, 0, 10)
+    c = draft_counts(rnd)
+    if proposed == 0:  # no candidates: not a draft, whatever else happened
+        assert (c.drafts, c.draft_tokens, c.accepted, len(c.positions)) == (0, 0, 0, 0)
+    else:  # truncated rounds count the verified K, as vLLM does
+        assert (c.drafts, c.draft_tokens, c.accepted) == (1, proposed, accepted)
+        assert list(c.positions) == list(range(accepted))
+
+
+def test_gamma_parsing_and_options() -> None:
+    assert parse_gamma(3)() == 3 and parse_gamma("5")() == 5
+    assert parse_gamma("heuristic")().name == "heuristic"
+    assert parse_gamma("heuristic")() is not parse_gamma("heuristic")()  # fresh per request
+    for bad in (-1, "fast", "-2"):
+        with pytest.raises(SpecLedgerError):
+            parse_gamma(bad)
+    assert max_positions(4) == 4 and max_positions("heuristic") == 16
+    assert resolve_max_tokens(None, 10, 256) == 128 and resolve_max_tokens(None, 200, 256) == 56
+    assert resolve_max_tokens(500, 10, 256) == 500  # explicit values reach the engine's check
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.1")
+    with pytest.raises(SpecLedgerError, match="drafter"):
+        check_serve_options(8000, "magic", "4", 64)
+    with pytest.raises(SpecLedgerError, match="gamma"):
+        serve(gamma="lots")  # rejected before any model is loaded
+    with pytest.raises(SpecLedgerError, match="max-queue"):
+        check_serve_options(8000, "ngram", "4", 0)
+
+
+def test_protocol_shapes() -> None:
+    chunk = stream_chunk("chat", "id", "m", 1, "hi")
+    assert chunk["object"] == "chat.completion.chunk" and chunk["choices"][0]["delta"] == {"content": "hi"}
+    assert stream_chunk("chat", "id", "m", 1, None, role=True)["choices"][0]["delta"]["role"] == "assistant"
+    closing = stream_chunk("completion", "id", "m", 1, "", "length")["choices"][0]
+    assert closing["text"] == "" and closing["finish_reason"] == "length"
+    from specledger.serve.protocol import CompletionRequest
+
+    with pytest.raises(RequestError) as err:
+        check_common(CompletionRequest(prompt="x", model="/etc/passwd"), MODEL)
+    assert err.value.status == 404 and "does not exist" in err.value.message
+
+
+# --- end to end on loopback --------------------------------------------------------------
+
+
+def test_end_to_end_probe_matches_engine_records() -> None:
+    app = tiny_app(max_queue=16)
+    records = app.state.records
+    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        assert client.get("/health").status_code == 200
+        assert [m["id"] for m in client.get("/v1/models").json()["data"]] == [MODEL]
+        before = scrape(client)
+        config = LoadConfig(base_url=server.url, model=MODEL, max_tokens=24, temperature=0.0, concurrency=4,
+                            num_requests=12)
+        run = asyncio.run(run_load(config, [PromptItem(prompt=p) for p in PROMPTS], tokenizer=TOKENIZER.encode))
+        after = scrape(client)
+
+        assert all(r.ok and r.saw_done and r.finish_reason in ("stop", "length") for r in run.results)
+        served = list(records)
+        assert len(served) == 12
+        # the probe's per-request view equals the engine's: text, token count, chunking
+        probe_view = Counter((r.output_text, r.usage_completion_tokens, tuple(r.chunk_tokens)) for r in run.results)
+        engine_view = Counter((rec.text, rec.output_tokens, tuple(rec.chunks)) for rec in served)
+        assert probe_view == engine_view
+        assert sum(r.completion_tokens for r in run.results) == sum(rec.output_tokens for rec in served)
+
+        # spec-decode counters: metric deltas == the engine's own round records
+        want = expected_spec_counters(rounds_of(served))
+        assert want["drafts"] > 0  # the n-gram drafter found repeats in these prompts
+        figures = spec_decode_figures(before, after)
+        assert figures.source == "vllm"
+        assert figures.num_drafts == want["drafts"]
+        assert figures.num_draft_tokens == want["draft_tokens"]
+        assert figures.num_accepted_tokens == want["accepted"]
+        delta_pos = {p: after_v - counter_by_label(before, "vllm:spec_decode_num_accepted_tokens_per_pos",
+                                                   "position").get(str(p), 0.0)
+                     for p, after_v in ((int(k), v) for k, v in counter_by_label(
+                         after, "vllm:spec_decode_num_accepted_tokens_per_pos", "position").items())}
+        assert {p: v for p, v in delta_pos.items() if v} == want["per_pos"]
+
+        # token counters, finished reasons and histogram counts
+        def delta(name: str) -> float:
+            return counter_total(after, name) - (counter_total(before, name) or 0.0)
+
+        assert delta("vllm:prompt_tokens") == sum(rec.prompt_tokens for rec in served)
+        assert delta("vllm:generation_tokens") == sum(rec.output_tokens for rec in served)
+        reasons = Counter("length" if rec.stop_reason == "length" else "stop" for rec in served)
+        success = counter_by_label(after, "vllm:request_success", "finished_reason")
+        assert {k: v for k, v in success.items() if v} == dict(reasons)
+        ttft = histogram_delta(histogram_from_snapshot(before, "vllm:time_to_first_token_seconds"),
+                               histogram_from_snapshot(after, "vllm:time_to_first_token_seconds"))
+        itl = histogram_delta(histogram_from_snapshot(before, "vllm:inter_token_latency_seconds"),
+                              histogram_from_snapshot(after, "vllm:inter_token_latency_seconds"))
+        assert ttft.count == 12 and itl.count == sum(len(rec.chunks) - 1 for rec in served)
+        assert histogram_from_snapshot(after, "vllm:e2e_request_latency_seconds").count == 12
+
+        # streamed text == non-streamed text for the same request (completions and chat)
+        for prompt in PROMPTS[:4]:
+            body = {"model": MODEL, "prompt": prompt, "max_tokens": 24, "temperature": 0}
+            plain = client.post("/v1/completions", json=body).json()
+            streamed = client.post("/v1/completions", json={**body, "stream": True,
+                                                            "stream_options": {"include_usage": True}})
+            text, finish, usage, done = read_sse(streamed.text)
+            assert done and text == plain["choices"][0]["text"] and finish == plain["choices"][0]["finish_reason"]
+            assert usage == plain["usage"]
+            assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+            assert usage["prompt_tokens"] == len(prompt)
+        chat = {"messages": [{"role": "user", "content": "abc abc abc"}], "max_tokens": 16, "temperature": 0}
+        plain = client.post("/v1/chat/completions", json=chat).json()
+        assert plain["object"] == "chat.completion" and plain["choices"][0]["message"]["role"] == "assistant"
+        streamed = client.post("/v1/chat/completions", json={**chat, "stream": True})
+        text, finish, usage, done = read_sse(streamed.text)
+        assert done and usage is None and text == plain["choices"][0]["message"]["content"]
+        assert finish == plain["choices"][0]["finish_reason"]
+        assert streamed.headers["content-type"].startswith("text/event-stream")
+
+        idle = scrape(client)
+        assert gauge_mean(idle, "vllm:num_requests_running") == 0
+        assert gauge_mean(idle, "vllm:num_requests_waiting") == 0
+
+
+def test_disconnect_mid_stream_frees_the_slot() -> None:
+    app = tiny_app(max_queue=4)
+    service = app.state.service
+    long = {"prompt": "abc abc", "max_tokens": 200, "temperature": 0, "ignore_eos": True, "stream": True}
+    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        with client.stream("POST", "/v1/completions", json=long) as response:
+            assert response.status_code == 200
+            next(response.iter_bytes())  # first chunk, then hang up
+        # the next request is served, and the abandoned one never finished its 200 tokens
+        ok = client.post("/v1/completions", json={"prompt": "xyz", "max_tokens": 5, "temperature": 0})
+        assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] <= 5
+        assert all(rec.output_tokens < 200 for rec in app.state.records)
+        assert len(service.worker.aborted_rounds) >= 1
+        idle = scrape(client)
+        assert gauge_mean(idle, "vllm:num_requests_running") == 0
+        assert gauge_mean(idle, "vllm:num_requests_waiting") == 0
+
+
+async def _robustness_storm(url: str, expected: dict[str, str]) -> Counter:
+    """~200 mixed requests at once; asserts each answer and returns a tally of outcomes."""
+    bad_bodies = [
+        b"{", b"not json", b"[1, 2]", b'"prompt"', b"", b"[" * 100000,
+        json.dumps({"prompt": 5}).encode(), json.dumps({"prompt": ["a", "b"]}).encode(),
+        json.dumps({"prompt": "abc", "max_tokens": "8"}).encode(),
+        json.dumps({"prompt": "abc", "max_tokens": True}).encode(),
+        json.dumps({"prompt": "abc", "temperature": -1}).encode(),
+        json.dumps({"prompt": "abc", "temperature": 2.5}).encode(),
+        json.dumps({"prompt": "abc", "top_p": 0}).encode(),
+        json.dumps({"prompt": "abc", "n": 2}).encode(),
+        json.dumps({"prompt": "abc", "max_tokens": 0}).encode(),
+        json.dumps({"prompt": "abc", "max_tokens": 10**9}).encode(),
+        json.dumps({"prompt": "abc " * 2000, "max_tokens": 8}).encode(),
+        json.dumps({"prompt": "abc", "stop": 7}).encode(),
+        json.dumps({"prompt": "", "max_tokens": 4}).encode(),
+        json.dumps({"prompt": "\u00e9\u00e9", "max_tokens": 4}).encode(),
+        json.dumps({"prompt": "abc", "seed": -3}).encode(),
+        json.dumps({"prompt": "abc", "stream_options": "yes"}).encode(),
+    ]
+    tally: Counter = Counter()
+
+    async def bad(client: httpx.AsyncClient, body: bytes) -> None:
+        r = await client.post("/v1/completions", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 400, (body[:60], r.text)
+        assert r.json()["error"]["type"] == "invalid_request_error"
+        tally["400"] += 1
+
+    async def wrong_model(client: httpx.AsyncClient) -> None:
+        r = await client.post("/v1/chat/completions",
+                              json={"model": "../../weights.gguf", "messages": [{"role": "user", "content": "a"}]})
+        assert r.status_code == 404 and "does not exist" in r.json()["error"]["message"]
+        tally["404"] += 1
+
+    async def good(client: httpx.AsyncClient, prompt: str, stream: bool) -> None:
+        body = {"model": MODEL, "prompt": prompt, "max_tokens": 8, "temperature": 0, "stream": stream}
+        r = await client.post("/v1/completions", json=body)
+        if r.status_code == 429:
+            assert int(r.headers["retry-after"]) >= 1
+            assert r.json()["error"]["type"] == "rate_limit_error"
+            tally["429"] += 1
+            return
+        assert r.status_code == 200, r.text
+        text = read_sse(r.text)[0] if stream else r.json()["choices"][0]["text"]
+        assert text == expected[prompt]
+        tally["200"] += 1
+
+    async def hang_up(client: httpx.AsyncClient, prompt: str) -> None:
+        body = {"prompt": prompt, "max_tokens": 40, "temperature": 0, "ignore_eos": True, "stream": True}
+        async with client.stream("POST", "/v1/completions", json=body) as r:
+            if r.status_code == 200:
+                async for _ in r.aiter_bytes():
+                    break
+                tally["hang-up"] += 1
+            else:
+                assert r.status_code == 429
+                tally["429"] += 1
+
+    async def impatient(client: httpx.AsyncClient) -> None:  # non-streaming client that gives up
+        body = {"prompt": "abc abc", "max_tokens": 150, "temperature": 0, "ignore_eos": True}
+        try:
+            r = await client.post("/v1/completions", json=body, timeout=0.05)
+            assert r.status_code in (200, 429)
+        except httpx.TimeoutException:
+            tally["timeout"] += 1
+
+    prompts = list(expected)
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+        jobs = []
+        for i in range(200):
+            kind = i % 10
+            if kind in (0, 1, 2):
+                jobs.append(bad(client, bad_bodies[i % len(bad_bodies)]))
+            elif kind == 3:
+                jobs.append(wrong_model(client) if i % 20 == 3 else impatient(client))
+            elif kind in (4, 5):
+                jobs.append(hang_up(client, prompts[i % len(prompts)]))
+            else:
+                jobs.append(good(client, prompts[i % len(prompts)], stream=kind % 2 == 0))
+        # three bursts: the queue (2 slots) overflows in each
+        for start in range(0, 200, 70):
+            await asyncio.gather(*jobs[start:start + 70])
+        # after the storm, every well-formed request is served
+        for prompt in prompts:
+            await good(client, prompt, stream=True)
+    return tally
+
+
+def test_robustness_storm_keeps_serving_and_leaks_no_slots() -> None:
+    app = tiny_app(max_queue=2)
+    service = app.state.service
+    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        expected = {}
+        for prompt in PROMPTS[:6]:
+            r = client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 8, "temperature": 0})
+            expected[prompt] = r.json()["choices"][0]["text"]
+        before = scrape(client)
+        served_before = len(app.state.records)
+
+        tally = asyncio.run(_robustness_storm(server.url, expected))
+        assert tally["400"] == 60 and tally["404"] == 10 and tally["429"] > 0 and tally["200"] >= len(PROMPTS[:6])
+        assert tally["hang-up"] > 0
+
+        # server alive; gauges back to 0 (the worker finishes the round it is in, then stops)
+        assert wait_idle(client), "running/waiting gauges did not return to 0"
+        assert client.get("/health").status_code == 200
+        after = scrape(client)
+        # every counted draft round is in a finished record or in an aborted request's rounds
+        finished = list(app.state.records)[served_before:]
+        want = expected_spec_counters(rounds_of(finished) + list(service.worker.aborted_rounds))
+        figures = spec_decode_figures(before, after)
+        assert figures.num_drafts == want["drafts"] and figures.num_accepted_tokens == want["accepted"]
+        assert figures.num_draft_tokens == want["draft_tokens"]
+
+
+def wait_idle(client: httpx.Client, tries: int = 200) -> bool:
+    """Poll the gauges until nothing runs or waits (True) or ``tries`` scrapes pass (False)."""
+    for _ in range(tries):
+        snap = scrape(client)
+        if gauge_mean(snap, "vllm:num_requests_running") == 0 and gauge_mean(snap, "vllm:num_requests_waiting") == 0:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# --- the real model --------------------------------------------------------------------------
+
+
+@pytest.mark.real_model
+def test_real_model_chat_completion() -> None:
+    from specledger.engine.cli import build_engine
+
+    app = create_app(build_engine(None), "ngram", 4, max_queue=4)
+    name = app.state.service.model_name
+    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=300) as client:
+        chat = {"model": name, "messages": [{"role": "user", "content": "What is the capital of France?"}],
+                "max_tokens": 24, "temperature": 0}
+        r = client.post("/v1/chat/completions", json=chat)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        content = body["choices"][0]["message"]["content"]
+        assert isinstance(content, str) and content.strip()
+        assert "<|im_end|>" not in content and "<|im_start|>" not in content
+        assert 0 < body["usage"]["completion_tokens"] <= 24 and body["usage"]["prompt_tokens"] > 5
+        streamed = client.post("/v1/chat/completions", json={**chat, "stream": True})
+        text, finish, _, done = read_sse(streamed.text)
+        assert done and text == content and finish == body["choices"][0]["finish_reason"]
+        rec = app.state.records[-1]
+        assert rec.output_tokens == body["usage"]["completion_tokens"]
