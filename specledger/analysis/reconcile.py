@@ -78,7 +78,9 @@ def reconciliation_sentences(rec: dict) -> list[str]:
             f"this moves S by ×{of:.3f}."
         )
     zp = rec["zero_proposal_share"]
-    if zp:
+    if zp and rec["el_proposing"] is None:
+        out.append(f"{100 * zp:.1f}% of full rounds proposed nothing: the drafter found no candidates at all.")
+    elif zp:
         out.append(
             f"{100 * zp:.1f}% of full rounds proposed nothing (a plain step at round cost): E[L] is "
             f"{rec['el_full']:.2f} over all full rounds vs {rec['el_proposing']:.2f} over proposing rounds."
