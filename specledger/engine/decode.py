@@ -214,7 +214,7 @@ class Engine:
             # ---- one round -------------------------------------------------------------------
             t0 = perf()
             remaining = max_tokens - len(out)
-            g = min(policy.choose(len(context)), remaining - 1, capacity - len(context))
+            g = min(policy.choose(len(context), 1), remaining - 1, capacity - len(context))
             proposal = drafter.propose(context, g, params, rng) if g > 0 else None
             t1 = perf()
             cand = proposal.tokens[:g] if proposal is not None else []
@@ -231,11 +231,11 @@ class Engine:
             out.extend(kept)
             context.extend(kept)
             drafter.commit(context)
-            policy.observe(n, k)
             t3 = perf()
             rounds.append(
                 RoundRecord(drafter.name, g, n, k, len(kept), len(kept) < len(new), t1 - t0, t2 - t1, t3 - t2, start + 1)
             )
+            policy.observe(n, k, t3 - t0)
 
         total_time = (token_times[-1] if token_times else perf() - t_start)
         drafter.end(prompt, out)

@@ -1,25 +1,36 @@
 """Speculation-length policies: who picks gamma each round.
 
-A policy is asked ``choose(context_len)`` before every round and told the outcome with
-``observe(proposed, accepted)`` after it. gamma = 0 means a plain decoding step.
+A policy is asked ``choose(context_len, batch_size)`` before every round and told the outcome
+with ``observe(proposed, accepted, t_round)`` after it. gamma = 0 means a plain decoding step.
+
+Policies compared side by side (SPEC §4):
+  static      the same gamma every round
+  heuristic   Hugging Face's "heuristic" schedule: +2 after a fully accepted round, -1 otherwise
+  ema         an acceptance-EMA controller (in the spirit of SGLang's adaptive speculation)
+  batch       a batch-size schedule (vLLM's num_speculative_tokens_per_batch_size idea)
+  goodput     ours: maximise expected committed tokens per second, E[L](a, gamma) / T_round(gamma),
+              from an online linear cost fit and the running acceptance estimate; gamma = 0 allowed
 """
 
 from __future__ import annotations
 
-from specledger.errors import require
+import math
+from collections.abc import Mapping
+
+from specledger.errors import SpecLedgerError, require
 
 
 class GammaPolicy:
     name: str = "policy"
 
     def reset(self) -> None:
-        """A new request starts."""
+        """A new request starts (per-request state only; learned costs may persist)."""
 
-    def choose(self, context_len: int) -> int:
+    def choose(self, context_len: int, batch_size: int = 1) -> int:
         raise NotImplementedError
 
-    def observe(self, proposed: int, accepted: int) -> None:
-        """The round proposed ``proposed`` candidates and ``accepted`` (K) were accepted."""
+    def observe(self, proposed: int, accepted: int, t_round: float | None = None) -> None:
+        """The round proposed ``proposed`` candidates, ``accepted`` (K) were accepted, and it took ``t_round`` s."""
 
 
 class StaticGamma(GammaPolicy):
@@ -30,12 +41,12 @@ class StaticGamma(GammaPolicy):
         self.gamma = gamma
         self.name = str(gamma)
 
-    def choose(self, context_len: int) -> int:
+    def choose(self, context_len: int, batch_size: int = 1) -> int:
         return self.gamma
 
 
 class HeuristicGamma(GammaPolicy):
-    """Hugging Face's "heuristic" schedule: +2 after a fully accepted round, -1 otherwise (floor 1)."""
+    """+2 after a fully accepted round, -1 otherwise (floor 1, cap ``max_gamma``); reset per request."""
 
     def __init__(self, start: int = 4, max_gamma: int = 16) -> None:
         self.start, self.max_gamma = start, max_gamma
@@ -45,16 +56,148 @@ class HeuristicGamma(GammaPolicy):
     def reset(self) -> None:
         self.gamma = self.start
 
-    def choose(self, context_len: int) -> int:
+    def choose(self, context_len: int, batch_size: int = 1) -> int:
         return self.gamma
 
-    def observe(self, proposed: int, accepted: int) -> None:
+    def observe(self, proposed: int, accepted: int, t_round: float | None = None) -> None:
         if proposed == 0:
             return
-        if accepted == proposed:
-            self.gamma = min(self.max_gamma, self.gamma + 2)
+        self.gamma = min(self.max_gamma, self.gamma + 2) if accepted == proposed else max(1, self.gamma - 1)
+
+
+def geometric_acceptance_update(proposed: int, accepted: int) -> tuple[int, int]:
+    """(successes, trials) of the per-position acceptance a under the constant-a model: a round with
+    K accepted of n proposed saw K successes and, if K < n, one failure (the first rejection)."""
+    return accepted, accepted + (1 if accepted < proposed else 0)
+
+
+class EmaGamma(GammaPolicy):
+    """gamma = the length whose marginal candidate is still accepted with probability >= ``threshold``:
+    the largest g with a^g >= threshold, a = EMA of the geometric acceptance estimate."""
+
+    def __init__(self, start: int = 4, max_gamma: int = 8, alpha: float = 0.3, threshold: float = 0.3) -> None:
+        self.start, self.max_gamma, self.alpha, self.threshold = start, max_gamma, alpha, threshold
+        self.name = "ema"
+        self.a = 0.7
+        self.gamma = start
+
+    def reset(self) -> None:
+        self.gamma = self.start
+
+    def choose(self, context_len: int, batch_size: int = 1) -> int:
+        return self.gamma
+
+    def observe(self, proposed: int, accepted: int, t_round: float | None = None) -> None:
+        if proposed == 0:
+            return
+        s, t = geometric_acceptance_update(proposed, accepted)
+        self.a = (1 - self.alpha) * self.a + self.alpha * (s / t)
+        a = min(max(self.a, 1e-6), 1 - 1e-6)
+        self.gamma = int(min(self.max_gamma, max(1, math.floor(math.log(self.threshold) / math.log(a)))))
+
+
+class BatchScheduleGamma(GammaPolicy):
+    """gamma from the batch size: the entry with the largest batch-size key <= the current batch size."""
+
+    def __init__(self, schedule: Mapping[int, int] | None = None) -> None:
+        self.schedule = dict(sorted((schedule or {1: 4, 4: 3, 8: 2, 16: 1, 32: 0}).items()))
+        require(1 in self.schedule, "a batch-size schedule must say what to do at batch size 1")
+        self.name = "batch"
+
+    def choose(self, context_len: int, batch_size: int = 1) -> int:
+        g = 0
+        for b, gamma in self.schedule.items():
+            if b <= batch_size:
+                g = gamma
+        return g
+
+
+class GoodputGamma(GammaPolicy):
+    """Ours: choose gamma in 0..max_gamma maximising E[L](a, gamma) / T(gamma).
+
+    E[L](a, g) = (1 - a^(g+1)) / (1 - a) (constant conditional acceptance a, estimated from the
+    running geometric counts with exponential forgetting), T(g) = c0 + c1 * g fitted online by
+    weighted least squares over recent rounds (``prior`` seeds it: (c0, c1) seconds). gamma = 0
+    means a plain step; while at 0, one round in ``probe_every`` still proposes 1 candidate so the
+    acceptance estimate keeps up with the text.
+    """
+
+    def __init__(self, max_gamma: int = 8, prior: tuple[float, float] | None = None, forget: float = 0.97,
+                 probe_every: int = 8) -> None:
+        self.max_gamma, self.forget, self.probe_every = max_gamma, forget, probe_every
+        self.name = "goodput"
+        self.prior = prior
+        self._s = self._t = 0.0  # acceptance successes / trials, both decayed
+        self._w = self._wx = self._wy = self._wxx = self._wxy = 0.0  # decayed LS sums of (gamma, seconds)
+        self._zero_streak = 0
+        if prior is not None:
+            c0, c1 = prior
+            for g in (0, 4):  # two pseudo-observations encode the prior line
+                self._add_cost(g, c0 + c1 * g, weight=2.0)
+
+    def reset(self) -> None:
+        self._s, self._t = 1.4, 2.0  # weak per-request prior a ~ 0.7, quickly overridden
+        self._zero_streak = 0
+
+    def _add_cost(self, g: float, y: float, weight: float = 1.0) -> None:
+        f = self.forget
+        self._w = f * self._w + weight
+        self._wx = f * self._wx + weight * g
+        self._wy = f * self._wy + weight * y
+        self._wxx = f * self._wxx + weight * g * g
+        self._wxy = f * self._wxy + weight * g * y
+
+    def cost_line(self) -> tuple[float, float] | None:
+        """(c0, c1) of T(g) = c0 + c1 g, or None until two distinct gammas were seen."""
+        det = self._w * self._wxx - self._wx**2
+        if self._w <= 0 or abs(det) < 1e-12 * max(1.0, self._w * self._wxx):
+            return None
+        c1 = (self._w * self._wxy - self._wx * self._wy) / det
+        c0 = (self._wy - c1 * self._wx) / self._w
+        return c0, max(c1, 0.0)
+
+    def acceptance(self) -> float:
+        return self._s / self._t if self._t > 0 else 0.7
+
+    def choose(self, context_len: int, batch_size: int = 1) -> int:
+        line = self.cost_line()
+        if line is None:  # learn the cost line first: alternate two gammas
+            return 1 if self._w < 1 else 4
+        c0, c1 = line
+        a = min(self.acceptance(), 1 - 1e-9)
+        best_g, best = 0, 1.0 / max(c0, 1e-9)
+        for g in range(1, self.max_gamma + 1):
+            rate = (1 - a ** (g + 1)) / (1 - a) / max(c0 + c1 * g, 1e-9)
+            if rate > best * 1.0001:
+                best_g, best = g, rate
+        if best_g == 0:
+            self._zero_streak += 1
+            if self._zero_streak % self.probe_every == 0:
+                return 1
         else:
-            self.gamma = max(1, self.gamma - 1)
+            self._zero_streak = 0
+        return best_g
+
+    def observe(self, proposed: int, accepted: int, t_round: float | None = None) -> None:
+        if t_round is not None:
+            self._add_cost(proposed, t_round)
+        if proposed:
+            s, t = geometric_acceptance_update(proposed, accepted)
+            self._s = self.forget * self._s + s
+            self._t = self.forget * self._t + t
+
+
+POLICIES = ("static", "heuristic", "ema", "batch", "goodput")
+
+
+def make_policy(spec: str | int) -> GammaPolicy:
+    """``4`` / ``"4"`` -> static; ``"heuristic"``, ``"ema"``, ``"batch"``, ``"goodput"`` -> that policy."""
+    if isinstance(spec, int) or str(spec).isdigit():
+        return StaticGamma(int(spec))
+    table = {"heuristic": HeuristicGamma, "ema": EmaGamma, "batch": BatchScheduleGamma, "goodput": GoodputGamma}
+    if spec not in table:
+        raise SpecLedgerError(f"unknown gamma policy {spec!r}; use an integer or one of {', '.join(table)}")
+    return table[spec]()
 
 
 def as_policy(gamma: int | GammaPolicy) -> GammaPolicy:
