@@ -26,7 +26,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from specledger.engine.decode import Emitted
-from specledger.engine.policy import GammaPolicy, HeuristicGamma
+from specledger.engine.policy import POLICIES, GammaPolicy, make_policy
 from specledger.engine.sampling import SamplingParams
 from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
@@ -54,13 +54,13 @@ from specledger.serve.worker import EngineWorker, Job, JobCancelled, JobFailed, 
 #: (prompt, messages) -> token ids; exactly one of the two is given (messages = chat template).
 PromptEncoder = Callable[[str | None, list[dict[str, str]] | None], list[int]]
 
-GAMMA_POLICIES: dict[str, Callable[[], GammaPolicy]] = {"heuristic": HeuristicGamma}
+GAMMA_POLICIES = tuple(p for p in POLICIES if p != "static")
 HEURISTIC_MAX_GAMMA = 16
 DISCONNECT_POLL_S = 0.25
 
 
 def parse_gamma(gamma: int | str) -> Callable[[], int | GammaPolicy]:
-    """A factory of the per-request gamma: an integer >= 0, or a policy name (fresh per request)."""
+    """A factory of the per-request gamma: an integer >= 0, or a policy name (one shared instance)."""
     if isinstance(gamma, str) and gamma.strip().isdigit():
         gamma = int(gamma)
     if isinstance(gamma, int) and not isinstance(gamma, bool):
@@ -68,7 +68,10 @@ def parse_gamma(gamma: int | str) -> Callable[[], int | GammaPolicy]:
             raise SpecLedgerError(f"gamma must be >= 0, got {gamma}")
         return lambda: gamma
     if isinstance(gamma, str) and gamma in GAMMA_POLICIES:
-        return GAMMA_POLICIES[gamma]
+        # one instance for the server: the worker decodes one request at a time, ``reset`` clears
+        # per-request state, and what a policy learns about costs carries across requests
+        policy = make_policy(gamma)
+        return lambda: policy
     raise SpecLedgerError(
         f"gamma must be an integer >= 0 or one of: {', '.join(GAMMA_POLICIES)}; got {gamma!r}"
     )
