@@ -95,6 +95,15 @@ def verify_ratios(model: Transformer, prompt_len: int, repeats: int = 15) -> lis
     return [x / times[0] for x in times], times[0]
 
 
+def teacher_forced_agreement(reference: Transformer, other: Transformer, ids: list[int]) -> float:
+    """Fraction of positions where both models' argmax agree on the same (reference) context."""
+    x = torch.tensor([ids])
+    with torch.inference_mode():
+        a = reference(x, 0, reference.new_cache(len(ids))).argmax(-1)
+        b = other(x, 0, other.new_cache(len(ids))).argmax(-1)
+    return float((a == b).float().mean())
+
+
 def machine_bandwidth_gbs() -> tuple[float, float]:
     """(read GB/s via torch.sum over 1 GiB fp32, copy GB/s counting read + write)."""
     a = torch.ones(1 << 28)
@@ -159,11 +168,10 @@ def main() -> None:
             q = quantize_int8(model)
             q_e2e, q_dec = ours_tokens_per_s(q, prompt_ids, n, reps)
             q_ratios, q_t1 = verify_ratios(q, len(prompt_ids))
-            q_ids, _, _ = greedy_decode(q, prompt_ids, n)
-            agree = sum(a == b for a, b in zip(q_ids, ours_ids))
+            agree = teacher_forced_agreement(model, q, prompt_ids + ours_ids)
             print(f"  int8          {q_e2e:6.1f} tok/s end-to-end, {q_dec:6.1f} tok/s decode-only, "
                   f"weights {q.weight_bytes() / 1e6:.0f} MB -> {q.weight_bytes() * q_dec / 1e9:.1f} GB/s; "
-                  f"greedy tokens equal to {dtype}: {agree}/{n}")
+                  f"teacher-forced top-1 agreement with {dtype}: {agree:.1%}")
             print(f"  int8 verify T=1..9 / T=1 (T=1 = {q_t1 * 1e3:.1f} ms): " + " ".join(f"{r:.2f}" for r in q_ratios))
             del q, model, loaded
 

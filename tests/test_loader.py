@@ -150,7 +150,7 @@ def test_real_smollm2_gguf():
     assert (cfg.hidden_dim, cfg.vocab_size, cfg.rope_theta, cfg.tie_embeddings) == (1536, 49152, 100000.0, True)
     assert loaded.max_context == 8192 and 2 in loaded.eos_token_ids
     ids = loaded.encode_prompt("What is the capital of France?")
-    assert ids[0] == 1 and ids[-3:] == loaded.tokenizer.encode("<|im_start|>assistant\n")
+    assert ids[0] == 1 and ids[-4:] == loaded.tokenizer.encode("<|im_start|>assistant\n")
     assert "capital of France" in loaded.decode(ids)
     assert loaded.encode_prompt("hello", chat=False) == loaded.tokenizer.encode("hello")
     hf_dir = loader.convert_gguf(default_target_path())

@@ -221,3 +221,35 @@ def test_int8_close_to_float(pair, tokens, dtype):
         quant(tokens[:, :4], 0, cache)
         step = quant(tokens[:, 4:5], 4, cache)
     torch.testing.assert_close(step[:, 0], got[:, 4], atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 4])
+def test_prepacked_linear_matches_f_linear(dtype, rows):
+    """Every kernel path of the prepacked Linear computes F.linear, and an in-place weight
+    update is picked up (the packed copies are rebuilt, never stale)."""
+    from specledger.engine.model import Linear
+
+    torch.manual_seed(0)
+    lin = Linear(64, 96, bias=True).to(dtype).requires_grad_(False)
+    x = torch.randn(1, rows, 64, dtype=dtype)
+    tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    with torch.inference_mode():
+        torch.testing.assert_close(lin(x), torch.nn.functional.linear(x, lin.weight, lin.bias), **tol)
+    with torch.no_grad():
+        lin.weight.mul_(-2.0)
+    with torch.inference_mode():
+        torch.testing.assert_close(lin(x), torch.nn.functional.linear(x, lin.weight, lin.bias), **tol)
+
+
+def test_quantize_under_inference_mode_and_deepcopy(pair, tokens):
+    """The decode loop may quantize inside inference_mode; the packed state is never copied."""
+    import copy
+
+    _, ours = pair
+    full_pass(ours, tokens)  # builds the packed copies
+    with torch.inference_mode():
+        quant = quantize_int8(ours)
+        twin = copy.deepcopy(ours)
+    assert torch.isfinite(full_pass(quant, tokens)).all()
+    torch.testing.assert_close(full_pass(twin, tokens), full_pass(ours, tokens))

@@ -4,6 +4,9 @@ Design (in the spirit of gpt-fast, written for CPU decode):
 
 - q/k/v are fused into one linear (``wqkv``) and gate/up into one (``w13``): a decode step
   runs 4 matmuls per layer instead of 7, and each weight is read exactly once per step.
+  Matmuls run on prepacked weight copies (see :class:`Linear`), the bulk of the speed-up.
+- One RoPE call per layer rotates the q and k heads and passes the v heads through (cos=1,
+  sin=0), so the new keys and values land in the cache with a single copy.
 - The KV cache is a pair of preallocated tensors ``[n_layers, B, n_kv_heads, capacity, head_dim]``
   holding no length. ``forward(tokens, start_pos, cache)`` writes k/v for positions
   ``start_pos .. start_pos+T-1`` and attends over slots ``[0, start_pos+T)`` only, so rolling
@@ -161,14 +164,15 @@ def _can_prepack(weight: torch.Tensor) -> bool:
 
 
 class Linear(nn.Linear):
-    """``nn.Linear`` whose matmul runs on a oneDNN-prepacked copy of its weight.
+    """``nn.Linear`` whose matmul runs on prepacked copies of its weight (derived state).
 
-    On the 2-core EPYC target the prepacked oneDNN kernel is ~1.5-2x faster than ``F.linear``
-    for decode-sized inputs (T = 1..9 rows) in both bf16 and fp32, and costs the same for T=1
-    and T=9 (benchmarks/bench_model.py). The packed copy is derived state: built lazily on the
-    first forward, rebuilt whenever the weight tensor is replaced or modified in place, and
-    never copied or saved (``state_dict`` holds only the plain weight). Set ``prepack = False``
-    (class or instance) to use ``F.linear``.
+    Measured on the 2-core EPYC target (benchmarks/bench_model.py, 1 thread): the oneDNN
+    prepacked kernel (``mkldnn._linear_pointwise``) is ~1.7x faster than ``F.linear`` for bf16
+    decode and costs about the same for 1 and 9 rows; in fp32 a single row is fastest as
+    ``x @ W^T`` on a contiguous transposed copy (MKL gemv; 2.3x on the LM head) while 2+ rows
+    use the oneDNN pack. The copies are built lazily on the first forward, rebuilt whenever the
+    weight tensor is replaced or modified in place, and never copied or saved (``state_dict``
+    holds only the plain weight). Set ``prepack = False`` (class or instance) for ``F.linear``.
     """
 
     prepack: bool = True
@@ -176,28 +180,35 @@ class Linear(nn.Linear):
     def __init__(self, in_features: int, out_features: int, bias: bool = False):
         super().__init__(in_features, out_features, bias=bias)
         self._packed: torch.Tensor | None = None
+        self._transposed: torch.Tensor | None = None
         self._packed_key: tuple | None = None
 
     def _weight_key(self) -> tuple:
         w = self.weight
-        return (w.data_ptr(), w.dtype, w._version)
+        return (w.data_ptr(), w.dtype, 0 if w.is_inference() else w._version, self.prepack)
 
-    def _repack(self) -> torch.Tensor | None:
-        self._packed, self._packed_key = None, self._weight_key()
+    def _repack(self) -> None:
+        self._packed = self._transposed = None
+        self._packed_key = self._weight_key()
         if self.prepack and _can_prepack(self.weight):
             with torch.inference_mode(False), torch.no_grad():
-                self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), 1)
-        return self._packed
+                weight = self.weight.detach()
+                self._packed = torch.ops.mkldnn._reorder_linear_weight(weight, 1)
+                if weight.dtype == torch.float32:
+                    self._transposed = weight.t().contiguous()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        key = self._weight_key()
-        packed = self._packed if key == self._packed_key else self._repack()
-        if packed is None or x.dtype != packed.dtype or not self.prepack:
+        if self._weight_key() != self._packed_key:
+            self._repack()
+        if self._packed is None or x.dtype != self.weight.dtype:
             return F.linear(x, self.weight, self.bias)
-        return torch.ops.mkldnn._linear_pointwise(x, packed, self.bias, "none", [], "")
+        if self._transposed is not None and x.numel() == x.shape[-1]:
+            y = torch.matmul(x, self._transposed)
+            return y if self.bias is None else y + self.bias
+        return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_packed": None, "_packed_key": None}
+        return {**self.__dict__, "_packed": None, "_transposed": None, "_packed_key": None}
 
 
 class Block(nn.Module):
