@@ -124,6 +124,14 @@ class KVCache:
         """Bytes held by the k and v tensors together."""
         return self.kv.numel() * self.kv.element_size()
 
+    def slot(self, b: int) -> KVCache:
+        """A batch-1 view of sequence slot ``b`` (shares storage): prefill one request of a batch."""
+        view = object.__new__(KVCache)
+        view.capacity, view.batch_size = self.capacity, 1
+        view.kv = self.kv[:, :, b : b + 1]
+        view.k, view.v = view.kv[:, 0], view.kv[:, 1]
+        return view
+
 
 def rope_cos_sin(config: ModelConfig, n_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
     """HF Llama RoPE tables: ``inv_freq_i = theta^(-2i/d)``, angle ``p * inv_freq`` duplicated
@@ -278,6 +286,42 @@ class Block(nn.Module):
         return x + self.w2(F.silu(gate) * up)
 
 
+    def forward_packed(
+        self,
+        x: torch.Tensor,
+        kv_cache: torch.Tensor,
+        slots: torch.Tensor,
+        positions: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+    ) -> torch.Tensor:
+        """Ragged batch, packed: ``x`` [1, M, dim] holds M rows from several sequences; row m is
+        position ``positions[m]`` of the sequence in cache slot ``slots[m]``. Every op is the same
+        per-row op as :meth:`forward` (linears are row-invariant for M >= 2, attention runs row
+        by row over the row's own key prefix), so each row equals a solo decode bit for bit."""
+        _, m, _ = x.shape
+        hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv_heads
+        qkv = self.wqkv(rms_norm(x, self.attn_norm, self.eps)).view(1, m, nh + 2 * nkv, hd)
+        qkv = apply_rope(qkv, cos, sin)
+        kv_cache[:, slots, :, positions] = qkv[0, :, nh:].view(m, 2, nkv, hd)
+        group = nh // nkv
+        q = qkv[0, :, :nh].reshape(m, nkv, group, hd)
+        slot_list, pos_list = slots.tolist(), positions.tolist()
+        rows = [
+            F.scaled_dot_product_attention(
+                q[i : i + 1].contiguous(),
+                kv_cache[0, slot_list[i] : slot_list[i] + 1, :, : pos_list[i] + 1],
+                kv_cache[1, slot_list[i] : slot_list[i] + 1, :, : pos_list[i] + 1],
+            )
+            for i in range(m)
+        ]
+        out = torch.cat(rows, dim=0).reshape(1, m, nh * hd)
+        x = x + self.wo(out)
+        gate_up = self.w13(rms_norm(x, self.mlp_norm, self.eps))
+        gate, up = gate_up.split((self.hidden_dim, self.hidden_dim), dim=-1)
+        return x + self.w2(F.silu(gate) * up)
+
+
 class Transformer(nn.Module):
     """Llama decoder. ``forward`` returns float32 logits and writes k/v into the given cache."""
 
@@ -355,6 +399,41 @@ class Transformer(nn.Module):
         if last_only:
             x = x[:, -1:]
         return self.lm_head(rms_norm(x, self.norm, self.config.norm_eps)).float()
+
+    def _rope_rows(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin for arbitrary positions, [M, nh + 2*nkv, head_dim], same values as _rope_tables."""
+        if self._rope_cache is None or self._rope_cache[0] != self.dtype:
+            self._rope_cache = (self.dtype, self.rope_cos.to(self.dtype), self.rope_sin.to(self.dtype))
+        cfg = self.config
+        m, rotated, passthrough = len(positions), cfg.n_heads + cfg.n_kv_heads, cfg.n_kv_heads
+        cos = self._rope_cache[1][positions][:, None].expand(m, rotated, -1)
+        sin = self._rope_cache[2][positions][:, None].expand(m, rotated, -1)
+        ones = cos.new_ones(m, passthrough, cos.shape[-1])
+        return torch.cat((cos, ones), dim=1), torch.cat((sin, torch.zeros_like(ones)), dim=1)
+
+    def forward_packed(
+        self,
+        tokens: Sequence[int],
+        slots: Sequence[int],
+        positions: Sequence[int],
+        cache: KVCache,
+        logit_rows: Sequence[int] | None = None,
+    ) -> torch.Tensor:
+        """One pass over a ragged batch (continuous batching): row m is token ``tokens[m]`` at
+        ``positions[m]`` of the sequence in cache slot ``slots[m]``; its k/v are written there and
+        it attends to that slot's positions [0, positions[m]]. Returns float32 logits
+        [len(logit_rows), V] for the requested rows (all rows if None)."""
+        pos = torch.tensor(list(positions), dtype=torch.long)
+        if len(pos) and (int(pos.max()) >= cache.capacity or int(pos.min()) < 0):
+            raise SpecLedgerError(f"positions up to {int(pos.max())} do not fit the KV cache (capacity {cache.capacity})")
+        slot_t = torch.tensor(list(slots), dtype=torch.long)
+        cos, sin = self._rope_rows(pos)
+        x = self.embed(torch.tensor([list(tokens)]))
+        for i, layer in enumerate(self.layers):
+            x = layer.forward_packed(x, cache.kv[i], slot_t, pos, cos, sin)
+        if logit_rows is not None:
+            x = x[:, list(logit_rows)]
+        return self.lm_head(rms_norm(x, self.norm, self.config.norm_eps)).float()[0]
 
     def weight_bytes(self) -> int:
         """Bytes of weights read per decode step: every layer's tensors + final norm + LM head.
