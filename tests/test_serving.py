@@ -3,7 +3,7 @@ same load, crossovers and the memory ledger are computed."""
 
 from __future__ import annotations
 
-from specledger.bench.serving import crossover, memory_ledger, poisson_arrivals, run_point, run_serving_sweep
+from specledger.bench.serving import crossover, memory_ledger, poisson_arrivals, run_point, run_serving_sweep  # noqa: F401
 from specledger.engine.decode import Engine
 from specledger.engine.drafters.registry import make_drafter
 

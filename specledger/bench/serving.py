@@ -15,7 +15,6 @@ candidates in its KV accounting, and the static allocation of the slot cache.
 from __future__ import annotations
 
 import math
-import random
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 from specledger.analysis.metrics import latency_stats
 from specledger.engine.batch import BatchEngine, BatchRequest
 from specledger.engine.trace import RequestRecord
+from specledger.probe.loadgen import poisson_arrivals
 
 
 def point_metrics(records: Sequence[RequestRecord], wall_s: float, engine: BatchEngine) -> dict[str, Any]:
@@ -53,15 +53,6 @@ def point_metrics(records: Sequence[RequestRecord], wall_s: float, engine: Batch
 def _el(records: Sequence[RequestRecord]) -> float:
     full = [rd for r in records for rd in r.rounds if not rd.truncated]
     return sum(rd.committed for rd in full) / len(full) if full else math.nan
-
-
-def poisson_arrivals(rate: float, n: int, seed: int = 0) -> list[float]:
-    rnd = random.Random(seed)
-    t, out = 0.0, []
-    for _ in range(n):
-        t += rnd.expovariate(rate)
-        out.append(t)
-    return out
 
 
 def run_point(
