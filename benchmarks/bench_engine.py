@@ -94,7 +94,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--skip-hf-assisted", action="store_true")
     args = ap.parse_args()
-    console = Console()
+    console = Console(width=160)
     from transformers import AutoModelForCausalLM
 
     hf_dir = convert_gguf(default_target_path())
@@ -118,14 +118,17 @@ def main() -> None:
     e32 = engines["float32"]
     configs["bare loop fp32 (no instrumentation)"] = bare_runner(e32, mt)
     for name, gammas in (("ngram", (4, 8)), ("suffix", (4, 8)), ("layerskip", (2, 4)), ("quant-self", (2, 4))):
-        d = make_drafter(name, e32)
-        for g in gammas:
+        layers = None
+        for g in gammas:  # a fresh drafter per configuration: suffix must not learn answers across configs
+            d = make_drafter(name, e32, layers=layers)
+            layers = ",".join(map(str, d.layers)) if name == "layerskip" else None
             configs[f"ours {name} fp32 γ={g}"] = ours_runner(e32, d, g, mt)
 
-    # warm-up (first-call allocations, oneDNN kernel selection)
+    # warm-up (first-call allocations, oneDNN kernel selection) on a prompt outside the set
+    warm = lm32.encode_prompt("Say hello.")
     for fn in configs.values():
         try:
-            fn(ps[0][:32])
+            fn(warm)
         except Exception as exc:  # an HF feature missing in this transformers version
             console.print(f"[yellow]warm-up failed: {exc}[/]")
     results = {k: {"tok": [], "sec": [], "el": [], "ident": 0, "n": 0, "err": None} for k in configs}

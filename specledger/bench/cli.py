@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -56,7 +57,7 @@ def run(
     from specledger.report.build import build_report
     from specledger.report.cli import print_summary
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)
     if quick and full:
         raise SpecLedgerError("choose one of --quick and --full")
     if resume is not None:

@@ -171,13 +171,21 @@ def run(
     by_id = {it.id: it for it in items if it.id in encoded}
     require(bool(by_id), "no workload item fits the prompt budget; raise --max-prompt-tokens")
 
-    drafters: dict[str, Any] = {}
+    # One drafter instance per setting (drafter, gamma, temperature): a cross-request drafter
+    # (suffix) must not learn a prompt's answer from another setting's run of the same prompt.
+    layers = plan.layers
     drafter_info: dict[str, Any] = {}
-    for name in plan.drafters:
-        drafters[name] = make_drafter(name, engine, layers=plan.layers, draft_path=plan.draft)
-        if name == "layerskip":
-            drafter_info["layerskip_layers"] = list(drafters[name].layers)
-    drafters["none"] = make_drafter("none", engine)
+    if "layerskip" in plan.drafters and not layers:
+        layers = ",".join(map(str, make_drafter("layerskip", engine).layers))  # calibrate once
+    if "layerskip" in plan.drafters:
+        drafter_info["layerskip_layers"] = layers
+    drafters: dict[tuple[str, int, float], Any] = {}
+
+    def drafter_for(job: Job) -> Any:
+        key = (job.drafter, job.gamma, job.temperature)
+        if key not in drafters:
+            drafters[key] = make_drafter(job.drafter, engine, layers=layers, draft_path=plan.draft)
+        return drafters[key]
 
     meta = {
         "name": run_dir.name,
@@ -216,7 +224,7 @@ def run(
             progress(finished, total, f"{item.category} {job.drafter} γ={job.gamma} T={job.temperature:g}")
         params = SamplingParams(temperature=job.temperature, seed=plan.seed)
         rec: RequestRecord = engine.generate(
-            encoded[job.prompt_id], drafter=drafters[job.drafter], gamma=job.gamma, params=params,
+            encoded[job.prompt_id], drafter=drafter_for(job), gamma=job.gamma, params=params,
             max_tokens=plan.max_tokens, request_id=f"{job.prompt_id}|{job.drafter}|{job.gamma}|{job.temperature:g}",
         )
         rec.category = item.category
