@@ -29,6 +29,7 @@ def _root() -> None:
 
 def _register() -> None:
     from specledger.bench.cli import run
+    from specledger.bench.sweep_cli import sweep
     from specledger.engine.cli import generate
     from specledger.ledger.cli import ledger
     from specledger.probe.cli import import_vllm_bench, probe
@@ -36,6 +37,7 @@ def _register() -> None:
     from specledger.serve.cli import serve
 
     app.command("run")(run)
+    app.command("sweep")(sweep)
     app.command("ledger")(ledger)
     app.command("generate")(generate)
     app.command("probe")(probe)

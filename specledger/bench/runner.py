@@ -98,7 +98,11 @@ def plan_jobs(prompt_ids: Sequence[str], plan: RunPlan) -> list[Job]:
 def done_keys(trace_path: Path) -> set[tuple[str, str, int, float]]:
     if not trace_path.exists():
         return set()
-    return {(r.prompt_id, r.drafter, int(r.gamma), round(r.temperature, 6)) for r in read_records(trace_path)}
+    return {
+        (r.prompt_id, r.drafter, int(r.gamma), round(r.temperature, 6))
+        for r in read_records(trace_path)
+        if not r.extra.get("experiment")  # sweep experiments share the folder, not the job list
+    }
 
 
 def load_items(plan: RunPlan, vocab_size: int):

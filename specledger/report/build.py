@@ -23,6 +23,8 @@ from specledger.gates import GATES, NOT_ASSESSED, SLO, evaluate_gates, load_slo,
 SUMMARY_NAME = "summary.json"
 HTML_NAME = "report.html"
 SCHEMA = "specledger.summary/1"
+EXPERIMENT_KEY = "experiment"  # RequestRecord.extra key set by side experiments (specledger sweep)
+EXPERIMENT_FILES = {"quantization": "quantization.json", "policies": "policies.json"}
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -66,6 +68,29 @@ def load_run(run_dir: str | Path) -> tuple[list[RequestRecord], dict[str, Any]]:
     return records, meta
 
 
+def main_records(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    """The records of the main job: side-experiment records (``extra["experiment"]`` set, e.g. the
+    four-way's int8 target or a second plain baseline of the same prompt) would pair wrongly with
+    the main baselines, so they are analysed only by their own experiment (its JSON file)."""
+    return [r for r in records if not r.extra.get(EXPERIMENT_KEY)]
+
+
+def load_experiments(run_dir: str | Path) -> dict[str, Any]:
+    """The side-experiment results present in ``run_dir`` (``quantization.json``, ``policies.json``)."""
+    out: dict[str, Any] = {}
+    for name, filename in EXPERIMENT_FILES.items():
+        path = Path(run_dir) / filename
+        if not path.is_file():
+            continue
+        try:
+            loaded = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise SpecLedgerError(f"{path} is not valid JSON ({exc}); re-run `specledger sweep` or delete it") from None
+        if isinstance(loaded, dict):
+            out[name] = loaded
+    return out
+
+
 def _run_memory(meta: dict[str, Any]) -> float | None:
     for key in ("peak_memory_bytes", "peak_mem_bytes"):
         value = meta.get(key)
@@ -80,10 +105,15 @@ def summarize(
     slo: SLO | None = None,
     n_resamples: int = 1000,
     seed: int = 0,
+    experiments: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Every figure of the report as one JSON-ready dict: analysis + gates + verdicts."""
+    """Every figure of the report as one JSON-ready dict: analysis + gates + verdicts, plus the
+    side experiments' results (``experiments``) as they are. Side-experiment records are left out
+    of the main analysis (:func:`main_records`)."""
     meta = dict(meta or {})
     slo = slo or SLO()
+    all_records = list(records)
+    records = main_records(all_records)
     analysis = analyze_run(records, n_resamples=n_resamples, seed=seed)
     groups = group_scenarios(records)
     by_label = {k.label: k for k in groups}
@@ -101,6 +131,8 @@ def summarize(
             "meta": meta,
             "slo": slo.to_dict(),
             "requests": len(records),
+            "experiment_requests": len(all_records) - len(records),
+            "experiments": dict(experiments or {}),
             "verdicts": verdicts(analysis["scenarios"], slo),
             **analysis,
         }
@@ -118,7 +150,7 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
     import jinja2
     from plotly.offline import get_plotlyjs
 
-    from specledger.report.plots import figure_divs
+    from specledger.report.plots import experiment_figure_divs, figure_divs
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("specledger.report", "."),
@@ -146,7 +178,8 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
         gate_names=GATES,
         status_class={"pass": "pass", "fail": "fail", NOT_ASSESSED: "na"},
         fmt=_fmt,
-        plots=figure_divs(summary),
+        plots={**figure_divs(summary), **experiment_figure_divs(summary)},
+        experiments=summary.get("experiments", {}),
         plotly_js=get_plotlyjs(),
     )
 
@@ -158,7 +191,8 @@ def build_report(
     run_dir = Path(run_dir)
     slo_obj = slo if isinstance(slo, SLO) else load_slo(slo)
     records, meta = load_run(run_dir)
-    summary = summarize(records, meta, slo_obj, n_resamples=n_resamples, seed=seed)
+    summary = summarize(records, meta, slo_obj, n_resamples=n_resamples, seed=seed,
+                        experiments=load_experiments(run_dir))
     summary["run_dir"] = str(run_dir)
     html = render_html(summary, title=str(meta.get("name") or run_dir.name))
     atomic_write_text(
@@ -169,4 +203,5 @@ def build_report(
     return summary, html_path
 
 
-__all__ = ["build_report", "summarize", "render_html", "load_run", "atomic_write_text"]
+__all__ = ["build_report", "summarize", "render_html", "load_run", "atomic_write_text", "load_experiments",
+           "main_records"]

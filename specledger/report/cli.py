@@ -73,6 +73,50 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
         console.print(f"[bold]{v['category']} T={v['temperature']:g}[/]: [{colour}]{head}[/] — {v['reason']}")
 
 
+def _ci(row: dict[str, Any]) -> str:
+    lo, hi = row.get("speedup_ci") or (None, None)
+    speed = _f(row.get("speedup"), 3)
+    return speed if lo is None or hi is None else f"{speed} [{_f(lo)}, {_f(hi)}]"
+
+
+def _same(row: dict[str, Any]) -> str:
+    c = row.get("correctness")
+    if not c:
+        return "ref"
+    colour = "green" if c["all_identical"] else "red"
+    return f"[{colour}]{c['identical']}/{c['of']}[/]"
+
+
+def print_experiments(summary: dict[str, Any], console: Console | None = None) -> None:
+    """Tables of the side experiments in ``summary["experiments"]`` (quantization four-way, policies)."""
+    console = console or Console()
+    experiments = summary.get("experiments") or {}
+    q = experiments.get("quantization")
+    if q:
+        table = Table(title=f"quantization four-way ({q['drafter']} γ={q['gamma']}, {len(q['prompts'])} prompts)",
+                      header_style="bold")
+        for col in ("setting", "tok/s", "S vs fp32 plain [95% CI]", "E[L]", "identical to verifier", "task score"):
+            table.add_column(col, justify="left" if col == "setting" else "right")
+        for r in q["settings"]:
+            table.add_row(r["setting"], _f(r["tokens_per_s"], 1), _ci(r), _f(r["el_full"]) if r["speculative"] else "1",
+                          _same(r), _f(r.get("quality_mean"), 3))
+        console.print(table)
+        for line in q.get("statements", []):
+            console.print(f"  {line}")
+    p = experiments.get("policies")
+    if p:
+        table = Table(title=f"speculation-length policies ({p['drafter']}, {len(p['prompts'])} prompts)",
+                      header_style="bold")
+        for col in ("setting", "tok/s", "S [95% CI]", "mean γ", "E[L]", "accept", "identical"):
+            table.add_column(col, justify="left" if col == "setting" else "right")
+        for r in p["settings"]:
+            table.add_row(r["setting"], _f(r["tokens_per_s"], 1), _ci(r), _f(r["mean_gamma"]), _f(r["el_full"]),
+                          _f(r["acceptance_rate"], 3), _same(r))
+        console.print(table)
+        if p.get("goodput_vs_best_static"):
+            console.print(f"  {p['goodput_vs_best_static']['statement']}")
+
+
 def report(
     run_dir: Annotated[Path, typer.Argument(help="Run folder holding traces.jsonl (and run.json).")],
     slo: Annotated[
@@ -99,6 +143,7 @@ def report(
     else:
         console = Console()
         print_summary(summary, console)
+        print_experiments(summary, console)
         console.print(f"report: {html_path}\nsummary: {html_path.with_name('summary.json')}")
     if open_:
         import webbrowser

@@ -288,3 +288,89 @@ def figure_divs(summary: dict) -> dict[str, str]:
         div_id: build(summary).to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=config)
         for div_id, build in FIGURES.items()
     }
+
+
+# ----------------------------------------------------------------------------- side experiments (sweep)
+def _ci_arrays(rows: list[dict]) -> tuple[list[float], list[float]]:
+    """Asymmetric error-bar lengths (above, below) from ``speedup_ci``; 0 where a bound is missing."""
+    hi = [r["speedup_ci"][1] - r["speedup"] if r["speedup_ci"][1] is not None else 0 for r in rows]
+    lo = [r["speedup"] - r["speedup_ci"][0] if r["speedup_ci"][0] is not None else 0 for r in rows]
+    return hi, lo
+
+
+def policy_speedups(policies: dict) -> go.Figure:
+    """Speed-up vs plain with 95% CI per static γ and per dynamic policy (one bar each)."""
+    fig = go.Figure()
+    for i, kind in enumerate(("static", "policy")):
+        rows = [r for r in policies["settings"] if r["kind"] == kind and r["speedup"] is not None]
+        if not rows:
+            continue
+        hi, lo = _ci_arrays(rows)
+        fig.add_trace(
+            go.Bar(
+                x=[r["setting"] for r in rows],
+                y=[r["speedup"] for r in rows],
+                name="static γ" if kind == "static" else "dynamic policy",
+                marker_color=_colour(i),
+                error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo},
+                customdata=[r["mean_gamma"] for r in rows],
+                hovertemplate="%{x}: S=%{y:.3f}, mean γ %{customdata:.2f}<extra></extra>",
+            )
+        )
+    fig.add_hline(y=1.0, line_dash="dash", line_color="grey", annotation_text="plain")
+    fig.update_layout(
+        title=f"Speed-up vs plain per speculation-length policy ({policies.get('drafter', '')}; 95% CI)",
+        yaxis_title="speed-up vs plain",
+        **LAYOUT,
+    )
+    return fig
+
+
+def quantization_speedups(quant: dict) -> go.Figure:
+    """Measured speed-ups of the four settings vs fp32 plain, and the product of the two singles."""
+    rows = [r for r in quant["settings"] if r["speedup"] is not None]
+    hi, lo = _ci_arrays(rows)
+    fig = go.Figure(
+        go.Bar(
+            x=[r["setting"] for r in rows],
+            y=[r["speedup"] for r in rows],
+            name="measured",
+            marker_color=_colour(0),
+            error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo},
+        )
+    )
+    combined = next((r["setting"] for r in rows if r["key"] == "int8-spec"), None)
+    product = quant.get("four_way", {}).get("product_of_single_speedups")
+    if combined is not None and product is not None:
+        fig.add_trace(
+            go.Scatter(
+                x=[combined],
+                y=[product],
+                mode="markers",
+                marker={"symbol": "line-ew-open", "size": 40, "color": "black"},
+                name="product of single speed-ups (reference)",
+            )
+        )
+    fig.add_hline(y=1.0, line_dash="dash", line_color="grey", annotation_text="fp32 plain")
+    fig.update_layout(title="Quantization four-way: speed-up vs fp32 plain (95% CI)",
+                      yaxis_title="speed-up", **LAYOUT)
+    return fig
+
+
+EXPERIMENT_FIGURES = {
+    "plot-quantization": ("quantization", quantization_speedups),
+    "plot-policies": ("policies", policy_speedups),
+}
+
+
+def experiment_figure_divs(summary: dict) -> dict[str, str]:
+    """Figures of the side experiments present in ``summary["experiments"]`` (none when absent)."""
+    config = {"displaylogo": False, "responsive": True}
+    experiments = summary.get("experiments") or {}
+    return {
+        div_id: build(experiments[name]).to_html(
+            full_html=False, include_plotlyjs=False, div_id=div_id, config=config
+        )
+        for div_id, (name, build) in EXPERIMENT_FIGURES.items()
+        if name in experiments
+    }

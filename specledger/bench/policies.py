@@ -1,0 +1,195 @@
+"""Speculation-length policies side by side at concurrency 1 (SPEC §4: "dynamic speculation").
+
+Per prompt, back to back: plain decoding, the drafter at every static γ, then every dynamic
+policy (heuristic, ema, goodput, ...). Each setting's speed-up is taken against plain decoding
+on the same prompts, S = (Σtok/Σt)_setting / (Σtok/Σt)_plain, with a paired prompt-bootstrap
+95% CI (:func:`specledger.analysis.stats.paired_speedup_bootstrap`).
+
+Policy instances live for the whole experiment: what a policy learns across requests (the
+goodput policy's cost line, the EMA's acceptance) carries over, while the engine calls
+``reset()`` at the start of every request for per-request state.
+
+"Best static γ in hindsight" is the static γ with the highest measured S. Picking the maximum
+of noisy estimates flatters it, so the question "is goodput at least as good?" is answered
+within noise: yes when goodput's point estimate is not below the best static one, or when
+their 95% CIs overlap; the direct paired ratio goodput / best static (with its CI) is reported
+beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from specledger.analysis.run import clean
+from specledger.bench.quantization import (
+    Progress,
+    check_fresh,
+    drafter_factory,
+    encode_prompts,
+    identical,
+    setting_figures,
+    tag,
+    write_json,
+)
+from specledger.engine.trace import RequestRecord, append_records
+from specledger.errors import require
+
+POLICY_EXPERIMENT = "policies"
+POLICIES_JSON = "policies.json"
+TRACE_NAME = "traces.jsonl"
+DYNAMIC = ("heuristic", "ema", "batch", "goodput")
+
+
+def setting_name(gamma: int | str) -> str:
+    """``0`` -> "plain", an int -> "γ=4", a policy name -> itself."""
+    if gamma == 0:
+        return "plain"
+    return f"γ={gamma}" if isinstance(gamma, int) else str(gamma)
+
+
+def intervals_overlap(a: Sequence[float | None], b: Sequence[float | None]) -> bool | None:
+    """Whether closed intervals [a0, a1] and [b0, b1] intersect; None if either bound is missing."""
+    if any(x is None for x in (*a, *b)):
+        return None
+    return max(a[0], b[0]) <= min(a[1], b[1])
+
+
+def compare_to_best_static(settings: Sequence[dict], records: dict[str, list[RequestRecord]],
+                           n_resamples: int = 1000, seed: int = 0) -> dict[str, Any] | None:
+    """Goodput vs the best static γ in hindsight: CI overlap, the direct paired ratio and one sentence."""
+    statics = [s for s in settings if s["kind"] == "static" and s["speedup"] is not None]
+    goodput = next((s for s in settings if s["setting"] == "goodput"), None)
+    if goodput is None or not statics or goodput["speedup"] is None:
+        return None
+    best = max(statics, key=lambda s: s["speedup"])
+    direct = setting_figures(records["goodput"], records[best["setting"]], n_resamples, seed)
+    overlap = intervals_overlap(goodput["speedup_ci"], best["speedup_ci"])
+    not_below = goodput["speedup"] >= best["speedup"]
+    verdict = bool(not_below or overlap)
+    g_lo, g_hi = goodput["speedup_ci"]
+    b_lo, b_hi = best["speedup_ci"]
+
+    def ci(lo: float | None, hi: float | None) -> str:
+        finite = all(x is not None and math.isfinite(x) for x in (lo, hi))
+        return f"{lo:.3f}–{hi:.3f}" if finite else "n/a"
+
+    sentence = (
+        f"goodput S = {goodput['speedup']:.3f} (95% CI {ci(g_lo, g_hi)}) vs best static {best['setting']} "
+        f"S = {best['speedup']:.3f} (95% CI {ci(b_lo, b_hi)}): "
+        + ("goodput is at least as fast" if not_below else
+           "within noise (CIs overlap)" if overlap else "goodput is slower beyond noise")
+        + f"; paired ratio goodput / {best['setting']} = {direct['speedup']:.3f}"
+        + f" (95% CI {ci(*direct['speedup_ci'])})."
+    )
+    return {
+        "best_static": best["setting"],
+        "best_static_gamma": best["gamma"],
+        "best_static_speedup": best["speedup"],
+        "best_static_ci": best["speedup_ci"],
+        "goodput_speedup": goodput["speedup"],
+        "goodput_ci": goodput["speedup_ci"],
+        "ci_overlap": overlap,
+        "goodput_not_below_point": not_below,
+        "goodput_at_least_best_within_noise": verdict,
+        "ratio_to_best_static": direct["speedup"],
+        "ratio_ci": [x if math.isfinite(x) else None for x in direct["speedup_ci"]],
+        "statement": sentence,
+    }
+
+
+def run_policies(
+    engine: Any,
+    items: Sequence[Any],
+    drafter: str = "ngram",
+    static_gammas: Sequence[int] = (1, 2, 4, 6, 8),
+    policies: Sequence[str] = ("heuristic", "ema", "goodput"),
+    max_tokens: int = 96,
+    out_dir: str | Path = ".",
+    seed: int = 0,
+    n_resamples: int = 1000,
+    progress: Progress | None = None,
+    layers: str | None = None,
+    draft_path: str | None = None,
+) -> dict[str, Any]:
+    """Plain, every static γ and every policy per prompt (interleaved); traces tagged
+    ``extra.experiment = "policies"`` go to ``out_dir/traces.jsonl``, the table to ``policies.json``."""
+    from specledger.engine.policy import make_policy
+    from specledger.engine.sampling import SamplingParams
+
+    require(drafter != "none", "the policy comparison needs a drafter; use --drafter ngram (default)")
+    require(all(isinstance(g, int) and g >= 1 for g in static_gammas), "static gammas must be integers >= 1")
+    require(len(set(static_gammas)) == len(static_gammas), "static gammas must be distinct")
+    for p in policies:
+        require(p in DYNAMIC, f"unknown policy {p!r}; choose from {', '.join(DYNAMIC)}")
+    require(len(set(policies)) == len(policies), "policies must be distinct")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    check_fresh(out, POLICY_EXPERIMENT)
+    prompts, skipped = encode_prompts(engine, items, max_tokens)
+
+    make = drafter_factory(drafter, engine, layers, draft_path)
+    plain = drafter_factory("none", engine)
+    instances = {p: make_policy(p) for p in policies}  # one per experiment: learning carries over
+    settings: list[tuple[str, str, Any, Any]] = [("plain", "plain", plain, 0)]
+    settings += [(setting_name(g), "static", make, g) for g in static_gammas]
+    settings += [(p, "policy", make, instances[p]) for p in policies]
+    # warm-up (discarded) with fresh drafters and static gammas only: policies learn from real requests
+    for g in (0, max(static_gammas)):
+        engine.generate(list(prompts[0].ids), drafter=(plain if g == 0 else make)(), gamma=g,
+                        max_tokens=min(max_tokens, 8))
+
+    params = SamplingParams(temperature=0.0, seed=seed)
+    by_setting: dict[str, list[RequestRecord]] = {name: [] for name, *_ in settings}
+    total, done = len(prompts) * len(settings), 0
+    for p in prompts:
+        for name, kind, factory, gamma in settings:
+            if progress:
+                progress(done, total, f"policies {p.category} {name}")
+            rec = engine.generate(list(p.ids), drafter=factory(), gamma=gamma, params=params,
+                                  max_tokens=max_tokens, request_id=f"policies|{p.id}|{name}")
+            tag(rec, p, POLICY_EXPERIMENT, name, kind=kind)
+            append_records(out / TRACE_NAME, [rec])
+            by_setting[name].append(rec)
+            done += 1
+    if progress:
+        progress(done, total, "policies done")
+
+    base = by_setting["plain"]
+    rows = []
+    for name, kind, _, gamma in settings:
+        row = {"setting": name, "kind": kind, "gamma": gamma if isinstance(gamma, int) else name,
+               **setting_figures(by_setting[name], base, n_resamples, seed)}
+        row["correctness"] = identical(by_setting[name], base) if kind != "plain" else None
+        if kind == "plain":
+            row["speedup"], row["speedup_ci"] = 1.0, [None, None]
+        rows.append(row)
+    rows = clean(rows)  # NaN -> None, as in the JSON file
+    best = compare_to_best_static(rows, by_setting, n_resamples, seed)
+    learned = None
+    if "goodput" in instances:
+        gp = instances["goodput"]
+        learned = {"cost_line_s": gp.cost_line(), "acceptance": gp.acceptance()}
+    result = {
+        "experiment": POLICY_EXPERIMENT,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "model": engine.name,
+        "dtype": engine.dtype,
+        "drafter": drafter,
+        "static_gammas": list(static_gammas),
+        "policies": list(policies),
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "prompts": [p.id for p in prompts],
+        "categories": sorted({p.category for p in prompts}),
+        "skipped_prompts": skipped,
+        "settings": rows,
+        "goodput_vs_best_static": best,
+        "goodput_learned": learned,
+    }
+    write_json(out / POLICIES_JSON, result)
+    return json.loads((out / POLICIES_JSON).read_text(encoding="utf-8"))

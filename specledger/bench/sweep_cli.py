@@ -1,0 +1,128 @@
+"""``specledger sweep``: the side experiments at concurrency 1 -- quantization four-way and
+speculation-length policies -- written into a run directory (traces + JSON) with its report."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from specledger.errors import SpecLedgerError, require
+
+EXPERIMENTS = ("quant4", "policies", "all")
+
+
+def _csv(text: str, cast: Any = str) -> list:
+    try:
+        return [cast(x.strip()) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SpecLedgerError(f"cannot parse list {text!r}; give comma-separated values like 1,2,4") from None
+
+
+def load_sweep_items(categories: list[str], n: int, seed: int, workload: Path | None, vocab_size: int
+                     ) -> tuple[list, list[str]]:
+    """Built-in categories (seeded sample of ``n`` each) or the user's JSONL: (items, warnings)."""
+    from specledger.bench.runner import RunPlan, load_items
+
+    plan = RunPlan(categories=categories, n_per_category=n, seed=seed,
+                   workload_file=str(workload) if workload else None)
+    require(n >= 1, "--n must be >= 1")
+    return load_items(plan, vocab_size)
+
+
+def write_meta(run_dir: Path, engine: Any, config: dict[str, Any], warnings: list[str]) -> None:
+    """``run.json`` for a fresh sweep directory; an existing one (a main run's) is left untouched."""
+    from specledger.bench.runner import META_NAME, machine_info
+
+    path = run_dir / META_NAME
+    if path.exists():
+        return
+    meta = {
+        "name": run_dir.name,
+        "kind": "sweep",
+        "model": engine.name,
+        "dtype": engine.dtype,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine_info(),
+        "weight_bytes": engine.model.weight_bytes() if hasattr(engine.model, "weight_bytes") else None,
+        "sweep": config,
+        "workload_warnings": warnings,
+    }
+    path.write_text(json.dumps(meta, indent=2))
+
+
+def sweep(
+    experiment: Annotated[str, typer.Option(help="quant4 | policies | all")] = "all",
+    categories: Annotated[str, typer.Option(help="Comma-separated categories.")] = "code-edit,dialogue",
+    n: Annotated[int, typer.Option("--n", help="Prompts per category.")] = 2,
+    max_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 96,
+    drafter: Annotated[str, typer.Option(help="Drafter for both experiments (ngram, suffix, layerskip, ...); "
+                                              "quant-self is degenerate on an int8 target.")] = "ngram",
+    gamma: Annotated[int, typer.Option(help="Static gamma of the four-way's speculative settings.")] = 4,
+    gammas: Annotated[str, typer.Option(help="Static gammas to compare the policies with.")] = "1,2,4,6,8",
+    policies: Annotated[str, typer.Option(help="Dynamic policies: heuristic, ema, batch, goodput.")]
+    = "heuristic,ema,goodput",
+    out: Annotated[Path | None, typer.Option(help="Run directory (default: runs/sweep-<timestamp>).")] = None,
+    workload: Annotated[Path | None, typer.Option(help="Your own JSONL workload instead of the categories.")] = None,
+    target: Annotated[str | None, typer.Option(help="GGUF file or HF model dir (default: bundled SmolLM2-135M).")]
+    = None,
+    dtype: Annotated[str, typer.Option(help="auto (= float32) | float32 | bfloat16")] = "auto",
+    layers: Annotated[str | None, typer.Option(help="layerskip layers (default: calibrate).")] = None,
+    draft: Annotated[str | None, typer.Option(help="Draft model path for the 'model' drafter.")] = None,
+    seed: Annotated[int, typer.Option(help="Workload sampling and bootstrap seed.")] = 0,
+    resamples: Annotated[int, typer.Option(min=1, help="Bootstrap resamples for the speed-up CIs.")] = 1000,
+) -> None:
+    """Quantization four-way and speculation-length policies side by side; writes traces, JSON and report.html."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from specledger.bench.policies import DYNAMIC, run_policies
+    from specledger.bench.quantization import run_quantization
+    from specledger.engine.cli import build_engine
+    from specledger.engine.drafters.registry import DRAFTERS
+    from specledger.report.build import build_report
+    from specledger.report.cli import print_experiments
+
+    require(experiment in EXPERIMENTS, f"unknown --experiment {experiment!r}; use one of {', '.join(EXPERIMENTS)}")
+    require(drafter in DRAFTERS and drafter != "none",
+            f"unknown drafter {drafter!r}; choose from {', '.join(DRAFTERS[1:])}")
+    require(max_tokens >= 1, "--max-tokens must be >= 1")
+    static = _csv(gammas, int)
+    names = _csv(policies)
+    require(bool(static) and all(g >= 1 for g in static), "--gammas must be integers >= 1, e.g. 1,2,4,6,8")
+    for p in names:
+        require(p in DYNAMIC, f"unknown policy {p!r}; choose from {', '.join(DYNAMIC)}")
+    console = Console()
+    run_dir = out or Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S")
+    console.print(f"[bold]specledger sweep[/] ({experiment}) -> {run_dir}")
+    with console.status("loading the target model"):
+        engine = build_engine(target, dtype)
+    items, warnings = load_sweep_items(_csv(categories), n, seed, workload, engine.model.config.vocab_size)
+    for w in warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = {"experiment": experiment, "categories": _csv(categories), "n": n, "max_tokens": max_tokens,
+              "drafter": drafter, "gamma": gamma, "gammas": static, "policies": names, "seed": seed,
+              "workload_file": str(workload) if workload else None}
+    write_meta(run_dir, engine, config, warnings)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    common = dict(max_tokens=max_tokens, out_dir=run_dir, seed=seed, n_resamples=resamples, layers=layers,
+                  draft_path=draft)
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task("requests", total=None)
+
+        def progress(done: int, total: int, label: str) -> None:
+            bar.update(task, completed=done, total=total, description=label[:40].ljust(40))
+
+        if experiment in ("quant4", "all"):
+            run_quantization(engine, items, drafter=drafter, gamma=gamma, progress=progress, **common)
+        if experiment in ("policies", "all"):
+            run_policies(engine, items, drafter=drafter, static_gammas=static, policies=names, progress=progress,
+                         **common)
+    with console.status("writing the report"):
+        summary, html = build_report(run_dir, n_resamples=resamples, seed=seed)
+    print_experiments(summary, console)
+    console.print(f"report: {html}")
