@@ -37,7 +37,9 @@ def solo(target):
 def test_batched_greedy_equals_solo_plain(target, solo, drafter, gamma, concurrency):
     solo_engine = Engine(target)
     engine = BatchEngine(target, max_batch=4, capacity=128)
-    factory = (lambda: make_drafter(drafter, solo_engine, layers="1"))
+    def factory():
+        return make_drafter(drafter, solo_engine, layers="1")
+
     recs = engine.run(_requests(10), factory, gamma, concurrency=concurrency)
     assert len(recs) == 10
     for r in recs:
