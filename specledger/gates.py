@@ -385,5 +385,7 @@ def _off_reason(measured: Sequence[dict[str, Any]], slo: SLO) -> str:
             else ""
         )
         return f"Off: the fastest setting, {name}, fails the {' and '.join(blocked)} gate{'s' if len(blocked) > 1 else ''}{tail}."
-    lo_txt = f"{lo:.2f}" if lo is not None else "unknown"
-    return f"Off: the fastest setting, {name}, has a speed-up CI lower bound of {lo_txt}, not above {slo.min_ci_low:g}."
+    if lo is None:
+        return (f"Off: the fastest setting, {name}, has no confidence interval (one prompt cannot be resampled); "
+                "measure more prompts (--n 2 or more) before deploying.")
+    return f"Off: the fastest setting, {name}, has a speed-up CI lower bound of {lo:.2f}, not above {slo.min_ci_low:g}."

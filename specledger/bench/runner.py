@@ -40,7 +40,7 @@ class RunPlan:
     drafters: list[str] = field(default_factory=lambda: ["ngram", "suffix", "layerskip", "quant-self"])
     gammas: list[int] = field(default_factory=lambda: [2, 4])
     temperatures: list[float] = field(default_factory=lambda: [0.0])
-    max_tokens: int = 96
+    max_tokens: int = 40
     max_prompt_tokens: int = 1536
     seed: int = 0
     layers: str | None = None  # layerskip layers; None = calibrate

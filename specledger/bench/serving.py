@@ -10,13 +10,19 @@ crossover: the lowest load at which its speed-up over plain falls below 1.
 Memory ledger: the extra target KV that candidates need, predicted as B * gamma * m_KV
 (seed §5.2, m_KV from the model config), against the peak the engine actually reserved for
 candidates in its KV accounting, and the static allocation of the slot cache.
+
+Deploy table: per load level, the fastest setting if its speed-up over plain at that load is
+> 1, else "off"; for the best drafter overall a {concurrency: gamma or 0} schedule, rendered as
+vLLM's ``num_speculative_tokens_per_batch_size`` ranges, plus a note for SGLang.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from specledger.analysis.metrics import latency_stats
@@ -43,6 +49,9 @@ def point_metrics(records: Sequence[RequestRecord], wall_s: float, engine: Batch
         "mean_batch": sum(s.batch_size for s in steps) / len(steps) if steps else math.nan,
         "mean_rows_per_step": sum(s.rows for s in steps) / len(steps) if steps else math.nan,
         "t_forward_ms_per_step": 1e3 * sum(s.t_forward for s in steps) / len(steps) if steps else math.nan,
+        "peak_batch": max((s.batch_size for s in steps), default=0),
+        "slots": engine.max_batch,
+        "slot_capacity": engine.capacity,
         "preemptions": engine.preemptions,
         "el": _el(records),
         "peak_reserved_tokens": engine.peak_reserved_tokens,
@@ -91,8 +100,12 @@ def crossover(points: Sequence[dict[str, Any]], key: str = "load") -> Any:
     return None
 
 
-def memory_ledger(model: Any, batch: int, gamma: int, engine_peak_candidates: int, slot_capacity: int) -> dict:
-    """Predicted candidate KV (B * gamma * m_KV) vs the engine's peak reserved candidates, bytes."""
+def memory_ledger(model: Any, batch: int, gamma: int, engine_peak_candidates: int, slot_capacity: int,
+                  slots: int | None = None) -> dict:
+    """Predicted candidate KV (B * gamma * m_KV) vs the engine's peak reserved candidates, bytes.
+
+    ``batch`` is the batch size at the peak (B), ``slots`` the engine's sequence slots (default B):
+    the static slot cache is slots * slot_capacity * m_KV, allocated whether speculation runs or not."""
     from specledger.ledger.memory import KVShape
 
     cfg = model.config
@@ -106,7 +119,9 @@ def memory_ledger(model: Any, batch: int, gamma: int, engine_peak_candidates: in
         "predicted_candidate_kv_bytes": predicted,
         "engine_peak_candidate_kv_bytes": actual,
         "relative_difference": (actual - predicted) / predicted if predicted else None,
-        "static_slot_cache_bytes": batch * slot_capacity * m_kv,
+        "batch": batch,
+        "gamma": gamma,
+        "static_slot_cache_bytes": (slots or batch) * slot_capacity * m_kv,
         "note": "the engine reserves candidate KV per step from the drafter's actual proposals; model-free "
         "drafters often propose fewer than gamma, so their reservation sits below B*gamma*m_KV",
     }
@@ -134,6 +149,24 @@ def long_context_prompts(loaded: Any, length: int, n: int, seed: int = 0) -> lis
     return out
 
 
+Progress = Callable[[int, int, str], None]
+OnPoint = Callable[[dict[str, Any], list[RequestRecord]], None]
+
+
+def setting_label(drafter: str, gamma: Any) -> str:
+    """``"plain"`` for plain decoding, else ``"<drafter> γ=<gamma>"`` (the crossover/deploy key)."""
+    return "plain" if drafter == "none" or not gamma else f"{drafter} γ={gamma}"
+
+
+def _warm_up(model: Any, prompts: Sequence[list[int]], factories: Sequence[tuple[Callable[[], Any], int]],
+             eos: Sequence[int]) -> None:
+    """A short discarded run per setting so that the first measured point does not pay one-off costs
+    (allocator growth, lazy kernels) that the later ones do not."""
+    few = list(prompts[:2])
+    for make, g in factories:
+        run_point(model, few, make, g, max_tokens=4, concurrency=len(few), eos=eos)
+
+
 def run_serving_sweep(
     engine: Any,
     prompts: Sequence[list[int]],
@@ -143,12 +176,19 @@ def run_serving_sweep(
     rates: Sequence[float] = (),
     context_lengths: Sequence[int] = (),
     context_concurrency: int = 4,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
+    on_point: OnPoint | None = None,
+    warmup: bool = True,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Plain vs each (drafter, gamma) at every concurrency (and Poisson rate), then vs context length.
 
     ``engine`` is a solo :class:`Engine` built from a LoadedModel (its model and tokenizer are
-    used; drafters are built per request with :func:`make_drafter`)."""
+    used; drafters are built per request with :func:`make_drafter`). Closed-loop points serve
+    max(2c, 4) requests (the prompts cycled), rate points 16, context points ``context_concurrency``
+    long prompts at that concurrency. Each point's speed-up is its throughput over plain's at the
+    same load. ``on_point(point, records)`` receives every point with its request records
+    (``prompt_id`` = index into ``prompts``, or ``context<length>#<i>``)."""
     from specledger.engine.drafters.registry import make_drafter
 
     model = engine.model
@@ -161,42 +201,242 @@ def run_serving_sweep(
             layers_cache["layers"] = ",".join(map(str, make_drafter("layerskip", engine).layers))
         return lambda: make_drafter(name, engine, layers=layers_cache.get("layers"))
 
-    def sweep(loads: Sequence[Any], kind: str, prompt_sets: Callable[[Any], Sequence[list[int]]]) -> list[dict]:
+    total = (len(concurrencies) + len(rates) + len(context_lengths)) * len(settings)
+    done = 0
+
+    def sweep(loads: Sequence[Any], kind: str, prompt_sets: Callable[[Any], tuple[list[list[int]], list[str]]]
+              ) -> list[dict]:
+        nonlocal done
         points = []
         for load in loads:
-            ps = prompt_sets(load)
+            ps, ids = prompt_sets(load)
             base_tp = None
             for name, g in settings:
                 if progress:
-                    progress(f"{kind}={load} {name} γ={g}")
+                    progress(done, total, f"serving {kind}={load} {setting_label(name, g)}")
                 conc = (context_concurrency if kind == "context" else load) if kind != "rate" else None
                 rate = load if kind == "rate" else None
-                _, m = run_point(model, ps, factory(name), g, max_tokens, conc, rate=rate, eos=eos)
-                m.update({"kind": kind, "load": load, "drafter": name, "gamma": g})
+                records, m = run_point(model, ps, factory(name), g, max_tokens, conc, rate=rate, eos=eos, seed=seed)
+                m.update({"kind": kind, "load": load, "drafter": name, "gamma": g, "setting": setting_label(name, g)})
                 if name == "none":
                     base_tp = m["throughput_tok_s"]
                 m["speedup"] = m["throughput_tok_s"] / base_tp if base_tp else None
                 if name != "none" and g:
-                    m["memory"] = memory_ledger(model, int(round(m["mean_batch"])) or 1, g,
-                                                m["peak_candidate_tokens"], max(len(p) for p in ps) + max_tokens + 32)
+                    m["memory"] = memory_ledger(model, m["peak_batch"] or 1, g, m["peak_candidate_tokens"],
+                                                m["slot_capacity"], slots=m["slots"])
+                for r in records:
+                    r.prompt_id = ids[int(r.prompt_id[1:])]
                 points.append(m)
+                if on_point:
+                    on_point(m, records)
+                done += 1
         return points
 
-    def repeat(n: int) -> Sequence[list[int]]:
-        return [prompts[i % len(prompts)] for i in range(n)]
+    def repeat(n: int) -> tuple[list[list[int]], list[str]]:
+        idx = [i % len(prompts) for i in range(n)]
+        return [list(prompts[i]) for i in idx], [str(i) for i in idx]
 
+    def long(length: int) -> tuple[list[list[int]], list[str]]:
+        ps = long_context_prompts(engine.loaded, length, context_concurrency, seed=seed)
+        return ps, [f"context{length}#{i}" for i in range(len(ps))]
+
+    if warmup:
+        _warm_up(model, prompts, [(factory(name), g) for name, g in settings], eos)
     result: dict[str, Any] = {"concurrency": [], "rate": [], "context": [], "crossover": {}}
     result["concurrency"] = sweep(concurrencies, "concurrency", lambda c: repeat(max(2 * c, 4)))
     if rates:
         result["rate"] = sweep(rates, "rate", lambda r: repeat(16))
     if context_lengths:
-        result["context"] = sweep(
-            context_lengths, "context",
-            lambda length: long_context_prompts(engine.loaded, length, context_concurrency),
-        )
+        result["context"] = sweep(context_lengths, "context", long)
     for kind in ("concurrency", "rate", "context"):
         for name, g in drafters:
             pts = [p for p in result[kind] if p["drafter"] == name and p["gamma"] == g]
             if pts:
-                result["crossover"].setdefault(kind, {})[f"{name} γ={g}"] = crossover(pts)
+                result["crossover"].setdefault(kind, {})[setting_label(name, g)] = crossover(pts)
+    if progress:
+        progress(done, total, "serving done")
     return result
+
+
+# ----------------------------------------------------------------------------- deploy tables
+VLLM_METHODS = {"ngram": "ngram", "suffix": "suffix", "model": "draft_model"}
+
+
+def deploy_table(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per load level (every concurrency, rate and context point): the setting with the highest
+    throughput if its speed-up over plain at that load is > 1, else "off" (plain decoding)."""
+    rows = []
+    for kind in ("concurrency", "rate", "context"):
+        loads: dict[Any, list[dict]] = {}
+        for p in result.get(kind, []):
+            loads.setdefault(p["load"], []).append(p)
+        for load, pts in loads.items():
+            spec = [p for p in pts if p["drafter"] != "none" and p.get("speedup") is not None]
+            best = max(spec, key=lambda p: p["throughput_tok_s"], default=None)
+            on = best is not None and best["speedup"] > 1.0
+            rows.append({
+                "kind": kind,
+                "load": load,
+                "decision": "deploy" if on else "off",
+                "drafter": best["drafter"] if on else None,
+                "gamma": best["gamma"] if on else 0,
+                "setting": best["setting"] if on else "off",
+                "speedup": best["speedup"] if best else None,
+                "best_candidate": best["setting"] if best else None,
+                "throughput_tok_s": best["throughput_tok_s"] if on else
+                next((p["throughput_tok_s"] for p in pts if p["drafter"] == "none"), None),
+            })
+    return rows
+
+
+def best_overall(points: Sequence[dict[str, Any]]) -> tuple[str, int] | None:
+    """The (drafter, gamma) with the highest geometric-mean speed-up over the given points."""
+    by: dict[tuple[str, int], list[float]] = {}
+    for p in points:
+        if p["drafter"] != "none" and p.get("speedup"):
+            by.setdefault((p["drafter"], p["gamma"]), []).append(p["speedup"])
+    if not by:
+        return None
+    return max(by, key=lambda k: math.fsum(math.log(s) for s in by[k]) / len(by[k]))
+
+
+def gamma_by_concurrency(points: Sequence[dict[str, Any]], drafter: str, gamma: int) -> dict[int, int]:
+    """{concurrency: gamma if this drafter's speed-up there is > 1 else 0} (a batch-size schedule)."""
+    return {int(p["load"]): (gamma if p.get("speedup") is not None and p["speedup"] > 1.0 else 0)
+            for p in sorted(points, key=lambda p: p["load"]) if p["drafter"] == drafter and p["gamma"] == gamma}
+
+
+def batch_size_ranges(schedule: dict[int, int]) -> list[list[int]]:
+    """{c_i: K_i} -> [[start, end, K], ...]: each measured c_i covers (c_(i-1), c_i] -- the range is
+    decided by the measurement at its largest batch, the conservative end when speed-up falls with
+    load -- and batches above the largest measured one get K = 0 (untested: plain)."""
+    rows, start = [], 1
+    for c in sorted(schedule):
+        rows.append([start, c, schedule[c]])
+        start = c + 1
+    if rows:
+        rows.append([start, max(start, 1024), 0])
+    return rows
+
+
+def deploy_configs(result: dict[str, Any]) -> dict[str, Any]:
+    """Paste-ready settings for the best drafter overall (:func:`best_overall` over the concurrency
+    points): its {concurrency: gamma or 0} schedule, the vLLM dynamic-SD config and an SGLang note.
+    JSON turns the schedule's integer keys into strings."""
+    conc = result.get("concurrency", [])
+    best = best_overall(conc)
+    out: dict[str, Any] = {"best_drafter": None, "gamma": None,
+                           "gamma_by_concurrency": {}, "vllm": None, "sglang_note": ""}
+    if best is None:
+        return out
+    drafter, gamma = best
+    schedule = gamma_by_concurrency(conc, drafter, gamma)
+    crossover_at = result.get("crossover", {}).get("concurrency", {}).get(setting_label(drafter, gamma))
+    out.update({"best_drafter": drafter, "gamma": gamma, "gamma_by_concurrency": schedule})
+    method = VLLM_METHODS.get(drafter)
+    on = [c for c, k in schedule.items() if k]
+    if method and on:
+        out["vllm"] = {
+            "speculative_config": {
+                "method": method,
+                "num_speculative_tokens": gamma,
+                "num_speculative_tokens_per_batch_size": batch_size_ranges(schedule),
+            },
+            "note": "vLLM dynamic speculative decoding: [start_bs, end_bs, K] ranges from the measured "
+                    "concurrencies; K = 0 turns speculation off. Measured on this machine and model: "
+                    "re-measure on the deployment hardware.",
+        }
+    elif not on:
+        out["vllm"] = {"speculative_config": None, "note": f"{setting_label(drafter, gamma)} never beat plain "
+                       "decoding here: leave speculation off."}
+    else:
+        out["vllm"] = {"speculative_config": None,
+                       "note": f"drafter {drafter!r} has no vLLM equivalent; the schedule above still holds."}
+    stop = f"from a concurrency of {crossover_at}" if crossover_at is not None else "above the largest load measured"
+    out["sglang_note"] = (
+        "SGLang fixes the draft length per server at launch (--speculative-num-steps / "
+        "--speculative-num-draft-tokens). To follow this table, run speculation only on instances whose "
+        f"running requests stay below the crossover (cap --max-running-requests), and plain decoding {stop}."
+    )
+    return out
+
+
+# ----------------------------------------------------------------------------- the experiment
+SERVING_EXPERIMENT = "serving"
+SERVING_JSON = "serving.json"
+
+
+def run_serving(
+    engine: Any,
+    items: Sequence[Any],
+    drafters: Sequence[tuple[str, int]] = (("ngram", 4), ("suffix", 4)),
+    concurrencies: Sequence[int] = (1, 2, 4, 8, 16),
+    rates: Sequence[float] = (),
+    context_lengths: Sequence[int] = (),
+    context_concurrency: int = 4,
+    max_tokens: int = 48,
+    out_dir: str | Path = ".",
+    seed: int = 0,
+    progress: Progress | None = None,
+    warmup: bool = True,
+) -> dict[str, Any]:
+    """The serving experiment into a run directory: every request's record (tagged
+    ``extra.experiment = "serving"``) appended to ``traces.jsonl`` as its point finishes, the
+    curves, crossovers, memory ledger and deploy table to ``serving.json`` (atomic)."""
+    from specledger.bench.quantization import TRACE_NAME, check_fresh, encode_prompts, write_json
+    from specledger.engine.drafters.registry import DRAFTERS
+    from specledger.engine.trace import append_records
+    from specledger.errors import require
+
+    require(bool(concurrencies) and all(isinstance(c, int) and c >= 1 for c in concurrencies),
+            "--concurrencies must be integers >= 1, e.g. 1,2,4,8,16")
+    require(all(r > 0 for r in rates), "--rates must be positive request rates (req/s), e.g. 2,8")
+    require(max_tokens >= 2, "--serving-max-tokens must be >= 2")
+    require(bool(drafters), "give at least one drafter, e.g. --serving-drafters ngram:4")
+    for name, g in drafters:
+        require(name in DRAFTERS and name != "none",
+                f"unknown drafter {name!r} in --serving-drafters; choose from {', '.join(DRAFTERS[1:])}")
+        require(isinstance(g, int) and g >= 1, f"gamma of {name} must be an integer >= 1, e.g. {name}:4")
+    limit = min(engine.max_context, engine.model.config.max_seq_len) - max_tokens - 64
+    for length in context_lengths:
+        require(16 <= length <= limit, f"context length {length} does not fit the model's context with "
+                f"{max_tokens} new tokens; use --contexts between 16 and {limit}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    check_fresh(out, SERVING_EXPERIMENT)
+    prompts, skipped = encode_prompts(engine, items, max_tokens)
+
+    def keep(point: dict[str, Any], records: list[RequestRecord]) -> None:
+        for i, rec in enumerate(records):
+            p = prompts[int(rec.prompt_id)] if rec.prompt_id.isdigit() else None
+            rec.prompt_id = p.id if p else rec.prompt_id
+            rec.category = p.category if p else "long-context"
+            rec.request_id = f"serving|{point['kind']}={point['load']}|{point['setting']}|{i}"
+            rec.extra.update({"experiment": SERVING_EXPERIMENT, "setting": point["setting"],
+                              "kind": point["kind"], "load": point["load"]})
+        append_records(out / TRACE_NAME, records)
+
+    result = run_serving_sweep(engine, [list(p.ids) for p in prompts], drafters, concurrencies, max_tokens,
+                               rates, context_lengths, context_concurrency, progress=progress, on_point=keep,
+                               warmup=warmup, seed=seed)
+    doc = {
+        "experiment": SERVING_EXPERIMENT,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "model": engine.name,
+        "dtype": engine.dtype,
+        "drafters": [setting_label(n, g) for n, g in drafters],
+        "concurrencies": list(concurrencies),
+        "rates": list(rates),
+        "context_lengths": list(context_lengths),
+        "context_concurrency": context_concurrency,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "prompts": [p.id for p in prompts],
+        "categories": sorted({p.category for p in prompts}),
+        "skipped_prompts": skipped,
+        **result,
+        "deploy_table": deploy_table(result),
+        "deploy": deploy_configs(result),
+    }
+    write_json(out / SERVING_JSON, doc)
+    return json.loads((out / SERVING_JSON).read_text(encoding="utf-8"))

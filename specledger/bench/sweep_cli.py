@@ -1,5 +1,6 @@
-"""``specledger sweep``: the side experiments at concurrency 1 -- quantization four-way and
-speculation-length policies -- written into a run directory (traces + JSON) with its report."""
+"""``specledger sweep``: the side experiments -- quantization four-way and speculation-length
+policies at concurrency 1, and serving (continuous batching under load and long context) --
+written into a run directory (traces + JSON) with its report."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import typer
 
 from specledger.errors import SpecLedgerError, require
 
-EXPERIMENTS = ("quant4", "policies", "all")
+EXPERIMENTS = ("quant4", "policies", "serving", "all")
 
 
 def _csv(text: str, cast: Any = str) -> list:
@@ -20,6 +21,20 @@ def _csv(text: str, cast: Any = str) -> list:
         return [cast(x.strip()) for x in text.split(",") if x.strip()]
     except ValueError:
         raise SpecLedgerError(f"cannot parse list {text!r}; give comma-separated values like 1,2,4") from None
+
+
+def parse_drafter_gammas(text: str) -> list[tuple[str, int]]:
+    """``"ngram:4,suffix:4"`` -> [("ngram", 4), ("suffix", 4)]; a missing ``:γ`` means γ = 4."""
+    out = []
+    for part in _csv(text):
+        name, _, g = part.partition(":")
+        try:
+            gamma = int(g) if g else 4
+        except ValueError:
+            raise SpecLedgerError(f"cannot parse {part!r}; write drafter:gamma, e.g. ngram:4") from None
+        out.append((name.strip(), gamma))
+    require(bool(out), "--serving-drafters is empty; give e.g. ngram:4,suffix:4")
+    return out
 
 
 def load_sweep_items(categories: list[str], n: int, seed: int, workload: Path | None, vocab_size: int
@@ -55,7 +70,7 @@ def write_meta(run_dir: Path, engine: Any, config: dict[str, Any], warnings: lis
 
 
 def sweep(
-    experiment: Annotated[str, typer.Option(help="quant4 | policies | all")] = "all",
+    experiment: Annotated[str, typer.Option(help="quant4 | policies | serving | all")] = "all",
     categories: Annotated[str, typer.Option(help="Comma-separated categories.")] = "code-edit,dialogue",
     n: Annotated[int, typer.Option("--n", help="Prompts per category.")] = 2,
     max_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 96,
@@ -72,15 +87,23 @@ def sweep(
     dtype: Annotated[str, typer.Option(help="auto (= float32) | float32 | bfloat16")] = "auto",
     layers: Annotated[str | None, typer.Option(help="layerskip layers (default: calibrate).")] = None,
     draft: Annotated[str | None, typer.Option(help="Draft model path for the 'model' drafter.")] = None,
+    concurrencies: Annotated[str, typer.Option(help="serving: closed-loop concurrency levels.")] = "1,2,4,8,16",
+    rates: Annotated[str, typer.Option(help="serving: Poisson arrival rates in req/s (default: none).")] = "",
+    contexts: Annotated[str, typer.Option(help="serving: context lengths in tokens, e.g. 256,1024,4096 "
+                                               "(default: skip).")] = "",
+    serving_drafters: Annotated[str, typer.Option(help="serving: drafter:gamma settings.")] = "ngram:4,suffix:4",
+    serving_max_tokens: Annotated[int, typer.Option(help="serving: tokens generated per request.")] = 48,
     seed: Annotated[int, typer.Option(help="Workload sampling and bootstrap seed.")] = 0,
     resamples: Annotated[int, typer.Option(min=1, help="Bootstrap resamples for the speed-up CIs.")] = 1000,
 ) -> None:
-    """Quantization four-way and speculation-length policies side by side; writes traces, JSON and report.html."""
+    """Quantization four-way, speculation-length policies and serving under load; writes traces, JSON and
+    report.html."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from specledger.bench.policies import DYNAMIC, run_policies
     from specledger.bench.quantization import run_quantization
+    from specledger.bench.serving import run_serving
     from specledger.engine.cli import build_engine
     from specledger.engine.drafters.registry import DRAFTERS
     from specledger.report.build import build_report
@@ -95,6 +118,17 @@ def sweep(
     require(bool(static) and all(g >= 1 for g in static), "--gammas must be integers >= 1, e.g. 1,2,4,6,8")
     for p in names:
         require(p in DYNAMIC, f"unknown policy {p!r}; choose from {', '.join(DYNAMIC)}")
+    serving = experiment in ("serving", "all")
+    conc_levels, rate_levels, context_levels = _csv(concurrencies, int), _csv(rates, float), _csv(contexts, int)
+    spec_settings = parse_drafter_gammas(serving_drafters)
+    if serving:
+        require(bool(conc_levels) and all(c >= 1 for c in conc_levels),
+                "--concurrencies must be integers >= 1, e.g. 1,2,4,8,16")
+        require(all(r > 0 for r in rate_levels), "--rates must be positive req/s, e.g. 2,8")
+        for name, g in spec_settings:
+            require(name in DRAFTERS and name != "none",
+                    f"unknown drafter {name!r} in --serving-drafters; choose from {', '.join(DRAFTERS[1:])}")
+            require(g >= 1, f"gamma of {name} must be >= 1, e.g. {name}:4")
     console = Console()
     run_dir = out or Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S")
     console.print(f"[bold]specledger sweep[/] ({experiment}) -> {run_dir}")
@@ -107,6 +141,9 @@ def sweep(
     config = {"experiment": experiment, "categories": _csv(categories), "n": n, "max_tokens": max_tokens,
               "drafter": drafter, "gamma": gamma, "gammas": static, "policies": names, "seed": seed,
               "workload_file": str(workload) if workload else None}
+    if serving:
+        config["serving"] = {"concurrencies": conc_levels, "rates": rate_levels, "contexts": context_levels,
+                             "drafters": [f"{d}:{g}" for d, g in spec_settings], "max_tokens": serving_max_tokens}
     write_meta(run_dir, engine, config, warnings)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     common = dict(max_tokens=max_tokens, out_dir=run_dir, seed=seed, n_resamples=resamples, layers=layers,
@@ -122,6 +159,10 @@ def sweep(
         if experiment in ("policies", "all"):
             run_policies(engine, items, drafter=drafter, static_gammas=static, policies=names, progress=progress,
                          **common)
+        if serving:
+            run_serving(engine, items, drafters=spec_settings, concurrencies=conc_levels, rates=rate_levels,
+                        context_lengths=context_levels, max_tokens=serving_max_tokens, out_dir=run_dir, seed=seed,
+                        progress=progress)
     with console.status("writing the report"):
         summary, html = build_report(run_dir, n_resamples=resamples, seed=seed)
     print_experiments(summary, console)

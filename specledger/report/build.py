@@ -24,7 +24,7 @@ SUMMARY_NAME = "summary.json"
 HTML_NAME = "report.html"
 SCHEMA = "specledger.summary/1"
 EXPERIMENT_KEY = "experiment"  # RequestRecord.extra key set by side experiments (specledger sweep)
-EXPERIMENT_FILES = {"quantization": "quantization.json", "policies": "policies.json"}
+EXPERIMENT_FILES = {"quantization": "quantization.json", "policies": "policies.json", "serving": "serving.json"}
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -76,7 +76,8 @@ def main_records(records: Sequence[RequestRecord]) -> list[RequestRecord]:
 
 
 def load_experiments(run_dir: str | Path) -> dict[str, Any]:
-    """The side-experiment results present in ``run_dir`` (``quantization.json``, ``policies.json``)."""
+    """The side-experiment results present in ``run_dir`` (``quantization.json``, ``policies.json``,
+    ``serving.json``)."""
     out: dict[str, Any] = {}
     for name, filename in EXPERIMENT_FILES.items():
         path = Path(run_dir) / filename

@@ -357,20 +357,103 @@ def quantization_speedups(quant: dict) -> go.Figure:
     return fig
 
 
+def _serving_label(p: dict) -> str:
+    return p.get("setting") or ("plain" if p["drafter"] == "none" else f"{p['drafter']} γ={p['gamma']}")
+
+
+def _serving_curves(points: list[dict]) -> dict[str, list[dict]]:
+    """Points grouped by setting ("plain", "ngram γ=4", ...), plain first, each sorted by load."""
+    out: dict[str, list[dict]] = {}
+    for p in sorted(points, key=lambda p: (p["drafter"] != "none", p["load"])):
+        out.setdefault(_serving_label(p), []).append(p)
+    return out
+
+
+def _serving_vs_load(points: list[dict], value: Any, title: str, x_title: str, y_title: str,
+                     plain: bool = True, unity: bool = False, log_x: bool = True) -> go.Figure | None:
+    """One line per setting of ``value(point)`` against the load; None when there are no points."""
+    if not points:
+        return None
+    fig = go.Figure()
+    for i, (name, pts) in enumerate(_serving_curves(points).items()):
+        if name == "plain" and not plain:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=[p["load"] for p in pts],
+                y=[value(p) for p in pts],
+                mode="lines+markers",
+                name=name,
+                line={"color": _colour(i), "dash": "dash" if name == "plain" else "solid"},
+            )
+        )
+    if unity:
+        fig.add_hline(y=1.0, line_dash="dash", line_color="grey", annotation_text="plain")
+    fig.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title, **LAYOUT)
+    if log_x:
+        fig.update_xaxes(type="log")
+    return fig
+
+
+def _p(key: str, q: str) -> Any:
+    return lambda p: (p.get(key) or {}).get(q)
+
+
+def serving_throughput(serving: dict) -> go.Figure | None:
+    return _serving_vs_load(serving.get("concurrency", []), lambda p: p["throughput_tok_s"],
+                            "Throughput vs concurrency (output tokens/s of successful requests)",
+                            "concurrency (requests in flight)", "tokens/s")
+
+
+def serving_speedup(serving: dict) -> go.Figure | None:
+    return _serving_vs_load(serving.get("concurrency", []), lambda p: p["speedup"],
+                            "Speed-up vs plain at the same concurrency (below the dashed line: speculation costs)",
+                            "concurrency (requests in flight)", "throughput ÷ plain's", plain=False, unity=True)
+
+
+def serving_tpot(serving: dict) -> go.Figure | None:
+    return _serving_vs_load(serving.get("concurrency", []), _p("tpot_ms", "p50"),
+                            "TPOT P50 vs concurrency", "concurrency (requests in flight)", "ms per output token")
+
+
+def serving_chunk_itl(serving: dict) -> go.Figure | None:
+    return _serving_vs_load(serving.get("concurrency", []), _p("itl_chunk_ms", "p99"),
+                            "Chunk-level ITL P99 vs concurrency (the gap a streaming client sees)",
+                            "concurrency (requests in flight)", "ms between chunks")
+
+
+def serving_context(serving: dict) -> go.Figure | None:
+    return _serving_vs_load(serving.get("context", []), lambda p: p["speedup"],
+                            f"Speed-up vs context length (concurrency {serving.get('context_concurrency', '')})",
+                            "context length (tokens)", "throughput ÷ plain's", plain=False, unity=True)
+
+
+def serving_rate(serving: dict) -> go.Figure | None:
+    return _serving_vs_load(serving.get("rate", []), lambda p: p["speedup"],
+                            "Speed-up vs Poisson arrival rate", "arrival rate (requests/s)",
+                            "throughput ÷ plain's", plain=False, unity=True)
+
+
 EXPERIMENT_FIGURES = {
     "plot-quantization": ("quantization", quantization_speedups),
     "plot-policies": ("policies", policy_speedups),
+    "plot-serving-throughput": ("serving", serving_throughput),
+    "plot-serving-speedup": ("serving", serving_speedup),
+    "plot-serving-tpot": ("serving", serving_tpot),
+    "plot-serving-itl": ("serving", serving_chunk_itl),
+    "plot-serving-context": ("serving", serving_context),
+    "plot-serving-rate": ("serving", serving_rate),
 }
 
 
 def experiment_figure_divs(summary: dict) -> dict[str, str]:
-    """Figures of the side experiments present in ``summary["experiments"]`` (none when absent)."""
+    """Figures of the side experiments present in ``summary["experiments"]`` (none when absent, and
+    none for a builder that has no data, e.g. the context curve of a sweep without --contexts)."""
     config = {"displaylogo": False, "responsive": True}
     experiments = summary.get("experiments") or {}
-    return {
-        div_id: build(experiments[name]).to_html(
-            full_html=False, include_plotlyjs=False, div_id=div_id, config=config
-        )
-        for div_id, (name, build) in EXPERIMENT_FIGURES.items()
-        if name in experiments
-    }
+    divs = {}
+    for div_id, (name, build) in EXPERIMENT_FIGURES.items():
+        fig = build(experiments[name]) if name in experiments else None
+        if fig is not None:
+            divs[div_id] = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=config)
+    return divs
