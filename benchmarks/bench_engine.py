@@ -93,6 +93,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--skip-hf-assisted", action="store_true")
+    ap.add_argument("--skip-early-exit", action="store_true", help="HF early exit runs at ~0.2x: the slowest part")
     args = ap.parse_args()
     console = Console(width=160)
     from transformers import AutoModelForCausalLM
@@ -111,7 +112,8 @@ def main() -> None:
     configs["HF generate fp32"] = hf_runner(hf["float32"], eos, mt)
     if not args.skip_hf_assisted:
         configs["HF prompt lookup fp32 (10)"] = hf_runner(hf["float32"], eos, mt, prompt_lookup_num_tokens=10)
-        configs["HF early exit fp32 (layer 8)"] = hf_runner(hf["float32"], eos, mt, assistant_early_exit=8)
+        if not args.skip_early_exit:
+            configs["HF early exit fp32 (layer 8)"] = hf_runner(hf["float32"], eos, mt, assistant_early_exit=8)
     for dtype, engine in engines.items():
         tag = "fp32" if dtype == "float32" else "bf16"
         configs[f"ours plain {tag}"] = ours_runner(engine, make_drafter("none", engine), 0, mt)

@@ -131,8 +131,14 @@ def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
     return min(len(a), len(b))
 
 
+def _text_only(r: RequestRecord) -> bool:
+    """Records without token ids (an endpoint probed without a tokenizer) are compared by text."""
+    return bool(isinstance(r.extra, dict) and r.extra.get("text_only"))
+
+
 def greedy_correctness(spec: Sequence[RequestRecord], base: Sequence[RequestRecord]) -> GateResult:
-    """Pass iff every speculative output is token-identical to the plain output of the same prompt."""
+    """Pass iff every speculative output is token-identical to the plain output of the same prompt
+    (text-identical where either side is ``extra["text_only"]``)."""
     prompts = shared_prompts(spec, base)
     if not prompts:
         return GateResult(
@@ -140,21 +146,27 @@ def greedy_correctness(spec: Sequence[RequestRecord], base: Sequence[RequestReco
         )
     sp, bp = by_prompt(spec), by_prompt(base)
     bad = []
+    by_text = False
     for pid in prompts:
-        reference = bp[pid][0].token_ids
+        ref = bp[pid][0]
         for r in sp[pid]:
-            if list(r.token_ids) != list(reference):
-                bad.append((pid, _first_difference(r.token_ids, reference)))
+            if _text_only(r) or _text_only(ref):
+                by_text = True
+                if r.text != ref.text:
+                    bad.append((pid, f"character {_first_difference(r.text, ref.text)}"))
+            elif list(r.token_ids) != list(ref.token_ids):
+                bad.append((pid, f"token {_first_difference(r.token_ids, ref.token_ids)}"))
     if not bad:
+        unit = "text" if by_text else "token"
         return GateResult(
-            "correctness", PASS, f"{len(prompts)}/{len(prompts)} prompts token-identical to plain (greedy)"
+            "correctness", PASS, f"{len(prompts)}/{len(prompts)} prompts {unit}-identical to plain (greedy)"
         )
     pid, pos = bad[0]
     return GateResult(
         "correctness",
         FAIL,
         f"{len(bad)} output(s) on {len({b[0] for b in bad})}/{len(prompts)} prompts differ from plain; "
-        f"first: prompt {pid} at token {pos}",
+        f"first: prompt {pid} at {pos}",
     )
 
 

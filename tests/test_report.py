@@ -230,3 +230,77 @@ def test_report_handles_unpaired_scenarios_and_policy_gammas(tmp_path):
     assert {v["category"]: v["decision"] for v in summary["verdicts"]}["other"] == "off"
     assert any(s["gamma"] == "ema" and s["speedup"] is not None for s in summary["scenarios"])
     assert "γ=ema" in html_path.read_text(encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------- serving section
+
+
+def _serving_point(kind, load, drafter, gamma, tp, speedup):
+    lat = {"p50": 10.0 * load, "p95": 12.0 * load, "p99": 15.0 * load}
+    p = {"kind": kind, "load": load, "drafter": drafter, "gamma": gamma, "requests": 4, "tokens": 64,
+         "setting": "plain" if drafter == "none" else f"{drafter} γ={gamma}", "throughput_tok_s": tp,
+         "speedup": speedup, "ttft_ms": lat, "tpot_ms": lat, "itl_token_ms": lat, "itl_chunk_ms": lat,
+         "tokens_per_chunk": {"mean": 1.0 if drafter == "none" else 1.8}, "longest_stall_ms": 20.0,
+         "mean_batch": float(load), "preemptions": 0, "el": None if drafter == "none" else 1.8}
+    if drafter != "none":
+        p["memory"] = {"batch": load, "gamma": gamma, "m_kv_bytes_per_token": 1024,
+                       "predicted_candidate_kv_bytes": load * gamma * 1024,
+                       "engine_peak_candidate_kv_bytes": load * gamma * 512, "relative_difference": -0.5,
+                       "static_slot_cache_bytes": load * 256 * 1024}
+    return p
+
+
+def _serving_doc(with_context: bool) -> dict:
+    conc = []
+    for load, s in ((1, 1.4), (4, 1.1), (16, 0.7)):
+        conc += [_serving_point("concurrency", load, "none", 0, 100.0 * load, 1.0),
+                 _serving_point("concurrency", load, "ngram", 4, 100.0 * load * s, s)]
+    ctx = [_serving_point("context", n, d, g, 50.0, s) for n in (256, 1024)
+           for d, g, s in (("none", 0, 1.0), ("ngram", 4, 1.2 if n == 256 else 0.9))] if with_context else []
+    return {
+        "experiment": "serving", "drafters": ["ngram γ=4"], "prompts": ["a", "b"], "categories": ["code"],
+        "max_tokens": 16, "context_concurrency": 4, "concurrency": conc, "rate": [], "context": ctx,
+        "crossover": {"concurrency": {"ngram γ=4": 16}, **({"context": {"ngram γ=4": 1024}} if with_context else {})},
+        "deploy_table": [
+            {"kind": "concurrency", "load": 1, "decision": "deploy", "drafter": "ngram", "gamma": 4,
+             "setting": "ngram γ=4", "speedup": 1.4, "best_candidate": "ngram γ=4", "throughput_tok_s": 140.0},
+            {"kind": "concurrency", "load": 16, "decision": "off", "drafter": None, "gamma": 0,
+             "setting": "off", "speedup": 0.7, "best_candidate": "ngram γ=4", "throughput_tok_s": 1600.0},
+        ],
+        "deploy": {"best_drafter": "ngram", "gamma": 4, "gamma_by_concurrency": {"1": 4, "4": 4, "16": 0},
+                   "vllm": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 4,
+                                                   "num_speculative_tokens_per_batch_size": [[1, 4, 4], [5, 16, 0]]},
+                            "note": "ranges from the measured concurrencies"},
+                   "sglang_note": "SGLang fixes the draft length per server at launch."},
+    }
+
+
+@pytest.mark.parametrize("with_context", [True, False])
+def test_report_renders_the_serving_section(tmp_path, with_context):
+    from rich.console import Console
+
+    from specledger.report.cli import print_experiments
+
+    run_dir = _write_run(tmp_path / "run", n_prompts=3)
+    (run_dir / "serving.json").write_text(json.dumps(_serving_doc(with_context)), encoding="utf-8")
+    summary, html_path = build_report(run_dir, n_resamples=20)
+    html = html_path.read_text(encoding="utf-8")
+    assert summary["experiments"]["serving"]["deploy"]["best_drafter"] == "ngram"
+    for div in ("plot-serving-throughput", "plot-serving-speedup", "plot-serving-tpot", "plot-serving-itl"):
+        assert f'id="{div}"' in html
+    assert ('id="plot-serving-context"' in html) == with_context
+    for table in ("serving-table", "serving-crossover-table", "serving-memory-table", "serving-deploy-table"):
+        assert f'id="{table}"' in html
+    assert "speed-up &lt; 1 from 16" in html and "num_speculative_tokens_per_batch_size" in html
+    assert "-50.0%" in html and "4.0 KiB" in html  # memory ledger: relative difference and predicted bytes
+    console = Console(width=220, record=True)
+    print_experiments(summary, console)
+    text = console.export_text()
+    assert "deploy table" in text and "deploy ngram" in text and "off" in text
+    assert "γ by concurrency {1: 4, 4: 4, 16: 0}" in text
+
+
+def test_report_without_serving_json_has_no_serving_section(built):
+    _, _, html_path = built
+    html = html_path.read_text(encoding="utf-8")
+    assert 'id="serving"' not in html and "plot-serving" not in html

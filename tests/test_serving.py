@@ -3,9 +3,31 @@ same load, crossovers and the memory ledger are computed."""
 
 from __future__ import annotations
 
-from specledger.bench.serving import crossover, memory_ledger, poisson_arrivals, run_point, run_serving_sweep  # noqa: F401
+import json
+
+import typer
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+import specledger.engine.cli as engine_cli
+from specledger.bench.serving import (
+    batch_size_ranges,
+    best_overall,
+    crossover,
+    deploy_configs,
+    deploy_table,
+    memory_ledger,
+    poisson_arrivals,
+    run_point,
+    run_serving_sweep,
+    setting_label,
+)
+from specledger.bench.sweep_cli import sweep
 from specledger.engine.decode import Engine
 from specledger.engine.drafters.registry import make_drafter
+from specledger.engine.trace import read_records
+from tests.conftest import CharTokenizer, tiny_model
 
 
 def test_sweep_points_and_crossover(target):
@@ -38,3 +60,132 @@ def test_memory_ledger_matches_prediction_when_drafts_are_full(target):
     led = memory_ledger(target, 4, 3, m["peak_candidate_tokens"], 64)
     assert led["m_kv_bytes_per_token"] == 3 * 2 * 2 * 8 * 4  # layers x (k,v) x kv heads x head_dim x fp32
     assert abs(led["relative_difference"]) <= 0.05  # a model drafter always proposes gamma
+
+
+# ----------------------------------------------------------------------------- deploy tables
+def _pt(kind, load, drafter, gamma, tp, speedup):
+    return {"kind": kind, "load": load, "drafter": drafter, "gamma": gamma, "throughput_tok_s": tp,
+            "speedup": speedup, "setting": setting_label(drafter, gamma)}
+
+
+def _synthetic_result():
+    conc = []
+    for load, ng, sf in ((1, 1.5, 1.1), (4, 1.1, 1.2), (16, 0.8, 0.85)):
+        base = 100.0 * load
+        conc += [_pt("concurrency", load, "none", 0, base, 1.0), _pt("concurrency", load, "ngram", 4, base * ng, ng),
+                 _pt("concurrency", load, "suffix", 4, base * sf, sf)]
+    ctx = [_pt("context", 512, "none", 0, 50.0, 1.0), _pt("context", 512, "ngram", 4, 45.0, 0.9)]
+    res = {"concurrency": conc, "rate": [], "context": ctx, "crossover": {}}
+    res["crossover"]["concurrency"] = {"ngram γ=4": 16, "suffix γ=4": 16}
+    return res
+
+
+def test_deploy_table_picks_the_fastest_setting_or_off():
+    rows = deploy_table(_synthetic_result())
+    assert [(r["kind"], r["load"], r["setting"]) for r in rows] == [
+        ("concurrency", 1, "ngram γ=4"), ("concurrency", 4, "suffix γ=4"), ("concurrency", 16, "off"),
+        ("context", 512, "off")]
+    assert rows[2]["best_candidate"] == "suffix γ=4" and rows[2]["gamma"] == 0
+    assert rows[3]["throughput_tok_s"] == 50.0  # off: plain's throughput
+
+
+def test_best_drafter_schedule_and_engine_configs():
+    res = _synthetic_result()
+    assert best_overall(res["concurrency"]) == ("ngram", 4)  # geometric mean 1.097 vs suffix 1.039
+    d = deploy_configs(res)
+    assert d["best_drafter"] == "ngram" and d["gamma_by_concurrency"] == {1: 4, 4: 4, 16: 0}
+    cfg = d["vllm"]["speculative_config"]
+    assert cfg["method"] == "ngram" and cfg["num_speculative_tokens"] == 4
+    assert cfg["num_speculative_tokens_per_batch_size"] == [[1, 1, 4], [2, 4, 4], [5, 16, 0], [17, 1024, 0]]
+    assert "from a concurrency of 16" in d["sglang_note"]
+    never = deploy_configs({"concurrency": [_pt("concurrency", 1, "none", 0, 10.0, 1.0),
+                                            _pt("concurrency", 1, "ngram", 2, 9.0, 0.9)]})
+    assert never["vllm"]["speculative_config"] is None and "launch without it" in never["sglang_note"]
+
+
+@given(st.dictionaries(st.integers(1, 256), st.integers(0, 8), min_size=1, max_size=8))
+def test_batch_size_ranges_cover_every_batch_once(schedule):
+    ranges = batch_size_ranges(schedule)
+    assert ranges[0][0] == 1
+    for (a0, a1, _), (b0, _, _) in zip(ranges, ranges[1:]):
+        assert a0 <= a1 and b0 == a1 + 1  # contiguous, no overlap
+    for c, k in schedule.items():  # each measured batch size gets its own measured K
+        assert next(r[2] for r in ranges if r[0] <= c <= r[1]) == k
+    assert ranges[-1][2] == 0  # beyond the largest measured load: plain
+
+
+# ----------------------------------------------------------------------------- the sweep verb
+class _LenientTokenizer(CharTokenizer):
+    def encode(self, text: str) -> list[int]:
+        return [self.ALPHABET.index(c) for c in text if c in self.ALPHABET]
+
+
+class _Loaded:
+    tokenizer = _LenientTokenizer()
+
+    def encode_prompt(self, prompt=None, messages=None, chat=True):
+        return self.tokenizer.encode(prompt if prompt is not None else " ".join(m["content"] for m in messages))
+
+
+def _engine():
+    e = Engine(tiny_model(2), tokenizer=CharTokenizer(), max_context=512, name="tiny", dtype="float32")
+    e.loaded = _Loaded()
+    return e
+
+
+def _app():
+    app = typer.Typer()
+    app.command("sweep")(sweep)
+    app.command("noop")(lambda: None)
+    return app
+
+
+def test_sweep_serving_writes_traces_json_deploy_table_and_report(tmp_path, monkeypatch):
+    monkeypatch.setattr(engine_cli, "build_engine", lambda target, dtype="auto": _engine())
+    wl = tmp_path / "w.jsonl"
+    wl.write_text(json.dumps({"id": "a", "prompt": "abcabcabc abcabc abc", "category": "copy"}) + "\n"
+                  + json.dumps({"id": "b", "prompt": "hello hello", "category": "chat"}) + "\n")
+    out = tmp_path / "sweep"
+    args = ["sweep", "--experiment", "serving", "--workload", str(wl), "--concurrencies", "1,3", "--contexts", "64",
+            "--serving-drafters", "ngram:3,suffix:2", "--serving-max-tokens", "10", "--out", str(out),
+            "--resamples", "20"]
+    result = CliRunner().invoke(_app(), args, env={"COLUMNS": "220"})
+    assert result.exit_code == 0, result.output
+    assert not (out / "quantization.json").exists() and not (out / "policies.json").exists()
+    doc = json.loads((out / "serving.json").read_text())
+    assert doc["drafters"] == ["ngram γ=3", "suffix γ=2"]
+    assert [(r["kind"], r["load"]) for r in doc["deploy_table"]] == [("concurrency", 1), ("concurrency", 3),
+                                                                      ("context", 64)]
+    for row in doc["deploy_table"]:
+        pts = [p for p in doc[row["kind"]] if p["load"] == row["load"] and p["drafter"] != "none"]
+        best = max(pts, key=lambda p: p["throughput_tok_s"])
+        assert row["best_candidate"] == best["setting"]
+        assert (row["decision"] == "deploy") == (best["speedup"] > 1.0)
+    assert set(doc["deploy"]["gamma_by_concurrency"]) == {"1", "3"}
+    ctx = doc["context"]
+    assert len(ctx) == 3 and all(p["requests"] == 4 for p in ctx)
+    records = list(read_records(out / "traces.jsonl"))
+    assert all(r.extra["experiment"] == "serving" for r in records)
+    assert len(records) == sum(p["requests"] for k in ("concurrency", "context") for p in doc[k])
+    assert len({r.request_id for r in records}) == len(records)
+    assert {r.prompt_id for r in records if r.extra["kind"] == "concurrency"} == {"a", "b"}
+    plain = {r.prompt_id: r.token_ids for r in records if r.drafter == "none" and r.extra["kind"] == "concurrency"}
+    assert all(r.token_ids == plain[r.prompt_id] for r in records if r.extra["kind"] == "concurrency")  # greedy exact
+    html = (out / "report.html").read_text(encoding="utf-8")
+    for div in ("plot-serving-throughput", "plot-serving-speedup", "plot-serving-tpot", "plot-serving-itl",
+                "plot-serving-context"):
+        assert f'id="{div}"' in html
+    assert 'id="serving-deploy-table"' in html and 'id="plot-serving-rate"' not in html
+    assert "serving under load" in result.output and "deploy table" in result.output
+    assert "memory ledger" in result.output and "crossover (concurrency)" in result.output
+
+
+def test_sweep_serving_rejects_bad_options(tmp_path, monkeypatch):
+    monkeypatch.setattr(engine_cli, "build_engine", lambda target, dtype="auto": _engine())
+    base = ["sweep", "--experiment", "serving", "--out", str(tmp_path / "x")]
+    for extra, message in ((["--serving-drafters", "nope:4"], "unknown drafter"),
+                           (["--serving-drafters", "ngram:x"], "drafter:gamma"),
+                           (["--concurrencies", "0,2"], "--concurrencies"),
+                           (["--contexts", "100000"], "--contexts")):
+        bad = CliRunner().invoke(_app(), base + extra)
+        assert bad.exit_code != 0 and message in str(bad.exception), (extra, bad.exception)

@@ -73,6 +73,7 @@ def run(
         plan = preset("quick" if quick else "full" if full else "default")
         for attr, value in (
             ("categories", _csv(categories)), ("drafters", _csv(drafters)), ("gammas", _csv(gammas, int)),
+            ("model_gammas", _csv(gammas, int)),
             ("temperatures", _csv(temperatures, float)), ("n_per_category", n), ("max_tokens", max_tokens),
             ("layers", layers), ("draft", draft), ("seed", seed if seed else None),
             ("workload_file", str(workload) if workload else None),

@@ -39,6 +39,9 @@ class RunPlan:
     n_per_category: int = 2
     drafters: list[str] = field(default_factory=lambda: ["ngram", "suffix", "layerskip", "quant-self"])
     gammas: list[int] = field(default_factory=lambda: [2, 4])
+    #: gammas for drafters that run a network (layerskip, quant-self, model); None = ``gammas``.
+    #: Their rounds cost a draft pass per candidate, so the default run samples fewer of them.
+    model_gammas: list[int] | None = field(default_factory=lambda: [2])
     temperatures: list[float] = field(default_factory=lambda: [0.0])
     max_tokens: int = 40
     max_prompt_tokens: int = 1536
@@ -47,9 +50,14 @@ class RunPlan:
     draft: str | None = None  # draft model path for the "model" drafter
     workload_file: str | None = None
 
+    def gammas_for(self, drafter: str) -> list[int]:
+        neural = drafter in ("layerskip", "quant-self", "model")
+        return self.model_gammas if neural and self.model_gammas is not None else self.gammas
+
     def validate(self) -> None:
         require(self.n_per_category >= 1, "--n must be >= 1")
-        require(all(g >= 1 for g in self.gammas), "gammas must be >= 1 (plain decoding is always run as the baseline)")
+        require(all(g >= 1 for g in self.gammas + (self.model_gammas or [])),
+                "gammas must be >= 1 (plain decoding is always run as the baseline)")
         require(all(t >= 0 for t in self.temperatures), "temperatures must be >= 0")
         require(self.max_tokens >= 1, "--max-tokens must be >= 1")
         from specledger.engine.drafters.registry import DRAFTERS
@@ -66,8 +74,8 @@ def preset(name: str) -> RunPlan:
     if name == "default":
         return RunPlan()
     if name == "full":
-        return RunPlan(n_per_category=8, gammas=[1, 2, 3, 4, 6, 8], temperatures=[0.0, 0.8], max_tokens=256,
-                       max_prompt_tokens=6144)
+        return RunPlan(n_per_category=8, gammas=[1, 2, 3, 4, 6, 8], model_gammas=None, temperatures=[0.0, 0.8],
+                       max_tokens=256, max_prompt_tokens=6144)
     raise SpecLedgerError(f"unknown preset {name!r}; use quick, default or full")
 
 
@@ -90,7 +98,7 @@ def plan_jobs(prompt_ids: Sequence[str], plan: RunPlan) -> list[Job]:
         for pid in prompt_ids:
             jobs.append(Job(pid, "none", 0, t))
             for d in plan.drafters:
-                for g in plan.gammas:
+                for g in plan.gammas_for(d):
                     jobs.append(Job(pid, d, g, t))
     return jobs
 

@@ -186,8 +186,8 @@ def run_serving_sweep(
     ``engine`` is a solo :class:`Engine` built from a LoadedModel (its model and tokenizer are
     used; drafters are built per request with :func:`make_drafter`). Closed-loop points serve
     max(2c, 4) requests (the prompts cycled), rate points 16, context points ``context_concurrency``
-    long prompts at that concurrency. Each point's speed-up is its throughput over plain's at the
-    same load. ``on_point(point, records)`` receives every point with its request records
+    long prompts at that concurrency; the order of the settings rotates from one load to the next.
+    Each point's speed-up is its throughput over plain's at the same load. ``on_point(point, records)`` receives every point with its request records
     (``prompt_id`` = index into ``prompts``, or ``context<length>#<i>``)."""
     from specledger.engine.drafters.registry import make_drafter
 
@@ -208,28 +208,32 @@ def run_serving_sweep(
               ) -> list[dict]:
         nonlocal done
         points = []
-        for load in loads:
+        for k, load in enumerate(loads):
             ps, ids = prompt_sets(load)
-            base_tp = None
-            for name, g in settings:
+            # rotate the order per load so that a slow phase of the machine does not always hit one setting
+            order = settings[k % len(settings):] + settings[:k % len(settings)]
+            at_load: dict[tuple[str, int], tuple[dict, list[RequestRecord]]] = {}
+            for name, g in order:
                 if progress:
                     progress(done, total, f"serving {kind}={load} {setting_label(name, g)}")
                 conc = (context_concurrency if kind == "context" else load) if kind != "rate" else None
                 rate = load if kind == "rate" else None
                 records, m = run_point(model, ps, factory(name), g, max_tokens, conc, rate=rate, eos=eos, seed=seed)
                 m.update({"kind": kind, "load": load, "drafter": name, "gamma": g, "setting": setting_label(name, g)})
-                if name == "none":
-                    base_tp = m["throughput_tok_s"]
+                for r in records:
+                    r.prompt_id = ids[int(r.prompt_id[1:])]
+                at_load[(name, g)] = (m, records)
+                done += 1
+            base_tp = at_load[("none", 0)][0]["throughput_tok_s"]
+            for name, g in settings:
+                m, records = at_load[(name, g)]
                 m["speedup"] = m["throughput_tok_s"] / base_tp if base_tp else None
                 if name != "none" and g:
                     m["memory"] = memory_ledger(model, m["peak_batch"] or 1, g, m["peak_candidate_tokens"],
                                                 m["slot_capacity"], slots=m["slots"])
-                for r in records:
-                    r.prompt_id = ids[int(r.prompt_id[1:])]
                 points.append(m)
                 if on_point:
                     on_point(m, records)
-                done += 1
         return points
 
     def repeat(n: int) -> tuple[list[list[int]], list[str]]:
@@ -352,12 +356,16 @@ def deploy_configs(result: dict[str, Any]) -> dict[str, Any]:
     else:
         out["vllm"] = {"speculative_config": None,
                        "note": f"drafter {drafter!r} has no vLLM equivalent; the schedule above still holds."}
-    stop = f"from a concurrency of {crossover_at}" if crossover_at is not None else "above the largest load measured"
-    out["sglang_note"] = (
-        "SGLang fixes the draft length per server at launch (--speculative-num-steps / "
-        "--speculative-num-draft-tokens). To follow this table, run speculation only on instances whose "
-        f"running requests stay below the crossover (cap --max-running-requests), and plain decoding {stop}."
-    )
+    launch = ("SGLang fixes the draft length per server at launch (--speculative-num-steps / "
+              "--speculative-num-draft-tokens). ")
+    if not on:
+        out["sglang_note"] = launch + "No measured load favoured speculation: launch without it."
+    else:
+        stop = (f"from a concurrency of {crossover_at}" if crossover_at is not None
+                else f"above {max(schedule)} (the largest load measured)")
+        out["sglang_note"] = launch + (
+            f"To follow this table, speculate (γ={gamma}) only on instances whose running requests stay below "
+            f"the crossover (cap --max-running-requests), and decode plainly {stop}.")
     return out
 
 
@@ -393,6 +401,7 @@ def run_serving(
     require(all(r > 0 for r in rates), "--rates must be positive request rates (req/s), e.g. 2,8")
     require(max_tokens >= 2, "--serving-max-tokens must be >= 2")
     require(bool(drafters), "give at least one drafter, e.g. --serving-drafters ngram:4")
+    require(len(set(drafters)) == len(drafters), "--serving-drafters lists a setting twice; give each drafter:gamma once")
     for name, g in drafters:
         require(name in DRAFTERS and name != "none",
                 f"unknown drafter {name!r} in --serving-drafters; choose from {', '.join(DRAFTERS[1:])}")

@@ -21,13 +21,32 @@ from rich.console import Console
 from rich.table import Table
 
 from specledger.errors import SpecLedgerError
-from specledger.probe.loadgen import LoadConfig, PromptItem, Tokenizer, load_prompt_items, run_load
+from specledger.probe.loadgen import LoadConfig, PromptItem, RequestResult, Tokenizer, run_load
 from specledger.probe.metrics import speedup, summarize
 from specledger.probe.prometheus import (
     MetricsSnapshot,
+    SpecDecodeCounters,
     latency_histogram_summaries,
     parse_prometheus_text,
     spec_decode_figures,
+)
+from specledger.probe.records import (
+    BASELINE_DRAFTER,
+    ENDPOINT_DRAFTER,
+    PROBE_JSON,
+    VLLM_BENCH_JSON,
+    ProbeWorkload,
+    check_label,
+    check_new_run_dir,
+    gamma_label,
+    probe_run_meta,
+    records_from_probe,
+    vllm_bench_document,
+    workload_from_categories,
+    workload_from_jsonl,
+    workload_from_prompts,
+    write_probe_run,
+    write_vllm_bench_run,
 )
 from specledger.probe.vllm_bench import load_vllm_bench
 
@@ -111,6 +130,29 @@ def probe_endpoint(
     tokenizer: Tokenizer | None = None,
 ) -> dict[str, Any]:
     """Run one load against ``url``; the report holds config, summary, spec-decode and results."""
+    return probe_endpoint_results(url, config, items, metrics, tokenizer)[0]
+
+
+def _counters(snapshot: MetricsSnapshot | None) -> dict[str, Any] | None:
+    if snapshot is None:
+        return None
+    c = SpecDecodeCounters.from_snapshot(snapshot)
+    return {
+        "num_drafts": c.num_drafts,
+        "num_draft_tokens": c.num_draft_tokens,
+        "num_accepted_tokens": c.num_accepted_tokens,
+        "accepted_per_pos": {str(k): v for k, v in sorted(c.accepted_per_pos.items())},
+    }
+
+
+def probe_endpoint_results(
+    url: str,
+    config: LoadConfig,
+    items: list[PromptItem],
+    metrics: bool = True,
+    tokenizer: Tokenizer | None = None,
+) -> tuple[dict[str, Any], list[RequestResult]]:
+    """:func:`probe_endpoint`'s report and the per-request results it was built from."""
     base_url = normalize_base_url(url)
     config.base_url = base_url
     config.model = discover_model(base_url, config.model or None)
@@ -137,11 +179,12 @@ def probe_endpoint(
     }
     if before is not None and after is not None:
         report["spec_decode"] = spec_decode_figures(before, after).to_dict()
+        report["spec_decode_counters"] = {"before": _counters(before), "after": _counters(after)}
         report["server_histograms"] = latency_histogram_summaries(before, after)
     if report["summary"]["requests_ok"] == 0:
         first = next((r.error for r in run.results if r.error), "no request finished")
         warnings.append(f"every request failed; first error: {first}")
-    return report
+    return report, run.results
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -248,26 +291,49 @@ def probe(
     ] = None,
     requests: Annotated[int, typer.Option(help="Number of requests (upper bound)")] = 16,
     duration: Annotated[float | None, typer.Option(help="Stop starting requests after S seconds")] = None,
-    workload: Annotated[Path | None, typer.Option(help="JSONL of {prompt} or {messages}")] = None,
+    workload: Annotated[
+        Path | None, typer.Option(help="JSONL of {prompt} or {messages} (+ id, category, reference)")
+    ] = None,
+    categories: Annotated[
+        str | None, typer.Option(help="Built-in categories instead, comma-separated (e.g. code,math): scored")
+    ] = None,
+    n: Annotated[int, typer.Option("--n", help="Items per built-in category (with --categories)")] = 2,
     max_tokens: Annotated[int, typer.Option(help="max_tokens per request")] = 128,
-    temperature: Annotated[float, typer.Option()] = 0.0,
+    temperature: Annotated[float, typer.Option(help="0 = greedy: the correctness gate compares outputs")] = 0.0,
     top_p: Annotated[float, typer.Option()] = 1.0,
     seed: Annotated[int, typer.Option(help="Sampling seed sent to the server and Poisson seed")] = 0,
     stop: Annotated[list[str] | None, typer.Option(help="Stop string (repeatable)")] = None,
     chat: Annotated[bool, typer.Option("--chat/--completions", help="Endpoint flavour")] = False,
     model: Annotated[str | None, typer.Option(help="Model name (default: first of /v1/models)")] = None,
     metrics: Annotated[bool, typer.Option("--metrics/--no-metrics", help="Scrape URL/metrics")] = True,
-    tokenizer: Annotated[Path | None, typer.Option(help="tokenizer.json to count tokens per chunk")] = None,
+    tokenizer: Annotated[
+        Path | None, typer.Option(help="tokenizer.json: tokens per chunk, and token ids for the correctness gate")
+    ] = None,
     timeout: Annotated[float, typer.Option(help="Per-request timeout (s)")] = 120.0,
     baseline: Annotated[str | None, typer.Option(help="Second endpoint: same load, speed-up shown")] = None,
     baseline_model: Annotated[str | None, typer.Option(help="Model name on the baseline endpoint")] = None,
-    out: Annotated[Path | None, typer.Option(help="Folder for probe.json")] = None,
+    label: Annotated[str, typer.Option(help="Drafter name of URL in the report (e.g. eagle3)")] = ENDPOINT_DRAFTER,
+    gamma: Annotated[
+        str | None, typer.Option(help="Gamma label of URL in the report (default: positions seen in /metrics)")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Run folder: traces.jsonl, run.json, probe.json, then the report")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON")] = False,
 ) -> None:
-    """Measure an OpenAI-compatible endpoint under load: TTFT, TPOT, ITL, stalls, spec-decode."""
+    """Measure an OpenAI-compatible endpoint under load: TTFT, TPOT, ITL, stalls, spec-decode.
+
+    With --out DIR the requests are also written as a run (traces.jsonl + run.json) and the report is
+    built: with --baseline URL2 (drafter "none") it shows the paired speed-up and the four gates.
+    """
     if concurrency is not None and rate is not None:
         raise SpecLedgerError("give either --concurrency or --rate, not both")
-    items = load_prompt_items(workload) if workload else load_prompt_items(BUILTIN_PROMPTS)
+    if workload is not None and categories:
+        raise SpecLedgerError("give either --workload or --categories, not both")
+    label = check_label(label)
+    if out is not None:
+        check_new_run_dir(out)
+    wl = select_workload(workload, categories, n, seed)
     tok = load_tokenizer(tokenizer)
 
     def config_for(endpoint_model: str | None) -> LoadConfig:
@@ -291,25 +357,93 @@ def probe(
     if concurrency is None and rate is None:
         concurrency = 4
     config_for(model).validate()
-    report = probe_endpoint(url, config_for(model), items, metrics=metrics, tokenizer=tok)
+    report, results = probe_endpoint_results(url, config_for(model), wl.items, metrics=metrics, tokenizer=tok)
     full: dict[str, Any] = {"probe": report}
     columns = {report["url"]: report}
     ratios = None
+    base_report: dict[str, Any] | None = None
+    base_results: list[RequestResult] = []
     if baseline:
-        base_report = probe_endpoint(
-            baseline, config_for(baseline_model), items, metrics=metrics, tokenizer=tok
+        base_report, base_results = probe_endpoint_results(
+            baseline, config_for(baseline_model), wl.items, metrics=metrics, tokenizer=tok
         )
         ratios = speedup(report["summary"], base_report["summary"])
         full.update(baseline=base_report, speedup=ratios)
         columns[f"baseline {base_report['url']}"] = base_report
+    summary = None
     if out is not None:
-        write_json_atomic(out / "probe.json", full)
+        summary = write_probe_dir(out, full, results, base_results, wl, label, gamma, tok)
     if as_json:
         typer.echo(json.dumps(_without_results(full), indent=2, default=str))
         return
-    render_report(Console(), "specledger probe", columns, ratios)
+    console = Console()
+    render_report(console, "specledger probe", columns, ratios)
     if out is not None:
-        Console().print(f"wrote {out / 'probe.json'}")
+        _print_run_report(console, out, summary)
+
+
+def select_workload(workload: Path | None, categories: str | None, n: int, seed: int) -> ProbeWorkload:
+    """--workload JSONL, else --categories (built-in, scored), else the built-in prompts."""
+    if workload is not None:
+        return workload_from_jsonl(workload)
+    if categories:
+        names = [c.strip() for c in categories.split(",") if c.strip()]
+        if not names:
+            raise SpecLedgerError("--categories is empty; give names such as code,math")
+        return workload_from_categories(names, n, seed)
+    return workload_from_prompts(BUILTIN_PROMPTS)
+
+
+def write_probe_dir(
+    out: Path,
+    full: dict[str, Any],
+    results: list[RequestResult],
+    base_results: list[RequestResult],
+    workload: ProbeWorkload,
+    label: str,
+    gamma: str | None,
+    tokenizer: Tokenizer | None,
+) -> dict[str, Any] | None:
+    """probe.json, then traces.jsonl + run.json (both endpoints' records), then the report.
+
+    Returns the report summary, or None when no request of either endpoint finished."""
+    report, base_report = full["probe"], full.get("baseline")
+    config = report["config"]
+    g = gamma_label(report.get("spec_decode"), gamma)
+    common = dict(
+        temperature=config["temperature"],
+        category_of=workload.category_of,
+        score_of=workload.score_of,
+        tokenizer=tokenizer,
+        top_p=config["top_p"],
+        seed=config["seed"],
+    )
+    records = records_from_probe(
+        results, drafter=label, gamma=g, model=report["model"], endpoint=report["url"], **common
+    )
+    if base_report is not None:
+        records += records_from_probe(
+            base_results, drafter=BASELINE_DRAFTER, gamma=0, model=base_report["model"],
+            endpoint=base_report["url"], **common,
+        )
+    write_json_atomic(out / PROBE_JSON, full)
+    meta = probe_run_meta(out.name, report, base_report, drafter=label, gamma=g, workload=workload)
+    write_probe_run(out, records, meta)
+    from specledger.report.build import build_report
+
+    return build_report(out)[0]
+
+
+def _print_run_report(console: Console, out: Path, summary: dict[str, Any] | None) -> None:
+    from specledger.report.cli import print_summary
+
+    if summary is not None and (summary.get("baselines") or summary.get("scenarios")):
+        print_summary(summary, console)
+    else:
+        console.print("[yellow]no request finished: the run folder holds no traces to compare[/]")
+    written = [out / name for name in (PROBE_JSON, "traces.jsonl", "run.json") if (out / name).is_file()]
+    console.print("wrote " + ", ".join(map(str, written)))
+    console.print(f"report: {out / 'report.html'} (rebuild with `specledger report {out}`)")
 
 
 def _without_results(full: dict[str, Any]) -> dict[str, Any]:
@@ -321,18 +455,30 @@ def _without_results(full: dict[str, Any]) -> dict[str, Any]:
 
 def import_vllm_bench(
     file: Annotated[Path, typer.Argument(help="JSON written by `vllm bench serve --save-result`")],
-    out: Annotated[Path | None, typer.Option(help="Folder for vllm_bench.json (normalised)")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Run folder: vllm_bench.json (normalised) + run.json, then the report")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the normalised summary as JSON")] = False,
 ) -> None:
     """Read a `vllm bench serve` result and show it with the probe's figures and caveats."""
     result = load_vllm_bench(file)
     summary = result.summary()
-    document = {"source_file": str(file), "summary": summary, "raw": result.model_dump()}
+    document = vllm_bench_document(str(file), summary, result.model_dump())
+    html_path = None
     if out is not None:
-        write_json_atomic(out / "vllm_bench.json", document)
+        write_vllm_bench_run(out, document, result.model_id)
+        from specledger.report.build import build_report
+
+        html_path = build_report(out)[1]
     if as_json:
         typer.echo(json.dumps(document["summary"], indent=2, default=str))
         return
     report = {"summary": summary, "spec_decode": summary["spec_decode"], "warnings": []}
     title = f"vllm bench serve: {result.model_id or file.name}"
-    render_report(Console(), title, {"vllm bench": report}, None)
+    console = Console()
+    render_report(console, title, {"vllm bench": report}, None)
+    ledger = document["acceptance_ledger"]
+    if ledger.get("el_from_per_position") is not None:
+        console.print(f"E[L] = 1 + Σ Pr(K ≥ i) from the per-position rates: {ledger['el_from_per_position']:.3f}")
+    if html_path is not None:
+        console.print(f"wrote {out / VLLM_BENCH_JSON}; report: {html_path}")

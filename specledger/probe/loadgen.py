@@ -40,6 +40,7 @@ class PromptItem:
     prompt: str | None = None
     messages: list[dict[str, Any]] | None = None
     max_tokens: int | None = None
+    id: str | None = None  # the workload item's id, carried into each RequestResult
 
     def as_prompt(self) -> str:
         if self.prompt is not None:
@@ -77,7 +78,9 @@ def to_prompt_item(item: Any, where: str = "workload item") -> PromptItem:
         raise SpecLedgerError(f"{where}: 'messages' must be a list of {{role, content}} objects")
     if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)):
         max_tokens = None
-    return PromptItem(prompt=prompt, messages=messages, max_tokens=max_tokens)
+    item_id = _field(item, "id")
+    item_id = None if item_id is None or isinstance(item_id, bool) else str(item_id)
+    return PromptItem(prompt=prompt, messages=messages, max_tokens=max_tokens, id=item_id)
 
 
 def load_prompt_items(source: str | Path | Iterable[Any]) -> list[PromptItem]:
@@ -163,6 +166,7 @@ class RequestResult:
     token_count_source: str = "chunks"  # "chunks", "tokenizer" or "usage-reconciled"
     saw_done: bool = False
     finish_reason: str | None = None
+    prompt_id: str | None = None  # PromptItem.id of the item this request sent
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -242,7 +246,7 @@ async def send_one(
     tokenizer: Tokenizer | None = None,
 ) -> RequestResult:
     """Send one streaming request and time every token-bearing chunk; never raises."""
-    result = RequestResult(index=index)
+    result = RequestResult(index=index, prompt_id=item.id)
     sent = time.perf_counter()
     result.start_s = sent - run_start
     decoder = OpenAIStreamDecoder()

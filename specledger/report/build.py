@@ -25,6 +25,7 @@ HTML_NAME = "report.html"
 SCHEMA = "specledger.summary/1"
 EXPERIMENT_KEY = "experiment"  # RequestRecord.extra key set by side experiments (specledger sweep)
 EXPERIMENT_FILES = {"quantization": "quantization.json", "policies": "policies.json", "serving": "serving.json"}
+ENDPOINT_FILES = ("probe.json", "vllm_bench.json")  # endpoint figures (specledger probe / import-vllm-bench)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -48,12 +49,13 @@ def load_run(run_dir: str | Path) -> tuple[list[RequestRecord], dict[str, Any]]:
     if not run_dir.is_dir():
         raise SpecLedgerError(f"run directory not found: {run_dir}; pass the folder that holds traces.jsonl")
     trace = run_dir / "traces.jsonl"
-    if not trace.is_file():
+    endpoint_only = any((run_dir / name).is_file() for name in ENDPOINT_FILES)
+    if not trace.is_file() and not endpoint_only:
         raise SpecLedgerError(
             f"no traces.jsonl in {run_dir}; run `specledger run` first or point at a run folder"
         )
-    records = list(read_records(trace))
-    if not records:
+    records = list(read_records(trace)) if trace.is_file() else []
+    if not records and not endpoint_only:
         raise SpecLedgerError(f"{trace} holds no complete request; run more requests before reporting")
     meta: dict[str, Any] = {}
     meta_path = run_dir / "run.json"
@@ -77,7 +79,7 @@ def main_records(records: Sequence[RequestRecord]) -> list[RequestRecord]:
 
 def load_experiments(run_dir: str | Path) -> dict[str, Any]:
     """The side-experiment results present in ``run_dir`` (``quantization.json``, ``policies.json``,
-    ``serving.json``)."""
+    ``serving.json``), and the endpoint figures of ``probe.json`` / ``vllm_bench.json``."""
     out: dict[str, Any] = {}
     for name, filename in EXPERIMENT_FILES.items():
         path = Path(run_dir) / filename
@@ -89,6 +91,9 @@ def load_experiments(run_dir: str | Path) -> dict[str, Any]:
             raise SpecLedgerError(f"{path} is not valid JSON ({exc}); re-run `specledger sweep` or delete it") from None
         if isinstance(loaded, dict):
             out[name] = loaded
+    from specledger.probe.records import endpoint_experiments
+
+    out.update(endpoint_experiments(run_dir))  # "probe" / "vllm_bench": endpoint figures, no per-request rows
     return out
 
 
@@ -146,6 +151,18 @@ def _fmt(x: Any, digits: int = 2) -> str:
     return f"{x:,.{digits}f}"
 
 
+def _fmt_bytes(x: Any) -> str:
+    """Bytes in binary units: 512 B, 1.5 KiB, 3.2 MiB, ... ("n/a" for None)."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return "n/a"
+    value = float(x)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    return f"{value:,.1f} GiB"
+
+
 def render_html(summary: dict[str, Any], title: str = "") -> str:
     """The self-contained report page: plotly.js inlined once, every figure drawn from ``summary``."""
     import jinja2
@@ -179,6 +196,7 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
         gate_names=GATES,
         status_class={"pass": "pass", "fail": "fail", NOT_ASSESSED: "na"},
         fmt=_fmt,
+        fmt_bytes=_fmt_bytes,
         plots={**figure_divs(summary), **experiment_figure_divs(summary)},
         experiments=summary.get("experiments", {}),
         plotly_js=get_plotlyjs(),

@@ -88,7 +88,8 @@ def _same(row: dict[str, Any]) -> str:
 
 
 def print_experiments(summary: dict[str, Any], console: Console | None = None) -> None:
-    """Tables of the side experiments in ``summary["experiments"]`` (quantization four-way, policies)."""
+    """Tables of the side experiments in ``summary["experiments"]`` (quantization four-way, policies,
+    serving with its deploy table)."""
     console = console or Console()
     experiments = summary.get("experiments") or {}
     q = experiments.get("quantization")
@@ -115,6 +116,109 @@ def print_experiments(summary: dict[str, Any], console: Console | None = None) -
         console.print(table)
         if p.get("goodput_vs_best_static"):
             console.print(f"  {p['goodput_vs_best_static']['statement']}")
+    if experiments.get("serving"):
+        print_serving(experiments["serving"], console)
+    if experiments.get("probe") or experiments.get("vllm_bench"):
+        print_endpoint_figures(experiments, console)
+
+
+def _bytes(x: Any) -> str:
+    if x is None:
+        return "n/a"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(x) >= size:
+            return f"{x / size:.1f} {unit}"
+    return f"{x:.0f} B"
+
+
+def _q(point: dict[str, Any], key: str, q: str, digits: int = 1) -> str:
+    return _f((point.get(key) or {}).get(q), digits)
+
+
+def print_serving(serving: dict[str, Any], console: Console) -> None:
+    """The serving experiment: one row per (load, setting), the crossover per drafter, the memory
+    ledger and the per-load deploy table with the best drafter's batch-size schedule."""
+    points = [*serving.get("concurrency", []), *serving.get("rate", []), *serving.get("context", [])]
+    table = Table(title=f"serving under load ({len(serving.get('prompts', []))} prompts, "
+                        f"{serving.get('max_tokens')} tokens each)", header_style="bold")
+    for col in ("load", "setting", "tok/s", "S", "TTFT P50", "TPOT P50", "chunk ITL P99", "stall ms",
+                "tok/chunk", "batch", "preempt"):
+        table.add_column(col, justify="left" if col in ("load", "setting") else "right")
+    for p in points:
+        colour = "" if p.get("speedup") is None or p["drafter"] == "none" else (
+            "green" if p["speedup"] > 1 else "red")
+        speed = _f(p.get("speedup"), 3)
+        table.add_row(f"{p['kind']} {p['load']}", p.get("setting", p["drafter"]), _f(p["throughput_tok_s"], 1),
+                      f"[{colour}]{speed}[/]" if colour else speed, _q(p, "ttft_ms", "p50"), _q(p, "tpot_ms", "p50", 2),
+                      _q(p, "itl_chunk_ms", "p99"), _f(p.get("longest_stall_ms"), 1),
+                      _f((p.get("tokens_per_chunk") or {}).get("mean")), _f(p.get("mean_batch")),
+                      str(p.get("preemptions", 0)))
+    console.print(table)
+    for kind, by_setting in (serving.get("crossover") or {}).items():
+        parts = [f"{name}: {'< 1 from ' + str(c) if c is not None else 'never below 1'}" for name, c in by_setting.items()]
+        console.print(f"  crossover ({kind}): " + "; ".join(parts))
+    ledger = Table(title="memory ledger: candidate KV", header_style="bold")
+    for col in ("load", "setting", "B", "γ", "predicted B·γ·m_KV", "engine peak", "rel. diff", "slot cache"):
+        ledger.add_column(col, justify="left" if col in ("load", "setting") else "right")
+    for p in points:
+        m = p.get("memory")
+        if m:
+            rel = m.get("relative_difference")
+            ledger.add_row(f"{p['kind']} {p['load']}", p.get("setting", ""), str(m.get("batch", "")),
+                           str(m.get("gamma", "")), _bytes(m["predicted_candidate_kv_bytes"]),
+                           _bytes(m["engine_peak_candidate_kv_bytes"]),
+                           "n/a" if rel is None else f"{100 * rel:+.1f}%", _bytes(m["static_slot_cache_bytes"]))
+    if ledger.rows:
+        console.print(ledger)
+    print_deploy_table(serving, console)
+
+
+def print_deploy_table(serving: dict[str, Any], console: Console) -> None:
+    """Per load: deploy <drafter γ> or off; then the best drafter's {concurrency: γ} and engine configs."""
+    table = Table(title="deploy table: what to run at each load", header_style="bold")
+    for col in ("load", "decision", "γ", "best candidate", "its S", "tok/s"):
+        table.add_column(col, justify="left" if col in ("load", "decision", "best candidate") else "right")
+    for r in serving.get("deploy_table", []):
+        on = r["decision"] == "deploy"
+        table.add_row(f"{r['kind']} {r['load']}", f"[green]deploy {r['drafter']}[/]" if on else "[yellow]off[/]",
+                      str(r["gamma"]) if on else "off", r.get("best_candidate") or "n/a", _f(r.get("speedup"), 3),
+                      _f(r.get("throughput_tok_s"), 1))
+    console.print(table)
+    d = serving.get("deploy") or {}
+    if d.get("best_drafter"):
+        schedule = ", ".join(f"{c}: {k}" for c, k in d["gamma_by_concurrency"].items())
+        console.print(f"  best drafter overall: {d['best_drafter']} γ={d['gamma']}; γ by concurrency {{{schedule}}}")
+        vllm = d.get("vllm") or {}
+        if vllm.get("speculative_config"):
+            console.print(f"  vLLM: --speculative-config '{json.dumps(vllm['speculative_config'])}'", soft_wrap=True,
+                          markup=False)
+        if vllm.get("note"):
+            console.print(f"  [dim]{vllm['note']}[/]")
+        console.print(f"  [dim]SGLang: {d.get('sglang_note', '')}[/]")
+
+
+def print_endpoint_figures(experiments: dict[str, Any], console: Console) -> None:
+    """Endpoint figures of ``specledger probe`` / ``import-vllm-bench``: one row per endpoint (client-side
+    throughput and latency, server-side acceptance from /metrics) and the server-wide warnings."""
+    views = list((experiments.get("probe") or {}).get("endpoints") or [])
+    bench = experiments.get("vllm_bench")
+    if bench:
+        views.append({"role": "vllm bench", "url": bench.get("source_file"), **bench})
+    table = Table(title="endpoint figures (client-side timings, server-wide acceptance)", header_style="bold")
+    for col in ("endpoint", "tok/s", "TTFT P99", "TPOT P50", "chunk ITL P99", "E[L] reported", "E[L] 1+ΣPr(K≥i)",
+                "a_i"):
+        table.add_column(col, justify="left" if col in ("endpoint", "a_i") else "right")
+    for v in views:
+        s, led = v.get("summary") or {}, v.get("acceptance_ledger") or {}
+        table.add_row(f"{v.get('role')} {v.get('url') or ''}", _f(s.get("output_throughput_tok_s"), 1),
+                      _f((s.get("ttft_ms") or {}).get("p99"), 1), _f((s.get("tpot_ms") or {}).get("p50")),
+                      _f((s.get("chunk_itl_ms") or {}).get("p99"), 1), _f(led.get("el_reported"), 3),
+                      _f(led.get("el_from_per_position"), 3),
+                      " ".join(_f(a, 2) for a in led.get("conditional_a") or []) or "n/a")
+    console.print(table)
+    notes = [w for v in views for w in v.get("warnings") or []] + [v["note"] for v in views[-1:] if v.get("note")]
+    for note in dict.fromkeys(notes):
+        console.print(f"  [dim]{note}[/]")
 
 
 def report(
