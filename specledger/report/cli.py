@@ -131,6 +131,13 @@ def _bytes(x: Any) -> str:
     return f"{x:.0f} B"
 
 
+def _load(row: dict[str, Any]) -> str:
+    """Compact load label: c=4 (concurrency), 2 req/s (Poisson rate), ctx 1024 (context length)."""
+    kind, load = row.get("kind"), row.get("load")
+    return {"concurrency": f"c={load}", "rate": f"{load:g} req/s" if isinstance(load, (int, float)) else str(load),
+            "context": f"ctx {load}"}.get(kind, f"{kind} {load}")
+
+
 def _q(point: dict[str, Any], key: str, q: str, digits: int = 1) -> str:
     return _f((point.get(key) or {}).get(q), digits)
 
@@ -148,7 +155,7 @@ def print_serving(serving: dict[str, Any], console: Console) -> None:
         colour = "" if p.get("speedup") is None or p["drafter"] == "none" else (
             "green" if p["speedup"] > 1 else "red")
         speed = _f(p.get("speedup"), 3)
-        table.add_row(f"{p['kind']} {p['load']}", p.get("setting", p["drafter"]), _f(p["throughput_tok_s"], 1),
+        table.add_row(_load(p), p.get("setting", p["drafter"]), _f(p["throughput_tok_s"], 1),
                       f"[{colour}]{speed}[/]" if colour else speed, _q(p, "ttft_ms", "p50"), _q(p, "tpot_ms", "p50", 2),
                       _q(p, "itl_chunk_ms", "p99"), _f(p.get("longest_stall_ms"), 1),
                       _f((p.get("tokens_per_chunk") or {}).get("mean")), _f(p.get("mean_batch")),
@@ -164,7 +171,7 @@ def print_serving(serving: dict[str, Any], console: Console) -> None:
         m = p.get("memory")
         if m:
             rel = m.get("relative_difference")
-            ledger.add_row(f"{p['kind']} {p['load']}", p.get("setting", ""), str(m.get("batch", "")),
+            ledger.add_row(_load(p), p.get("setting", ""), str(m.get("batch", "")),
                            str(m.get("gamma", "")), _bytes(m["predicted_candidate_kv_bytes"]),
                            _bytes(m["engine_peak_candidate_kv_bytes"]),
                            "n/a" if rel is None else f"{100 * rel:+.1f}%", _bytes(m["static_slot_cache_bytes"]))
@@ -180,7 +187,7 @@ def print_deploy_table(serving: dict[str, Any], console: Console) -> None:
         table.add_column(col, justify="left" if col in ("load", "decision", "best candidate") else "right")
     for r in serving.get("deploy_table", []):
         on = r["decision"] == "deploy"
-        table.add_row(f"{r['kind']} {r['load']}", f"[green]deploy {r['drafter']}[/]" if on else "[yellow]off[/]",
+        table.add_row(_load(r), f"[green]deploy {r['drafter']}[/]" if on else "[yellow]off[/]",
                       str(r["gamma"]) if on else "off", r.get("best_candidate") or "n/a", _f(r.get("speedup"), 3),
                       _f(r.get("throughput_tok_s"), 1))
     console.print(table)
