@@ -189,3 +189,16 @@ def test_sweep_serving_rejects_bad_options(tmp_path, monkeypatch):
                            (["--contexts", "100000"], "--contexts")):
         bad = CliRunner().invoke(_app(), base + extra)
         assert bad.exit_code != 0 and message in str(bad.exception), (extra, bad.exception)
+
+
+def test_policies_run_under_load_beside_static_gammas(target):
+    """A policy name in place of gamma: one policy per request, choosing gamma every step (batch-aware)."""
+    from specledger.bench.sweep_cli import parse_drafter_gammas
+
+    settings = parse_drafter_gammas("ngram:2,ngram:goodput,ngram:batch")
+    assert settings == [("ngram", 2), ("ngram", "goodput"), ("ngram", "batch")]
+    res = run_serving_sweep(Engine(target), [[1, 2, 3, 1, 2, 3], [4, 5, 6, 4, 5, 6]], settings,
+                            concurrencies=(1, 4), max_tokens=10)
+    labels = {p["setting"] for p in res["concurrency"]}
+    assert {"ngram γ=goodput", "ngram γ=batch", "ngram γ=2", "plain"} <= labels
+    assert all("memory" not in p for p in res["concurrency"] if isinstance(p["gamma"], str))

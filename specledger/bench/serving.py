@@ -87,6 +87,11 @@ def run_point(
     reqs = [BatchRequest(list(p), max_tokens=max_tokens, request_id=f"p{i}", arrival=a, prompt_id=f"p{i}")
             for i, (p, a) in enumerate(zip(prompts, arrivals))]
     t = time.perf_counter()
+    if isinstance(gamma, str):  # a policy name: one policy per request, choosing gamma every step
+        from specledger.engine.policy import make_policy
+
+        policy_name = gamma
+        gamma = lambda: make_policy(policy_name)  # noqa: E731
     records = engine.run(reqs, drafter_factory, gamma, concurrency=None if rate else concurrency)
     wall = time.perf_counter() - t
     return records, point_metrics(records, wall, engine)
@@ -228,7 +233,7 @@ def run_serving_sweep(
             for name, g in settings:
                 m, records = at_load[(name, g)]
                 m["speedup"] = m["throughput_tok_s"] / base_tp if base_tp else None
-                if name != "none" and g:
+                if name != "none" and isinstance(g, int) and g:
                     m["memory"] = memory_ledger(model, m["peak_batch"] or 1, g, m["peak_candidate_tokens"],
                                                 m["slot_capacity"], slots=m["slots"])
                 points.append(m)
@@ -297,8 +302,8 @@ def best_overall(points: Sequence[dict[str, Any]]) -> tuple[str, int] | None:
     """The (drafter, gamma) with the highest geometric-mean speed-up over the given points."""
     by: dict[tuple[str, int], list[float]] = {}
     for p in points:
-        if p["drafter"] != "none" and p.get("speedup"):
-            by.setdefault((p["drafter"], p["gamma"]), []).append(p["speedup"])
+        if p["drafter"] != "none" and isinstance(p["gamma"], int) and p.get("speedup"):  # static gammas only:
+            by.setdefault((p["drafter"], p["gamma"]), []).append(p["speedup"])  # a config needs a number
     if not by:
         return None
     return max(by, key=lambda k: math.fsum(math.log(s) for s in by[k]) / len(by[k]))

@@ -23,15 +23,24 @@ def _csv(text: str, cast: Any = str) -> list:
         raise SpecLedgerError(f"cannot parse list {text!r}; give comma-separated values like 1,2,4") from None
 
 
-def parse_drafter_gammas(text: str) -> list[tuple[str, int]]:
-    """``"ngram:4,suffix:4"`` -> [("ngram", 4), ("suffix", 4)]; a missing ``:γ`` means γ = 4."""
-    out = []
+def parse_drafter_gammas(text: str) -> list[tuple[str, int | str]]:
+    """``"ngram:4,suffix:4,ngram:goodput"`` -> [("ngram", 4), ("suffix", 4), ("ngram", "goodput")]; a
+    missing ``:γ`` means γ = 4; a policy name (heuristic, ema, batch, goodput) picks γ per request and step."""
+    from specledger.engine.policy import POLICIES
+
+    out: list[tuple[str, int | str]] = []
     for part in _csv(text):
         name, _, g = part.partition(":")
+        g = g.strip()
+        if g in POLICIES and g != "static":
+            out.append((name.strip(), g))
+            continue
         try:
             gamma = int(g) if g else 4
         except ValueError:
-            raise SpecLedgerError(f"cannot parse {part!r}; write drafter:gamma, e.g. ngram:4") from None
+            raise SpecLedgerError(
+                f"cannot parse {part!r}; write drafter:gamma or drafter:policy, e.g. ngram:4 or ngram:goodput"
+            ) from None
         out.append((name.strip(), gamma))
     require(bool(out), "--serving-drafters is empty; give e.g. ngram:4,suffix:4")
     return out
