@@ -47,6 +47,17 @@ class CharTokenizer:
         return {c: i for i, c in enumerate(self.ALPHABET)}
 
 
+class CharLoaded:
+    """The slice of LoadedModel that runners use (prompt encoding) over a character tokenizer."""
+
+    def __init__(self) -> None:
+        self.tokenizer = CharTokenizer()
+
+    def encode_prompt(self, prompt=None, messages=None, chat=True):
+        text = prompt if prompt is not None else " ".join(m["content"] for m in messages)
+        return [self.tokenizer.ALPHABET.index(c) for c in text if c in self.tokenizer.ALPHABET]
+
+
 @pytest.fixture(scope="session")
 def target():
     return tiny_model(2)

@@ -20,23 +20,12 @@ from specledger.engine.trace import RequestRecord, read_records
 from specledger.errors import SpecLedgerError
 from specledger.report.build import build_report, summarize
 from specledger.workloads import load_jsonl
-from tests.conftest import CharTokenizer, tiny_model
-
-
-class _Loaded:
-    """The slice of LoadedModel the experiments use: prompt encoding over a character tokenizer."""
-
-    def __init__(self) -> None:
-        self.tokenizer = CharTokenizer()
-
-    def encode_prompt(self, prompt=None, messages=None, chat=True):
-        text = prompt if prompt is not None else " ".join(m["content"] for m in messages)
-        return [self.tokenizer.ALPHABET.index(c) for c in text if c in self.tokenizer.ALPHABET]
+from tests.conftest import CharLoaded, CharTokenizer, tiny_model
 
 
 def tiny_engine(seed: int = 2) -> Engine:
     engine = Engine(tiny_model(seed), tokenizer=CharTokenizer(), max_context=512, name="tiny", dtype="float32")
-    engine.loaded = _Loaded()
+    engine.loaded = CharLoaded()
     return engine
 
 

@@ -11,24 +11,13 @@ from specledger.engine.decode import Engine
 from specledger.engine.trace import read_records
 from specledger.errors import SpecLedgerError
 from specledger.report.build import build_report
-from tests.conftest import CharTokenizer
-
-
-class _Loaded:
-    """The slice of LoadedModel the runner uses, over a character tokenizer."""
-
-    def __init__(self) -> None:
-        self.tokenizer = CharTokenizer()
-
-    def encode_prompt(self, prompt=None, messages=None, chat=True):
-        text = prompt if prompt is not None else " ".join(m["content"] for m in messages)
-        return [self.tokenizer.ALPHABET.index(c) for c in text if c in self.tokenizer.ALPHABET]
+from tests.conftest import CharLoaded, CharTokenizer
 
 
 @pytest.fixture()
 def engine(target):
     e = Engine(target, tokenizer=CharTokenizer(), max_context=512, name="tiny", dtype="float32")
-    e.loaded = _Loaded()
+    e.loaded = CharLoaded()
     return e
 
 
