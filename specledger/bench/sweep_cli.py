@@ -137,7 +137,7 @@ def sweep(
         for name, g in spec_settings:
             require(name in DRAFTERS and name != "none",
                     f"unknown drafter {name!r} in --serving-drafters; choose from {', '.join(DRAFTERS[1:])}")
-            require(g >= 1, f"gamma of {name} must be >= 1, e.g. {name}:4")
+            require(isinstance(g, str) or g >= 1, f"gamma of {name} must be >= 1 or a policy name, e.g. {name}:4")
     console = Console()
     run_dir = out or Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S")
     console.print(f"[bold]specledger sweep[/] ({experiment}) -> {run_dir}")
