@@ -410,7 +410,8 @@ def run_serving(
     for name, g in drafters:
         require(name in DRAFTERS and name != "none",
                 f"unknown drafter {name!r} in --serving-drafters; choose from {', '.join(DRAFTERS[1:])}")
-        require(isinstance(g, int) and g >= 1, f"gamma of {name} must be an integer >= 1, e.g. {name}:4")
+        require((isinstance(g, int) and g >= 1) or g in ("heuristic", "ema", "batch", "goodput"),
+                f"gamma of {name} must be an integer >= 1 or a policy name, e.g. {name}:4 or {name}:goodput")
     limit = min(engine.max_context, engine.model.config.max_seq_len) - max_tokens - 64
     for length in context_lengths:
         require(16 <= length <= limit, f"context length {length} does not fit the model's context with "
