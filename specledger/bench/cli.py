@@ -22,7 +22,7 @@ def _csv(text: str | None, cast=str) -> list | None:
 
 
 def run(
-    quick: Annotated[bool, typer.Option("--quick", help="About 1 minute: 4 categories, 1 prompt each, gamma 4.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="About 1 minute: 3 categories, 2 prompts each, gamma 4.")] = False,
     full: Annotated[bool, typer.Option("--full", help="Hours: 8 prompts per category, gamma 1-8, T 0 and 0.8.")] = False,
     out: Annotated[Path | None, typer.Option(help="Run directory (default: runs/<timestamp>).")] = None,
     resume: Annotated[Path | None, typer.Option(help="Continue an interrupted run in this directory.")] = None,
