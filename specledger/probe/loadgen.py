@@ -20,7 +20,7 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,23 +83,28 @@ def to_prompt_item(item: Any, where: str = "workload item") -> PromptItem:
     return PromptItem(prompt=prompt, messages=messages, max_tokens=max_tokens, id=item_id)
 
 
+def read_jsonl_objects(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed object) for every non-blank line; unreadable file or a non-JSON line
+    is a one-line :class:`SpecLedgerError` naming the place."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecLedgerError(f"cannot read workload {path}: {exc}") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            raise SpecLedgerError(f"{path}:{number} is not JSON; the workload must be JSONL") from None
+        yield number, obj
+
+
 def load_prompt_items(source: str | Path | Iterable[Any]) -> list[PromptItem]:
     """Prompt items from a JSONL file path or an iterable of str/dict/objects (non-empty)."""
     if isinstance(source, (str, Path)):
-        path = Path(source)
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SpecLedgerError(f"cannot read workload {path}: {exc}") from None
-        items = []
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                raise SpecLedgerError(f"{path}:{number} is not JSON; the workload must be JSONL") from None
-            items.append(to_prompt_item(obj, where=f"{path}:{number}"))
+        items = [to_prompt_item(obj, where=f"{source}:{n}") for n, obj in read_jsonl_objects(source)]
     else:
         items = [to_prompt_item(obj, where=f"workload item {i}") for i, obj in enumerate(source)]
     if not items:

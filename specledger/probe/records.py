@@ -34,7 +34,7 @@ from typing import Any
 from specledger.engine.trace import RequestRecord, append_records
 from specledger.errors import SpecLedgerError
 from specledger.ledger.acceptance import conditional_from_per_position, expected_length_from_chain
-from specledger.probe.loadgen import PromptItem, RequestResult, Tokenizer, to_prompt_item
+from specledger.probe.loadgen import PromptItem, RequestResult, Tokenizer, read_jsonl_objects, to_prompt_item
 from specledger.workloads import WorkloadItem
 
 TRACE_NAME = "traces.jsonl"  # the same names as specledger.bench.runner (TRACE_NAME, META_NAME)
@@ -115,19 +115,9 @@ def workload_from_jsonl(path: str | Path) -> ProbeWorkload:
     ``max_tokens``); ``id`` defaults to ``<file stem>/<line>`` and ``category`` to ``custom``, as in
     :func:`specledger.workloads.load_jsonl`. Items with a built-in category and a reference are scored."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecLedgerError(f"cannot read workload {path}: {exc}") from None
     items: list[PromptItem] = []
     entries: dict[str, WorkloadItem] = {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            raise SpecLedgerError(f"{path}:{number} is not JSON; the workload must be JSONL") from None
+    for number, obj in read_jsonl_objects(path):
         where = f"{path}:{number}"
         item = to_prompt_item(obj, where=where)
         pid = item.id or f"{path.stem}/{number}"
