@@ -45,12 +45,11 @@ class StaticGamma(GammaPolicy):
         return self.gamma
 
 
-class HeuristicGamma(GammaPolicy):
-    """+2 after a fully accepted round, -1 otherwise (floor 1, cap ``max_gamma``); reset per request."""
+class _AdaptiveGamma(GammaPolicy):
+    """A gamma that ``observe`` moves and each new request restarts at ``start``."""
 
-    def __init__(self, start: int = 4, max_gamma: int = 16) -> None:
+    def __init__(self, start: int, max_gamma: int) -> None:
         self.start, self.max_gamma = start, max_gamma
-        self.name = "heuristic"
         self.gamma = start
 
     def reset(self) -> None:
@@ -58,6 +57,15 @@ class HeuristicGamma(GammaPolicy):
 
     def choose(self, context_len: int, batch_size: int = 1) -> int:
         return self.gamma
+
+
+class HeuristicGamma(_AdaptiveGamma):
+    """+2 after a fully accepted round, -1 otherwise (floor 1, cap ``max_gamma``); reset per request."""
+
+    name = "heuristic"
+
+    def __init__(self, start: int = 4, max_gamma: int = 16) -> None:
+        super().__init__(start, max_gamma)
 
     def observe(self, proposed: int, accepted: int, t_round: float | None = None) -> None:
         if proposed == 0:
@@ -71,21 +79,16 @@ def geometric_acceptance_update(proposed: int, accepted: int) -> tuple[int, int]
     return accepted, accepted + (1 if accepted < proposed else 0)
 
 
-class EmaGamma(GammaPolicy):
+class EmaGamma(_AdaptiveGamma):
     """gamma = the length whose marginal candidate is still accepted with probability >= ``threshold``:
     the largest g with a^g >= threshold, a = EMA of the geometric acceptance estimate."""
 
+    name = "ema"
+
     def __init__(self, start: int = 4, max_gamma: int = 8, alpha: float = 0.3, threshold: float = 0.3) -> None:
-        self.start, self.max_gamma, self.alpha, self.threshold = start, max_gamma, alpha, threshold
-        self.name = "ema"
+        super().__init__(start, max_gamma)
+        self.alpha, self.threshold = alpha, threshold
         self.a = 0.7
-        self.gamma = start
-
-    def reset(self) -> None:
-        self.gamma = self.start
-
-    def choose(self, context_len: int, batch_size: int = 1) -> int:
-        return self.gamma
 
     def observe(self, proposed: int, accepted: int, t_round: float | None = None) -> None:
         if proposed == 0:
