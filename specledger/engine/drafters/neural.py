@@ -71,7 +71,7 @@ class NeuralDrafter(Drafter):
         if n == len(context):  # must feed at least one token to get the next distribution
             n -= 1
         logits = self._forward(context[n:], n, last_only=True)
-        self.cached = list(context)
+        self.cached[n:] = context[n:]  # append what the cache now holds; no full copy per round
         self._validated = len(context)
         tokens: list[int] = []
         qs = []
