@@ -283,7 +283,7 @@ class BatchEngine:
             for lv, *_ in proposals:
                 rd = lv.rounds[-1]
                 rd.t_other = t_other
-                lv.policy.observe(rd.proposed, rd.accepted, rd.t_round)
+                lv.policy.observe(rd.proposed, rd.accepted, rd.t_round, t_draft=rd.t_draft)
                 n = lv.rounds[-1].committed
                 if n:
                     lv.token_times.extend([emit - lv.t_arrival] * n)

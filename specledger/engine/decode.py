@@ -235,7 +235,7 @@ class Engine:
             rounds.append(
                 RoundRecord(drafter.name, g, n, k, len(kept), len(kept) < len(new), t1 - t0, t2 - t1, t3 - t2, start + 1)
             )
-            policy.observe(n, k, t3 - t0)
+            policy.observe(n, k, t3 - t0, t_draft=t1 - t0)
 
         total_time = (token_times[-1] if token_times else perf() - t_start)
         drafter.end(prompt, out)

@@ -29,7 +29,8 @@ class GammaPolicy:
     def choose(self, context_len: int, batch_size: int = 1) -> int:
         raise NotImplementedError
 
-    def observe(self, proposed: int, accepted: int, t_round: float | None = None) -> None:
+    def observe(self, proposed: int, accepted: int, t_round: float | None = None,
+                t_draft: float | None = None) -> None:
         """The round proposed ``proposed`` candidates, ``accepted`` (K) were accepted, and it took ``t_round`` s."""
 
 
@@ -67,7 +68,8 @@ class HeuristicGamma(_AdaptiveGamma):
     def __init__(self, start: int = 4, max_gamma: int = 16) -> None:
         super().__init__(start, max_gamma)
 
-    def observe(self, proposed: int, accepted: int, t_round: float | None = None) -> None:
+    def observe(self, proposed: int, accepted: int, t_round: float | None = None,
+                t_draft: float | None = None) -> None:
         if proposed == 0:
             return
         self.gamma = min(self.max_gamma, self.gamma + 2) if accepted == proposed else max(1, self.gamma - 1)
@@ -90,7 +92,8 @@ class EmaGamma(_AdaptiveGamma):
         self.alpha, self.threshold = alpha, threshold
         self.a = 0.7
 
-    def observe(self, proposed: int, accepted: int, t_round: float | None = None) -> None:
+    def observe(self, proposed: int, accepted: int, t_round: float | None = None,
+                t_draft: float | None = None) -> None:
         if proposed == 0:
             return
         s, t = geometric_acceptance_update(proposed, accepted)
@@ -181,7 +184,8 @@ class GoodputGamma(GammaPolicy):
             self._zero_streak = 0
         return best_g
 
-    def observe(self, proposed: int, accepted: int, t_round: float | None = None) -> None:
+    def observe(self, proposed: int, accepted: int, t_round: float | None = None,
+                t_draft: float | None = None) -> None:
         if t_round is not None:
             self._add_cost(proposed, t_round)
         if proposed:
