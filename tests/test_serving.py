@@ -148,7 +148,7 @@ def test_sweep_serving_writes_traces_json_deploy_table_and_report(tmp_path, monk
     out = tmp_path / "sweep"
     args = ["sweep", "--experiment", "serving", "--workload", str(wl), "--concurrencies", "1,3", "--contexts", "64",
             "--serving-drafters", "ngram:3,suffix:2", "--serving-max-tokens", "10", "--out", str(out),
-            "--resamples", "20"]
+            "--resamples", "20", "--repeats", "2"]
     result = CliRunner().invoke(_app(), args, env={"COLUMNS": "220"})
     assert result.exit_code == 0, result.output
     assert not (out / "quantization.json").exists() and not (out / "policies.json").exists()
@@ -160,10 +160,12 @@ def test_sweep_serving_writes_traces_json_deploy_table_and_report(tmp_path, monk
         pts = [p for p in doc[row["kind"]] if p["load"] == row["load"] and p["drafter"] != "none"]
         best = max(pts, key=lambda p: p["throughput_tok_s"])
         assert row["best_candidate"] == best["setting"]
-        assert (row["decision"] == "deploy") == (best["speedup"] > 1.0)
+        assert (row["decision"] == "deploy") == (best["speedup"] > 1.0 and best["speedup_ci"][0] > 1.0)
+        assert row["speedup_ci"] == best["speedup_ci"] and len(best["repeats"]) == 2
+    assert doc["repeats"] == 2
     assert set(doc["deploy"]["gamma_by_concurrency"]) == {"1", "3"}
     ctx = doc["context"]
-    assert len(ctx) == 3 and all(p["requests"] == 4 for p in ctx)
+    assert len(ctx) == 3 and all(p["requests"] == 2 * 4 for p in ctx)
     records = list(read_records(out / "traces.jsonl"))
     assert all(r.extra["experiment"] == "serving" for r in records)
     assert len(records) == sum(p["requests"] for k in ("concurrency", "context") for p in doc[k])
@@ -202,3 +204,77 @@ def test_policies_run_under_load_beside_static_gammas(target):
     labels = {p["setting"] for p in res["concurrency"]}
     assert {"ngram γ=goodput", "ngram γ=batch", "ngram γ=2", "plain"} <= labels
     assert all("memory" not in p for p in res["concurrency"] if isinstance(p["gamma"], str))
+
+
+def test_repeats_pool_points_and_give_intervals(target):
+    engine = Engine(target)
+    prompts = [[1, 2, 3, 1, 2, 3, 1, 2], [4, 5, 6, 7]]
+    res = run_serving_sweep(engine, prompts, [("ngram", 2), ("ngram", "goodput")], concurrencies=(2,),
+                            max_tokens=8, repeats=3, warmup=False)
+    pts = res["concurrency"]
+    assert [p["setting"] for p in pts] == ["plain", "ngram γ=2", "ngram γ=goodput"]
+    for p in pts:
+        assert len(p["repeats"]) == 3 and p["requests"] == 3 * 4
+        assert p["tokens"] == sum(r["tokens"] for r in p["repeats"])
+        assert abs(p["throughput_tok_s"] - p["tokens"] / p["wall_s"]) < 1e-9
+        assert len(p["speedup_repeats"]) == 3
+        low, high = p["speedup_ci"]
+        assert low <= high
+    (row,) = res["policy_vs_static"]
+    assert row["policy"] == "ngram γ=goodput" and row["best_static"] in ("plain", "ngram γ=2")
+    assert row["repeats"] == 3 and row["ci"][0] <= row["ci"][1]
+    assert row["at_least_as_good"] == (row["ratio"] >= 1 or row["ci"][1] >= 1)
+
+
+def test_log_ratio_interval_covers_the_ratio():
+    from specledger.analysis.stats import log_ratio_t_interval
+
+    lo, hi = log_ratio_t_interval([1.1, 1.2, 1.15, 1.18])
+    assert 1.05 < lo < 1.15 < hi < 1.25
+    assert all(map(lambda x: x != x, log_ratio_t_interval([1.2])))  # one value: no interval
+
+
+def test_step_cost_interpolates_and_learns_draft_cost(target):
+    from specledger.engine.cost import StepCost, calibrate_step_cost
+    from specledger.engine.policy import GoodputGamma
+
+    c = StepCost([1, 4, 16], [0.010, 0.012, 0.030])
+    assert c.forward_s(1) == 0.010 and abs(c.forward_s(10) - 0.021) < 1e-12 and c.forward_s(32) > 0.030
+    assert StepCost([1, 2], [0.02, 0.01]).forward_s(2) == 0.02  # never cheaper with more rows
+    c.observe_draft(4, 0.004)
+    assert abs(c.step_s(2, 3) - (c.forward_s(8) + 2 * 3 * 0.001)) < 1e-12
+    assert c.fresh().draft_s_per_candidate() == 0.0
+    # a batched goodput policy speculates when rows are cheap and stops when each row costs a full step
+    cheap = GoodputGamma(step_cost=StepCost([1, 512], [0.010, 0.0101]))
+    costly = GoodputGamma(step_cost=StepCost([1, 512], [0.010, 5.12]))
+    for p in (cheap, costly):
+        p.reset()
+        for _ in range(10):
+            p.observe(4, 3)
+    assert cheap.choose(0, 16) >= 4 and costly.choose(0, 16) in (0, 1)
+    cal = calibrate_step_cost(target, rows=(1, 4, 8), context=8, slots=4, repeats=1)
+    assert cal.rows == [1, 4, 8] and all(s > 0 for s in cal.seconds)
+
+
+def test_run_full_side_experiments_write_all_three_and_resume_skips_them(tmp_path, monkeypatch):
+    import specledger.bench.sweep_cli as sweep_cli
+
+    wl = tmp_path / "w.jsonl"
+    wl.write_text(json.dumps({"id": "a", "prompt": "abcabcabc abcabc abc", "category": "copy"}) + "\n"
+                  + json.dumps({"id": "b", "prompt": "hello hello", "category": "chat"}) + "\n")
+    real = sweep_cli.load_sweep_items
+    monkeypatch.setattr(sweep_cli, "load_sweep_items", lambda cats, n, seed, workload, vocab: real(cats, n, seed, wl, vocab))
+    small = {"max_tokens": 6, "static_gammas": [2], "policies": ["goodput"], "concurrencies": [1, 2],
+             "serving_drafters": "ngram:2,ngram:goodput", "serving_max_tokens": 6, "repeats": 2, "contexts": [64],
+             "context_to_limit": False}
+    warnings: list[str] = []
+    ran = sweep_cli.run_side_experiments(_engine(), tmp_path, 0, None, warnings.append, small)
+    assert ran == ["quant4", "policies", "serving"]
+    for name in ("quantization.json", "policies.json", "serving.json"):
+        assert (tmp_path / name).exists()
+    serving_doc = json.loads((tmp_path / "serving.json").read_text())
+    assert serving_doc["repeats"] == 2 and serving_doc["context_lengths"] == [64]
+    assert sweep_cli.run_side_experiments(_engine(), tmp_path, 0, None, warnings.append, small) == []
+    (tmp_path / "serving.json").unlink()  # as if interrupted half-way: traces present, JSON missing
+    assert sweep_cli.run_side_experiments(_engine(), tmp_path, 0, None, warnings.append, small) == []
+    assert any("interrupted 'serving'" in w for w in warnings)

@@ -75,3 +75,20 @@ def paired_speedup_bootstrap(
     alpha = (1.0 - level) / 2.0
     low, high = np.quantile(ratios, [alpha, 1.0 - alpha])
     return point, float(low), float(high)
+
+
+def log_ratio_t_interval(ratios: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """A t-interval for the typical ratio from independent paired repeats: exp(mean(log r) ± t_(n-1) s/√n).
+
+    Used where the unit of replication is a whole repeated run (a serving load point), so a handful
+    of values: a percentile bootstrap over 3-5 values is too narrow, the t-interval is not.
+    (NaN, NaN) with fewer than 2 finite positive ratios."""
+    from scipy import stats as sps
+
+    logs = np.log([r for r in ratios if r is not None and math.isfinite(r) and r > 0])
+    n = logs.size
+    if n < 2:
+        return math.nan, math.nan
+    half = float(sps.t.ppf(0.5 + level / 2.0, n - 1)) * float(logs.std(ddof=1)) / math.sqrt(n)
+    centre = float(logs.mean())
+    return math.exp(centre - half), math.exp(centre + half)

@@ -23,7 +23,8 @@ def _csv(text: str | None, cast=str) -> list | None:
 
 def run(
     quick: Annotated[bool, typer.Option("--quick", help="About 1 minute: 3 categories, 2 prompts each, gamma 4.")] = False,
-    full: Annotated[bool, typer.Option("--full", help="Hours: 8 prompts per category, gamma 1-8, T 0 and 0.8.")] = False,
+    full: Annotated[bool, typer.Option("--full", help="Hours: 8 prompts per category, gamma 1-8, T 0 and 0.8, "
+                                                       "then the sweep's quant4, policies and serving experiments.")] = False,
     out: Annotated[Path | None, typer.Option(help="Run directory (default: runs/<timestamp>).")] = None,
     resume: Annotated[Path | None, typer.Option(help="Continue an interrupted run in this directory.")] = None,
     categories: Annotated[str | None, typer.Option(help="Comma-separated categories.")] = None,
@@ -98,6 +99,11 @@ def run(
             bar.update(task, completed=done, total=total, description=label[:48].ljust(48))
 
         run_plan(run_dir, plan, engine, resume=resume is not None, progress=progress)
+        if plan.side_experiments:  # --full: quantization four-way, gamma policies, serving under load
+            from specledger.bench.sweep_cli import run_side_experiments
+
+            run_side_experiments(engine, run_dir, plan.seed, progress,
+                                 lambda w: console.print(f"[yellow]warning:[/] {w}"))
     with console.status("analysing traces and writing the report"):
         summary, html = build_report(run_dir, slo)
     print_summary(summary, console)

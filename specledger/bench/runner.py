@@ -49,6 +49,8 @@ class RunPlan:
     layers: str | None = None  # layerskip layers; None = calibrate
     draft: str | None = None  # draft model path for the "model" drafter
     workload_file: str | None = None
+    #: also run ``specledger sweep``'s experiments (quant4, policies, serving) into the run directory
+    side_experiments: bool = False
 
     def gammas_for(self, drafter: str) -> list[int]:
         neural = drafter in ("layerskip", "quant-self", "model")
@@ -75,7 +77,7 @@ def preset(name: str) -> RunPlan:
         return RunPlan()
     if name == "full":
         return RunPlan(n_per_category=8, gammas=[1, 2, 3, 4, 6, 8], model_gammas=None, temperatures=[0.0, 0.8],
-                       max_tokens=256, max_prompt_tokens=6144)
+                       max_tokens=256, max_prompt_tokens=6144, side_experiments=True)
     raise SpecLedgerError(f"unknown preset {name!r}; use quick, default or full")
 
 

@@ -28,6 +28,7 @@ from typing import Any
 from specledger.analysis.metrics import latency_stats
 from specledger.engine.batch import BatchEngine, BatchRequest
 from specledger.engine.trace import RequestRecord
+from specledger.errors import require
 from specledger.probe.loadgen import poisson_arrivals
 
 
@@ -86,12 +87,14 @@ def run_point(
     arrivals = poisson_arrivals(rate, len(prompts), seed) if rate else [0.0] * len(prompts)
     reqs = [BatchRequest(list(p), max_tokens=max_tokens, request_id=f"p{i}", arrival=a, prompt_id=f"p{i}")
             for i, (p, a) in enumerate(zip(prompts, arrivals))]
-    t = time.perf_counter()
     if isinstance(gamma, str):  # a policy name: one policy per request, choosing gamma every step
+        from specledger.engine.cost import step_cost_for
         from specledger.engine.policy import make_policy
 
         policy_name = gamma
-        gamma = lambda: make_policy(policy_name)  # noqa: E731
+        shared = step_cost_for(model).fresh() if policy_name == "goodput" else None  # the engine's step cost
+        gamma = lambda: make_policy(policy_name, step_cost=shared)  # noqa: E731
+    t = time.perf_counter()
     records = engine.run(reqs, drafter_factory, gamma, concurrency=None if rate else concurrency)
     wall = time.perf_counter() - t
     return records, point_metrics(records, wall, engine)
@@ -103,6 +106,84 @@ def crossover(points: Sequence[dict[str, Any]], key: str = "load") -> Any:
         if p.get("speedup") is not None and p["speedup"] < 1.0:
             return p[key]
     return None
+
+
+def pool_repeats(runs: Sequence[tuple[dict[str, Any], list[RequestRecord]]]) -> tuple[dict[str, Any], list]:
+    """One point from its repeats: totals summed (throughput = Σ tokens / Σ wall), latency
+    percentiles over every request of every repeat, step means averaged, peaks maxed, preemptions
+    summed; ``repeats`` keeps each repeat's tokens, wall and throughput."""
+    ms = [m for m, _ in runs]
+    records = [r for _, recs in runs for r in recs]
+    if len(ms) == 1:
+        m = dict(ms[0])
+    else:
+        tokens, wall = sum(m["tokens"] for m in ms), sum(m["wall_s"] for m in ms)
+        lat = latency_stats(records)
+        m = {**ms[0], "requests": sum(m["requests"] for m in ms), "tokens": tokens, "wall_s": wall,
+             "throughput_tok_s": tokens / wall if wall > 0 else math.nan,
+             "ttft_ms": lat["ttft_ms"], "tpot_ms": lat["tpot_ms"], "itl_token_ms": lat["itl_token_ms"],
+             "itl_chunk_ms": lat["itl_chunk_ms"], "tokens_per_chunk": lat["tokens_per_chunk"],
+             "longest_stall_ms": lat["longest_stall_ms"], "el": _el(records),
+             "preemptions": sum(m["preemptions"] for m in ms)}
+        for key in ("mean_batch", "mean_rows_per_step", "t_forward_ms_per_step"):
+            m[key] = math.fsum(x[key] for x in ms) / len(ms)
+        for key in ("peak_batch", "peak_reserved_tokens", "peak_candidate_tokens"):
+            m[key] = max(x[key] for x in ms)
+    m["repeats"] = [{"tokens": x["tokens"], "wall_s": x["wall_s"], "throughput_tok_s": x["throughput_tok_s"]}
+                    for x in ms]
+    return m, records
+
+
+def speedup_over(runs: Sequence[tuple[dict[str, Any], Any]], base: Sequence[tuple[dict[str, Any], Any]]
+                 ) -> dict[str, Any]:
+    """Speed-up of a setting over plain at the same load: pooled throughput ratio, the per-repeat
+    paired ratios (repeat r of both served the same requests) and their 95% t-interval."""
+    from specledger.analysis.stats import log_ratio_t_interval
+
+    tok = sum(m["tokens"] for m, _ in runs)
+    wall = sum(m["wall_s"] for m, _ in runs)
+    btok = sum(m["tokens"] for m, _ in base)
+    bwall = sum(m["wall_s"] for m, _ in base)
+    point = (tok / wall) / (btok / bwall) if wall > 0 and bwall > 0 and btok > 0 else None
+    ratios = [m["throughput_tok_s"] / b["throughput_tok_s"] for (m, _), (b, _) in zip(runs, base)
+              if b["throughput_tok_s"]]
+    low, high = log_ratio_t_interval(ratios)
+    return {"speedup": point, "speedup_repeats": ratios,
+            "speedup_ci": [low, high] if math.isfinite(low) else None}
+
+
+def policy_vs_static(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each dynamic policy against the best static choice in hindsight at the same load.
+
+    Candidates: plain decoding (γ = 0) and every static γ of the policy's drafter; "best" = the
+    highest pooled throughput at that load. ratio = pooled throughput of the policy / the best's,
+    with the 95% t-interval over the per-repeat paired ratios. ``at_least_as_good`` holds when the
+    interval reaches 1 (within noise) or the point ratio is >= 1; with one repeat only the point
+    ratio decides and ``ci`` is None. Picking the best of several noisy statics flatters it, so
+    this is a conservative test of the policy."""
+    from specledger.analysis.stats import log_ratio_t_interval
+
+    rows = []
+    by_load: dict[tuple[str, Any], list[dict]] = {}
+    for p in points:
+        by_load.setdefault((p["kind"], p["load"]), []).append(p)
+    for (kind, load), pts in by_load.items():
+        for pol in (p for p in pts if isinstance(p["gamma"], str)):
+            statics = [p for p in pts if p["drafter"] == "none" or (p["drafter"] == pol["drafter"]
+                                                                    and isinstance(p["gamma"], int))]
+            if not statics:
+                continue
+            best = max(statics, key=lambda p: p["throughput_tok_s"])
+            ratio = pol["throughput_tok_s"] / best["throughput_tok_s"] if best["throughput_tok_s"] else None
+            per = [a["throughput_tok_s"] / b["throughput_tok_s"]
+                   for a, b in zip(pol.get("repeats", []), best.get("repeats", [])) if b["throughput_tok_s"]]
+            low, high = log_ratio_t_interval(per)
+            ci = [low, high] if math.isfinite(low) else None
+            ok = ratio is not None and (ratio >= 1.0 or (ci is not None and ci[1] >= 1.0))
+            rows.append({"kind": kind, "load": load, "policy": pol["setting"], "best_static": best["setting"],
+                         "ratio": ratio, "ci": ci, "repeats": len(per), "ratios": per, "at_least_as_good": ok,
+                         "policy_speedup": pol.get("speedup"), "best_static_speedup": best.get("speedup")})
+    return rows
 
 
 def memory_ledger(model: Any, batch: int, gamma: int, engine_peak_candidates: int, slot_capacity: int,
@@ -185,14 +266,18 @@ def run_serving_sweep(
     on_point: OnPoint | None = None,
     warmup: bool = True,
     seed: int = 0,
+    repeats: int = 1,
 ) -> dict[str, Any]:
     """Plain vs each (drafter, gamma) at every concurrency (and Poisson rate), then vs context length.
 
     ``engine`` is a solo :class:`Engine` built from a LoadedModel (its model and tokenizer are
     used; drafters are built per request with :func:`make_drafter`). Closed-loop points serve
     max(2c, 4) requests (the prompts cycled), rate points 16, context points ``context_concurrency``
-    long prompts at that concurrency; the order of the settings rotates from one load to the next.
-    Each point's speed-up is its throughput over plain's at the same load. ``on_point(point, records)`` receives every point with its request records
+    long prompts at that concurrency; the order of the settings rotates from one load (and repeat) to
+    the next. With ``repeats`` > 1 every setting serves the same requests ``repeats`` times,
+    interleaved with the others; a point pools its repeats (:func:`pool_repeats`) and its speed-up
+    is pooled throughput over plain's at the same load, with a t-interval over the per-repeat
+    paired ratios (:func:`speedup_over`). ``on_point(point, records)`` receives every point with its request records
     (``prompt_id`` = index into ``prompts``, or ``context<length>#<i>``)."""
     from specledger.engine.drafters.registry import make_drafter
 
@@ -206,7 +291,8 @@ def run_serving_sweep(
             layers_cache["layers"] = ",".join(map(str, make_drafter("layerskip", engine).layers))
         return lambda: make_drafter(name, engine, layers=layers_cache.get("layers"))
 
-    total = (len(concurrencies) + len(rates) + len(context_lengths)) * len(settings)
+    require(repeats >= 1, "--repeats must be >= 1")
+    total = (len(concurrencies) + len(rates) + len(context_lengths)) * len(settings) * repeats
     done = 0
 
     def sweep(loads: Sequence[Any], kind: str, prompt_sets: Callable[[Any], tuple[list[list[int]], list[str]]]
@@ -215,24 +301,29 @@ def run_serving_sweep(
         points = []
         for k, load in enumerate(loads):
             ps, ids = prompt_sets(load)
-            # rotate the order per load so that a slow phase of the machine does not always hit one setting
-            order = settings[k % len(settings):] + settings[:k % len(settings)]
-            at_load: dict[tuple[str, int], tuple[dict, list[RequestRecord]]] = {}
-            for name, g in order:
-                if progress:
-                    progress(done, total, f"serving {kind}={load} {setting_label(name, g)}")
-                conc = (context_concurrency if kind == "context" else load) if kind != "rate" else None
-                rate = load if kind == "rate" else None
-                records, m = run_point(model, ps, factory(name), g, max_tokens, conc, rate=rate, eos=eos, seed=seed)
-                m.update({"kind": kind, "load": load, "drafter": name, "gamma": g, "setting": setting_label(name, g)})
-                for r in records:
-                    r.prompt_id = ids[int(r.prompt_id[1:])]
-                at_load[(name, g)] = (m, records)
-                done += 1
-            base_tp = at_load[("none", 0)][0]["throughput_tok_s"]
+            runs: dict[tuple[str, Any], list[tuple[dict, list[RequestRecord]]]] = {s: [] for s in settings}
+            for rep in range(repeats):
+                # rotate the order per load and repeat so that a slow phase of the machine does not
+                # always hit one setting; every setting of a repeat serves the same requests
+                shift = (k + rep) % len(settings)
+                for name, g in settings[shift:] + settings[:shift]:
+                    if progress:
+                        progress(done, total, f"serving {kind}={load} {setting_label(name, g)}"
+                                 + (f" #{rep + 1}" if repeats > 1 else ""))
+                    conc = (context_concurrency if kind == "context" else load) if kind != "rate" else None
+                    rate = load if kind == "rate" else None
+                    records, m = run_point(model, ps, factory(name), g, max_tokens, conc, rate=rate, eos=eos,
+                                           seed=seed + rep)
+                    for r in records:
+                        r.prompt_id = ids[int(r.prompt_id[1:])]
+                        r.extra["repeat"] = rep
+                    runs[(name, g)].append((m, records))
+                    done += 1
+            base = runs[("none", 0)]
             for name, g in settings:
-                m, records = at_load[(name, g)]
-                m["speedup"] = m["throughput_tok_s"] / base_tp if base_tp else None
+                m, records = pool_repeats(runs[(name, g)])
+                m.update({"kind": kind, "load": load, "drafter": name, "gamma": g, "setting": setting_label(name, g)})
+                m.update(speedup_over(runs[(name, g)], base))
                 if name != "none" and isinstance(g, int) and g:
                     m["memory"] = memory_ledger(model, m["peak_batch"] or 1, g, m["peak_candidate_tokens"],
                                                 m["slot_capacity"], slots=m["slots"])
@@ -262,6 +353,7 @@ def run_serving_sweep(
             pts = [p for p in result[kind] if p["drafter"] == name and p["gamma"] == g]
             if pts:
                 result["crossover"].setdefault(kind, {})[setting_label(name, g)] = crossover(pts)
+    result["policy_vs_static"] = policy_vs_static([*result["concurrency"], *result["rate"], *result["context"]])
     if progress:
         progress(done, total, "serving done")
     return result
@@ -273,7 +365,8 @@ VLLM_METHODS = {"ngram": "ngram", "suffix": "suffix", "model": "draft_model"}
 
 def deploy_table(result: dict[str, Any]) -> list[dict[str, Any]]:
     """Per load level (every concurrency, rate and context point): the setting with the highest
-    throughput if its speed-up over plain at that load is > 1, else "off" (plain decoding)."""
+    throughput if its speed-up over plain at that load is > 1 -- and, with repeats, the lower end
+    of its 95% interval too -- else "off" (plain decoding)."""
     rows = []
     for kind in ("concurrency", "rate", "context"):
         loads: dict[Any, list[dict]] = {}
@@ -282,7 +375,8 @@ def deploy_table(result: dict[str, Any]) -> list[dict[str, Any]]:
         for load, pts in loads.items():
             spec = [p for p in pts if p["drafter"] != "none" and p.get("speedup") is not None]
             best = max(spec, key=lambda p: p["throughput_tok_s"], default=None)
-            on = best is not None and best["speedup"] > 1.0
+            ci = best.get("speedup_ci") if best is not None else None
+            on = best is not None and best["speedup"] > 1.0 and (ci is None or ci[0] > 1.0)
             rows.append({
                 "kind": kind,
                 "load": load,
@@ -291,6 +385,7 @@ def deploy_table(result: dict[str, Any]) -> list[dict[str, Any]]:
                 "gamma": best["gamma"] if on else 0,
                 "setting": best["setting"] if on else "off",
                 "speedup": best["speedup"] if best else None,
+                "speedup_ci": ci,
                 "best_candidate": best["setting"] if best else None,
                 "throughput_tok_s": best["throughput_tok_s"] if on else
                 next((p["throughput_tok_s"] for p in pts if p["drafter"] == "none"), None),
@@ -392,6 +487,7 @@ def run_serving(
     seed: int = 0,
     progress: Progress | None = None,
     warmup: bool = True,
+    repeats: int = 1,
 ) -> dict[str, Any]:
     """The serving experiment into a run directory: every request's record (tagged
     ``extra.experiment = "serving"``) appended to ``traces.jsonl`` as its point finishes, the
@@ -399,7 +495,6 @@ def run_serving(
     from specledger.bench.quantization import TRACE_NAME, check_fresh, encode_prompts, write_json
     from specledger.engine.drafters.registry import DRAFTERS
     from specledger.engine.trace import append_records
-    from specledger.errors import require
 
     require(bool(concurrencies) and all(isinstance(c, int) and c >= 1 for c in concurrencies),
             "--concurrencies must be integers >= 1, e.g. 1,2,4,8,16")
@@ -426,14 +521,15 @@ def run_serving(
             p = prompts[int(rec.prompt_id)] if rec.prompt_id.isdigit() else None
             rec.prompt_id = p.id if p else rec.prompt_id
             rec.category = p.category if p else "long-context"
-            rec.request_id = f"serving|{point['kind']}={point['load']}|{point['setting']}|{i}"
+            rec.request_id = (f"serving|{point['kind']}={point['load']}|{point['setting']}"
+                              f"|r{rec.extra.get('repeat', 0)}|{i}")
             rec.extra.update({"experiment": SERVING_EXPERIMENT, "setting": point["setting"],
                               "kind": point["kind"], "load": point["load"]})
         append_records(out / TRACE_NAME, records)
 
     result = run_serving_sweep(engine, [list(p.ids) for p in prompts], drafters, concurrencies, max_tokens,
                                rates, context_lengths, context_concurrency, progress=progress, on_point=keep,
-                               warmup=warmup, seed=seed)
+                               warmup=warmup, seed=seed, repeats=repeats)
     doc = {
         "experiment": SERVING_EXPERIMENT,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -445,6 +541,7 @@ def run_serving(
         "context_lengths": list(context_lengths),
         "context_concurrency": context_concurrency,
         "max_tokens": max_tokens,
+        "repeats": repeats,
         "temperature": 0.0,
         "prompts": [p.id for p in prompts],
         "categories": sorted({p.category for p in prompts}),

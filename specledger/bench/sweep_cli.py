@@ -78,6 +78,59 @@ def write_meta(run_dir: Path, engine: Any, config: dict[str, Any], warnings: lis
     path.write_text(json.dumps(meta, indent=2))
 
 
+# ``specledger run --full`` runs the side experiments too, with these settings, into the same directory.
+FULL_SIDE_EXPERIMENTS: dict[str, Any] = {
+    "categories": ["code-edit", "dialogue"], "n": 4, "max_tokens": 96, "drafter": "ngram", "gamma": 4,
+    "static_gammas": [1, 2, 4, 6, 8], "policies": ["heuristic", "ema", "batch", "goodput"],
+    "concurrencies": [1, 2, 4, 8, 16, 32], "serving_drafters": "ngram:4,suffix:4,ngram:goodput",
+    "serving_max_tokens": 48, "repeats": 3, "contexts": [1024, 4096], "context_to_limit": True,
+}
+
+
+def run_side_experiments(engine: Any, run_dir: Path, seed: int, progress: Any, warn: Any,
+                         settings: dict[str, Any] | None = None) -> list[str]:
+    """Quantization four-way, γ policies and serving (concurrency, context up to the model's limit)
+    into ``run_dir``; an experiment whose JSON is already there is skipped (``--resume``), one that
+    an interrupted run left half-written is skipped with a warning. Returns the experiments run."""
+    from specledger.bench.policies import POLICIES_JSON, POLICY_EXPERIMENT, run_policies
+    from specledger.bench.quantization import QUANT_EXPERIMENT, QUANT_JSON, check_fresh, run_quantization
+    from specledger.bench.serving import SERVING_EXPERIMENT, SERVING_JSON, run_serving
+
+    cfg = {**FULL_SIDE_EXPERIMENTS, **(settings or {})}
+    items, warnings = load_sweep_items(cfg["categories"], cfg["n"], seed, None, engine.model.config.vocab_size)
+    for w in warnings:
+        warn(w)
+    contexts = list(cfg["contexts"])
+    if cfg.get("context_to_limit"):
+        contexts.append(min(engine.max_context, engine.model.config.max_seq_len) - cfg["serving_max_tokens"] - 64)
+    common = dict(max_tokens=cfg["max_tokens"], out_dir=run_dir, seed=seed, progress=progress)
+    jobs = [
+        (QUANT_EXPERIMENT, QUANT_JSON,
+         lambda: run_quantization(engine, items, drafter=cfg["drafter"], gamma=cfg["gamma"], **common)),
+        (POLICY_EXPERIMENT, POLICIES_JSON,
+         lambda: run_policies(engine, items, drafter=cfg["drafter"], static_gammas=cfg["static_gammas"],
+                              policies=cfg["policies"], **common)),
+        (SERVING_EXPERIMENT, SERVING_JSON,
+         lambda: run_serving(engine, items, drafters=parse_drafter_gammas(cfg["serving_drafters"]),
+                             concurrencies=cfg["concurrencies"], context_lengths=sorted(set(contexts)),
+                             max_tokens=cfg["serving_max_tokens"], out_dir=run_dir, seed=seed, progress=progress,
+                             repeats=cfg["repeats"])),
+    ]
+    ran = []
+    for name, json_name, job in jobs:
+        if (run_dir / json_name).exists():
+            continue
+        try:
+            check_fresh(run_dir, name)
+        except SpecLedgerError:
+            warn(f"{run_dir} holds part of an interrupted {name!r} experiment; skipped it -- run "
+                 f"`specledger sweep --experiment {name} --out NEW_DIR` to measure it again")
+            continue
+        job()
+        ran.append(name)
+    return ran
+
+
 def sweep(
     experiment: Annotated[str, typer.Option(help="quant4 | policies | serving | all")] = "all",
     categories: Annotated[str, typer.Option(help="Comma-separated categories.")] = "code-edit,dialogue",
@@ -102,6 +155,8 @@ def sweep(
                                                "(default: skip).")] = "",
     serving_drafters: Annotated[str, typer.Option(help="serving: drafter:gamma settings.")] = "ngram:4,suffix:4",
     serving_max_tokens: Annotated[int, typer.Option(help="serving: tokens generated per request.")] = 48,
+    repeats: Annotated[int, typer.Option(min=1, help="serving: times each load point is served (same requests, "
+                                                     "settings interleaved); >= 2 gives speed-up intervals.")] = 3,
     seed: Annotated[int, typer.Option(help="Workload sampling and bootstrap seed.")] = 0,
     resamples: Annotated[int, typer.Option(min=1, help="Bootstrap resamples for the speed-up CIs.")] = 1000,
 ) -> None:
@@ -152,7 +207,8 @@ def sweep(
               "workload_file": str(workload) if workload else None}
     if serving:
         config["serving"] = {"concurrencies": conc_levels, "rates": rate_levels, "contexts": context_levels,
-                             "drafters": [f"{d}:{g}" for d, g in spec_settings], "max_tokens": serving_max_tokens}
+                             "drafters": [f"{d}:{g}" for d, g in spec_settings], "max_tokens": serving_max_tokens,
+                             "repeats": repeats}
     write_meta(run_dir, engine, config, warnings)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     common = dict(max_tokens=max_tokens, out_dir=run_dir, seed=seed, n_resamples=resamples, layers=layers,
@@ -171,7 +227,7 @@ def sweep(
         if serving:
             run_serving(engine, items, drafters=spec_settings, concurrencies=conc_levels, rates=rate_levels,
                         context_lengths=context_levels, max_tokens=serving_max_tokens, out_dir=run_dir, seed=seed,
-                        progress=progress)
+                        progress=progress, repeats=repeats)
     with console.status("writing the report"):
         summary, html = build_report(run_dir, n_resamples=resamples, seed=seed)
     print_experiments(summary, console)

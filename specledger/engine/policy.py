@@ -15,7 +15,8 @@ Policies compared side by side (SPEC §4):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from specledger.errors import SpecLedgerError, require
 
@@ -126,13 +127,20 @@ class GoodputGamma(GammaPolicy):
     weighted least squares over recent rounds (``prior`` seeds it: (c0, c1) seconds). gamma = 0
     means a plain step; while at 0, one round in ``probe_every`` still proposes 1 candidate so the
     acceptance estimate keeps up with the text.
+
+    Batched (``step_cost`` given, a :class:`specledger.engine.cost.StepCost` shared by the requests
+    of one engine): a candidate is a row in the step's packed forward that every request waits
+    for, so the request plans as if the ``batch_size`` requests beside it chose like it does and
+    maximises E[L](a, g) / T_step(B, g), T_step(B, g) = T_fwd(B (g + 1)) + B g d, with T_fwd
+    measured at start-up and d the drafting seconds per candidate learned from the rounds.
     """
 
     def __init__(self, max_gamma: int = 8, prior: tuple[float, float] | None = None, forget: float = 0.97,
-                 probe_every: int = 8) -> None:
+                 probe_every: int = 8, step_cost: Any = None) -> None:
         self.max_gamma, self.forget, self.probe_every = max_gamma, forget, probe_every
         self.name = "goodput"
         self.prior = prior
+        self.step_cost = step_cost
         self._s = self._t = 0.0  # acceptance successes / trials, both decayed
         self._w = self._wx = self._wy = self._wxx = self._wxy = 0.0  # decayed LS sums of (gamma, seconds)
         self._zero_streak = 0
@@ -165,15 +173,25 @@ class GoodputGamma(GammaPolicy):
     def acceptance(self) -> float:
         return self._s / self._t if self._t > 0 else 0.7
 
-    def choose(self, context_len: int, batch_size: int = 1) -> int:
+    def _round_cost(self, batch_size: int) -> Callable[[int], float] | None:
+        """g -> expected seconds of a round at that gamma, or None while the cost is still unknown."""
+        if self.step_cost is not None:
+            b = max(1, batch_size)
+            return lambda g: self.step_cost.step_s(b, g)
         line = self.cost_line()
-        if line is None:  # learn the cost line first: alternate two gammas
-            return 1 if self._w < 1 else 4
+        if line is None:
+            return None
         c0, c1 = line
+        return lambda g: c0 + c1 * g
+
+    def choose(self, context_len: int, batch_size: int = 1) -> int:
+        cost = self._round_cost(batch_size)
+        if cost is None:  # learn the cost line first: alternate two gammas
+            return 1 if self._w < 1 else 4
         a = min(self.acceptance(), 1 - 1e-9)
-        best_g, best = 0, 1.0 / max(c0, 1e-9)
+        best_g, best = 0, 1.0 / max(cost(0), 1e-9)
         for g in range(1, self.max_gamma + 1):
-            rate = (1 - a ** (g + 1)) / (1 - a) / max(c0 + c1 * g, 1e-9)
+            rate = (1 - a ** (g + 1)) / (1 - a) / max(cost(g), 1e-9)
             if rate > best * 1.0001:
                 best_g, best = g, rate
         if best_g == 0:
@@ -188,6 +206,8 @@ class GoodputGamma(GammaPolicy):
                 t_draft: float | None = None) -> None:
         if t_round is not None:
             self._add_cost(proposed, t_round)
+        if self.step_cost is not None and t_draft is not None:
+            self.step_cost.observe_draft(proposed, t_draft)
         if proposed:
             s, t = geometric_acceptance_update(proposed, accepted)
             self._s = self.forget * self._s + s
@@ -197,13 +217,16 @@ class GoodputGamma(GammaPolicy):
 POLICIES = ("static", "heuristic", "ema", "batch", "goodput")
 
 
-def make_policy(spec: str | int) -> GammaPolicy:
-    """``4`` / ``"4"`` -> static; ``"heuristic"``, ``"ema"``, ``"batch"``, ``"goodput"`` -> that policy."""
+def make_policy(spec: str | int, step_cost: Any = None) -> GammaPolicy:
+    """``4`` / ``"4"`` -> static; ``"heuristic"``, ``"ema"``, ``"batch"``, ``"goodput"`` -> that policy.
+    ``step_cost`` (a shared :class:`specledger.engine.cost.StepCost`) makes goodput plan batched steps."""
     if isinstance(spec, int) or str(spec).isdigit():
         return StaticGamma(int(spec))
     table = {"heuristic": HeuristicGamma, "ema": EmaGamma, "batch": BatchScheduleGamma, "goodput": GoodputGamma}
     if spec not in table:
         raise SpecLedgerError(f"unknown gamma policy {spec!r}; use an integer or one of {', '.join(table)}")
+    if spec == "goodput" and step_cost is not None:
+        return GoodputGamma(step_cost=step_cost)
     return table[spec]()
 
 

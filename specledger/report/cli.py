@@ -146,8 +146,10 @@ def print_serving(serving: dict[str, Any], console: Console) -> None:
     """The serving experiment: one row per (load, setting), the crossover per drafter, the memory
     ledger and the per-load deploy table with the best drafter's batch-size schedule."""
     points = [*serving.get("concurrency", []), *serving.get("rate", []), *serving.get("context", [])]
+    reps = serving.get("repeats") or 1
     table = Table(title=f"serving under load ({len(serving.get('prompts', []))} prompts, "
-                        f"{serving.get('max_tokens')} tokens each)", header_style="bold")
+                        f"{serving.get('max_tokens')} tokens each"
+                        + (f", {reps} repeats, S with 95% interval)" if reps > 1 else ")"), header_style="bold")
     for col in ("load", "setting", "tok/s", "S", "TTFT P50", "TPOT P50", "chunk ITL P99", "stall ms",
                 "tok/chunk", "batch", "preempt"):
         table.add_column(col, justify="left" if col in ("load", "setting") else "right")
@@ -155,6 +157,8 @@ def print_serving(serving: dict[str, Any], console: Console) -> None:
         colour = "" if p.get("speedup") is None or p["drafter"] == "none" else (
             "green" if p["speedup"] > 1 else "red")
         speed = _f(p.get("speedup"), 3)
+        if p.get("speedup_ci") and p["drafter"] != "none":
+            speed += f" [{_f(p['speedup_ci'][0], 2)}, {_f(p['speedup_ci'][1], 2)}]"
         table.add_row(_load(p), p.get("setting", p["drafter"]), _f(p["throughput_tok_s"], 1),
                       f"[{colour}]{speed}[/]" if colour else speed, _q(p, "ttft_ms", "p50"), _q(p, "tpot_ms", "p50", 2),
                       _q(p, "itl_chunk_ms", "p99"), _f(p.get("longest_stall_ms"), 1),
@@ -177,7 +181,24 @@ def print_serving(serving: dict[str, Any], console: Console) -> None:
                            "n/a" if rel is None else f"{100 * rel:+.1f}%", _bytes(m["static_slot_cache_bytes"]))
     if ledger.rows:
         console.print(ledger)
+    print_policy_vs_static(serving, console)
     print_deploy_table(serving, console)
+
+
+def print_policy_vs_static(serving: dict[str, Any], console: Console) -> None:
+    """Each dynamic policy / the best static choice (plain or a static γ) in hindsight, per load."""
+    rows = serving.get("policy_vs_static") or []
+    if not rows:
+        return
+    table = Table(title="dynamic γ policies vs the best static γ in hindsight (same load, same requests)",
+                  header_style="bold")
+    for col in ("load", "policy", "best static", "ratio", "95% interval", "at least as good?"):
+        table.add_column(col, justify="right" if col in ("ratio", "95% interval") else "left")
+    for r in rows:
+        ci = f"[{_f(r['ci'][0], 3)}, {_f(r['ci'][1], 3)}]" if r.get("ci") else "n/a (1 run)"
+        table.add_row(_load(r), r["policy"], r["best_static"], _f(r.get("ratio"), 3), ci,
+                      "[green]yes[/]" if r["at_least_as_good"] else "[red]no[/]")
+    console.print(table)
 
 
 def print_deploy_table(serving: dict[str, Any], console: Console) -> None:

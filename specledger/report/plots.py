@@ -369,9 +369,22 @@ def _serving_curves(points: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
+def _ci_bars(pts: list[dict], value: Any) -> dict | None:
+    """Asymmetric error bars from each point's ``speedup_ci`` (None when no point has one)."""
+    if not any(p.get("speedup_ci") for p in pts):
+        return None
+    ys = [value(p) for p in pts]
+    return {"type": "data", "symmetric": False,
+            "array": [(p["speedup_ci"][1] - y) if p.get("speedup_ci") and y is not None else 0 for p, y in zip(pts, ys)],
+            "arrayminus": [(y - p["speedup_ci"][0]) if p.get("speedup_ci") and y is not None else 0
+                           for p, y in zip(pts, ys)]}
+
+
 def _serving_vs_load(points: list[dict], value: Any, title: str, x_title: str, y_title: str,
-                     plain: bool = True, unity: bool = False, log_x: bool = True) -> go.Figure | None:
-    """One line per setting of ``value(point)`` against the load; None when there are no points."""
+                     plain: bool = True, unity: bool = False, log_x: bool = True, ci: bool = False
+                     ) -> go.Figure | None:
+    """One line per setting of ``value(point)`` against the load (``ci``: with the speed-up's 95%
+    interval as error bars); None when there are no points."""
     if not points:
         return None
     fig = go.Figure()
@@ -385,6 +398,7 @@ def _serving_vs_load(points: list[dict], value: Any, title: str, x_title: str, y
                 mode="lines+markers",
                 name=name,
                 line={"color": _colour(i), "dash": "dash" if name == "plain" else "solid"},
+                error_y=_ci_bars(pts, value) if ci else None,
             )
         )
     if unity:
@@ -408,7 +422,8 @@ def serving_throughput(serving: dict) -> go.Figure | None:
 def serving_speedup(serving: dict) -> go.Figure | None:
     return _serving_vs_load(serving.get("concurrency", []), lambda p: p["speedup"],
                             "Speed-up vs plain at the same concurrency (below the dashed line: speculation costs)",
-                            "concurrency (requests in flight)", "throughput ÷ plain's", plain=False, unity=True)
+                            "concurrency (requests in flight)", "throughput ÷ plain's", plain=False, unity=True,
+                            ci=True)
 
 
 def serving_tpot(serving: dict) -> go.Figure | None:

@@ -1,0 +1,118 @@
+"""The step cost model a batched goodput policy plans with.
+
+Under continuous batching one step runs a single packed forward over R rows (every running
+request's last token plus its candidates), so the price of a candidate is what one more row
+adds to that forward, T_fwd(R + 1) - T_fwd(R), paid by everybody in the batch. ``T_fwd`` is
+measured, not assumed: :func:`calibrate_step_cost` times the model's packed forward at a ladder
+of row counts spread over several sequence slots (median of repeats, after one untimed warm-up
+per row count, which also pays oneDNN's one-off primitive creation), and :class:`StepCost`
+interpolates piecewise-linearly between the rungs (linear extrapolation past the last).
+
+Drafting is the other per-candidate price: model-free drafters cost microseconds, model drafters
+a forward of their own. ``StepCost`` keeps the running seconds per proposed candidate,
+d = sum(t_draft) / sum(proposed) with exponential forgetting, shared by all requests that use it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+DEFAULT_ROWS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192)
+
+
+class StepCost:
+    """T(rows) in seconds from measured (rows, seconds) points, plus the learned draft cost per candidate."""
+
+    def __init__(self, rows: Sequence[int], seconds: Sequence[float], forget: float = 0.99) -> None:
+        pairs = sorted(zip(rows, seconds))
+        if len(pairs) < 2 or len({r for r, _ in pairs}) != len(pairs):
+            raise ValueError("a step cost needs at least two distinct row counts")
+        self.rows = [int(r) for r, _ in pairs]
+        # a forward over more rows never costs less: enforce monotone non-decreasing times
+        self.seconds: list[float] = []
+        for _, s in pairs:
+            self.seconds.append(max(float(s), self.seconds[-1] if self.seconds else 0.0))
+        self.forget = forget
+        self._draft_s = 0.0
+        self._draft_n = 0.0
+
+    def forward_s(self, rows: float) -> float:
+        """Interpolated T_fwd(rows); linear extrapolation beyond the measured range."""
+        r, xs, ys = float(rows), self.rows, self.seconds
+        if r <= xs[0]:
+            return ys[0]
+        i = min(bisect.bisect_left(xs, r), len(xs) - 1)
+        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+        return y0 + (y1 - y0) * (r - x0) / (x1 - x0)
+
+    def observe_draft(self, proposed: int, t_draft: float) -> None:
+        """A request drafted ``proposed`` candidates in ``t_draft`` seconds."""
+        if proposed > 0 and t_draft >= 0:
+            self._draft_s = self.forget * self._draft_s + t_draft
+            self._draft_n = self.forget * self._draft_n + proposed
+
+    def draft_s_per_candidate(self) -> float:
+        return self._draft_s / self._draft_n if self._draft_n > 0 else 0.0
+
+    def step_s(self, batch: int, gamma: int) -> float:
+        """Seconds of a step where ``batch`` requests each propose ``gamma`` candidates:
+        T_fwd(batch * (gamma + 1)) + batch * gamma * d."""
+        return self.forward_s(batch * (gamma + 1)) + batch * gamma * self.draft_s_per_candidate()
+
+    def fresh(self) -> StepCost:
+        """The same forward curve with no draft-cost history (one per drafter setting)."""
+        return StepCost(self.rows, self.seconds, self.forget)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "seconds": self.seconds, "draft_s_per_candidate": self.draft_s_per_candidate()}
+
+
+def _spread(rows: int, slots: int, start: int) -> tuple[list[int], list[int]]:
+    """``rows`` packed rows over ``min(rows, slots)`` slots, each slot's rows at consecutive positions."""
+    used = min(rows, slots)
+    slot_ids, positions = [], []
+    for s in range(used):
+        n = rows // used + (1 if s < rows % used else 0)
+        slot_ids += [s] * n
+        positions += list(range(start, start + n))
+    return slot_ids, positions
+
+
+def calibrate_step_cost(model: Any, rows: Sequence[int] = DEFAULT_ROWS, context: int = 128, slots: int = 16,
+                        repeats: int = 3) -> StepCost:
+    """Time ``model.forward_packed`` at each row count (rows spread over up to ``slots`` sequences,
+    each at ``context`` tokens of history): one untimed warm-up, then the median of ``repeats``."""
+    per_slot = max(rows) // min(max(rows), slots) + 1
+    cap = min(model.config.max_seq_len, context + per_slot + 8)
+    start = max(0, min(context, cap - per_slot - 1))
+    cache = model.new_cache(cap, batch_size=min(slots, max(rows)))
+    times = []
+    with torch.inference_mode():
+        for r in rows:
+            slot_ids, positions = _spread(r, slots, start)
+            tokens = [(7 * i + 3) % model.config.vocab_size for i in range(r)]
+            model.forward_packed(tokens, slot_ids, positions, cache)  # warm-up: kernels for this M
+            samples = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                model.forward_packed(tokens, slot_ids, positions, cache)
+                samples.append(time.perf_counter() - t0)
+            times.append(statistics.median(samples))
+    return StepCost(rows, times)
+
+
+_CACHE: dict[int, StepCost] = {}
+
+
+def step_cost_for(model: Any) -> StepCost:
+    """The calibrated cost of ``model`` (measured once per process and model object)."""
+    key = id(model)
+    if key not in _CACHE:
+        _CACHE[key] = calibrate_step_cost(model)
+    return _CACHE[key]
