@@ -278,3 +278,37 @@ def test_run_full_side_experiments_write_all_three_and_resume_skips_them(tmp_pat
     (tmp_path / "serving.json").unlink()  # as if interrupted half-way: traces present, JSON missing
     assert sweep_cli.run_side_experiments(_engine(), tmp_path, 0, None, warnings.append, small) == []
     assert any("interrupted 'serving'" in w for w in warnings)
+
+
+class _SmallVocabLoaded(_Loaded):
+    def encode_prompt(self, prompt=None, messages=None, chat=True):
+        return [i % 64 for i in super().encode_prompt(prompt, messages, chat)]  # the tiny model's vocabulary
+
+
+def test_context_grid_over_sources_and_concurrencies(tmp_path):
+    engine = _engine()
+    engine.loaded = _SmallVocabLoaded()
+    res = run_serving_sweep(engine, [[1, 2, 3, 1, 2, 3]], [("ngram", 2)], concurrencies=(1,), max_tokens=6,
+                            context_lengths=(96,), context_concurrencies=(1, 2),
+                            context_sources=("xsum", "agent", "padding"), warmup=False)
+    ctx = res["context"]
+    assert {(p["source"], p["concurrency"]) for p in ctx} == {(s, c) for s in ("xsum", "agent", "padding")
+                                                              for c in (1, 2)}
+    assert all(p["requests"] == 2 for p in ctx)  # max(c, 2) long prompts per point
+    rows = res["context_crossover"]
+    assert [(r["source"], r["length"]) for r in rows] == [("agent", 96), ("padding", 96), ("xsum", 96)]
+    assert all(set(r["speedup_by_concurrency"]) == {"1", "2"} for r in rows)
+    table = deploy_table(res)
+    assert len([r for r in table if r["kind"] == "context"]) == 6  # one decision per (source, c, length)
+
+
+def test_long_context_sources_reach_the_length_and_padding_is_repetitive():
+    from specledger.bench.serving import long_context_prompts
+
+    loaded = _Loaded()
+    for source in ("xsum", "agent", "padding"):
+        (ids,) = long_context_prompts(loaded, 300, 1, source=source)
+        assert 240 <= len(ids) <= 420, (source, len(ids))
+    (pad,) = long_context_prompts(loaded, 300, 1, source="padding")
+    text = "".join(loaded.tokenizer.ALPHABET[i] for i in pad)
+    assert text.count("grass") >= 2

@@ -108,6 +108,37 @@ def crossover(points: Sequence[dict[str, Any]], key: str = "load") -> Any:
     return None
 
 
+def load_group(p: dict[str, Any]) -> tuple:
+    """What a point is compared within: its kind and load, and for a context point also its source
+    and concurrency (a context grid has several points per length)."""
+    if p.get("kind") == "context":
+        return (p["kind"], p["load"], p.get("source"), p.get("concurrency"))
+    return (p["kind"], p["load"])
+
+
+def _where(p: dict[str, Any]) -> dict[str, Any]:
+    """A context point's source and concurrency (empty for other kinds)."""
+    return {"source": p.get("source"), "concurrency": p.get("concurrency")} if p.get("kind") == "context" else {}
+
+
+def context_crossover(points: Sequence[dict[str, Any]], drafters: Sequence[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """How the crossover moves with context length: for every source and length of a context grid,
+    each drafter's concurrency crossover (the lowest concurrency with speed-up < 1; None = never
+    below 1 over the concurrencies measured) and its speed-up at each concurrency."""
+    rows = []
+    keys = sorted({(p.get("source"), p["load"]) for p in points}, key=lambda k: (str(k[0]), k[1]))
+    for source, length in keys:
+        for name, g in drafters:
+            pts = [{**p, "load": p["concurrency"]} for p in points if p.get("source") == source
+                   and p["load"] == length and p["drafter"] == name and p["gamma"] == g]
+            if pts:
+                rows.append({"source": source, "length": length, "setting": setting_label(name, g),
+                             "crossover_concurrency": crossover(pts),
+                             "speedup_by_concurrency": {str(p["load"]): p.get("speedup")
+                                                        for p in sorted(pts, key=lambda p: p["load"])}})
+    return rows
+
+
 def pool_repeats(runs: Sequence[tuple[dict[str, Any], list[RequestRecord]]]) -> tuple[dict[str, Any], list]:
     """One point from its repeats: totals summed (throughput = Σ tokens / Σ wall), latency
     percentiles over every request of every repeat, step means averaged, peaks maxed, preemptions
@@ -164,10 +195,11 @@ def policy_vs_static(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     from specledger.analysis.stats import log_ratio_t_interval
 
     rows = []
-    by_load: dict[tuple[str, Any], list[dict]] = {}
+    by_load: dict[tuple, list[dict]] = {}
     for p in points:
-        by_load.setdefault((p["kind"], p["load"]), []).append(p)
-    for (kind, load), pts in by_load.items():
+        by_load.setdefault(load_group(p), []).append(p)
+    for group, pts in by_load.items():
+        kind, load = group[0], group[1]
         for pol in (p for p in pts if isinstance(p["gamma"], str)):
             statics = [p for p in pts if p["drafter"] == "none" or (p["drafter"] == pol["drafter"]
                                                                     and isinstance(p["gamma"], int))]
@@ -180,7 +212,8 @@ def policy_vs_static(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             low, high = log_ratio_t_interval(per)
             ci = [low, high] if math.isfinite(low) else None
             ok = ratio is not None and (ratio >= 1.0 or (ci is not None and ci[1] >= 1.0))
-            rows.append({"kind": kind, "load": load, "policy": pol["setting"], "best_static": best["setting"],
+            rows.append({"kind": kind, "load": load, **_where(pol), "policy": pol["setting"],
+                         "best_static": best["setting"],
                          "ratio": ratio, "ci": ci, "repeats": len(per), "ratios": per, "at_least_as_good": ok,
                          "policy_speedup": pol.get("speedup"), "best_static_speedup": best.get("speedup")})
     return rows
@@ -213,25 +246,70 @@ def memory_ledger(model: Any, batch: int, gamma: int, engine_peak_candidates: in
     }
 
 
-def long_context_prompts(loaded: Any, length: int, n: int, seed: int = 0) -> list[list[int]]:
-    """Real long inputs: XSum articles concatenated until ``length`` tokens, then a request to
-    summarise (the last tokens are the chat template's). Real text, not padding."""
+CONTEXT_SOURCES = ("xsum", "agent", "padding")
+
+
+def _xsum_documents(n: int, seed: int) -> list[str]:
     from specledger.workloads import load_category
 
     items = load_category("summary", max(4, n * 4), seed=seed)
-    docs = [it.messages[-1]["content"] if it.messages else it.prompt for it in items]
+    return [it.messages[-1]["content"] if it.messages else it.prompt for it in items]
+
+
+def _agent_transcripts(n: int, seed: int) -> list[str]:
+    """Whole ToolTalk sessions as text (system prompt with the API docs, user turns, tool calls and
+    tool responses): the longest replay step of each conversation."""
+    from specledger.workloads import load_category
+
+    items = load_category("agent", max(40, n * 40), seed=seed)
+    longest: dict[str, Any] = {}
+    for it in items:
+        conv = it.meta.get("conversation", it.id)
+        if conv not in longest or len(it.messages or []) > len(longest[conv].messages or []):
+            longest[conv] = it
+    return ["\n".join(f"[{m['role']}] {m['content']}" for m in it.messages or []) for it in longest.values()]
+
+
+PADDING_SENTENCE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+
+
+def long_context_prompts(loaded: Any, length: int, n: int, seed: int = 0, source: str = "xsum") -> list[list[int]]:
+    """``n`` prompts of about ``length`` tokens (chat template included), whose last words ask for an
+    answer about the start of the input.
+
+    Sources: ``xsum`` (real XSum articles concatenated; "summarise the first article"), ``agent``
+    (real ToolTalk sessions concatenated; "write the next tool call of the first session") and
+    ``padding`` -- a labelled control, not a workload: one XSum article (at most a quarter of the
+    length) after a filler sentence repeated up to the length (the haystack filler of long-context tests), so the context is long
+    but trivially repetitive."""
+    require(source in CONTEXT_SOURCES, f"unknown context source {source!r}; use {', '.join(CONTEXT_SOURCES)}")
+    if source == "padding":
+        docs = _xsum_documents(n, seed)
+        ask = "\n\nSummarize the article above in one sentence."
+        out = []
+        for i in range(n):
+            doc_ids = loaded.tokenizer.encode(docs[i % len(docs)])[: max(8, length // 4)]  # a quarter at most
+            doc = loaded.tokenizer.decode(doc_ids)
+            filler_tokens = max(16, length - len(doc_ids) - 64)
+            per = max(1, len(loaded.tokenizer.encode(PADDING_SENTENCE)))
+            filler = PADDING_SENTENCE * (filler_tokens // per + 1)
+            body = loaded.tokenizer.decode(loaded.tokenizer.encode(filler)[:filler_tokens])
+            out.append(loaded.encode_prompt(messages=[{"role": "user", "content": body + "\n\n" + doc + ask}]))
+        return out
+    docs = _agent_transcripts(n, seed) if source == "agent" else _xsum_documents(n, seed)
+    ask = ("\n\nWrite the next tool call of the first session." if source == "agent"
+           else "\n\nSummarize the first article in one sentence.")
     out = []
     for i in range(n):
         text, j = "", i
         while True:
             text += docs[j % len(docs)] + "\n\n"
             j += 1
-            ids = loaded.encode_prompt(messages=[{"role": "user", "content": text + "Summarize the first article."}])
+            ids = loaded.encode_prompt(messages=[{"role": "user", "content": text + ask}])
             if len(ids) >= length or j - i > len(docs):
                 break
         body = loaded.tokenizer.encode(text)[: max(16, length - 48)]
-        msg = loaded.tokenizer.decode(body) + "\n\nSummarize the first article in one sentence."
-        out.append(loaded.encode_prompt(messages=[{"role": "user", "content": msg}]))
+        out.append(loaded.encode_prompt(messages=[{"role": "user", "content": loaded.tokenizer.decode(body) + ask}]))
     return out
 
 
@@ -267,13 +345,17 @@ def run_serving_sweep(
     warmup: bool = True,
     seed: int = 0,
     repeats: int = 1,
+    context_concurrencies: Sequence[int] | None = None,
+    context_sources: Sequence[str] = ("xsum",),
 ) -> dict[str, Any]:
     """Plain vs each (drafter, gamma) at every concurrency (and Poisson rate), then vs context length.
 
     ``engine`` is a solo :class:`Engine` built from a LoadedModel (its model and tokenizer are
     used; drafters are built per request with :func:`make_drafter`). Closed-loop points serve
-    max(2c, 4) requests (the prompts cycled), rate points 16, context points ``context_concurrency``
-    long prompts at that concurrency; the order of the settings rotates from one load (and repeat) to
+    max(2c, 4) requests (the prompts cycled), rate points 16; context points form a grid: every
+    source (:func:`long_context_prompts`) x concurrency in ``context_concurrencies`` (default
+    ``[context_concurrency]``) x length, max(c, 2) long prompts each, so the concurrency crossover
+    can be read at every context length (``context_crossover``); the order of the settings rotates from one load (and repeat) to
     the next. With ``repeats`` > 1 every setting serves the same requests ``repeats`` times,
     interleaved with the others; a point pools its repeats (:func:`pool_repeats`) and its speed-up
     is pooled throughput over plain's at the same load, with a t-interval over the per-repeat
@@ -292,15 +374,18 @@ def run_serving_sweep(
         return lambda: make_drafter(name, engine, layers=layers_cache.get("layers"))
 
     require(repeats >= 1, "--repeats must be >= 1")
-    total = (len(concurrencies) + len(rates) + len(context_lengths)) * len(settings) * repeats
+    ctx_concs = list(context_concurrencies or [context_concurrency])
+    grid = [(src, c, n) for src in context_sources for c in ctx_concs for n in context_lengths]
+    total = (len(concurrencies) + len(rates) + len(grid)) * len(settings) * repeats
     done = 0
 
     def sweep(loads: Sequence[Any], kind: str, prompt_sets: Callable[[Any], tuple[list[list[int]], list[str]]]
               ) -> list[dict]:
         nonlocal done
         points = []
-        for k, load in enumerate(loads):
-            ps, ids = prompt_sets(load)
+        for k, spec in enumerate(loads):
+            source, conc_at, load = spec if kind == "context" else (None, None, spec)
+            ps, ids = prompt_sets(spec)
             runs: dict[tuple[str, Any], list[tuple[dict, list[RequestRecord]]]] = {s: [] for s in settings}
             for rep in range(repeats):
                 # rotate the order per load and repeat so that a slow phase of the machine does not
@@ -308,9 +393,10 @@ def run_serving_sweep(
                 shift = (k + rep) % len(settings)
                 for name, g in settings[shift:] + settings[:shift]:
                     if progress:
-                        progress(done, total, f"serving {kind}={load} {setting_label(name, g)}"
+                        where = f"{source} c={conc_at} " if kind == "context" else ""
+                        progress(done, total, f"serving {kind}={load} {where}{setting_label(name, g)}"
                                  + (f" #{rep + 1}" if repeats > 1 else ""))
-                    conc = (context_concurrency if kind == "context" else load) if kind != "rate" else None
+                    conc = (conc_at if kind == "context" else load) if kind != "rate" else None
                     rate = load if kind == "rate" else None
                     records, m = run_point(model, ps, factory(name), g, max_tokens, conc, rate=rate, eos=eos,
                                            seed=seed + rep)
@@ -323,6 +409,8 @@ def run_serving_sweep(
             for name, g in settings:
                 m, records = pool_repeats(runs[(name, g)])
                 m.update({"kind": kind, "load": load, "drafter": name, "gamma": g, "setting": setting_label(name, g)})
+                if kind == "context":
+                    m.update({"source": source, "concurrency": conc_at})
                 m.update(speedup_over(runs[(name, g)], base))
                 if name != "none" and isinstance(g, int) and g:
                     m["memory"] = memory_ledger(model, m["peak_batch"] or 1, g, m["peak_candidate_tokens"],
@@ -336,9 +424,10 @@ def run_serving_sweep(
         idx = [i % len(prompts) for i in range(n)]
         return [list(prompts[i]) for i in idx], [str(i) for i in idx]
 
-    def long(length: int) -> tuple[list[list[int]], list[str]]:
-        ps = long_context_prompts(engine.loaded, length, context_concurrency, seed=seed)
-        return ps, [f"context{length}#{i}" for i in range(len(ps))]
+    def long(spec: tuple[str, int, int]) -> tuple[list[list[int]], list[str]]:
+        source, c, length = spec
+        ps = long_context_prompts(engine.loaded, length, max(c, 2), seed=seed, source=source)
+        return ps, [f"context{length}-{source}#{i}" for i in range(len(ps))]
 
     if warmup:
         _warm_up(model, prompts, [(factory(name), g) for name, g in settings], eos)
@@ -346,13 +435,16 @@ def run_serving_sweep(
     result["concurrency"] = sweep(concurrencies, "concurrency", lambda c: repeat(max(2 * c, 4)))
     if rates:
         result["rate"] = sweep(rates, "rate", lambda r: repeat(16))
-    if context_lengths:
-        result["context"] = sweep(context_lengths, "context", long)
+    if grid:
+        result["context"] = sweep(grid, "context", long)
     for kind in ("concurrency", "rate", "context"):
         for name, g in drafters:
             pts = [p for p in result[kind] if p["drafter"] == name and p["gamma"] == g]
+            if kind == "context":  # the length crossover of the first source and concurrency
+                pts = [p for p in pts if (p["source"], p["concurrency"]) == (context_sources[0], ctx_concs[0])]
             if pts:
                 result["crossover"].setdefault(kind, {})[setting_label(name, g)] = crossover(pts)
+    result["context_crossover"] = context_crossover(result["context"], drafters)
     result["policy_vs_static"] = policy_vs_static([*result["concurrency"], *result["rate"], *result["context"]])
     if progress:
         progress(done, total, "serving done")
@@ -371,8 +463,9 @@ def deploy_table(result: dict[str, Any]) -> list[dict[str, Any]]:
     for kind in ("concurrency", "rate", "context"):
         loads: dict[Any, list[dict]] = {}
         for p in result.get(kind, []):
-            loads.setdefault(p["load"], []).append(p)
-        for load, pts in loads.items():
+            loads.setdefault(load_group(p), []).append(p)
+        for group, pts in loads.items():
+            load = group[1]
             spec = [p for p in pts if p["drafter"] != "none" and p.get("speedup") is not None]
             best = max(spec, key=lambda p: p["throughput_tok_s"], default=None)
             ci = best.get("speedup_ci") if best is not None else None
@@ -380,6 +473,7 @@ def deploy_table(result: dict[str, Any]) -> list[dict[str, Any]]:
             rows.append({
                 "kind": kind,
                 "load": load,
+                **_where(pts[0]),
                 "decision": "deploy" if on else "off",
                 "drafter": best["drafter"] if on else None,
                 "gamma": best["gamma"] if on else 0,
@@ -488,6 +582,8 @@ def run_serving(
     progress: Progress | None = None,
     warmup: bool = True,
     repeats: int = 1,
+    context_concurrencies: Sequence[int] | None = None,
+    context_sources: Sequence[str] = ("xsum",),
 ) -> dict[str, Any]:
     """The serving experiment into a run directory: every request's record (tagged
     ``extra.experiment = "serving"``) appended to ``traces.jsonl`` as its point finishes, the
@@ -508,6 +604,10 @@ def run_serving(
         require((isinstance(g, int) and g >= 1) or g in ("heuristic", "ema", "batch", "goodput"),
                 f"gamma of {name} must be an integer >= 1 or a policy name, e.g. {name}:4 or {name}:goodput")
     limit = min(engine.max_context, engine.model.config.max_seq_len) - max_tokens - 64
+    require(all(isinstance(c, int) and c >= 1 for c in context_concurrencies or [context_concurrency]),
+            "--context-concurrencies must be integers >= 1, e.g. 1,4,16")
+    for src in context_sources:
+        require(src in CONTEXT_SOURCES, f"unknown context source {src!r}; use {', '.join(CONTEXT_SOURCES)}")
     for length in context_lengths:
         require(16 <= length <= limit, f"context length {length} does not fit the model's context with "
                 f"{max_tokens} new tokens; use --contexts between 16 and {limit}")
@@ -529,7 +629,8 @@ def run_serving(
 
     result = run_serving_sweep(engine, [list(p.ids) for p in prompts], drafters, concurrencies, max_tokens,
                                rates, context_lengths, context_concurrency, progress=progress, on_point=keep,
-                               warmup=warmup, seed=seed, repeats=repeats)
+                               warmup=warmup, seed=seed, repeats=repeats,
+                               context_concurrencies=context_concurrencies, context_sources=context_sources)
     doc = {
         "experiment": SERVING_EXPERIMENT,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -540,6 +641,8 @@ def run_serving(
         "rates": list(rates),
         "context_lengths": list(context_lengths),
         "context_concurrency": context_concurrency,
+        "context_concurrencies": list(context_concurrencies or [context_concurrency]),
+        "context_sources": list(context_sources),
         "max_tokens": max_tokens,
         "repeats": repeats,
         "temperature": 0.0,

@@ -84,6 +84,7 @@ FULL_SIDE_EXPERIMENTS: dict[str, Any] = {
     "static_gammas": [1, 2, 4, 6, 8], "policies": ["heuristic", "ema", "batch", "goodput"],
     "concurrencies": [1, 2, 4, 8, 16, 32], "serving_drafters": "ngram:4,suffix:4,ngram:goodput",
     "serving_max_tokens": 48, "repeats": 3, "contexts": [1024, 4096], "context_to_limit": True,
+    "context_concurrencies": [1, 4, 16], "context_sources": ["xsum", "agent", "padding"],
 }
 
 
@@ -114,7 +115,8 @@ def run_side_experiments(engine: Any, run_dir: Path, seed: int, progress: Any, w
          lambda: run_serving(engine, items, drafters=parse_drafter_gammas(cfg["serving_drafters"]),
                              concurrencies=cfg["concurrencies"], context_lengths=sorted(set(contexts)),
                              max_tokens=cfg["serving_max_tokens"], out_dir=run_dir, seed=seed, progress=progress,
-                             repeats=cfg["repeats"])),
+                             repeats=cfg["repeats"], context_concurrencies=cfg["context_concurrencies"],
+                             context_sources=cfg["context_sources"])),
     ]
     ran = []
     for name, json_name, job in jobs:
@@ -153,6 +155,10 @@ def sweep(
     rates: Annotated[str, typer.Option(help="serving: Poisson arrival rates in req/s (default: none).")] = "",
     contexts: Annotated[str, typer.Option(help="serving: context lengths in tokens, e.g. 256,1024,4096 "
                                                "(default: skip).")] = "",
+    context_concurrencies: Annotated[str, typer.Option(help="serving: concurrencies of the context grid, e.g. "
+                                                            "1,4,16 (the crossover at each length).")] = "4",
+    context_sources: Annotated[str, typer.Option(help="serving: long inputs: xsum, agent (ToolTalk sessions), "
+                                                      "padding (a labelled control).")] = "xsum",
     serving_drafters: Annotated[str, typer.Option(help="serving: drafter:gamma settings.")] = "ngram:4,suffix:4",
     serving_max_tokens: Annotated[int, typer.Option(help="serving: tokens generated per request.")] = 48,
     repeats: Annotated[int, typer.Option(min=1, help="serving: times each load point is served (same requests, "
@@ -208,7 +214,8 @@ def sweep(
     if serving:
         config["serving"] = {"concurrencies": conc_levels, "rates": rate_levels, "contexts": context_levels,
                              "drafters": [f"{d}:{g}" for d, g in spec_settings], "max_tokens": serving_max_tokens,
-                             "repeats": repeats}
+                             "repeats": repeats, "context_concurrencies": _csv(context_concurrencies, int),
+                             "context_sources": _csv(context_sources)}
     write_meta(run_dir, engine, config, warnings)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     common = dict(max_tokens=max_tokens, out_dir=run_dir, seed=seed, n_resamples=resamples, layers=layers,
@@ -227,7 +234,8 @@ def sweep(
         if serving:
             run_serving(engine, items, drafters=spec_settings, concurrencies=conc_levels, rates=rate_levels,
                         context_lengths=context_levels, max_tokens=serving_max_tokens, out_dir=run_dir, seed=seed,
-                        progress=progress, repeats=repeats)
+                        progress=progress, repeats=repeats, context_concurrencies=_csv(context_concurrencies, int),
+                        context_sources=_csv(context_sources))
     with console.status("writing the report"):
         summary, html = build_report(run_dir, n_resamples=resamples, seed=seed)
     print_experiments(summary, console)

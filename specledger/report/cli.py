@@ -134,8 +134,9 @@ def _bytes(x: Any) -> str:
 def _load(row: dict[str, Any]) -> str:
     """Compact load label: c=4 (concurrency), 2 req/s (Poisson rate), ctx 1024 (context length)."""
     kind, load = row.get("kind"), row.get("load")
+    where = f" {row['source']} c={row.get('concurrency')}" if kind == "context" and row.get("source") else ""
     return {"concurrency": f"c={load}", "rate": f"{load:g} req/s" if isinstance(load, (int, float)) else str(load),
-            "context": f"ctx {load}"}.get(kind, f"{kind} {load}")
+            "context": f"ctx {load}{where}"}.get(kind, f"{kind} {load}")
 
 
 def _q(point: dict[str, Any], key: str, q: str, digits: int = 1) -> str:
@@ -168,6 +169,11 @@ def print_serving(serving: dict[str, Any], console: Console) -> None:
     for kind, by_setting in (serving.get("crossover") or {}).items():
         parts = [f"{name}: {'< 1 from ' + str(c) if c is not None else 'never below 1'}" for name, c in by_setting.items()]
         console.print(f"  crossover ({kind}): " + "; ".join(parts))
+    for r in serving.get("context_crossover") or []:
+        c = r["crossover_concurrency"]
+        by = ", ".join(f"c={k}: {_f(v, 2)}" for k, v in r["speedup_by_concurrency"].items())
+        console.print(f"  crossover at ctx {r['length']} ({r['source']}) {r['setting']}: "
+                      f"{'< 1 from c=' + str(c) if c is not None else 'never below 1'} ({by})")
     ledger = Table(title="memory ledger: candidate KV", header_style="bold")
     for col in ("load", "setting", "B", "γ", "predicted B·γ·m_KV", "engine peak", "rel. diff", "slot cache"):
         ledger.add_column(col, justify="left" if col in ("load", "setting") else "right")

@@ -358,7 +358,8 @@ def quantization_speedups(quant: dict) -> go.Figure:
 
 
 def _serving_label(p: dict) -> str:
-    return p.get("setting") or ("plain" if p["drafter"] == "none" else f"{p['drafter']} γ={p['gamma']}")
+    name = p.get("setting") or ("plain" if p["drafter"] == "none" else f"{p['drafter']} γ={p['gamma']}")
+    return f"{name} · {p['source']} c={p['concurrency']}" if p.get("source") else name
 
 
 def _serving_curves(points: list[dict]) -> dict[str, list[dict]]:
@@ -389,7 +390,7 @@ def _serving_vs_load(points: list[dict], value: Any, title: str, x_title: str, y
         return None
     fig = go.Figure()
     for i, (name, pts) in enumerate(_serving_curves(points).items()):
-        if name == "plain" and not plain:
+        if name.split(" · ")[0] == "plain" and not plain:
             continue
         fig.add_trace(
             go.Scatter(
@@ -439,8 +440,8 @@ def serving_chunk_itl(serving: dict) -> go.Figure | None:
 
 def serving_context(serving: dict) -> go.Figure | None:
     return _serving_vs_load(serving.get("context", []), lambda p: p["speedup"],
-                            f"Speed-up vs context length (concurrency {serving.get('context_concurrency', '')})",
-                            "context length (tokens)", "throughput ÷ plain's", plain=False, unity=True)
+                            "Speed-up vs context length (per long-input source and concurrency)",
+                            "context length (tokens)", "throughput ÷ plain's", plain=False, unity=True, ci=True)
 
 
 def serving_rate(serving: dict) -> go.Figure | None:
