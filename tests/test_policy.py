@@ -85,3 +85,16 @@ def test_every_policy_keeps_greedy_output_exact(target, name):
     plain = engine.generate(prompt, max_tokens=40)
     rec = engine.generate(prompt, drafter=drafter, gamma=make_policy(name), max_tokens=40)
     assert rec.token_ids == plain.token_ids and rec.gamma == name
+
+
+def test_batched_goodput_tracks_how_much_of_its_ask_the_drafter_fills():
+    from specledger.engine.cost import StepCost
+
+    p = GoodputGamma(step_cost=StepCost([1, 16, 64, 256], [0.040, 0.060, 0.120, 0.400]))
+    p.reset()
+    assert p.fill() == 1.0
+    for _ in range(30):
+        g = p.choose(100, 8)
+        p.observe(min(g, 1), min(g, 1))  # the drafter only ever finds one candidate, always accepted
+    assert 0.0 < p.fill() < 0.6
+    assert 0 <= p.choose(100, 8) <= p.max_gamma

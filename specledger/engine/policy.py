@@ -130,9 +130,11 @@ class GoodputGamma(GammaPolicy):
 
     Batched (``step_cost`` given, a :class:`specledger.engine.cost.StepCost` shared by the requests
     of one engine): a candidate is a row in the step's packed forward that every request waits
-    for, so the request plans as if the ``batch_size`` requests beside it chose like it does and
-    maximises E[L](a, g) / T_step(B, g), T_step(B, g) = T_fwd(B (g + 1)) + B g d, with T_fwd
-    measured at start-up and d the drafting seconds per candidate learned from the rounds.
+    for, so the request plans as if the ``batch_size`` requests beside it chose like it does.
+    Model-free drafters often propose fewer than asked (no match), so the request also tracks its
+    fill f = proposed / asked (decayed, prior 1) and maximises
+    (1 - f + f E[L](a, g)) / (T_fwd(B (1 + f g)) + B f g d), with T_fwd measured at start-up and
+    d the drafting seconds per candidate learned from the rounds.
     """
 
     def __init__(self, max_gamma: int = 8, prior: tuple[float, float] | None = None, forget: float = 0.97,
@@ -144,6 +146,8 @@ class GoodputGamma(GammaPolicy):
         self._s = self._t = 0.0  # acceptance successes / trials, both decayed
         self._w = self._wx = self._wy = self._wxx = self._wxy = 0.0  # decayed LS sums of (gamma, seconds)
         self._zero_streak = 0
+        self._asked = self._filled = 1.0  # decayed candidates asked for / proposed (batched mode)
+        self._last_g = 0
         if prior is not None:
             c0, c1 = prior
             for g in (0, 4):  # two pseudo-observations encode the prior line
@@ -152,6 +156,12 @@ class GoodputGamma(GammaPolicy):
     def reset(self) -> None:
         self._s, self._t = 1.4, 2.0  # weak per-request prior a ~ 0.7, quickly overridden
         self._zero_streak = 0
+        self._asked = self._filled = 1.0
+        self._last_g = 0
+
+    def fill(self) -> float:
+        """Fraction of the candidates asked for that the drafter actually proposed (decayed)."""
+        return min(1.0, self._filled / self._asked) if self._asked > 0 else 1.0
 
     def _add_cost(self, g: float, y: float, weight: float = 1.0) -> None:
         f = self.forget
@@ -176,8 +186,8 @@ class GoodputGamma(GammaPolicy):
     def _round_cost(self, batch_size: int) -> Callable[[int], float] | None:
         """g -> expected seconds of a round at that gamma, or None while the cost is still unknown."""
         if self.step_cost is not None:
-            b = max(1, batch_size)
-            return lambda g: self.step_cost.step_s(b, g)
+            b, f, cost = max(1, batch_size), self.fill(), self.step_cost
+            return lambda g: cost.forward_s(b * (1 + f * g)) + b * f * g * cost.draft_s_per_candidate()
         line = self.cost_line()
         if line is None:
             return None
@@ -189,17 +199,19 @@ class GoodputGamma(GammaPolicy):
         if cost is None:  # learn the cost line first: alternate two gammas
             return 1 if self._w < 1 else 4
         a = min(self.acceptance(), 1 - 1e-9)
+        f = self.fill() if self.step_cost is not None else 1.0
         best_g, best = 0, 1.0 / max(cost(0), 1e-9)
         for g in range(1, self.max_gamma + 1):
-            rate = (1 - a ** (g + 1)) / (1 - a) / max(cost(g), 1e-9)
+            rate = (1 - f + f * (1 - a ** (g + 1)) / (1 - a)) / max(cost(g), 1e-9)
             if rate > best * 1.0001:
                 best_g, best = g, rate
         if best_g == 0:
             self._zero_streak += 1
             if self._zero_streak % self.probe_every == 0:
-                return 1
+                best_g = 1
         else:
             self._zero_streak = 0
+        self._last_g = best_g
         return best_g
 
     def observe(self, proposed: int, accepted: int, t_round: float | None = None,
@@ -208,6 +220,9 @@ class GoodputGamma(GammaPolicy):
             self._add_cost(proposed, t_round)
         if self.step_cost is not None and t_draft is not None:
             self.step_cost.observe_draft(proposed, t_draft)
+        if self._last_g > 0:
+            self._asked = self.forget * self._asked + self._last_g
+            self._filled = self.forget * self._filled + min(proposed, self._last_g)
         if proposed:
             s, t = geometric_acceptance_update(proposed, accepted)
             self._s = self.forget * self._s + s
