@@ -79,3 +79,100 @@ def test_per_request_policies_and_sampling_run(target):
     assert len(again) == 6
     with torch.no_grad():
         assert all(0 < r.output_tokens <= 24 for r in recs)
+
+
+# --- the incremental scheduler (what `specledger serve` runs) ------------------------------------
+
+
+def _solo_stream(target, tokenizer, req: BatchRequest, drafter: str, gamma: int):
+    engine = Engine(target, tokenizer, eos_token_ids=[5])
+    return engine.generate(req.prompt, drafter=make_drafter(drafter, engine), gamma=gamma,
+                           max_tokens=req.max_tokens, stop=req.stop, ignore_eos=req.ignore_eos)
+
+
+def _drain(sched, events_by_ticket, max_steps: int = 10000):
+    for _ in range(max_steps):
+        if not len(sched):
+            return
+        for ticket, ev in sched.step():
+            events_by_ticket.setdefault(ticket, []).append(ev)
+    raise AssertionError("the scheduler did not finish")
+
+
+def _check_stream(events):
+    """Per request: chunks, then rounds, end with exactly one record; the chunks spell the output."""
+    from specledger.engine.decode import Emitted
+    from specledger.engine.trace import RequestRecord, RoundRecord
+
+    assert isinstance(events[-1], RequestRecord)
+    assert not any(isinstance(e, RequestRecord) for e in events[:-1])
+    rec = events[-1]
+    chunks = [e for e in events if isinstance(e, Emitted)]
+    assert [t for c in chunks for t in c.token_ids] == rec.token_ids
+    assert [len(c.token_ids) for c in chunks] == rec.chunks
+    assert "".join(c.text for c in chunks) == rec.text
+    assert [e for e in events if isinstance(e, RoundRecord)] == rec.rounds
+    return rec
+
+
+def test_scheduler_adds_and_cancels_between_steps_exactly(target, solo, char_tokenizer):
+    engine = BatchEngine(target, char_tokenizer, max_batch=3, capacity=128, initial_capacity=16)
+    sched = engine.scheduler(stream_text=True)
+    reqs = _requests(10)
+    events: dict[int, list] = {}
+    tickets = {}
+    for i, r in enumerate(reqs):  # a new request every other step, more than there are slots
+        tickets[sched.add(r, make_drafter("ngram", Engine(target)), 3)] = r.request_id
+        for ticket, ev in sched.step():
+            events.setdefault(ticket, []).append(ev)
+        if i == 4:  # cancel the oldest request still in the scheduler (it holds a slot)
+            victim = min(lv.ticket for lv in sched.running)
+            assert sched.cancel(victim) and not sched.cancel(victim)
+    _drain(sched, events)
+    assert engine.cache.capacity > 16  # grown on demand, contents kept
+    assert sorted(sched.free_slots) == [0, 1, 2]
+    finished = {tickets[t]: _check_stream(evs) for t, evs in events.items() if t != victim}
+    assert tickets[victim] not in finished and len(finished) == 9
+    for rid, rec in finished.items():
+        assert rec.token_ids == solo[rid], rid
+    assert max(s.batch_size for s in engine.steps) == 3
+
+
+@pytest.mark.parametrize("drafter,gamma", [("none", 0), ("ngram", 3)])
+def test_batched_stops_match_solo(target, char_tokenizer, drafter, gamma):
+    """Stop strings (held back, cut across token boundaries), ignore_eos and max_tokens: every
+    request's output, text, stop reason, chunking and rounds equal the solo engine's."""
+    reqs = []
+    for i, r in enumerate(_requests(8, seed=3, max_tokens=40)):
+        plain = _solo_stream(target, char_tokenizer, r, drafter, gamma)
+        text = plain.text
+        # a stop string from the middle of the plain output (two characters), or one that never occurs
+        r.stop = [text[len(text) // 2: len(text) // 2 + 2], "@@@"] if i % 3 and len(text) > 4 else ["@@@"]
+        r.ignore_eos = i % 2 == 0
+        reqs.append(r)
+    engine = BatchEngine(target, char_tokenizer, eos_token_ids=[5], max_batch=4, capacity=128)
+    sched = engine.scheduler(stream_text=True)
+    events: dict[int, list] = {}
+    ids = {sched.add(r, make_drafter(drafter, Engine(target)), gamma): r for r in reqs}
+    _drain(sched, events)
+    reasons = set()
+    for ticket, evs in events.items():
+        rec, want = _check_stream(evs), _solo_stream(target, char_tokenizer, ids[ticket], drafter, gamma)
+        assert (rec.token_ids, rec.text, rec.stop_reason, rec.chunks) == (
+            want.token_ids, want.text, want.stop_reason, want.chunks)
+        assert [(r.proposed, r.accepted, r.committed, r.truncated) for r in rec.rounds] == [
+            (r.proposed, r.accepted, r.committed, r.truncated) for r in want.rounds]
+        assert len(rec.text) <= len(char_tokenizer.decode(rec.token_ids))
+        reasons.add(rec.stop_reason)
+    assert "stop" in reasons and "length" in reasons
+
+
+def test_scheduler_checks_requests(target, char_tokenizer):
+    from specledger.errors import SpecLedgerError
+
+    sched = BatchEngine(target, max_batch=2, capacity=64).scheduler()
+    for bad in (BatchRequest([], 4), BatchRequest([1, 2], 0), BatchRequest([1] * 40, 30),
+                BatchRequest([1, 2], 4, stop=["x"])):  # stop strings need a tokenizer
+        with pytest.raises(SpecLedgerError):
+            sched.add(bad, make_drafter("none", None))
+    assert len(sched) == 0 and sched.step() == []

@@ -362,3 +362,34 @@ def test_drafters_are_deterministic_and_bounded(drafter: Drafter) -> None:
     assert first.q is None and drafter.uses_model is False
     for gamma in range(0, 6):
         assert len(drafter.propose(context, gamma, GREEDY, None).tokens) == gamma
+
+
+# --------------------------------------------------------------------------------------------
+# forks: drafters of concurrent requests (continuous batching)
+
+
+def test_suffix_forks_share_the_global_trie_and_never_walk_stale_nodes() -> None:
+    server = SuffixDrafter(max_depth=6, min_token_prob=0.0, max_spec_factor=4.0, global_window=1)
+    a, b = server.fork(), server.fork()
+    a.begin([1, 2, 3], GREEDY)
+    assert a.propose([1, 2, 3, 4, 5], 3, GREEDY, None).tokens == []  # nothing learned yet
+    b.begin([7, 8], GREEDY)
+    b.end([7, 8], [4, 5, 6, 4, 5, 6])  # b finishes while a is still running
+    assert server.global_sequences() == a.global_sequences() == [[4, 5, 6, 4, 5, 6]]
+    assert a.propose([1, 2, 3, 4, 5], 3, GREEDY, None).tokens == [6, 4, 5]
+    c = server.fork()
+    c.begin([7], GREEDY)
+    c.end([7], [4, 5, 9, 4, 5, 9])  # the window (1) evicts b's output: a's matched nodes are gone
+    assert a.propose([1, 2, 3, 4, 5], 3, GREEDY, None).tokens == [9, 4, 5]
+    a.end([1, 2, 3], [4, 5])
+    assert server.global_sequences() == [[4, 5]]
+
+
+def test_forks_keep_per_request_state_apart() -> None:
+    for proto in (NgramDrafter(), SuffixDrafter(global_window=0)):
+        a, b = proto.fork(), proto.fork()
+        assert a is not b and type(a) is type(proto)
+        a.begin([1, 2, 3, 1, 2], GREEDY)
+        b.begin([5, 6, 7, 5, 6], GREEDY)
+        assert a.propose([1, 2, 3, 1, 2], 2, GREEDY, None).tokens == [3, 1]
+        assert b.propose([5, 6, 7, 5, 6], 2, GREEDY, None).tokens == [7, 5]

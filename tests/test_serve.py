@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections import Counter
 
@@ -13,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specledger.engine.decode import Engine
+from specledger.engine.drafters.ngram import NgramDrafter
 from specledger.engine.trace import RoundRecord
 from specledger.errors import SpecLedgerError
 from specledger.probe.loadgen import LoadConfig, PromptItem, run_load
@@ -57,11 +59,21 @@ def tiny_encoder(prompt: str | None, messages: list[dict] | None) -> list[int]:
     return TOKENIZER.encode(prompt)
 
 
-def tiny_app(max_queue: int = 16, drafter: str = "ngram", gamma: int | str = 4):
+def tiny_engine() -> Engine:
     vocab = len(CharTokenizer.ALPHABET)
-    engine = Engine(tiny_model(5, vocab=vocab, n_layers=2, dim=32, max_seq_len=CONTEXT), TOKENIZER,
-                    eos_token_ids=[TOKENIZER.encode("!")[0]], max_context=CONTEXT, name="tiny")
-    return create_app(engine, drafter, gamma, model_name=MODEL, max_queue=max_queue, encode=tiny_encoder)
+    return Engine(tiny_model(5, vocab=vocab, n_layers=2, dim=32, max_seq_len=CONTEXT), TOKENIZER,
+                  eos_token_ids=[TOKENIZER.encode("!")[0]], max_context=CONTEXT, name="tiny")
+
+
+def tiny_app(max_queue: int = 16, drafter: str = "ngram", gamma: int | str = 4, max_batch: int = 8,
+             drafter_obj=None):
+    return create_app(tiny_engine(), drafter, gamma, model_name=MODEL, max_queue=max_queue, max_batch=max_batch,
+                      drafter=drafter_obj, layers="1" if drafter == "layerskip" else None, encode=tiny_encoder)
+
+
+def solo_greedy(prompt: str, max_tokens: int, **kwargs):
+    """The reference: plain greedy decoding of the same tiny model by the solo engine (its own copy)."""
+    return tiny_engine().generate(TOKENIZER.encode(prompt), max_tokens=max_tokens, **kwargs)
 
 
 PROMPTS = [
@@ -140,6 +152,10 @@ def test_gamma_parsing_and_options() -> None:
         serve(gamma="lots")  # rejected before any model is loaded
     with pytest.raises(SpecLedgerError, match="max-queue"):
         check_serve_options(8000, "ngram", "4", 0)
+    with pytest.raises(SpecLedgerError, match="max-batch"):
+        check_serve_options(8000, "ngram", "4", 64, 0)
+    with pytest.raises(SpecLedgerError, match="max_batch"):
+        tiny_app(max_batch=0)
 
 
 def test_protocol_shapes() -> None:
@@ -158,8 +174,9 @@ def test_protocol_shapes() -> None:
 # --- end to end on loopback --------------------------------------------------------------
 
 
-def test_end_to_end_probe_matches_engine_records() -> None:
-    app = tiny_app(max_queue=16)
+@pytest.mark.parametrize("max_batch", [1, 4])
+def test_end_to_end_probe_matches_engine_records(max_batch: int) -> None:
+    app = tiny_app(max_queue=16, max_batch=max_batch)
     records = app.state.records
     with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
         assert client.get("/health").status_code == 200
@@ -402,3 +419,202 @@ def test_real_model_chat_completion() -> None:
         assert done and text == content and finish == body["choices"][0]["finish_reason"]
         rec = app.state.records[-1]
         assert rec.output_tokens == body["usage"]["completion_tokens"]
+
+
+# --- continuous batching in the server ---------------------------------------------------------
+
+
+class Gate:
+    """Lets the test hold the engine thread: a proposal waits for a permit until the gate opens."""
+
+    def __init__(self) -> None:
+        self._permits = threading.Semaphore(0)
+        self._open = threading.Event()
+
+    def pass_through(self) -> None:
+        if not self._open.is_set():
+            assert self._permits.acquire(timeout=30), "the test never let the engine go on"
+
+    def allow(self, n: int) -> None:
+        self._permits.release(n)
+
+    def open(self) -> None:
+        self._open.set()
+        self._permits.release(1000)
+
+
+class GatedDrafter(NgramDrafter):
+    """n-gram drafting that passes the gate before every proposal (forks share the gate)."""
+
+    def __init__(self, gate: Gate) -> None:
+        super().__init__()
+        self.gate = gate
+
+    def fork(self) -> GatedDrafter:
+        return GatedDrafter(self.gate)
+
+    def propose(self, context, gamma, params, rng):
+        self.gate.pass_through()
+        return super().propose(context, gamma, params, rng)
+
+
+def gauges(client: httpx.Client) -> tuple[float, float]:
+    snap = scrape(client)
+    return gauge_mean(snap, "vllm:num_requests_running"), gauge_mean(snap, "vllm:num_requests_waiting")
+
+
+def wait_for(condition, what: str, tries: int = 600) -> None:
+    for _ in range(tries):
+        if condition():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_batched_streams_get_their_solo_outputs_and_the_running_gauge_counts_the_batch() -> None:
+    gate = Gate()
+    app = tiny_app(max_queue=8, max_batch=4, drafter_obj=GatedDrafter(gate))
+    prompts = PROMPTS[:4]
+    want = {p: solo_greedy(p, 30, ignore_eos=True).text for p in prompts}
+    results: dict[str, tuple] = {}
+
+    def fetch(url: str, prompt: str) -> None:
+        body = {"prompt": prompt, "max_tokens": 30, "temperature": 0, "ignore_eos": True, "stream": True}
+        with httpx.Client(base_url=url, timeout=60) as c:
+            results[prompt] = read_sse(c.post("/v1/completions", json=body).text)
+
+    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        threads = [threading.Thread(target=fetch, args=(server.url, p)) for p in prompts]
+        for t in threads:
+            t.start()
+        # the first request(s) hold the engine at their first proposal; the rest queue up
+        wait_for(lambda: sum(gauges(client)) == 4, "all four requests to be admitted")
+        running, _ = gauges(client)
+        assert running >= 1
+        gate.allow(int(running))  # that step ends; the queued requests join the batch
+        wait_for(lambda: gauges(client) == (4, 0), "a batch of four")
+        gate.open()
+        for t in threads:
+            t.join(60)
+        assert wait_idle(client), "running/waiting gauges did not return to 0"
+    for prompt in prompts:
+        text, finish, _, done = results[prompt]
+        assert done and finish == "length" and text == want[prompt], prompt
+    assert max(s.batch_size for s in app.state.service.worker.batch.steps) == 4
+
+
+def test_batched_stop_strings_and_max_tokens_cut_like_solo() -> None:
+    """More concurrent requests than slots, each with its own stop strings / max_tokens / EOS setting:
+    text, finish reason and token count equal the solo engine's, streamed or not."""
+    cases = []
+    for i, prompt in enumerate(PROMPTS):
+        plain = solo_greedy(prompt, 24, ignore_eos=True).text
+        stop = [plain[6:8]] if i % 3 == 0 else [plain[10:13], "@@"] if i % 3 == 1 else []
+        max_tokens = 5 + 3 * (i % 5)
+        ref = solo_greedy(prompt, max_tokens, stop=stop, ignore_eos=i % 2 == 0)
+        body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stop": stop, "ignore_eos": i % 2 == 0,
+                "stream": i % 2 == 1}
+        cases.append((body, ref))
+    assert {ref.stop_reason for _, ref in cases} >= {"stop", "length"}
+
+    async def run_all(url: str) -> list:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            return await asyncio.gather(*(client.post("/v1/completions", json=body) for body, _ in cases))
+
+    app = tiny_app(max_queue=16, max_batch=4)
+    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        responses = asyncio.run(run_all(server.url))
+        assert wait_idle(client)
+    for (body, ref), r in zip(cases, responses):
+        assert r.status_code == 200, r.text
+        if body["stream"]:
+            text, finish, _, done = read_sse(r.text)
+            assert done
+        else:
+            choice = r.json()["choices"][0]
+            text, finish = choice["text"], choice["finish_reason"]
+            assert r.json()["usage"]["completion_tokens"] == ref.output_tokens
+        assert text == ref.text and finish == ("length" if ref.stop_reason == "length" else "stop"), body
+    assert max(s.batch_size for s in app.state.service.worker.batch.steps) > 1
+
+
+def test_cancelling_a_batched_stream_frees_its_slot_for_a_waiting_request() -> None:
+    gate = Gate()
+    app = tiny_app(max_queue=4, max_batch=2, drafter_obj=GatedDrafter(gate))
+    worker = app.state.service.worker
+    long = {"prompt": "abc abc", "max_tokens": 200, "temperature": 0, "ignore_eos": True, "stream": True}
+    short = {"prompt": "xyz", "max_tokens": 5, "temperature": 0, "ignore_eos": True}
+    replies: dict[str, httpx.Response] = {}
+
+    def post(url: str, name: str, body: dict) -> None:
+        with httpx.Client(base_url=url, timeout=60) as c:
+            replies[name] = c.post("/v1/completions", json=body)
+
+    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        with client.stream("POST", "/v1/completions", json=long) as hung:  # A: held at its first proposal
+            assert hung.status_code == 200
+            wait_for(lambda: gauges(client) == (1, 0), "A in the batch")
+            b = threading.Thread(target=post, args=(server.url, "B", {**long, "prompt": "abc def"}))
+            b.start()
+            wait_for(lambda: gauges(client) == (1, 1), "B queued")
+            gate.allow(1)  # A's step ends, B joins the batch: both slots taken
+            wait_for(lambda: gauges(client) == (2, 0), "A and B in the batch")
+            c = threading.Thread(target=post, args=(server.url, "C", short))
+            c.start()
+            wait_for(lambda: gauges(client) == (2, 1), "C waiting for a slot")
+        # A's client hung up: the next step boundary drops A, and C takes its slot while B runs on
+        first = next(iter(worker.active.values())).job
+        wait_for(first.cancel_flag.is_set, "the server to notice the hang-up")
+        gate.open()
+        b.join(60)
+        c.join(60)
+        assert wait_idle(client), "running/waiting gauges did not return to 0"
+    assert replies["C"].json()["choices"][0]["text"] == solo_greedy("xyz", 5, ignore_eos=True).text
+    assert [rec.output_tokens for rec in app.state.records] == [5, 200]  # C finished first: A's slot
+    assert len(worker.aborted_rounds) >= 1 and all(r.batch_size <= 2 for r in worker.aborted_rounds)
+
+
+def test_an_engine_failure_fails_the_batch_and_the_server_keeps_serving() -> None:
+    class Exploding(NgramDrafter):
+        armed = True
+
+        def fork(self):
+            return self
+
+        def propose(self, context, gamma, params, rng):
+            if Exploding.armed:
+                Exploding.armed = False
+                raise RuntimeError("boom")
+            return super().propose(context, gamma, params, rng)
+
+    app = tiny_app(max_queue=8, max_batch=4, drafter_obj=Exploding())
+    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        body = {"prompt": "abc abc", "max_tokens": 8, "temperature": 0}
+        failed = client.post("/v1/completions", json=body)
+        assert failed.status_code == 500 and "boom" in failed.json()["error"]["message"]
+        streamed = client.post("/v1/completions", json={**body, "stream": True})
+        text, _, _, done = read_sse(streamed.text)
+        assert done and text == solo_greedy("abc abc", 8).text
+        assert wait_idle(client)
+
+
+@pytest.mark.parametrize("drafter,gamma", [("suffix", "heuristic"), ("layerskip", 2), ("none", 0)])
+def test_batched_drafters_and_policies_stay_exact(drafter: str, gamma: int | str) -> None:
+    """Per-request drafters forked from the server's (weights and the suffix trie shared) and
+    per-request policies: concurrent greedy outputs equal plain solo decoding."""
+    prompts = PROMPTS[:6]
+    want = {p: solo_greedy(p, 16).text for p in prompts}
+
+    async def run_all(url: str) -> list:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            return await asyncio.gather(*(client.post("/v1/completions", json={
+                "prompt": p, "max_tokens": 16, "temperature": 0}) for p in prompts))
+
+    app = tiny_app(max_queue=8, max_batch=3, drafter=drafter, gamma=gamma)
+    with ServerThread(app) as server:
+        responses = asyncio.run(run_all(server.url))
+    assert [r.json()["choices"][0]["text"] for r in responses] == [want[p] for p in prompts]
+    records = list(app.state.records)
+    assert len(records) == 6 and {rec.drafter for rec in records} == {drafter}
+    if gamma == "heuristic":
+        assert {rec.gamma for rec in records} == {"heuristic"}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +62,62 @@ def _cut_at_stop(new: list[int], n_out: int, max_tokens: int, eos: frozenset[int
     elif len(new) == room and not reason:
         reason = "length"
     return new, reason
+
+
+class StopReleaser:
+    """Which committed tokens of one request may leave the engine, and the text they release.
+
+    Call :meth:`advance` after every commit with the request's whole output so far. Without stop
+    strings everything committed is released at once. With stop strings, text that could still
+    begin a stop string (the last ``longest stop - 1`` characters) is held back, and so are the
+    tokens that produced it; once a stop string appears, the output is cut before it (those
+    tokens are dropped from ``out`` in place) and everything before it is released: nothing
+    after a stop is ever emitted. ``text`` is the request's output text so far (the final text
+    once the request ends); empty without a tokenizer.
+    """
+
+    def __init__(self, decode: Callable[[list[int]], str] | None, stops: Sequence[str] = ()) -> None:
+        self.stops = [s for s in stops if s]
+        require(not self.stops or decode is not None, "stop strings need a tokenizer")
+        self.decode = decode
+        self.hold = max((len(s) for s in self.stops), default=1) - 1  # chars held back while a stop could start
+        self.text = ""
+        self.text_sent = 0  # characters of ``text`` released so far
+        self.tok_sent = 0  # tokens of the output released so far
+
+    def advance(self, out: list[int], stop_reason: str) -> tuple[list[int], str, int, str]:
+        """Release what may leave now: (released tokens, released text, tokens dropped from the end
+        of ``out`` by a stop string, the stop reason -- ``"stop"`` if a stop string was found)."""
+        decode, stops, hold = self.decode, self.stops, self.hold
+        release_to, release_chars, dropped = len(out), 0, 0
+        text = self.text
+        if stops:
+            text = decode(out)
+            j = _first_stop(text, stops, max(0, self.text_sent - hold))
+            if j != -1:
+                keep = self.tok_sent
+                while keep < len(out) and len(decode(out[:keep])) < j:
+                    keep += 1
+                dropped = len(out) - keep
+                del out[keep:]
+                text, stop_reason = text[:j], "stop"
+            elif not stop_reason:
+                release_to = self.tok_sent
+                while release_to < len(out) and len(decode(out[: release_to + 1])) <= len(text) - hold:
+                    release_to += 1
+            release_to = len(out) if stop_reason else release_to
+            release_chars = len(text) if stop_reason else len(decode(out[:release_to]))
+        elif decode is not None:
+            text = decode(out)
+            release_chars = len(text)
+        self.text = text
+        if release_to <= self.tok_sent:
+            return [], "", dropped, stop_reason
+        released = out[self.tok_sent : release_to]
+        delta = text[self.text_sent : release_chars] if decode is not None else ""
+        self.text_sent = max(self.text_sent, release_chars)
+        self.tok_sent = release_to
+        return released, delta, dropped, stop_reason
 
 
 class Engine:
@@ -136,9 +192,7 @@ class Engine:
         drafter = drafter or NoDrafter()
         policy = as_policy(gamma)
         policy.reset()
-        stops = [s for s in stop if s]
-        require(not stops or self.tokenizer is not None, "stop strings need a tokenizer")
-        hold = max((len(s) for s in stops), default=1) - 1  # chars held back while a stop could still start
+        releaser = StopReleaser(self.decode_text if self.tokenizer is not None else None, stop)
         eos = frozenset() if ignore_eos else self.eos_token_ids
         rng = torch.Generator().manual_seed(params.seed if params.seed is not None else 0)
         model = self.model
@@ -157,54 +211,25 @@ class Engine:
         rounds: list[RoundRecord] = []
         token_times: list[float] = []
         chunks: list[int] = []
-        text_sent = 0
-        text = ""
         stop_reason = ""
 
         kept, stop_reason = _cut_at_stop([first], 0, max_tokens, eos)
         out = list(kept)
         context = prompt + out
-        tok_sent = 0
-        release_chars = 0
         while True:
             # ---- emit what the last step committed (shared by prefill and rounds) ----------
-            # With stop strings, text that could still begin a stop string is held back, and so
-            # are the tokens that produced it: nothing after a stop is ever emitted.
             t_emit = perf()
-            release_to = len(out)
-            if stops:
-                text = self.decode_text(out)
-                j = _first_stop(text, stops, max(0, text_sent - hold))
-                if j != -1:
-                    keep = tok_sent
-                    while keep < len(out) and len(self.decode_text(out[:keep])) < j:
-                        keep += 1
-                    dropped = len(out) - keep
-                    del out[keep:]
-                    text, stop_reason = text[:j], "stop"
-                    if rounds and dropped:
-                        rounds[-1].truncated = True
-                        rounds[-1].committed -= dropped
-                elif not stop_reason:
-                    release_to = tok_sent
-                    while release_to < len(out) and len(self.decode_text(out[: release_to + 1])) <= len(text) - hold:
-                        release_to += 1
-                release_to = len(out) if stop_reason else release_to
-                release_chars = len(text) if stop_reason else len(self.decode_text(out[:release_to]))
-            elif self.tokenizer is not None:
-                text = self.decode_text(out)
-                release_chars = len(text)
+            released, delta, dropped, stop_reason = releaser.advance(out, stop_reason)
+            if rounds and dropped:
+                rounds[-1].truncated = True
+                rounds[-1].committed -= dropped
             t_now = perf()
             now = t_now - t_start
             if rounds:  # detokenisation and stop checks are part of the round's other cost
                 rounds[-1].t_other += t_now - t_emit
-            if release_to > tok_sent:
-                released = out[tok_sent:release_to]
+            if released:
                 token_times.extend([now] * len(released))
                 chunks.append(len(released))
-                delta = text[text_sent:release_chars] if self.tokenizer is not None else ""
-                text_sent = max(text_sent, release_chars)
-                tok_sent = release_to
                 yield Emitted(released, delta, now)
             if rounds:
                 yield rounds[-1]
@@ -249,7 +274,7 @@ class Engine:
             seed=params.seed,
             prompt_tokens=len(prompt),
             output_tokens=len(out),
-            text=text if self.tokenizer is not None else "",
+            text=releaser.text,
             token_ids=out,
             stop_reason=stop_reason,
             t_prefill=t_prefill,

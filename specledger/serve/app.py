@@ -6,9 +6,10 @@ GET /health, GET /metrics (Prometheus text, vLLM names; see :mod:`specledger.ser
 
 Request life cycle: validate (400 / 404) -> encode -> check the context (400 with the
 engine's message) -> admit into the bounded queue (429 + Retry-After when full) -> the worker
-thread decodes it -> events reach the handler through the request's asyncio queue. When the
-client goes away the request leaves the queue, or, if running, stops after the current round,
-so its slot frees at once. The model is fixed at start-up: a request can only name it.
+thread decodes it, batched with up to ``max_batch - 1`` others (continuous batching) -> events
+reach the handler through the request's asyncio queue. When the client goes away the request
+leaves the queue, or, if running, is dropped at the next step boundary, so its batch slot frees
+at once. The model is fixed at start-up: a request can only name it.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ DISCONNECT_POLL_S = 0.25
 
 
 def parse_gamma(gamma: int | str) -> Callable[[], int | GammaPolicy]:
-    """A factory of the per-request gamma: an integer >= 0, or a policy name (one shared instance)."""
+    """A factory of the per-request gamma: an integer >= 0, or a policy name (a fresh instance per
+    call: requests decode concurrently, so each needs its own policy state)."""
     if isinstance(gamma, str) and gamma.strip().isdigit():
         gamma = int(gamma)
     if isinstance(gamma, int) and not isinstance(gamma, bool):
@@ -68,10 +70,8 @@ def parse_gamma(gamma: int | str) -> Callable[[], int | GammaPolicy]:
             raise SpecLedgerError(f"gamma must be >= 0, got {gamma}")
         return lambda: gamma
     if isinstance(gamma, str) and gamma in GAMMA_POLICIES:
-        # one instance for the server: the worker decodes one request at a time, ``reset`` clears
-        # per-request state, and what a policy learns about costs carries across requests
-        policy = make_policy(gamma)
-        return lambda: policy
+        name = gamma
+        return lambda: make_policy(name)
     raise SpecLedgerError(
         f"gamma must be an integer >= 0 or one of: {', '.join(GAMMA_POLICIES)}; got {gamma!r}"
     )
@@ -126,7 +126,7 @@ class Service:
     """Everything a route needs: engine, encoder, queue, worker, metrics and the served name."""
 
     def __init__(self, engine: Any, drafter: Any, gamma: int | str, model_name: str, max_queue: int,
-                 encode: PromptEncoder, retry_after_s: int, keep_records: int) -> None:
+                 encode: PromptEncoder, retry_after_s: int, keep_records: int, max_batch: int = 8) -> None:
         self.engine, self.model_name, self.encode, self.retry_after_s = engine, model_name, encode, retry_after_s
         self.gamma_label = str(gamma)
         self.drafter_name = getattr(drafter, "name", type(drafter).__name__)
@@ -134,7 +134,9 @@ class Service:
         self.queue = JobQueue(max_queue)
         self.metrics = ServeMetrics(model_name, max_positions(gamma), running=lambda: self.worker.num_running,
                                     waiting=lambda: len(self.queue))
-        self.worker = EngineWorker(engine, drafter, parse_gamma(gamma), self.queue, self.metrics, keep_records)
+        self.max_batch = max_batch
+        self.worker = EngineWorker(engine, drafter, parse_gamma(gamma), self.queue, self.metrics, max_batch,
+                                   keep_records)
         config = getattr(getattr(engine, "model", None), "config", None)
         self.vocab_size: int | None = getattr(config, "vocab_size", None)
 
@@ -266,7 +268,7 @@ def create_app(
     gamma: int | str = 4,
     model_name: str | None = None,
     max_queue: int = 64,
-    max_running: int = 1,
+    max_batch: int = 8,
     *,
     drafter: Any = None,
     layers: str | None = None,
@@ -279,14 +281,16 @@ def create_app(
 
     ``drafter``: a ready Drafter instance (else one is built from ``drafter_name`` with
     ``layers`` / ``draft_path``); drafter "none" means plain decoding (gamma 0).
-    ``gamma``: candidates per round or a policy name ("heuristic").
+    ``gamma``: candidates per round or a policy name ("heuristic"); one policy per request.
+    ``max_batch``: requests decoded together (continuous batching); more wait in the queue
+    (``max_queue`` of them, then 429).
     ``encode``: (prompt, messages) -> ids; default: the engine's LoadedModel.
     State for callers: ``app.state.service`` (a :class:`Service`), ``app.state.records``
     (RequestRecords of finished requests), ``app.state.registry`` (Prometheus registry).
     Call ``app.state.service.worker.stop()`` (done on lifespan shutdown) to end the worker.
     """
-    if max_running != 1:
-        raise SpecLedgerError(f"the engine decodes one request at a time; max_running must be 1, got {max_running}")
+    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+        raise SpecLedgerError(f"max_batch must be an integer >= 1, got {max_batch!r}")
     if max_queue < 1:
         raise SpecLedgerError(f"max_queue must be >= 1, got {max_queue}")
     if retry_after_s < 1:
@@ -300,7 +304,7 @@ def create_app(
     parse_gamma(gamma)  # fail at start-up, not per request
     name = model_name or getattr(engine, "name", "") or "specledger"
     service = Service(engine, drafter, gamma, name, max_queue, encode or engine_encoder(engine), retry_after_s,
-                      keep_records)
+                      keep_records, max_batch)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

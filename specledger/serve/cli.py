@@ -22,7 +22,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_serve_options(port: int, drafter: str, gamma: str, max_queue: int) -> None:
+def check_serve_options(port: int, drafter: str, gamma: str, max_queue: int, max_batch: int = 8) -> None:
     """Reject bad options before the (slow) model load."""
     from specledger.engine.drafters.registry import DRAFTERS
     from specledger.serve.app import parse_gamma
@@ -34,6 +34,8 @@ def check_serve_options(port: int, drafter: str, gamma: str, max_queue: int) -> 
     parse_gamma(gamma)
     if max_queue < 1:
         raise SpecLedgerError(f"--max-queue must be >= 1, got {max_queue}")
+    if max_batch < 1:
+        raise SpecLedgerError(f"--max-batch must be >= 1, got {max_batch}")
 
 
 def serve(
@@ -46,6 +48,7 @@ def serve(
     draft: Annotated[str | None, typer.Option(help="Draft model path for --drafter model.")] = None,
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
     max_queue: Annotated[int, typer.Option(help="Waiting requests beyond which the server answers 429.")] = 64,
+    max_batch: Annotated[int, typer.Option(help="Requests decoded together (continuous batching).")] = 8,
     model_name: Annotated[str | None, typer.Option(help="Model id to serve as (default: the model's name).")] = None,
 ) -> None:
     """Serve the target with speculative decoding: /v1/completions, /v1/chat/completions, /metrics."""
@@ -54,15 +57,15 @@ def serve(
     from specledger.engine.cli import build_engine
     from specledger.serve.app import create_app
 
-    check_serve_options(port, drafter, gamma, max_queue)
+    check_serve_options(port, drafter, gamma, max_queue, max_batch)
     engine = build_engine(target, dtype)
     app = create_app(engine, drafter_name=drafter, gamma=gamma, model_name=model_name, max_queue=max_queue,
-                     layers=layers, draft_path=draft)
+                     max_batch=max_batch, layers=layers, draft_path=draft)
     service = app.state.service
     shown_host = f"[{host}]" if ":" in host else host
     print(f"specledger serve: http://{shown_host}:{port}/v1  (model id {service.model_name!r})")
     print(f"speculation: drafter={service.drafter_name} gamma={service.gamma_label}  "
-          f"dtype={engine.dtype}  context={engine.max_context}  queue={max_queue}")
+          f"dtype={engine.dtype}  context={engine.max_context}  batch={max_batch}  queue={max_queue}")
     print("metrics: /metrics (vLLM names: vllm:spec_decode_num_drafts_total, ...)")
     if not is_loopback(host):
         print(f"warning: bound to {host}: reachable from other machines; there is no authentication")

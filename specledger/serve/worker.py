@@ -1,15 +1,20 @@
-"""The engine worker: one thread decodes queued requests one at a time.
+"""The engine worker: one thread decodes queued requests together (continuous batching).
 
 Invariants:
-- Only the worker thread touches the engine and the drafter (one drafter per server, so the
-  suffix drafter learns across requests).
-- A request is in exactly one place: waiting in the bounded :class:`JobQueue`, running on the
-  worker, or done. ``waiting == len(queue)`` and ``running in {0, 1}`` at every instant, so the
-  gauges cannot leak: a cancelled waiting request leaves the queue at once, a cancelled running
-  one stops at the next round boundary (between the engine's events, after a completed round).
-- Events travel to the request's asyncio queue with ``loop.call_soon_threadsafe``; the last
-  event of every job that started is a :class:`~specledger.engine.trace.RequestRecord`,
-  :class:`JobFailed` or :class:`JobCancelled`.
+- Only the worker thread touches the batch engine, its scheduler and the drafters. Each job
+  gets its own drafter, forked from the server's (``Drafter.fork``: shared weights and
+  cross-request state -- the suffix drafter's global trie learns from every finished request
+  -- and per-request state of its own), and its own gamma policy.
+- A request is in exactly one place: waiting in the bounded :class:`JobQueue`, in the batch
+  (``active``: added to the scheduler, at most ``max_batch``), or done. ``waiting ==
+  len(queue)`` and ``running == len(active)`` at every instant, so the gauges cannot leak.
+  A job leaves the queue only when the batch has a free place; a cancelled waiting request
+  leaves the queue at once, a cancelled one in the batch is dropped at the next step
+  boundary (its slot is free for the next step).
+- Events travel to the request's asyncio queue with ``loop.call_soon_threadsafe``; every job
+  that left the queue ends with exactly one :class:`~specledger.engine.trace.RequestRecord`,
+  :class:`JobFailed` or :class:`JobCancelled`, pushed after it left ``active``. An exception in
+  a step fails the jobs in the batch (the scheduler is rebuilt empty); the server keeps serving.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from specledger.engine.batch import BatchEngine, BatchRequest, BatchScheduler
 from specledger.engine.decode import Emitted
+from specledger.engine.drafters.base import Drafter
 from specledger.engine.policy import GammaPolicy
 from specledger.engine.sampling import SamplingParams
 from specledger.engine.trace import RequestRecord, RoundRecord
@@ -77,6 +84,10 @@ class JobQueue:
     def __len__(self) -> int:
         return len(self._items)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def offer(self, job: Job) -> bool:
         """Enqueue unless full (or closed); True if admitted."""
         with self._cond:
@@ -86,12 +97,12 @@ class JobQueue:
             self._cond.notify()
             return True
 
-    def take(self) -> Job | None:
-        """Block for the next job; None once closed."""
+    def take(self, block: bool = True) -> Job | None:
+        """The next job, waiting for one if ``block``; None once closed (or, not blocking, if empty)."""
         with self._cond:
-            while not self._items and not self._closed:
+            while block and not self._items and not self._closed:
                 self._cond.wait()
-            return None if self._closed else self._items.popleft()
+            return None if self._closed or not self._items else self._items.popleft()
 
     def remove(self, job: Job) -> bool:
         """Drop ``job`` if it is still waiting; True if it was."""
@@ -114,96 +125,144 @@ class JobQueue:
 
 GammaSpec = Callable[[], "int | GammaPolicy"]
 
+#: slot positions allocated up front; the batch cache grows (doubling) when a request needs more
+INITIAL_SLOT_POSITIONS = 512
+
+
+@dataclass
+class _InBatch:
+    """A job in the batch: what the worker keeps beside the scheduler's state."""
+
+    job: Job
+    rounds: list[RoundRecord] = field(default_factory=list)
+    last_chunk: float | None = None
+
 
 class EngineWorker:
-    """Runs ``engine.stream`` for each job on one daemon thread, updating metrics and records.
+    """Decodes the queued jobs on one daemon thread with continuous batching (at most
+    ``max_batch`` at once), updating metrics and records.
 
+    ``engine``: the solo :class:`~specledger.engine.decode.Engine` (model, tokenizer, EOS,
+    context); the worker builds a :class:`~specledger.engine.batch.BatchEngine` over its model
+    with ``max_batch`` slots of its full context. ``drafter``: the server's drafter, forked per job.
     ``records``: RequestRecords of finished requests (newest ``keep_records``);
-    ``aborted_rounds``: rounds run by requests cancelled before they finished.
+    ``aborted_rounds``: rounds run by requests cancelled or failed before they finished.
     """
 
     def __init__(
         self,
         engine: Any,
-        drafter: Any,
+        drafter: Drafter,
         gamma: GammaSpec,
         queue: JobQueue,
         metrics: ServeMetrics,
+        max_batch: int = 8,
         keep_records: int = 10000,
     ) -> None:
-        self.engine, self.drafter, self.gamma, self.queue, self.metrics = engine, drafter, gamma, queue, metrics
+        self.drafter, self.gamma, self.queue, self.metrics = drafter, gamma, queue, metrics
+        self.max_batch = max_batch
+        self.batch = BatchEngine(
+            engine.model, engine.tokenizer, engine.eos_token_ids, max_batch=max_batch,
+            capacity=engine.max_context, name=engine.name, dtype=engine.dtype,
+            initial_capacity=min(engine.max_context, INITIAL_SLOT_POSITIONS), keep_steps=keep_records,
+        )
+        self.scheduler: BatchScheduler = self.batch.scheduler(stream_text=True)
+        self.active: dict[int, _InBatch] = {}  # scheduler ticket -> job
         self.records: deque[RequestRecord] = deque(maxlen=keep_records)
         self.aborted_rounds: deque[RoundRecord] = deque(maxlen=keep_records * 8)
-        self.running: Job | None = None
         self._thread = threading.Thread(target=self._loop, name="specledger-engine", daemon=True)
 
     @property
     def num_running(self) -> int:
-        return 0 if self.running is None else 1
+        return len(self.active)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Close the queue (waiting jobs get JobCancelled), cancel the running job, join."""
+        """Close the queue (waiting jobs get JobCancelled); the worker then cancels the jobs in the
+        batch at the next step boundary and exits. Joins the thread."""
         for job in self.queue.close():
             job.push(JobCancelled())
-        job = self.running
-        if job is not None:
-            job.cancel_flag.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
 
+    # -- the engine thread -------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
-            job = self.queue.take()
+            try:
+                self._drop_cancelled()  # first, so a freed slot takes a waiting job at once
+                if not self._fill():
+                    break
+                if self.active:
+                    self._step()
+            except Exception as exc:  # an engine failure ends the batch's requests, never the server
+                self._fail_all(f"engine error: {type(exc).__name__}: {exc}")
+        for ticket in list(self.active):  # shutting down
+            self.scheduler.cancel(ticket)
+            self._end(ticket, JobCancelled())
+
+    def _fill(self) -> bool:
+        """Take jobs while the batch has room (waiting for one only when the batch is empty);
+        False once the queue is closed."""
+        while len(self.active) < self.max_batch:
+            job = self.queue.take(block=not self.active)
             if job is None:
-                return
+                break
             if job.cancel_flag.is_set():
                 job.push(JobCancelled())
                 continue
-            self.running = job
-            try:
-                final = self._decode(job)
-            except Exception as exc:  # an engine failure ends this request, never the server
-                final = JobFailed(f"engine error: {type(exc).__name__}: {exc}")
-            finally:
-                self.running = None  # before the client hears of the end, so the gauge is never stale
-            job.push(final)
+            self._start(job)
+        return not self.queue.closed
 
-    def _decode(self, job: Job) -> RequestRecord | JobCancelled:
-        """Decode ``job``, pushing its chunks; return its final event (not yet pushed)."""
-        perf = time.perf_counter
-        start = perf()
-        self.metrics.observe_start(len(job.prompt_ids), start - job.arrival)
-        stream = self.engine.stream(
-            job.prompt_ids, drafter=self.drafter, gamma=self.gamma(), params=job.params,
-            max_tokens=job.max_tokens, stop=job.stop, request_id=job.request_id, ignore_eos=job.ignore_eos,
-        )
-        rounds: list[RoundRecord] = []
-        last_chunk: float | None = None
-        final: RequestRecord | JobCancelled = JobCancelled()
+    def _start(self, job: Job) -> None:
+        now = time.perf_counter()
+        request = BatchRequest(job.prompt_ids, job.max_tokens, job.params, job.request_id, stop=job.stop,
+                               ignore_eos=job.ignore_eos)
         try:
-            for event in stream:
-                now = perf()
-                if isinstance(event, Emitted):
-                    gap = None if last_chunk is None else now - last_chunk
-                    self.metrics.observe_chunk(len(event.token_ids), now - job.arrival, gap)
-                    last_chunk = now
-                    job.push(event)
-                elif isinstance(event, RoundRecord):
-                    self.metrics.observe_round(event)
-                    rounds.append(event)
-                    if job.cancel_flag.is_set():  # a round just completed: the cheapest place to stop
-                        break
-                elif isinstance(event, RequestRecord):
-                    reason = FINISH_REASONS.get(event.stop_reason, "stop")
-                    self.metrics.observe_finish(reason, (last_chunk or now) - job.arrival)
-                    self.records.append(event)
-                    final = event
-                    break
-        finally:
-            stream.close()
-            if not isinstance(final, RequestRecord):
-                self.aborted_rounds.extend(rounds)
-        return final
+            ticket = self.scheduler.add(request, self.drafter.fork(), self.gamma(), t_arrival=now)
+        except Exception as exc:
+            job.push(JobFailed(f"engine error: {type(exc).__name__}: {exc}"))
+            return
+        self.active[ticket] = _InBatch(job)
+        self.metrics.observe_start(len(job.prompt_ids), now - job.arrival)
+
+    def _drop_cancelled(self) -> None:
+        """Step boundary: drop the jobs whose client is gone (their slots free for the next step)."""
+        for ticket, entry in list(self.active.items()):
+            if entry.job.cancel_flag.is_set():
+                self.scheduler.cancel(ticket)
+                self._end(ticket, JobCancelled())
+
+    def _fail_all(self, message: str) -> None:
+        self.scheduler = self.batch.scheduler(stream_text=True)  # whatever the failed step left is dropped
+        for ticket in list(self.active):
+            self._end(ticket, JobFailed(message))
+
+    def _end(self, ticket: int, final: RequestRecord | JobFailed | JobCancelled) -> None:
+        """The job leaves the batch (so the gauge is never stale), then its client hears of the end."""
+        entry = self.active.pop(ticket)
+        if not isinstance(final, RequestRecord):
+            self.aborted_rounds.extend(entry.rounds)
+        entry.job.push(final)
+
+    def _step(self) -> None:
+        """One scheduler step; each job's events go to metrics and to its client, in order."""
+        events = self.scheduler.step()
+        perf = time.perf_counter
+        for ticket, event in events:
+            entry = self.active[ticket]
+            job, now = entry.job, perf()
+            if isinstance(event, Emitted):
+                gap = None if entry.last_chunk is None else now - entry.last_chunk
+                self.metrics.observe_chunk(len(event.token_ids), now - job.arrival, gap)
+                entry.last_chunk = now
+                job.push(event)
+            elif isinstance(event, RoundRecord):
+                self.metrics.observe_round(event)
+                entry.rounds.append(event)
+            elif isinstance(event, RequestRecord):
+                reason = FINISH_REASONS.get(event.stop_reason, "stop")
+                self.metrics.observe_finish(reason, (entry.last_chunk or now) - job.arrival)
+                self.records.append(event)
+                self._end(ticket, event)

@@ -17,10 +17,14 @@ Invariants every drafter keeps:
 - A drafter never changes what the target outputs; it only changes how fast. Any state it
   keeps (KV caches, suffix trees) must be consistent with the *committed* context, which
   ``commit`` hands it after every round (rejected candidates are gone from it).
+- ``fork`` gives the drafter of another request decoded *concurrently* (continuous batching):
+  same settings, shared read-only parts (weights) and cross-request state, its own
+  per-request state, so interleaved rounds of different requests never see each other's context.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +60,12 @@ class Drafter:
     def end(self, prompt: list[int], output: list[int]) -> None:
         """The request finished with ``output``. Cross-request state may learn from it."""
 
+    def fork(self) -> Drafter:
+        """A drafter for another request running at the same time as this one's (see the module
+        invariants). Default: a deep copy, right for drafters whose state is all per-request;
+        drafters holding weights or cross-request state override it to share them."""
+        return copy.deepcopy(self)
+
 
 class NoDrafter(Drafter):
     """Plain decoding: proposes nothing, so every round commits exactly the target's token."""
@@ -64,3 +74,6 @@ class NoDrafter(Drafter):
 
     def propose(self, context: list[int], gamma: int, params: SamplingParams, rng: Any) -> Proposal:
         return Proposal()
+
+    def fork(self) -> Drafter:
+        return self  # stateless

@@ -9,6 +9,7 @@ drafts are rolled back by truncating ``cached``; stale cache slots are overwritt
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -87,6 +88,12 @@ class NeuralDrafter(Drafter):
                 logits = self._forward([tok], len(self.cached), last_only=True)
                 self.cached.append(tok)
         return Proposal(tokens, torch.stack(qs) if qs else None)
+
+    def fork(self) -> NeuralDrafter:
+        """Same weights and layers (shared, read-only); a draft KV cache of its own, made on ``begin``."""
+        clone = copy.copy(self)
+        clone.cache, clone.cached, clone._validated = None, [], 0
+        return clone
 
     def commit(self, context: list[int]) -> None:
         """Keep only the cached tokens that were committed (the accepted drafts)."""

@@ -130,3 +130,6 @@ class NgramDrafter(Drafter):
     def end(self, prompt: list[int], output: list[int]) -> None:
         self._tokens = []
         self._next_pos = {}
+
+    def fork(self) -> NgramDrafter:
+        return NgramDrafter(self.max_ngram, self.min_ngram)  # all state is per request
