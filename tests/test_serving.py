@@ -268,15 +268,17 @@ def test_run_full_side_experiments_write_all_three_and_resume_skips_them(tmp_pat
              "serving_drafters": "ngram:2,ngram:goodput", "serving_max_tokens": 6, "repeats": 2, "contexts": [64],
              "context_to_limit": False}
     warnings: list[str] = []
-    ran = sweep_cli.run_side_experiments(_engine(), tmp_path, 0, None, warnings.append, small)
+    engine = _engine()
+    engine.loaded = _SmallVocabLoaded()
+    ran = sweep_cli.run_side_experiments(engine, tmp_path, 0, None, warnings.append, small)
     assert ran == ["quant4", "policies", "serving"]
     for name in ("quantization.json", "policies.json", "serving.json"):
         assert (tmp_path / name).exists()
     serving_doc = json.loads((tmp_path / "serving.json").read_text())
     assert serving_doc["repeats"] == 2 and serving_doc["context_lengths"] == [64]
-    assert sweep_cli.run_side_experiments(_engine(), tmp_path, 0, None, warnings.append, small) == []
+    assert sweep_cli.run_side_experiments(engine, tmp_path, 0, None, warnings.append, small) == []
     (tmp_path / "serving.json").unlink()  # as if interrupted half-way: traces present, JSON missing
-    assert sweep_cli.run_side_experiments(_engine(), tmp_path, 0, None, warnings.append, small) == []
+    assert sweep_cli.run_side_experiments(engine, tmp_path, 0, None, warnings.append, small) == []
     assert any("interrupted 'serving'" in w for w in warnings)
 
 

@@ -163,6 +163,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * F.rms_norm(x.float(), weight.shape, None, eps).to(x.dtype)
 
 
+#: dtypes this CPU's oneDNN refused to prepack (found at the first attempt, then not retried)
+_UNPACKABLE: set[torch.dtype] = set()
+
+
 def _can_prepack(weight: torch.Tensor) -> bool:
     return (
         weight.device.type == "cpu"
@@ -202,9 +206,12 @@ class Linear(nn.Linear):
     def _repack(self) -> None:
         self._packed = None
         self._packed_key = self._weight_key()
-        if self.prepack and _can_prepack(self.weight):
-            with torch.inference_mode(False), torch.no_grad():
-                self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), 1)
+        if self.prepack and _can_prepack(self.weight) and self.weight.dtype not in _UNPACKABLE:
+            try:
+                with torch.inference_mode(False), torch.no_grad():
+                    self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), 1)
+            except RuntimeError:  # e.g. bf16 packing needs AVX-512 or AVX-NE-CONVERT: plain F.linear then
+                _UNPACKABLE.add(self.weight.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._weight_key() != self._packed_key:
