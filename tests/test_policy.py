@@ -98,3 +98,26 @@ def test_batched_goodput_tracks_how_much_of_its_ask_the_drafter_fills():
         p.observe(min(g, 1), min(g, 1))  # the drafter only ever finds one candidate, always accepted
     assert 0.0 < p.fill() < 0.6
     assert 0 <= p.choose(100, 8) <= p.max_gamma
+
+
+def test_acceptance_chain_learns_rising_conditional_acceptance():
+    from specledger.engine.policy import AcceptanceChain
+
+    c = AcceptanceChain(n=8, forget=1.0)
+    for _ in range(200):  # a copying drafter: either the first candidate misses, or all 8 are accepted
+        c.observe(8, 0)
+        c.observe(8, 8)
+    a = c.rates()
+    assert a[0] == pytest.approx(0.5, abs=0.02) and all(x > 0.95 for x in a[1:])
+    assert c.expected_length(8) == pytest.approx(1 + 0.5 * 8, abs=0.3)  # half the rounds commit 9
+    seeded = c.seeded(weight=4.0)
+    assert seeded.rates()[0] == pytest.approx(a[0], abs=0.1) and sum(seeded.t) == pytest.approx(4.0 * 8)
+
+
+def test_goodput_takes_long_drafts_when_acceptance_rises_along_the_draft():
+    p = GoodputGamma(max_gamma=8, prior=(0.05, 0.004))  # each candidate costs 8% of a step
+    p.reset()
+    for i in range(60):
+        g = max(1, p.choose(0))
+        p.observe(g, 0 if i % 2 else g, 0.05 + 0.004 * g)  # all-or-nothing acceptance
+    assert p.choose(0) == 8  # a constant-a model (a ~ 0.5) would stop at 1-2

@@ -28,7 +28,7 @@ from specledger.probe.prometheus import (
     spec_decode_figures,
 )
 from specledger.probe.sse import OpenAIStreamDecoder
-from specledger.serve.app import create_app, max_positions, parse_gamma
+from specledger.serve.app import create_app, goodput_step_cost, max_positions, parse_gamma
 from specledger.serve.cli import check_serve_options, is_loopback, serve
 from specledger.serve.metrics import draft_counts
 from specledger.serve.protocol import RequestError, check_common, resolve_max_tokens, stream_chunk
@@ -138,6 +138,9 @@ def test_gamma_parsing_and_options() -> None:
     assert parse_gamma(3)() == 3 and parse_gamma("5")() == 5
     assert parse_gamma("heuristic")().name == "heuristic"
     assert parse_gamma("heuristic")() is not parse_gamma("heuristic")()  # fresh per request
+    shared = object()
+    make = parse_gamma("goodput", step_cost=shared)
+    assert make().step_cost is shared and make() is not make()  # fresh policies, one measured step cost
     for bad in (-1, "fast", "-2"):
         with pytest.raises(SpecLedgerError):
             parse_gamma(bad)
@@ -618,3 +621,13 @@ def test_batched_drafters_and_policies_stay_exact(drafter: str, gamma: int | str
     assert len(records) == 6 and {rec.drafter for rec in records} == {drafter}
     if gamma == "heuristic":
         assert {rec.gamma for rec in records} == {"heuristic"}
+
+
+def test_goodput_server_measures_its_step_cost_once(target) -> None:
+    from specledger.engine.cost import StepCost
+    from specledger.engine.decode import Engine
+
+    engine = Engine(target)
+    cost = goodput_step_cost(engine, "goodput")
+    assert isinstance(cost, StepCost) and cost.forward_s(64) >= cost.forward_s(1) > 0
+    assert goodput_step_cost(engine, 4) is None and goodput_step_cost(engine, "heuristic") is None

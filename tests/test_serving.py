@@ -314,3 +314,20 @@ def test_long_context_sources_reach_the_length_and_padding_is_repetitive():
     (pad,) = long_context_prompts(loaded, 300, 1, source="padding")
     text = "".join(loaded.tokenizer.ALPHABET[i] for i in pad)
     assert text.count("grass") >= 2
+
+
+def test_memory_ledger_counts_draft_weights_and_draft_kv(target):
+    engine = Engine(target)
+    prompts = [[1, 2, 3, 4, 5]] * 4
+    _, ls = run_point(target, prompts, lambda: make_drafter("layerskip", engine, layers="1"), 3, 10, concurrency=4)
+    led = memory_ledger(target, 4, 3, ls["peak_candidate_tokens"], 64, draft=ls["draft_memory"])
+    assert led["draft_weight_bytes"] == 0  # layer-skip runs the target's own weights
+    per_token = 1 * 2 * 2 * 8 * 4  # one layer x (k,v) x kv heads x head_dim x fp32
+    assert ls["draft_memory"]["kv_bytes_per_token"] == per_token
+    assert led["predicted_draft_kv_bytes"] == 4 * (15 + 3 + 1) * per_token  # context 5 + 10, gamma 3
+    assert led["engine_draft_kv_bytes"] >= led["predicted_draft_kv_bytes"]  # static cache, every layer, rounded up
+    _, qs = run_point(target, prompts, lambda: make_drafter("quant-self", engine), 3, 10, concurrency=4)
+    assert qs["draft_memory"]["weight_bytes"] > 0  # its own int8 copy of the weights
+    _, ng = run_point(target, prompts, lambda: make_drafter("ngram", engine), 3, 10, concurrency=4)
+    assert ng["draft_memory"] == {"weight_bytes": 0, "kv_bytes_per_request_max": 0, "kv_bytes_per_token": 0,
+                                  "max_context_tokens": 15}

@@ -65,6 +65,59 @@ def _el(records: Sequence[RequestRecord]) -> float:
     return sum(rd.committed for rd in full) / len(full) if full else math.nan
 
 
+class DraftMemory:
+    """Wraps a drafter factory to record what each request's drafter held: its KV cache bytes at
+    the end of the request (a neural drafter's cache only grows during a request, so this is its
+    peak) and, once, the bytes of draft weights not shared with the target."""
+
+    def __init__(self, factory: Callable[[], Any], target: Any) -> None:
+        self.factory, self.target = factory, target
+        self.kv_per_request: list[int] = []
+        self.weight_bytes: int | None = None
+        self.kv_shape: Any = None
+
+    def __call__(self) -> Any:
+        d = self.factory()
+        if self.weight_bytes is None:
+            self.weight_bytes = own_weight_bytes(getattr(d, "model", None), self.target)
+            self.kv_shape = draft_kv_shape(d)
+        end = d.end
+
+        def record_then_end(prompt: list[int], output: list[int]) -> None:
+            self.kv_per_request.append(d.kv_bytes())
+            end(prompt, output)
+
+        d.end = record_then_end
+        return d
+
+
+def own_weight_bytes(model: Any, target: Any) -> int:
+    """Bytes of ``model``'s parameters and buffers that do not share storage with ``target``'s."""
+    if model is None:
+        return 0
+    shared = {t.untyped_storage().data_ptr() for t in [*target.parameters(), *target.buffers()]}
+    seen, total = set(), 0
+    for t in [*model.parameters(), *model.buffers()]:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in shared and ptr not in seen:
+            seen.add(ptr)
+            total += t.untyped_storage().nbytes()
+    return total
+
+
+def draft_kv_shape(drafter: Any) -> Any:
+    """The KV bytes per token the drafter's forward needs (its layers only), or None without a model."""
+    from specledger.ledger.memory import KVShape
+
+    model = getattr(drafter, "model", None)
+    if model is None or not getattr(drafter, "uses_model", False):
+        return None
+    cfg = model.config
+    layers = getattr(drafter, "layers", None)
+    return KVShape(layers=len(layers) if layers else cfg.n_layers, kv_heads=cfg.n_kv_heads,
+                   head_dim=int(cfg.head_dim), bytes_per_element=next(model.parameters()).element_size())
+
+
 def run_point(
     model: Any,
     prompts: Sequence[list[int]],
@@ -84,20 +137,28 @@ def run_point(
     cap = capacity or min(model.config.max_seq_len, longest + max_tokens + 32)
     slots = concurrency or max(1, min(32, len(prompts)))
     engine = BatchEngine(model, eos_token_ids=eos, max_batch=slots, capacity=cap, kv_budget_tokens=kv_budget_tokens)
+    drafter_factory = DraftMemory(drafter_factory, model)
     arrivals = poisson_arrivals(rate, len(prompts), seed) if rate else [0.0] * len(prompts)
     reqs = [BatchRequest(list(p), max_tokens=max_tokens, request_id=f"p{i}", arrival=a, prompt_id=f"p{i}")
             for i, (p, a) in enumerate(zip(prompts, arrivals))]
     if isinstance(gamma, str):  # a policy name: one policy per request, choosing gamma every step
         from specledger.engine.cost import step_cost_for
-        from specledger.engine.policy import make_policy
+        from specledger.engine.policy import AcceptanceChain, make_policy
 
         policy_name = gamma
         shared = step_cost_for(model).fresh() if policy_name == "goodput" else None  # the engine's step cost
-        gamma = lambda: make_policy(policy_name, step_cost=shared)  # noqa: E731
+        chain = AcceptanceChain() if policy_name == "goodput" else None  # acceptance learned across requests
+        gamma = lambda: make_policy(policy_name, step_cost=shared, chain=chain)  # noqa: E731
     t = time.perf_counter()
     records = engine.run(reqs, drafter_factory, gamma, concurrency=None if rate else concurrency)
     wall = time.perf_counter() - t
-    return records, point_metrics(records, wall, engine)
+    m = point_metrics(records, wall, engine)
+    m["draft_memory"] = {"weight_bytes": drafter_factory.weight_bytes or 0,
+                         "kv_bytes_per_request_max": max(drafter_factory.kv_per_request, default=0),
+                         "kv_bytes_per_token": drafter_factory.kv_shape.bytes_per_token
+                         if drafter_factory.kv_shape is not None else 0,
+                         "max_context_tokens": max((r.prompt_tokens + r.output_tokens for r in records), default=0)}
+    return records, m
 
 
 def crossover(points: Sequence[dict[str, Any]], key: str = "load") -> Any:
@@ -220,11 +281,16 @@ def policy_vs_static(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def memory_ledger(model: Any, batch: int, gamma: int, engine_peak_candidates: int, slot_capacity: int,
-                  slots: int | None = None) -> dict:
+                  slots: int | None = None, draft: dict[str, Any] | None = None) -> dict:
     """Predicted candidate KV (B * gamma * m_KV) vs the engine's peak reserved candidates, bytes.
 
     ``batch`` is the batch size at the peak (B), ``slots`` the engine's sequence slots (default B):
-    the static slot cache is slots * slot_capacity * m_KV, allocated whether speculation runs or not."""
+    the static slot cache is slots * slot_capacity * m_KV, allocated whether speculation runs or not.
+
+    ``draft`` (a point's ``draft_memory``) adds what a model drafter costs on top: its own weights
+    (0 when it shares the target's, as layer-skip does) and its KV, predicted as
+    B * (longest context + gamma + 1) * m_KV,draft (its layers only) against B times the largest
+    draft cache one request actually allocated."""
     from specledger.ledger.memory import KVShape
 
     cfg = model.config
@@ -243,6 +309,27 @@ def memory_ledger(model: Any, batch: int, gamma: int, engine_peak_candidates: in
         "static_slot_cache_bytes": (slots or batch) * slot_capacity * m_kv,
         "note": "the engine reserves candidate KV per step from the drafter's actual proposals; model-free "
         "drafters often propose fewer than gamma, so their reservation sits below B*gamma*m_KV",
+    } | _draft_ledger(batch, gamma, predicted, actual, draft)
+
+
+def _draft_ledger(batch: int, gamma: int, cand_predicted: int, cand_actual: int, draft: dict[str, Any] | None
+                  ) -> dict[str, Any]:
+    if not draft:
+        return {}
+    weights = int(draft.get("weight_bytes") or 0)
+    per_token = int(draft.get("kv_bytes_per_token") or 0)
+    kv_pred = batch * (int(draft.get("max_context_tokens") or 0) + gamma + 1) * per_token
+    kv_actual = batch * int(draft.get("kv_bytes_per_request_max") or 0)
+    return {
+        "draft_weight_bytes": weights,
+        "predicted_draft_kv_bytes": kv_pred,
+        "engine_draft_kv_bytes": kv_actual,
+        "draft_kv_relative_difference": (kv_actual - kv_pred) / kv_pred if kv_pred else None,
+        "predicted_total_extra_bytes": cand_predicted + weights + kv_pred,
+        "engine_total_extra_bytes": cand_actual + weights + kv_actual,
+        "draft_note": "" if not kv_pred else "the draft cache is a static cache allocated for every layer of the "
+        "draft model with its capacity rounded up (512 positions, doubling), so it exceeds what the draft "
+        "layers fill; the difference is allocation granularity, not leaked memory",
     }
 
 
@@ -414,7 +501,7 @@ def run_serving_sweep(
                 m.update(speedup_over(runs[(name, g)], base))
                 if name != "none" and isinstance(g, int) and g:
                     m["memory"] = memory_ledger(model, m["peak_batch"] or 1, g, m["peak_candidate_tokens"],
-                                                m["slot_capacity"], slots=m["slots"])
+                                                m["slot_capacity"], slots=m["slots"], draft=m.get("draft_memory"))
                 points.append(m)
                 if on_point:
                     on_point(m, records)

@@ -119,31 +119,85 @@ class BatchScheduleGamma(GammaPolicy):
         return g
 
 
-class GoodputGamma(GammaPolicy):
-    """Ours: choose gamma in 0..max_gamma maximising E[L](a, gamma) / T(gamma).
+class AcceptanceChain:
+    """Conditional acceptance a_j = P(candidate j accepted | candidates 1..j-1 accepted), j = 1..n,
+    from decayed counts: a round that proposed m and accepted K is a trial at positions
+    1..min(K+1, m) and a success at 1..K (seed §2: E[L] comes from the chain, not from one a).
 
-    E[L](a, g) = (1 - a^(g+1)) / (1 - a) (constant conditional acceptance a, estimated from the
-    running geometric counts with exponential forgetting), T(g) = c0 + c1 * g fitted online by
-    weighted least squares over recent rounds (``prior`` seeds it: (c0, c1) seconds). gamma = 0
-    means a plain step; while at 0, one round in ``probe_every`` still proposes 1 candidate so the
-    acceptance estimate keeps up with the text.
+    Sparse positions shrink toward the position before: a_j = (s_j + w a_(j-1)) / (t_j + w),
+    a_0 = ``prior`` -- so a drafter whose acceptance rises along the draft (copying) is not
+    assumed to stop where the evidence does."""
+
+    def __init__(self, n: int = 16, prior: float = 0.7, weight: float = 2.0, forget: float = 0.97) -> None:
+        self.n, self.prior, self.weight, self.forget = n, prior, weight, forget
+        self.s = [0.0] * (n + 1)
+        self.t = [0.0] * (n + 1)
+
+    def observe(self, proposed: int, accepted: int) -> None:
+        if proposed <= 0:
+            return
+        f = self.forget
+        self.s = [x * f for x in self.s]
+        self.t = [x * f for x in self.t]
+        for j in range(1, min(accepted + 1, proposed, self.n) + 1):
+            self.t[j] += 1.0
+            if j <= accepted:
+                self.s[j] += 1.0
+
+    def rates(self) -> list[float]:
+        """[a_1, ..., a_n]."""
+        out, prev = [], self.prior
+        for j in range(1, self.n + 1):
+            prev = (self.s[j] + self.weight * prev) / (self.t[j] + self.weight)
+            out.append(prev)
+        return out
+
+    def expected_length(self, gamma: int) -> float:
+        """E[L](gamma) = 1 + sum_{i<=gamma} prod_{j<=i} a_j (the bonus / correction token included)."""
+        total, run = 1.0, 1.0
+        for a in self.rates()[:gamma]:
+            run *= a
+            total += run
+        return total
+
+    def seeded(self, weight: float = 4.0) -> AcceptanceChain:
+        """A fresh chain (same settings) holding this one's rates as ``weight`` pseudo-trials per position."""
+        new = AcceptanceChain(self.n, self.prior, self.weight, self.forget)
+        for j, a in enumerate(self.rates(), start=1):
+            new.s[j], new.t[j] = weight * a, weight
+        return new
+
+
+class GoodputGamma(GammaPolicy):
+    """Ours: choose gamma in 0..max_gamma maximising expected committed tokens per second.
+
+    E[L](g) = 1 + sum_{i<=g} prod_{j<=i} a_j from the conditional acceptance chain
+    (:class:`AcceptanceChain`): each request starts from the chain learned over earlier requests
+    (``chain``, shared; by default this instance's own, kept across ``reset``) as a few
+    pseudo-rounds, and updates its own copy with exponential forgetting. gamma = 0 means a plain
+    step; while at 0, one round in ``probe_every`` still proposes 1 candidate so the acceptance
+    estimate keeps up with the text.
+
+    Solo (no ``step_cost``): T(g) = c0 + c1 g fitted online by weighted least squares over
+    recent rounds (``prior`` seeds it: (c0, c1) seconds); maximise E[L](g) / T(g).
 
     Batched (``step_cost`` given, a :class:`specledger.engine.cost.StepCost` shared by the requests
     of one engine): a candidate is a row in the step's packed forward that every request waits
     for, so the request plans as if the ``batch_size`` requests beside it chose like it does.
     Model-free drafters often propose fewer than asked (no match), so the request also tracks its
     fill f = proposed / asked (decayed, prior 1) and maximises
-    (1 - f + f E[L](a, g)) / (T_fwd(B (1 + f g)) + B f g d), with T_fwd measured at start-up and
+    (1 - f + f E[L](g)) / (T_fwd(B (1 + f g)) + B f g d), with T_fwd measured at start-up and
     d the drafting seconds per candidate learned from the rounds.
     """
 
     def __init__(self, max_gamma: int = 8, prior: tuple[float, float] | None = None, forget: float = 0.97,
-                 probe_every: int = 8, step_cost: Any = None) -> None:
+                 probe_every: int = 8, step_cost: Any = None, chain: AcceptanceChain | None = None) -> None:
         self.max_gamma, self.forget, self.probe_every = max_gamma, forget, probe_every
         self.name = "goodput"
         self.prior = prior
         self.step_cost = step_cost
-        self._s = self._t = 0.0  # acceptance successes / trials, both decayed
+        self.shared_chain = chain if chain is not None else AcceptanceChain(max_gamma, forget=0.99)
+        self.chain = self.shared_chain.seeded()
         self._w = self._wx = self._wy = self._wxx = self._wxy = 0.0  # decayed LS sums of (gamma, seconds)
         self._zero_streak = 0
         self._asked = self._filled = 1.0  # decayed candidates asked for / proposed (batched mode)
@@ -154,7 +208,7 @@ class GoodputGamma(GammaPolicy):
                 self._add_cost(g, c0 + c1 * g, weight=2.0)
 
     def reset(self) -> None:
-        self._s, self._t = 1.4, 2.0  # weak per-request prior a ~ 0.7, quickly overridden
+        self.chain = self.shared_chain.seeded()  # what earlier requests taught, as a few pseudo-rounds
         self._zero_streak = 0
         self._asked = self._filled = 1.0
         self._last_g = 0
@@ -181,7 +235,8 @@ class GoodputGamma(GammaPolicy):
         return c0, max(c1, 0.0)
 
     def acceptance(self) -> float:
-        return self._s / self._t if self._t > 0 else 0.7
+        """a_1, the request's current first-position acceptance estimate."""
+        return self.chain.rates()[0]
 
     def _round_cost(self, batch_size: int) -> Callable[[int], float] | None:
         """g -> expected seconds of a round at that gamma, or None while the cost is still unknown."""
@@ -198,11 +253,13 @@ class GoodputGamma(GammaPolicy):
         cost = self._round_cost(batch_size)
         if cost is None:  # learn the cost line first: alternate two gammas
             return 1 if self._w < 1 else 4
-        a = min(self.acceptance(), 1 - 1e-9)
         f = self.fill() if self.step_cost is not None else 1.0
         best_g, best = 0, 1.0 / max(cost(0), 1e-9)
-        for g in range(1, self.max_gamma + 1):
-            rate = (1 - f + f * (1 - a ** (g + 1)) / (1 - a)) / max(cost(g), 1e-9)
+        total, run = 1.0, 1.0
+        for g, a in enumerate(self.chain.rates()[: self.max_gamma], start=1):
+            run *= a
+            total += run  # E[L](g)
+            rate = (1 - f + f * total) / max(cost(g), 1e-9)
             if rate > best * 1.0001:
                 best_g, best = g, rate
         if best_g == 0:
@@ -223,25 +280,24 @@ class GoodputGamma(GammaPolicy):
         if self._last_g > 0:
             self._asked = self.forget * self._asked + self._last_g
             self._filled = self.forget * self._filled + min(proposed, self._last_g)
-        if proposed:
-            s, t = geometric_acceptance_update(proposed, accepted)
-            self._s = self.forget * self._s + s
-            self._t = self.forget * self._t + t
+        self.chain.observe(proposed, accepted)
+        self.shared_chain.observe(proposed, accepted)
 
 
 POLICIES = ("static", "heuristic", "ema", "batch", "goodput")
 
 
-def make_policy(spec: str | int, step_cost: Any = None) -> GammaPolicy:
+def make_policy(spec: str | int, step_cost: Any = None, chain: AcceptanceChain | None = None) -> GammaPolicy:
     """``4`` / ``"4"`` -> static; ``"heuristic"``, ``"ema"``, ``"batch"``, ``"goodput"`` -> that policy.
-    ``step_cost`` (a shared :class:`specledger.engine.cost.StepCost`) makes goodput plan batched steps."""
+    ``step_cost`` (a shared :class:`specledger.engine.cost.StepCost`) makes goodput plan batched steps;
+    ``chain`` (a shared :class:`AcceptanceChain`) carries its acceptance across requests."""
     if isinstance(spec, int) or str(spec).isdigit():
         return StaticGamma(int(spec))
     table = {"heuristic": HeuristicGamma, "ema": EmaGamma, "batch": BatchScheduleGamma, "goodput": GoodputGamma}
     if spec not in table:
         raise SpecLedgerError(f"unknown gamma policy {spec!r}; use an integer or one of {', '.join(table)}")
-    if spec == "goodput" and step_cost is not None:
-        return GoodputGamma(step_cost=step_cost)
+    if spec == "goodput":
+        return GoodputGamma(step_cost=step_cost, chain=chain)
     return table[spec]()
 
 

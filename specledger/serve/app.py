@@ -27,7 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from specledger.engine.decode import Emitted
-from specledger.engine.policy import POLICIES, GammaPolicy, make_policy
+from specledger.engine.policy import POLICIES, AcceptanceChain, GammaPolicy, make_policy
 from specledger.engine.sampling import SamplingParams
 from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
@@ -60,9 +60,10 @@ HEURISTIC_MAX_GAMMA = 16
 DISCONNECT_POLL_S = 0.25
 
 
-def parse_gamma(gamma: int | str) -> Callable[[], int | GammaPolicy]:
+def parse_gamma(gamma: int | str, step_cost: Any = None) -> Callable[[], int | GammaPolicy]:
     """A factory of the per-request gamma: an integer >= 0, or a policy name (a fresh instance per
-    call: requests decode concurrently, so each needs its own policy state)."""
+    call: requests decode concurrently, so each needs its own policy state). ``step_cost`` (shared
+    by every request) lets goodput plan batched steps with the measured forward cost."""
     if isinstance(gamma, str) and gamma.strip().isdigit():
         gamma = int(gamma)
     if isinstance(gamma, int) and not isinstance(gamma, bool):
@@ -71,10 +72,22 @@ def parse_gamma(gamma: int | str) -> Callable[[], int | GammaPolicy]:
         return lambda: gamma
     if isinstance(gamma, str) and gamma in GAMMA_POLICIES:
         name = gamma
-        return lambda: make_policy(name)
+        chain = AcceptanceChain() if name == "goodput" else None  # shared: what earlier requests taught
+        return lambda: make_policy(name, step_cost=step_cost, chain=chain)
     raise SpecLedgerError(
         f"gamma must be an integer >= 0 or one of: {', '.join(GAMMA_POLICIES)}; got {gamma!r}"
     )
+
+
+def goodput_step_cost(engine: Any, gamma: int | str) -> Any:
+    """For ``--gamma goodput``: the engine's packed-forward cost, measured once at start-up (a few
+    seconds), which the per-request goodput policies share; None otherwise."""
+    model = getattr(engine, "model", None)
+    if gamma != "goodput" or not hasattr(model, "forward_packed"):
+        return None
+    from specledger.engine.cost import step_cost_for
+
+    return step_cost_for(model).fresh()
 
 
 def max_positions(gamma: int | str) -> int:
@@ -135,7 +148,7 @@ class Service:
         self.metrics = ServeMetrics(model_name, max_positions(gamma), running=lambda: self.worker.num_running,
                                     waiting=lambda: len(self.queue))
         self.max_batch = max_batch
-        self.worker = EngineWorker(engine, drafter, parse_gamma(gamma), self.queue, self.metrics, max_batch,
+        self.worker = EngineWorker(engine, drafter, parse_gamma(gamma, goodput_step_cost(engine, gamma)), self.queue, self.metrics, max_batch,
                                    keep_records)
         config = getattr(getattr(engine, "model", None), "config", None)
         self.vocab_size: int | None = getattr(config, "vocab_size", None)

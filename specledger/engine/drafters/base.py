@@ -57,6 +57,10 @@ class Drafter:
     def commit(self, context: list[int]) -> None:
         """The round is over; ``context`` is prompt + everything committed so far."""
 
+    def kv_bytes(self) -> int:
+        """Bytes of KV cache this drafter holds for its request now (0 for model-free drafters)."""
+        return 0
+
     def end(self, prompt: list[int], output: list[int]) -> None:
         """The request finished with ``output``. Cross-request state may learn from it."""
 

@@ -89,6 +89,10 @@ class NeuralDrafter(Drafter):
                 self.cached.append(tok)
         return Proposal(tokens, torch.stack(qs) if qs else None)
 
+    def kv_bytes(self) -> int:
+        """The draft cache as allocated (every layer, capacity rounded up), not just what is filled."""
+        return 0 if self.cache is None else self.cache.kv.numel() * self.cache.kv.element_size()
+
     def fork(self) -> NeuralDrafter:
         """Same weights and layers (shared, read-only); a draft KV cache of its own, made on ``begin``."""
         clone = copy.copy(self)
