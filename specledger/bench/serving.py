@@ -130,9 +130,12 @@ def run_point(
     kv_budget_tokens: int | None = None,
     eos: Sequence[int] = (),
     seed: int = 0,
+    policy_state: dict[str, Any] | None = None,
 ) -> tuple[list[RequestRecord], dict[str, Any]]:
     """One load point: the same prompts through a fresh BatchEngine (closed loop at ``concurrency``
-    or Poisson ``rate`` req/s)."""
+    or Poisson ``rate`` req/s). ``policy_state`` (a dict kept by the caller) carries what a
+    goodput policy learned -- its acceptance chain -- from one point to the next, as in a
+    long-running server; without it every point starts cold."""
     longest = max(len(p) for p in prompts)
     cap = capacity or min(model.config.max_seq_len, longest + max_tokens + 32)
     slots = concurrency or max(1, min(32, len(prompts)))
@@ -147,7 +150,8 @@ def run_point(
 
         policy_name = gamma
         shared = step_cost_for(model).fresh() if policy_name == "goodput" else None  # the engine's step cost
-        chain = AcceptanceChain() if policy_name == "goodput" else None  # acceptance learned across requests
+        state = policy_state if policy_state is not None else {}
+        chain = state.setdefault("chain", AcceptanceChain()) if policy_name == "goodput" else None
         gamma = lambda: make_policy(policy_name, step_cost=shared, chain=chain)  # noqa: E731
     t = time.perf_counter()
     records = engine.run(reqs, drafter_factory, gamma, concurrency=None if rate else concurrency)
@@ -446,7 +450,8 @@ def run_serving_sweep(
     the next. With ``repeats`` > 1 every setting serves the same requests ``repeats`` times,
     interleaved with the others; a point pools its repeats (:func:`pool_repeats`) and its speed-up
     is pooled throughput over plain's at the same load, with a t-interval over the per-repeat
-    paired ratios (:func:`speedup_over`). ``on_point(point, records)`` receives every point with its request records
+    paired ratios (:func:`speedup_over`). A dynamic policy keeps what it learned about acceptance
+    from point to point (one policy state per setting, as one long-running server would). ``on_point(point, records)`` receives every point with its request records
     (``prompt_id`` = index into ``prompts``, or ``context<length>#<i>``)."""
     from specledger.engine.drafters.registry import make_drafter
 
@@ -461,6 +466,7 @@ def run_serving_sweep(
         return lambda: make_drafter(name, engine, layers=layers_cache.get("layers"))
 
     require(repeats >= 1, "--repeats must be >= 1")
+    policy_states: dict[tuple[str, Any], dict[str, Any]] = {}  # per setting: what its policy learned so far
     ctx_concs = list(context_concurrencies or [context_concurrency])
     grid = [(src, c, n) for src in context_sources for c in ctx_concs for n in context_lengths]
     total = (len(concurrencies) + len(rates) + len(grid)) * len(settings) * repeats
@@ -486,7 +492,7 @@ def run_serving_sweep(
                     conc = (conc_at if kind == "context" else load) if kind != "rate" else None
                     rate = load if kind == "rate" else None
                     records, m = run_point(model, ps, factory(name), g, max_tokens, conc, rate=rate, eos=eos,
-                                           seed=seed + rep)
+                                           seed=seed + rep, policy_state=policy_states.setdefault((name, g), {}))
                     for r in records:
                         r.prompt_id = ids[int(r.prompt_id[1:])]
                         r.extra["repeat"] = rep
