@@ -110,8 +110,8 @@ def test_acceptance_chain_learns_rising_conditional_acceptance():
     a = c.rates()
     assert a[0] == pytest.approx(0.5, abs=0.02) and all(x > 0.95 for x in a[1:])
     assert c.expected_length(8) == pytest.approx(1 + 0.5 * 8, abs=0.3)  # half the rounds commit 9
-    seeded = c.seeded(weight=4.0)
-    assert seeded.rates()[0] == pytest.approx(a[0], abs=0.1) and sum(seeded.t) == pytest.approx(4.0 * 8)
+    seeded = c.seeded(weight=4.0, first_weight=1.0)
+    assert seeded.rates()[0] == pytest.approx(a[0], abs=0.15) and sum(seeded.t) == pytest.approx(1.0 + 4.0 * 7)
 
 
 def test_goodput_takes_long_drafts_when_acceptance_rises_along_the_draft():

@@ -331,3 +331,14 @@ def test_memory_ledger_counts_draft_weights_and_draft_kv(target):
     _, ng = run_point(target, prompts, lambda: make_drafter("ngram", engine), 3, 10, concurrency=4)
     assert ng["draft_memory"] == {"weight_bytes": 0, "kv_bytes_per_request_max": 0, "kv_bytes_per_token": 0,
                                   "max_context_tokens": 15}
+
+
+def test_deploy_printout_keeps_bracketed_text():
+    from rich.console import Console
+
+    from specledger.report.cli import print_deploy_table
+
+    res = _synthetic_result()
+    console = Console(record=True, width=300)
+    print_deploy_table({"deploy_table": deploy_table(res), "deploy": deploy_configs(res)}, console)
+    assert "[start_bs, end_bs, K]" in console.export_text()  # not swallowed as console markup

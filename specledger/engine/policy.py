@@ -160,11 +160,15 @@ class AcceptanceChain:
             total += run
         return total
 
-    def seeded(self, weight: float = 4.0) -> AcceptanceChain:
-        """A fresh chain (same settings) holding this one's rates as ``weight`` pseudo-trials per position."""
+    def seeded(self, weight: float = 4.0, first_weight: float = 1.0) -> AcceptanceChain:
+        """A fresh chain (same settings) holding this one's rates as pseudo-trials: ``first_weight``
+        at position 1 and ``weight`` beyond. Whether a text lends itself to drafting at all (a_1)
+        is the request's own, so a new request learns it quickly; how acceptance runs on once the
+        first candidate holds (a_2, a_3, ...) is the drafter's, so it carries over strongly."""
         new = AcceptanceChain(self.n, self.prior, self.weight, self.forget)
         for j, a in enumerate(self.rates(), start=1):
-            new.s[j], new.t[j] = weight * a, weight
+            w = first_weight if j == 1 else weight
+            new.s[j], new.t[j] = w * a, w
         return new
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 _STATUS = {"pass": "[green]✓[/]", "fail": "[red]✗[/]", "not assessed": "[dim]–[/]"}
@@ -227,8 +228,8 @@ def print_deploy_table(serving: dict[str, Any], console: Console) -> None:
             console.print(f"  vLLM: --speculative-config '{json.dumps(vllm['speculative_config'])}'", soft_wrap=True,
                           markup=False)
         if vllm.get("note"):
-            console.print(f"  [dim]{vllm['note']}[/]")
-        console.print(f"  [dim]SGLang: {d.get('sglang_note', '')}[/]")
+            console.print(f"  [dim]{escape(vllm['note'])}[/]")
+        console.print(f"  [dim]SGLang: {escape(d.get('sglang_note', ''))}[/]")
 
 
 def print_endpoint_figures(experiments: dict[str, Any], console: Console) -> None:
@@ -252,7 +253,7 @@ def print_endpoint_figures(experiments: dict[str, Any], console: Console) -> Non
     console.print(table)
     notes = [w for v in views for w in v.get("warnings") or []] + [v["note"] for v in views[-1:] if v.get("note")]
     for note in dict.fromkeys(notes):
-        console.print(f"  [dim]{note}[/]")
+        console.print(f"  [dim]{escape(note)}[/]")
 
 
 def report(
