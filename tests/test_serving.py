@@ -311,6 +311,8 @@ def test_long_context_sources_reach_the_length_and_padding_is_repetitive():
     for source in ("xsum", "agent", "padding"):
         (ids,) = long_context_prompts(loaded, 300, 1, source=source)
         assert 240 <= len(ids) <= 420, (source, len(ids))
+    (long,) = long_context_prompts(loaded, 12000, 1, source="xsum")  # more than a handful of articles
+    assert len(long) >= 11000
     (pad,) = long_context_prompts(loaded, 300, 1, source="padding")
     text = "".join(loaded.tokenizer.ALPHABET[i] for i in pad)
     assert text.count("grass") >= 2
@@ -342,3 +344,12 @@ def test_deploy_printout_keeps_bracketed_text():
     console = Console(record=True, width=300)
     print_deploy_table({"deploy_table": deploy_table(res), "deploy": deploy_configs(res)}, console)
     assert "[start_bs, end_bs, K]" in console.export_text()  # not swallowed as console markup
+
+
+def test_interleave_categories_mixes_every_prefix():
+    from types import SimpleNamespace
+
+    from specledger.bench.serving import interleave_categories
+
+    ps = [SimpleNamespace(category=c, id=f"{c}{i}") for c, n in (("code", 3), ("chat", 2)) for i in range(n)]
+    assert [p.id for p in interleave_categories(ps)] == ["code0", "chat0", "code1", "chat1", "code2"]

@@ -173,6 +173,18 @@ def crossover(points: Sequence[dict[str, Any]], key: str = "load") -> Any:
     return None
 
 
+def interleave_categories(prompts: Sequence[Any]) -> list[Any]:
+    """Round-robin over categories (first-seen order), so that any prefix of the list -- what a
+    low-concurrency point serves -- mixes the categories instead of holding only the first."""
+    by: dict[str, list[Any]] = {}
+    for p in prompts:
+        by.setdefault(p.category, []).append(p)
+    out: list[Any] = []
+    for i in range(max((len(v) for v in by.values()), default=0)):
+        out += [v[i] for v in by.values() if i < len(v)]
+    return out
+
+
 def load_group(p: dict[str, Any]) -> tuple:
     """What a point is compared within: its kind and load, and for a context point also its source
     and concurrency (a context grid has several points per length)."""
@@ -387,7 +399,8 @@ def long_context_prompts(loaded: Any, length: int, n: int, seed: int = 0, source
             body = loaded.tokenizer.decode(loaded.tokenizer.encode(filler)[:filler_tokens])
             out.append(loaded.encode_prompt(messages=[{"role": "user", "content": body + "\n\n" + doc + ask}]))
         return out
-    docs = _agent_transcripts(n, seed) if source == "agent" else _xsum_documents(n, seed)
+    want = max(n, length // 300 + 2)  # enough documents to reach the length (XSum articles run ~300-600 tokens)
+    docs = _agent_transcripts(want, seed) if source == "agent" else _xsum_documents(want, seed)
     ask = ("\n\nWrite the next tool call of the first session." if source == "agent"
            else "\n\nSummarize the first article in one sentence.")
     out = []
@@ -708,6 +721,7 @@ def run_serving(
     out.mkdir(parents=True, exist_ok=True)
     check_fresh(out, SERVING_EXPERIMENT)
     prompts, skipped = encode_prompts(engine, items, max_tokens)
+    prompts = interleave_categories(prompts)  # a closed-loop point serves the first max(2c, 4): mix them
 
     def keep(point: dict[str, Any], records: list[RequestRecord]) -> None:
         for i, rec in enumerate(records):
