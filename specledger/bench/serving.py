@@ -105,17 +105,21 @@ def own_weight_bytes(model: Any, target: Any) -> int:
     return total
 
 
-def draft_kv_shape(drafter: Any) -> Any:
-    """The KV bytes per token the drafter's forward needs (its layers only), or None without a model."""
+def model_kv_shape(model: Any, layers: Sequence[int] | None = None) -> Any:
+    """The KV shape of ``model``'s forward over ``layers`` (default all), at its weights' element size."""
     from specledger.ledger.memory import KVShape
 
+    cfg = model.config
+    return KVShape(layers=len(layers) if layers else cfg.n_layers, kv_heads=cfg.n_kv_heads,
+                   head_dim=int(cfg.head_dim), bytes_per_element=next(model.parameters()).element_size())
+
+
+def draft_kv_shape(drafter: Any) -> Any:
+    """The KV bytes per token the drafter's forward needs (its layers only), or None without a model."""
     model = getattr(drafter, "model", None)
     if model is None or not getattr(drafter, "uses_model", False):
         return None
-    cfg = model.config
-    layers = getattr(drafter, "layers", None)
-    return KVShape(layers=len(layers) if layers else cfg.n_layers, kv_heads=cfg.n_kv_heads,
-                   head_dim=int(cfg.head_dim), bytes_per_element=next(model.parameters()).element_size())
+    return model_kv_shape(model, getattr(drafter, "layers", None))
 
 
 def run_point(
@@ -242,22 +246,28 @@ def pool_repeats(runs: Sequence[tuple[dict[str, Any], list[RequestRecord]]]) -> 
     return m, records
 
 
+def paired_repeat_ratios(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]
+                         ) -> tuple[list[float], list[float] | None]:
+    """Per-repeat throughput ratios a_r / b_r (repeat r of both served the same requests) and their
+    95% t-interval (None with fewer than two)."""
+    from specledger.analysis.stats import log_ratio_t_interval
+
+    ratios = [x["throughput_tok_s"] / y["throughput_tok_s"] for x, y in zip(a, b) if y["throughput_tok_s"]]
+    low, high = log_ratio_t_interval(ratios)
+    return ratios, ([low, high] if math.isfinite(low) else None)
+
+
 def speedup_over(runs: Sequence[tuple[dict[str, Any], Any]], base: Sequence[tuple[dict[str, Any], Any]]
                  ) -> dict[str, Any]:
     """Speed-up of a setting over plain at the same load: pooled throughput ratio, the per-repeat
     paired ratios (repeat r of both served the same requests) and their 95% t-interval."""
-    from specledger.analysis.stats import log_ratio_t_interval
-
     tok = sum(m["tokens"] for m, _ in runs)
     wall = sum(m["wall_s"] for m, _ in runs)
     btok = sum(m["tokens"] for m, _ in base)
     bwall = sum(m["wall_s"] for m, _ in base)
     point = (tok / wall) / (btok / bwall) if wall > 0 and bwall > 0 and btok > 0 else None
-    ratios = [m["throughput_tok_s"] / b["throughput_tok_s"] for (m, _), (b, _) in zip(runs, base)
-              if b["throughput_tok_s"]]
-    low, high = log_ratio_t_interval(ratios)
-    return {"speedup": point, "speedup_repeats": ratios,
-            "speedup_ci": [low, high] if math.isfinite(low) else None}
+    ratios, ci = paired_repeat_ratios([m for m, _ in runs], [b for b, _ in base])
+    return {"speedup": point, "speedup_repeats": ratios, "speedup_ci": ci}
 
 
 def policy_vs_static(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -269,8 +279,6 @@ def policy_vs_static(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     interval reaches 1 (within noise) or the point ratio is >= 1; with one repeat only the point
     ratio decides and ``ci`` is None. Picking the best of several noisy statics flatters it, so
     this is a conservative test of the policy."""
-    from specledger.analysis.stats import log_ratio_t_interval
-
     rows = []
     by_load: dict[tuple, list[dict]] = {}
     for p in points:
@@ -284,10 +292,7 @@ def policy_vs_static(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 continue
             best = max(statics, key=lambda p: p["throughput_tok_s"])
             ratio = pol["throughput_tok_s"] / best["throughput_tok_s"] if best["throughput_tok_s"] else None
-            per = [a["throughput_tok_s"] / b["throughput_tok_s"]
-                   for a, b in zip(pol.get("repeats", []), best.get("repeats", [])) if b["throughput_tok_s"]]
-            low, high = log_ratio_t_interval(per)
-            ci = [low, high] if math.isfinite(low) else None
+            per, ci = paired_repeat_ratios(pol.get("repeats", []), best.get("repeats", []))
             ok = ratio is not None and (ratio >= 1.0 or (ci is not None and ci[1] >= 1.0))
             rows.append({"kind": kind, "load": load, **_where(pol), "policy": pol["setting"],
                          "best_static": best["setting"],
@@ -307,12 +312,7 @@ def memory_ledger(model: Any, batch: int, gamma: int, engine_peak_candidates: in
     (0 when it shares the target's, as layer-skip does) and its KV, predicted as
     B * (longest context + gamma + 1) * m_KV,draft (its layers only) against B times the largest
     draft cache one request actually allocated."""
-    from specledger.ledger.memory import KVShape
-
-    cfg = model.config
-    elem = next(model.parameters()).element_size()
-    shape = KVShape(layers=cfg.n_layers, kv_heads=cfg.n_kv_heads, head_dim=int(cfg.head_dim), bytes_per_element=elem)
-    m_kv = shape.bytes_per_token
+    m_kv = model_kv_shape(model).bytes_per_token
     predicted = batch * gamma * m_kv
     actual = engine_peak_candidates * m_kv
     return {

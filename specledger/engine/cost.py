@@ -60,17 +60,14 @@ class StepCost:
     def draft_s_per_candidate(self) -> float:
         return self._draft_s / self._draft_n if self._draft_n > 0 else 0.0
 
-    def step_s(self, batch: int, gamma: int) -> float:
-        """Seconds of a step where ``batch`` requests each propose ``gamma`` candidates:
-        T_fwd(batch * (gamma + 1)) + batch * gamma * d."""
+    def step_s(self, batch: int, gamma: float) -> float:
+        """Seconds of a step where ``batch`` requests each propose ``gamma`` candidates (on average:
+        a fraction is fine): T_fwd(batch * (gamma + 1)) + batch * gamma * d."""
         return self.forward_s(batch * (gamma + 1)) + batch * gamma * self.draft_s_per_candidate()
 
     def fresh(self) -> StepCost:
         """The same forward curve with no draft-cost history (one per drafter setting)."""
         return StepCost(self.rows, self.seconds, self.forget)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rows": self.rows, "seconds": self.seconds, "draft_s_per_candidate": self.draft_s_per_candidate()}
 
 
 def _spread(rows: int, slots: int, start: int) -> tuple[list[int], list[int]]:

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from itertools import accumulate
 from typing import Any
 
 from specledger.errors import SpecLedgerError, require
+from specledger.ledger.acceptance import expected_length_from_chain, survival_from_chain
 
 
 class GammaPolicy:
@@ -152,13 +154,13 @@ class AcceptanceChain:
             out.append(prev)
         return out
 
+    def expected_lengths(self, max_gamma: int) -> list[float]:
+        """[E[L](1), ..., E[L](max_gamma)], E[L](g) = 1 + sum_{i<=g} prod_{j<=i} a_j (the ledger's
+        :func:`~specledger.ledger.acceptance.expected_length_from_chain`, for every prefix at once)."""
+        return list(accumulate(survival_from_chain(self.rates()[:max_gamma]), initial=1.0))[1:]
+
     def expected_length(self, gamma: int) -> float:
-        """E[L](gamma) = 1 + sum_{i<=gamma} prod_{j<=i} a_j (the bonus / correction token included)."""
-        total, run = 1.0, 1.0
-        for a in self.rates()[:gamma]:
-            run *= a
-            total += run
-        return total
+        return expected_length_from_chain(self.rates()[:gamma])
 
     def seeded(self, weight: float = 4.0, first_weight: float = 1.0) -> AcceptanceChain:
         """A fresh chain (same settings) holding this one's rates as pseudo-trials: ``first_weight``
@@ -246,7 +248,7 @@ class GoodputGamma(GammaPolicy):
         """g -> expected seconds of a round at that gamma, or None while the cost is still unknown."""
         if self.step_cost is not None:
             b, f, cost = max(1, batch_size), self.fill(), self.step_cost
-            return lambda g: cost.forward_s(b * (1 + f * g)) + b * f * g * cost.draft_s_per_candidate()
+            return lambda g: cost.step_s(b, f * g)  # the drafter fills f of the g asked for
         line = self.cost_line()
         if line is None:
             return None
@@ -259,11 +261,8 @@ class GoodputGamma(GammaPolicy):
             return 1 if self._w < 1 else 4
         f = self.fill() if self.step_cost is not None else 1.0
         best_g, best = 0, 1.0 / max(cost(0), 1e-9)
-        total, run = 1.0, 1.0
-        for g, a in enumerate(self.chain.rates()[: self.max_gamma], start=1):
-            run *= a
-            total += run  # E[L](g)
-            rate = (1 - f + f * total) / max(cost(g), 1e-9)
+        for g, length in enumerate(self.chain.expected_lengths(self.max_gamma), start=1):
+            rate = (1 - f + f * length) / max(cost(g), 1e-9)
             if rate > best * 1.0001:
                 best_g, best = g, rate
         if best_g == 0:
