@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from synthetic import plain_rounds, request_from_rounds, spec_rounds
 
 from specledger.analysis import (
     analyze_run,
@@ -25,7 +26,6 @@ from specledger.analysis import (
     totals,
 )
 from specledger.analysis.scenario import ScenarioKey, key_of
-from specledger.analysis.synthetic import plain_rounds, request_from_rounds, spec_rounds
 from specledger.engine.trace import RoundRecord
 from specledger.ledger.acceptance import expected_length_from_chain
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from synthetic import plain_rounds, request_from_rounds, spec_rounds
 
-from specledger.analysis.synthetic import plain_rounds, request_from_rounds, spec_rounds
 from specledger.errors import SpecLedgerError
 from specledger.gates import (
     FAIL,

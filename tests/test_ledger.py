@@ -63,7 +63,7 @@ from specledger.ledger import (
     unweighted_mean_speed,
     vllm_mean_acceptance_length,
 )
-from specledger.ledger.cost import SplitCostModel, break_even_round_ms, ms_per_token
+from specledger.ledger.speedup import SplitCostModel, break_even_round_ms, ms_per_token
 from specledger.ledger.trees import count_nodes, tree_depth, width_per_depth
 
 probability = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 transformers = pytest.importorskip("transformers")
 
+from specledger.engine.int8 import quantize_int8  # noqa: E402
 from specledger.engine.model import KVCache, ModelConfig, Transformer  # noqa: E402
-from specledger.engine.quant import quantize_int8  # noqa: E402
 from specledger.errors import SpecLedgerError  # noqa: E402
 
 VOCAB = 211

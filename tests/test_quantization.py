@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from specledger.bench.quantization import (
+from specledger.bench.quant4 import (
     QUANT_EXPERIMENT,
     SETTINGS,
     identical,
@@ -15,7 +15,7 @@ from specledger.bench.quantization import (
     run_quantization,
 )
 from specledger.engine.decode import Engine
-from specledger.engine.quant import Int8Linear
+from specledger.engine.int8 import Int8Linear
 from specledger.engine.trace import RequestRecord, read_records
 from specledger.errors import SpecLedgerError
 from specledger.report.build import build_report, summarize

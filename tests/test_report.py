@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import typer
+from synthetic import plain_rounds, request_from_rounds, spec_rounds
 from typer.testing import CliRunner
 
-from specledger.analysis.synthetic import plain_rounds, request_from_rounds, spec_rounds
 from specledger.engine.trace import append_records
 from specledger.errors import SpecLedgerError
 from specledger.report import build_report

@@ -624,8 +624,8 @@ def test_batched_drafters_and_policies_stay_exact(drafter: str, gamma: int | str
 
 
 def test_goodput_server_measures_its_step_cost_once(target) -> None:
-    from specledger.engine.cost import StepCost
     from specledger.engine.decode import Engine
+    from specledger.engine.step_cost import StepCost
 
     engine = Engine(target)
     cost = goodput_step_cost(engine, "goodput")

@@ -235,8 +235,8 @@ def test_log_ratio_interval_covers_the_ratio():
 
 
 def test_step_cost_interpolates_and_learns_draft_cost(target):
-    from specledger.engine.cost import StepCost, calibrate_step_cost
     from specledger.engine.policy import GoodputGamma
+    from specledger.engine.step_cost import StepCost, calibrate_step_cost
 
     c = StepCost([1, 4, 16], [0.010, 0.012, 0.030])
     assert c.forward_s(1) == 0.010 and abs(c.forward_s(10) - 0.021) < 1e-12 and c.forward_s(32) > 0.030

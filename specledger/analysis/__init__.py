@@ -4,7 +4,7 @@ vs measured speed-up, fitted cost curves, optimal γ and the 'why' of slow-downs
 Pure functions over lists of :class:`~specledger.engine.trace.RequestRecord`; no I/O.
 """
 
-from specledger.analysis.costs import (
+from specledger.analysis.cost_fit import (
     CostModel,
     LinearFit,
     best_gamma,

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from specledger.analysis.costs import best_gamma, fit_cost_model, predict_gamma_curve, verify_points
+from specledger.analysis.cost_fit import best_gamma, fit_cost_model, predict_gamma_curve, verify_points
 from specledger.analysis.metrics import all_rounds, baseline_t0, latency_stats, round_stats, totals
 from specledger.analysis.reconcile import reconcile, reconciliation_sentences, why_sentences
 from specledger.analysis.scenario import (

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from specledger.analysis.run import clean
-from specledger.bench.quantization import (
+from specledger.bench.quant4 import (
     Progress,
     check_fresh,
     drafter_factory,

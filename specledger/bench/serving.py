@@ -149,8 +149,8 @@ def run_point(
     reqs = [BatchRequest(list(p), max_tokens=max_tokens, request_id=f"p{i}", arrival=a, prompt_id=f"p{i}")
             for i, (p, a) in enumerate(zip(prompts, arrivals))]
     if isinstance(gamma, str):  # a policy name: one policy per request, choosing gamma every step
-        from specledger.engine.cost import step_cost_for
         from specledger.engine.policy import AcceptanceChain, make_policy
+        from specledger.engine.step_cost import step_cost_for
 
         policy_name = gamma
         shared = step_cost_for(model).fresh() if policy_name == "goodput" else None  # the engine's step cost
@@ -694,7 +694,7 @@ def run_serving(
     """The serving experiment into a run directory: every request's record (tagged
     ``extra.experiment = "serving"``) appended to ``traces.jsonl`` as its point finishes, the
     curves, crossovers, memory ledger and deploy table to ``serving.json`` (atomic)."""
-    from specledger.bench.quantization import TRACE_NAME, check_fresh, encode_prompts, write_json
+    from specledger.bench.quant4 import TRACE_NAME, check_fresh, encode_prompts, write_json
     from specledger.engine.drafters.registry import DRAFTERS
     from specledger.engine.trace import append_records
 

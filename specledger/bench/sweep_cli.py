@@ -94,7 +94,7 @@ def run_side_experiments(engine: Any, run_dir: Path, seed: int, progress: Any, w
     into ``run_dir``; an experiment whose JSON is already there is skipped (``--resume``), one that
     an interrupted run left half-written is skipped with a warning. Returns the experiments run."""
     from specledger.bench.policies import POLICIES_JSON, POLICY_EXPERIMENT, run_policies
-    from specledger.bench.quantization import QUANT_EXPERIMENT, QUANT_JSON, check_fresh, run_quantization
+    from specledger.bench.quant4 import QUANT_EXPERIMENT, QUANT_JSON, check_fresh, run_quantization
     from specledger.bench.serving import SERVING_EXPERIMENT, SERVING_JSON, run_serving
 
     cfg = {**FULL_SIDE_EXPERIMENTS, **(settings or {})}
@@ -172,7 +172,7 @@ def sweep(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from specledger.bench.policies import DYNAMIC, run_policies
-    from specledger.bench.quantization import run_quantization
+    from specledger.bench.quant4 import run_quantization
     from specledger.bench.serving import run_serving
     from specledger.engine.cli import build_engine
     from specledger.engine.drafters.registry import DRAFTERS

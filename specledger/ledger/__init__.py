@@ -38,7 +38,18 @@ from specledger.ledger.acceptance import (
     survival_from_histogram,
     vllm_mean_acceptance_length,
 )
-from specledger.ledger.cost import (
+from specledger.ledger.expr import CostExpression, parse_cost_expression
+from specledger.ledger.fourway import FourWayComparison, compare_quant_and_spec
+from specledger.ledger.memory import (
+    SMOLLM2_135M,
+    KVShape,
+    MemoryLedger,
+    candidate_kv_bytes,
+    kv_shape_from_config,
+    load_kv_shape,
+    speculation_memory,
+)
+from specledger.ledger.speedup import (
     CostModel,
     ExpressionCostModel,
     LedgerRow,
@@ -63,17 +74,6 @@ from specledger.ledger.cost import (
     speedup,
     unweighted_mean_speed,
 )
-from specledger.ledger.expr import CostExpression, parse_cost_expression
-from specledger.ledger.memory import (
-    SMOLLM2_135M,
-    KVShape,
-    MemoryLedger,
-    candidate_kv_bytes,
-    kv_shape_from_config,
-    load_kv_shape,
-    speculation_memory,
-)
-from specledger.ledger.quant import FourWayComparison, compare_quant_and_spec
 from specledger.ledger.trees import (
     BestTree,
     TreeNode,

@@ -28,7 +28,10 @@ from specledger.ledger.acceptance import (
     histogram_from_conditional,
     survival_from_chain,
 )
-from specledger.ledger.cost import (
+from specledger.ledger.expr import parse_cost_expression
+from specledger.ledger.fourway import compare_quant_and_spec
+from specledger.ledger.memory import load_kv_shape, speculation_memory
+from specledger.ledger.speedup import (
     CostModel,
     ExpressionCostModel,
     LedgerRow,
@@ -39,9 +42,6 @@ from specledger.ledger.cost import (
     optimal_gamma,
     parse_cost_model,
 )
-from specledger.ledger.expr import parse_cost_expression
-from specledger.ledger.memory import load_kv_shape, speculation_memory
-from specledger.ledger.quant import compare_quant_and_spec
 from specledger.ledger.trees import depth_vs_width, positional_from_sibling_conditionals
 
 EXAMPLE_ACCEPTANCE = 0.8

@@ -85,7 +85,7 @@ def goodput_step_cost(engine: Any, gamma: int | str) -> Any:
     model = getattr(engine, "model", None)
     if gamma != "goodput" or not hasattr(model, "forward_packed"):
         return None
-    from specledger.engine.cost import step_cost_for
+    from specledger.engine.step_cost import step_cost_for
 
     return step_cost_for(model).fresh()
 

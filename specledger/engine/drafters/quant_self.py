@@ -13,6 +13,6 @@ from specledger.engine.drafters.neural import NeuralDrafter
 
 class QuantSelfDrafter(NeuralDrafter):
     def __init__(self, target: Any) -> None:
-        from specledger.engine.quant import quantize_int8
+        from specledger.engine.int8 import quantize_int8
 
         super().__init__(quantize_int8(target), layers=None, name="quant-self")

@@ -9,7 +9,7 @@ Per prompt, back to back (interleaved, so slow phases of the machine hit every s
 
 Every speed-up is taken against (1) from totals, S = (Σ tokens / Σ seconds)_setting /
 (Σ tokens / Σ seconds)_(1). The product S_(2) · S_(3) is shown beside the *measured* S_(4),
-never in its place (:mod:`specledger.ledger.quant`): quantization changes the very cost
+never in its place (:mod:`specledger.ledger.fourway`): quantization changes the very cost
 speculation trades on, so the gains do not multiply.
 
 Correctness is judged against the target that actually verifies: (3) must reproduce (1)
@@ -175,7 +175,7 @@ def quality_scores(records: Sequence[RequestRecord], prompt_ids: Sequence[str]) 
 def int8_engine(engine: Any) -> Any:
     """An Engine over ``quantize_int8(engine.model)`` sharing tokenizer, EOS ids, context and chat template."""
     from specledger.engine.decode import Engine
-    from specledger.engine.quant import quantize_int8
+    from specledger.engine.int8 import quantize_int8
 
     q = Engine(quantize_int8(engine.model), engine.tokenizer, sorted(engine.eos_token_ids), engine.max_context,
                name=engine.name, dtype=f"{engine.dtype or 'float32'}+int8")
@@ -204,7 +204,7 @@ def drafter_note(drafter: str) -> str:
 def four_way_summary(by_setting: dict[str, list[RequestRecord]], prompt_ids: Sequence[str],
                      n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
     """Figures of the four settings, the four-way arithmetic, correctness and the int8 quality effect."""
-    from specledger.ledger.quant import compare_quant_and_spec
+    from specledger.ledger.fourway import compare_quant_and_spec
     from specledger.quality.stats import compare_quality
 
     base = by_setting["fp32-plain"]
