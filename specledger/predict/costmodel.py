@@ -1,0 +1,330 @@
+"""One cost model per run: seconds of every part of a request on one machine.
+
+Every part is a linear model with **non-negative** coefficients on non-negative, non-decreasing
+features, so each is monotone by construction (more rows, more context, more candidates never
+cost less) and a round with candidates never costs less than a plain step:
+
+    forward (one target forward; solo round = batch 1):
+      T_s(R, B, c) = f0 + f_s·[R > B] + f_r·(R − B) + f_b·(B − 1) + f_c·B·c + f_rc·(R − B)·c
+      round_s(rows, c) = T_s(rows, 1, c)                      (rows = γ + 1, c = context length)
+    prefill:  T_p(P) = p0 + p1·P + p2·P²/1000                 (P = prompt tokens)
+    drafting: T_d(γ, c) = d0 + d1·γ + d2·c + d3·γ·c           per drafter; T_d(0, ·) = 0
+    other:    T_o(L, c) = o0 + o1·L + o2·c                    per drafter (L = tokens committed)
+    begin:    T_b(P)   = b0 + b1·P                            per drafter (drafter.begin inside prefill)
+
+Fitting is non-negative least squares (scipy ``nnls``) on columns scaled to unit maximum; the
+uncertainty of each part is the covariance of its coefficients over a bootstrap of requests
+(``coef_cov``), so ``*_sd`` gives a standard error of any prediction.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import nnls
+
+from specledger.engine.trace import RequestRecord, RoundRecord
+from specledger.errors import SpecLedgerError
+
+FORWARD_TERMS = ("1", "spec", "rows", "batch", "ctx", "rows_ctx")
+PREFILL_TERMS = ("1", "P", "P2")
+DRAFT_TERMS = ("1", "g", "ctx", "g_ctx")
+OTHER_TERMS = ("1", "L", "ctx")
+BEGIN_TERMS = ("1", "P")
+
+
+def forward_features(total_rows: float, batch: float, context: float) -> dict[str, float]:
+    """Features of T_s (see module docstring); all non-negative and non-decreasing in rows and context."""
+    extra = max(float(total_rows) - float(batch), 0.0)
+    return {
+        "1": 1.0,
+        "spec": 1.0 if extra > 0 else 0.0,
+        "rows": extra,
+        "batch": max(float(batch) - 1.0, 0.0),
+        "ctx": float(batch) * float(context),
+        "rows_ctx": extra * float(context),
+    }
+
+
+def prefill_features(prompt_tokens: float) -> dict[str, float]:
+    p = float(prompt_tokens)
+    return {"1": 1.0, "P": p, "P2": p * p / 1000.0}
+
+
+def draft_features(gamma: float, context: float) -> dict[str, float]:
+    g, c = float(gamma), float(context)
+    return {"1": 1.0, "g": g, "ctx": c, "g_ctx": g * c}
+
+
+def other_features(committed: float, context: float) -> dict[str, float]:
+    return {"1": 1.0, "L": float(committed), "ctx": float(context)}
+
+
+def begin_features(prompt_tokens: float) -> dict[str, float]:
+    return {"1": 1.0, "P": float(prompt_tokens)}
+
+
+@dataclass
+class Part:
+    """y = Σ coef[t]·x[t] with coef ≥ 0; ``cov`` is the bootstrap covariance of the coefficients."""
+
+    terms: list[str]
+    coef: list[float]
+    cov: list[list[float]] | None = None
+    rms_s: float | None = None
+    n_obs: int = 0
+
+    def value(self, x: dict[str, float]) -> float:
+        return float(sum(c * x[t] for t, c in zip(self.terms, self.coef)))
+
+    def sd(self, x: dict[str, float]) -> float:
+        """Standard error of :meth:`value` from the coefficient covariance (0 without one)."""
+        if not self.cov:
+            return 0.0
+        v = np.array([x[t] for t in self.terms])
+        var = float(v @ np.asarray(self.cov) @ v)
+        return math.sqrt(max(var, 0.0))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"terms": list(self.terms), "coef": list(self.coef), "cov": self.cov, "rms_s": self.rms_s,
+                "n_obs": self.n_obs}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Part:
+        return cls(list(d["terms"]), [float(c) for c in d["coef"]], d.get("cov"), d.get("rms_s"),
+                   int(d.get("n_obs", 0)))
+
+    @classmethod
+    def zero(cls, terms: Sequence[str]) -> Part:
+        return cls(list(terms), [0.0] * len(terms))
+
+
+def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative least squares on columns scaled to unit maximum (constant-zero columns get 0)."""
+    scale = np.abs(x).max(axis=0)
+    scale[scale == 0] = 1.0
+    beta, _ = nnls(x / scale, y, maxiter=50 * x.shape[1])
+    return beta / scale
+
+
+def fit_part(
+    terms: Sequence[str],
+    rows: Sequence[dict[str, float]],
+    y: Sequence[float],
+    groups: Sequence[Any] | None = None,
+    n_boot: int = 30,
+    seed: int = 0,
+) -> Part:
+    """NNLS fit of ``y`` on the features ``rows`` (dicts over ``terms``), with a bootstrap over
+    ``groups`` (e.g. request ids: rounds of one request are resampled together) for the covariance."""
+    terms = list(terms)
+    if not rows:
+        return Part.zero(terms)
+    x = np.array([[r[t] for t in terms] for r in rows], dtype=float)
+    yv = np.asarray(y, dtype=float)
+    beta = _nnls(x, yv)
+    resid = yv - x @ beta
+    cov = None
+    if n_boot > 1 and len(rows) > len(terms):
+        g = np.asarray(groups if groups is not None else np.arange(len(rows)))
+        uniq, inverse = np.unique(g, return_inverse=True)
+        members = [np.flatnonzero(inverse == i) for i in range(len(uniq))]
+        rng = np.random.default_rng(seed)
+        samples = []
+        for _ in range(n_boot):
+            pick = rng.integers(0, len(uniq), len(uniq))
+            idx = np.concatenate([members[i] for i in pick])
+            samples.append(_nnls(x[idx], yv[idx]))
+        cov = np.cov(np.array(samples).T).reshape(len(terms), len(terms)).tolist()
+    return Part(terms, [float(b) for b in beta], cov, float(np.sqrt(np.mean(resid**2))), len(rows))
+
+
+@dataclass
+class CostModel:
+    """Seconds of every part of a request on one machine/device (see module docstring for the forms).
+
+    Monotone and physically sane by construction: non-negative coefficients on non-decreasing
+    features, so ``round_s(rows > 1, c) >= round_s(1, c)`` and ``step_s`` never falls with rows.
+    """
+
+    source: str
+    forward: Part
+    prefill: Part
+    draft: dict[str, Part] = field(default_factory=dict)
+    other: dict[str, Part] = field(default_factory=dict)
+    begin: dict[str, Part] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    # -- the contract (specledger/notes PERFMODEL_API) ------------------------------------
+    def prefill_s(self, prompt_tokens: int) -> float:
+        """T_p(P): target prefill of ``prompt_tokens`` (drafter ``begin`` not included)."""
+        return self.prefill.value(prefill_features(prompt_tokens))
+
+    def round_s(self, rows: int, context: float) -> float:
+        """Solo target forward over ``rows`` = γ + 1 rows at ``context`` tokens (verify time)."""
+        return self.step_s(rows, 1, context)
+
+    def step_s(self, total_rows: int, batch: int, context: float) -> float:
+        """One packed forward over ``total_rows`` rows of ``batch`` requests at mean context ``context``."""
+        if batch < 1 or total_rows < batch:
+            raise ValueError(f"a step needs total_rows >= batch >= 1, got rows={total_rows} batch={batch}")
+        return self.forward.value(forward_features(total_rows, batch, context))
+
+    def draft_s(self, drafter: str, gamma: int, context: float = 0.0) -> float:
+        """One request's drafting time in one round asking ``gamma`` candidates (0 when gamma = 0)."""
+        if gamma <= 0 or drafter in ("none", ""):
+            return 0.0
+        part = self.draft.get(drafter)
+        return part.value(draft_features(gamma, context)) if part else 0.0
+
+    def other_s(self, batch: int = 1, drafter: str = "none", committed: float = 1.0,
+                context: float = 0.0) -> float:
+        """Per-round overhead (sampling, acceptance, cache and stop checks, detokenisation); for a
+        batched step, ``batch`` times the per-request overhead (no per-step batch measurement yet)."""
+        part = self.other.get(drafter) or self.other.get("none")
+        per = part.value(other_features(committed, context)) if part else 0.0
+        return max(int(batch), 1) * per
+
+    def begin_s(self, drafter: str, prompt_tokens: int) -> float:
+        """Drafter start-up inside the prefill (index building etc.), 0 for plain decoding."""
+        part = self.begin.get(drafter)
+        return part.value(begin_features(prompt_tokens)) if part else 0.0
+
+    # -- uncertainty -------------------------------------------------------------------------
+    def round_sd(self, rows: int, context: float) -> float:
+        return self.forward.sd(forward_features(rows, 1, context))
+
+    def prefill_sd(self, prompt_tokens: int) -> float:
+        return self.prefill.sd(prefill_features(prompt_tokens))
+
+    def perturbed(self, rng: np.random.Generator) -> CostModel:
+        """A draw of the model from its coefficient uncertainty (normal, clipped at 0)."""
+
+        def draw(p: Part) -> Part:
+            if not p.cov:
+                return p
+            c = rng.multivariate_normal(p.coef, np.asarray(p.cov), method="eigh")
+            return Part(p.terms, [max(float(v), 0.0) for v in c], p.cov, p.rms_s, p.n_obs)
+
+        return CostModel(self.source, draw(self.forward), draw(self.prefill),
+                         {k: draw(v) for k, v in self.draft.items()},
+                         {k: draw(v) for k, v in self.other.items()},
+                         {k: draw(v) for k, v in self.begin.items()}, dict(self.meta))
+
+    # -- persistence ---------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "forms": {
+                "forward": "T_s(R,B,c) = f0 + f_s*[R>B] + f_r*(R-B) + f_b*(B-1) + f_c*B*c + f_rc*(R-B)*c",
+                "prefill": "T_p(P) = p0 + p1*P + p2*P^2/1000",
+                "draft": "T_d(g,c) = d0 + d1*g + d2*c + d3*g*c (0 at g=0)",
+                "other": "T_o(L,c) = o0 + o1*L + o2*c",
+                "begin": "T_b(P) = b0 + b1*P",
+            },
+            "forward": self.forward.to_dict(),
+            "prefill": self.prefill.to_dict(),
+            "draft": {k: v.to_dict() for k, v in self.draft.items()},
+            "other": {k: v.to_dict() for k, v in self.other.items()},
+            "begin": {k: v.to_dict() for k, v in self.begin.items()},
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CostModel:
+        try:
+            return cls(
+                source=str(d.get("source", "")),
+                forward=Part.from_dict(d["forward"]),
+                prefill=Part.from_dict(d["prefill"]),
+                draft={k: Part.from_dict(v) for k, v in d.get("draft", {}).items()},
+                other={k: Part.from_dict(v) for k, v in d.get("other", {}).items()},
+                begin={k: Part.from_dict(v) for k, v in d.get("begin", {}).items()},
+                meta=dict(d.get("meta", {})),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SpecLedgerError(f"malformed cost model ({exc}); re-run `specledger calibrate`") from None
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write JSON atomically (temp file + rename)."""
+        p = Path(path)
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1), encoding="utf-8")
+        os.replace(tmp, p)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> CostModel:
+        p = Path(path)
+        if not p.exists():
+            raise SpecLedgerError(f"cost model not found: {p}; run `specledger calibrate --out {p}` or re-run")
+        try:
+            return cls.from_dict(json.loads(p.read_text(encoding="utf-8")))
+        except json.JSONDecodeError as exc:
+            raise SpecLedgerError(f"{p}: not JSON ({exc}); re-run `specledger calibrate`") from None
+
+
+# -- fitting from a run's traces --------------------------------------------------------------
+
+
+def _fit_by(
+    records: Sequence[RequestRecord],
+    terms: Sequence[str],
+    pick: Callable[[RoundRecord], bool],
+    feats: Callable[[RoundRecord], dict[str, float]],
+    value: Callable[[RoundRecord], float],
+    n_boot: int,
+) -> Part | None:
+    xs, ys, gs = [], [], []
+    for r in records:
+        for rd in r.rounds:
+            if pick(rd):
+                xs.append(feats(rd))
+                ys.append(value(rd))
+                gs.append(r.request_id)
+    return fit_part(terms, xs, ys, gs, n_boot=n_boot) if xs else None
+
+
+def fit_cost_model(records: Iterable[RequestRecord], source: str = "", n_boot: int = 30) -> CostModel:
+    """Fit every part from a run's traces (all drafters share the target forward and prefill).
+
+    Forward: every solo round's ``t_verify`` against rows = proposed + 1 and its context.
+    Prefill: plain requests' ``t_prefill`` (all requests when there is no plain one).
+    Draft / other / begin: per drafter, rounds that asked γ > 0 for drafting.
+    """
+    records = [r for r in records]
+    if not records:
+        raise SpecLedgerError("no requests to fit a cost model on; run `specledger run` first")
+    solo = [r for r in records if all(rd.batch_size <= 1 for rd in r.rounds)]
+    forward = _fit_by(solo, FORWARD_TERMS, lambda rd: True,
+                      lambda rd: forward_features(rd.proposed + 1, 1, rd.context_len),
+                      lambda rd: rd.t_verify, n_boot) or Part.zero(FORWARD_TERMS)
+    plain = [r for r in records if r.drafter == "none"] or records
+    prefill = fit_part(PREFILL_TERMS, [prefill_features(r.prompt_tokens) for r in plain],
+                       [r.t_prefill for r in plain], [r.prompt_id or r.request_id for r in plain], n_boot)
+    draft: dict[str, Part] = {}
+    other: dict[str, Part] = {}
+    begin: dict[str, Part] = {}
+    for d in sorted({r.drafter for r in records}):
+        recs = [r for r in records if r.drafter == d]
+        o = _fit_by(recs, OTHER_TERMS, lambda rd: True, lambda rd: other_features(rd.committed, rd.context_len),
+                    lambda rd: rd.t_other, n_boot)
+        if o is not None:
+            other[d] = o
+        if d == "none":
+            continue
+        dr = _fit_by(recs, DRAFT_TERMS, lambda rd: int(rd.gamma) > 0,
+                     lambda rd: draft_features(rd.gamma, rd.context_len), lambda rd: rd.t_draft, n_boot)
+        if dr is not None:
+            draft[d] = dr
+        resid = [max(r.t_prefill - prefill.value(prefill_features(r.prompt_tokens)), 0.0) for r in recs]
+        begin[d] = fit_part(BEGIN_TERMS, [begin_features(r.prompt_tokens) for r in recs], resid,
+                            [r.request_id for r in recs], n_boot)
+    return CostModel(source or "fitted from traces", forward, prefill, draft, other, begin,
+                     {"requests": len(records)})
