@@ -1,0 +1,154 @@
+"""Acceptance sampled per request per round from measured conditional chains.
+
+Each simulated request draws one measured request's chain (its own a_1..a_G and fill q_1..q_G),
+so the spread *between* requests survives into the tails (ITL P99, longest stall); every round
+then draws, for all running requests at once:
+
+    proposed P = #{i <= g : U_1..U_i < q_1..q_i}            (the drafter fills q of what it is asked)
+    accepted K = #{j <= P : V_1..V_j < a_1..a_j}            (the first rejection ends the run)
+
+with U, V uniform. ``mean_only`` replaces every chain by the pooled mean chain (no spread between
+requests) and ``deterministic`` commits exactly E[K] per round through a running fraction -- the
+inference-sim model, whose ITL has no variance -- kept to show what the tails lose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from specledger.errors import require
+
+
+def _extend(values: Sequence[float], n: int, default: float) -> list[float]:
+    """``values`` to length n: positions never measured take the last measured value (``default`` if none)."""
+    vals = [float(v) for v in values if v is not None]
+    last = vals[-1] if vals else default
+    return (vals + [last] * n)[:n]
+
+
+def _conditional(q: Sequence[float]) -> list[float]:
+    """Survival q_i = prod_(k<=i) f_k -> conditional f_i = q_i / q_(i-1)."""
+    out, prev = [], 1.0
+    for v in q:
+        out.append(float(v) / prev if prev > 0 else 0.0)
+        prev = float(v)
+    return out
+
+
+@dataclass
+class ChainTable:
+    """Rows = measured requests. accept[i, j] = a_(j+1) of request i; fill[i, j] = q_(j+1)."""
+
+    accept: np.ndarray
+    fill: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    categories: list[str]
+    drafter: str = "none"
+    assumption: str = ""
+    deterministic: bool = False
+
+    @property
+    def size(self) -> int:
+        return int(self.accept.shape[0])
+
+    @property
+    def max_gamma(self) -> int:
+        return int(self.accept.shape[1])
+
+    @classmethod
+    def from_chains(cls, chains: Sequence[Any], max_gamma: int = 16, drafter: str = "",
+                    assumption: str = "") -> ChainTable:
+        """From bare RequestChain-like objects (``chain`` a_j, ``fill`` q_i = Pr(proposed >= i | asked >= i),
+        ``prompt_tokens``, ``output_tokens``, ``category``). Unmeasured positions: the request's last
+        measured a_j (the pooled a_1 when it has none); the conditional fill q_i / q_(i-1) likewise (1
+        when never asked)."""
+        require(len(chains) > 0, "no measured requests to take acceptance from")
+        g = max(1, max_gamma)
+        measured = [c for c in chains if c.chain]
+        w = np.array([max(getattr(c, "weight", 1.0), 1e-9) for c in measured])
+        pooled_a1 = float(np.average([c.chain[0] for c in measured], weights=w)) if measured else 0.0
+        acc = np.array([_extend(c.chain, g, pooled_a1) for c in chains], dtype=float)
+        fil = np.array([_extend(_conditional(c.fill or []), g, 1.0) for c in chains], dtype=float)
+        return cls(np.clip(acc, 0, 1), np.clip(fil, 0, 1),
+                   np.array([int(c.prompt_tokens) for c in chains], dtype=np.int64),
+                   np.array([max(1, int(c.output_tokens)) for c in chains], dtype=np.int64),
+                   [str(c.category) for c in chains], drafter or str(getattr(chains[0], "drafter", "")),
+                   assumption or "a_j beyond a request's last measured position = its last measured a_j; "
+                   "a request with none takes the pooled a_1; fill likewise (1 when never asked)")
+
+    @classmethod
+    def from_model(cls, model: Any, chains: Sequence[Any], max_gamma: int = 16) -> ChainTable:
+        """From an :class:`specledger.predict.acceptance.AcceptanceModel` and some of its requests: each
+        row is ``model.request_chain(req, max_gamma)`` (a_j and the conditional fill, with the model's
+        stated assumption for unmeasured positions)."""
+        require(len(chains) > 0, "no measured requests to take acceptance from")
+        g = max(1, max_gamma)
+        pooled: dict[tuple[str, str], Any] = {}
+        rows_a, rows_f = [], []
+        for c in chains:
+            key = (c.category, c.drafter)
+            if key not in pooled:
+                pooled[key] = model.pooled(c.category, c.drafter, g)
+            a, f = model.request_chain(c, g, pooled[key])
+            rows_a.append(a)
+            rows_f.append(f)
+        return cls(np.clip(np.array(rows_a, dtype=float), 0, 1), np.clip(np.array(rows_f, dtype=float), 0, 1),
+                   np.array([int(c.prompt_tokens) for c in chains], dtype=np.int64),
+                   np.array([max(1, int(c.output_tokens)) for c in chains], dtype=np.int64),
+                   [str(c.category) for c in chains], str(chains[0].drafter), str(model.assumption))
+
+    @classmethod
+    def plain(cls, prompt_tokens: Sequence[int], output_tokens: Sequence[int],
+              categories: Sequence[str] | None = None) -> ChainTable:
+        """No drafter: every chain is 0 (used with gamma 0, or to check the plain reduction)."""
+        n = len(prompt_tokens)
+        return cls(np.zeros((n, 1)), np.zeros((n, 1)), np.asarray(prompt_tokens, dtype=np.int64),
+                   np.asarray(output_tokens, dtype=np.int64), list(categories or [""] * n), "none", "plain decoding")
+
+    def mean_only(self, deterministic: bool = False) -> ChainTable:
+        """Every request gets the mean chain (survival-weighted: a_j = E[prod_(i<=j) a] / E[prod_(i<j) a])."""
+        surv = np.cumprod(self.accept, axis=1).mean(axis=0)
+        prev = np.concatenate([[1.0], surv[:-1]])
+        a = np.where(prev > 0, surv / np.maximum(prev, 1e-12), 0.0)
+        fs = np.cumprod(self.fill, axis=1).mean(axis=0)
+        fprev = np.concatenate([[1.0], fs[:-1]])
+        q = np.where(fprev > 0, fs / np.maximum(fprev, 1e-12), 0.0)
+        n = self.size
+        return ChainTable(np.tile(a, (n, 1)), np.tile(q, (n, 1)), self.prompt_tokens, self.output_tokens,
+                          self.categories, self.drafter,
+                          "mean chain for every request" + (", E[K] committed every round (no variance)"
+                                                            if deterministic else ""), deterministic)
+
+    def expected(self, idx: np.ndarray, gamma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(E[P], E[K]) per request at its gamma: E[P] = sum_i prod_(i'<=i) q, E[K] = sum_j prod q*a."""
+        g = int(gamma.max()) if gamma.size else 0
+        if g == 0:
+            z = np.zeros(idx.shape[0])
+            return z, z
+        g = min(g, self.max_gamma)
+        cols = np.arange(g)[None, :] < gamma[:, None]
+        fs = np.cumprod(self.fill[idx, :g], axis=1) * cols
+        ks = np.cumprod(self.fill[idx, :g] * self.accept[idx, :g], axis=1) * cols
+        return fs.sum(axis=1), ks.sum(axis=1)
+
+    def sample(self, idx: np.ndarray, gamma: np.ndarray, rng: np.random.Generator
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """(proposed, accepted) for requests with chain rows ``idx`` asked ``gamma`` candidates each."""
+        b = idx.shape[0]
+        g = int(gamma.max()) if b else 0
+        if g == 0:
+            z = np.zeros(b, dtype=np.int64)
+            return z, z
+        g = min(g, self.max_gamma)
+        gamma = np.minimum(gamma, g)
+        cols = np.arange(g)[None, :] < gamma[:, None]
+        u = rng.random((2, b, g))
+        filled = np.cumprod((u[0] < self.fill[idx, :g]) & cols, axis=1)
+        proposed = filled.sum(axis=1)
+        accepted = np.cumprod((u[1] < self.accept[idx, :g]) & (filled > 0), axis=1).sum(axis=1)
+        return proposed.astype(np.int64), accepted.astype(np.int64)

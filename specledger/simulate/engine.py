@@ -1,0 +1,174 @@
+"""The simulation loop: arrivals -> router -> replicas, in time order, and the figures of a point.
+
+Events are steps, not tokens: the loop always advances the busy replica whose clock is earliest,
+after handing the router every arrival up to that clock (an idle replica's clock jumps to its
+next arrival). Closed loop: the ``concurrency`` clients send their next request at the moment one
+of theirs finishes. A request joins its replica's queue at arrival and is admitted at the next
+step boundary, as in the engine.
+
+Figures (same definitions as :func:`specledger.analysis.metrics.latency_stats`):
+throughput = output tokens / makespan (0 -> last token); TTFT = first token - arrival; TPOT =
+(last - first token) / (tokens - 1); chunk ITL = gaps between a request's emissions (what a
+streaming client waits); token ITL adds the zero gaps inside a chunk; longest stall = largest
+chunk gap. Little's law holds by construction: mean in-flight = arrival rate x mean latency.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from specledger.errors import require
+from specledger.simulate.arrivals import Arrivals
+from specledger.simulate.chains import ChainTable
+from specledger.simulate.gamma import GammaPlan
+from specledger.simulate.replica import Ledger, Replica, ServerConfig
+
+Router = Callable[[Sequence[Replica], int], int]
+
+
+def round_robin() -> Router:
+    state = {"next": 0}
+
+    def pick(replicas: Sequence[Replica], rid: int) -> int:
+        i = state["next"] % len(replicas)
+        state["next"] += 1
+        return i
+
+    return pick
+
+
+@dataclass
+class SimResult:
+    ledger: Ledger
+    makespan: float
+    replicas: int
+    label: str = ""
+
+    def metrics(self) -> dict[str, Any]:
+        L = self.ledger
+        ok = ~np.isnan(L.t_last)
+        tokens = int(L.out[ok].sum())
+        ttft = (L.t_first - L.arrival)[ok]
+        multi = ok & (L.out > 1)
+        tpot = (L.t_last[multi] - L.t_first[multi]) / (L.out[multi] - 1)
+        latency = (L.t_last - L.arrival)[ok]
+        gaps = np.concatenate(L.gaps) if L.gaps else np.zeros(0, dtype=np.float32)
+        zeros = int(max(0, (L.out[ok] - L.chunks[ok]).sum()))
+        arr = L.arrival[ok]
+        span = float(arr.max() - arr.min()) if arr.size > 1 else 0.0
+
+        def q(x: np.ndarray, p: float) -> float | None:
+            return float(np.percentile(x, p) * 1e3) if x.size else None
+
+        return {
+            "requests": int(ok.sum()),
+            "tokens": tokens,
+            "wall_s": self.makespan,
+            "throughput_tok_s": tokens / self.makespan if self.makespan > 0 else math.nan,
+            "request_rate_s": int(ok.sum()) / self.makespan if self.makespan > 0 else math.nan,
+            "ttft_p50_ms": q(ttft, 50), "ttft_p99_ms": q(ttft, 99),
+            "tpot_p50_ms": q(tpot, 50), "tpot_p99_ms": q(tpot, 99),
+            "itl_p50_ms": q(gaps, 50), "itl_p99_ms": q(gaps, 99),
+            "itl_std_ms": float(gaps.std() * 1e3) if gaps.size else None,
+            "itl_token_p99_ms": _zero_padded_quantile(gaps, zeros, 99),
+            "longest_stall_ms": float(gaps.max() * 1e3) if gaps.size else None,
+            "latency_p50_ms": q(latency, 50), "latency_p99_ms": q(latency, 99),
+            "mean_latency_s": float(latency.mean()) if latency.size else None,
+            "mean_in_flight": float(latency.sum() / self.makespan) if self.makespan > 0 else None,
+            "offered_rate_s": (arr.size - 1) / span if span > 0 else None,
+            "preemptions": int(L.preemptions.sum()),
+            "recompute_s": float(L.recompute_s.sum()),
+            "steps": L.steps,
+            "mean_batch": L.batch_sum / L.steps if L.steps else None,
+            "mean_rows_per_step": L.rows_sum / L.steps if L.steps else None,
+            "el": (tokens - int(ok.sum())) / L.rounds if L.rounds else None,
+            "acceptance_rate": L.accepted_sum / L.proposed_sum if L.proposed_sum else None,
+            "peak_kv_tokens": L.peak_kv_tokens,
+            "replicas": self.replicas,
+        }
+
+
+def _zero_padded_quantile(gaps: np.ndarray, zeros: int, p: float) -> float | None:
+    """The p-th percentile of token ITL: the chunk gaps plus ``zeros`` zero gaps inside chunks."""
+    n = gaps.size + zeros
+    if n == 0:
+        return None
+    rank = p / 100 * (n - 1)
+    if rank < zeros:
+        return 0.0
+    return float(np.quantile(gaps, min(1.0, (rank - zeros) / max(1, gaps.size - 1))) * 1e3) if gaps.size else 0.0
+
+
+def simulate(
+    table: ChainTable,
+    arrivals: Arrivals,
+    n_requests: int,
+    cost: Any,
+    gamma: int | str = 0,
+    drafter: str | None = None,
+    config: ServerConfig | None = None,
+    replicas: int = 1,
+    router: Router | None = None,
+    order: np.ndarray | None = None,
+    seed: int = 0,
+) -> SimResult:
+    """Serve ``n_requests`` (request i takes measured request ``order[i]``'s sizes and chain; default
+    the table's rows cycled) through ``replicas`` identical servers behind ``router``."""
+    require(n_requests >= 1, "simulate at least one request")
+    require(replicas >= 1, "replicas must be >= 1")
+    cfg = config or ServerConfig()
+    require(cfg.max_num_seqs >= 1, "max_num_seqs must be >= 1")
+    if order is None:
+        order = np.arange(n_requests) % table.size
+    require(order.shape[0] == n_requests, "order must give one measured request per simulated request")
+    if not arrivals.closed:
+        require(arrivals.times is not None and arrivals.times.shape[0] >= n_requests,
+                "the arrival times cover fewer requests than asked")
+    plan = GammaPlan(gamma, cost)
+    name = table.drafter if drafter is None else drafter
+    if plan.static == 0:
+        name = "none"
+    ledger = Ledger(table, order)
+    rng = np.random.default_rng(seed)
+    reps = [Replica(i, cfg, cost, table, plan, name, ledger, rng) for i in range(replicas)]
+    pick = router or round_robin()
+
+    def dispatch(rid: int, t: float) -> None:
+        ledger.arrival[rid] = t
+        reps[pick(reps, rid) if replicas > 1 else 0].add(rid, t)
+
+    nxt, done = 0, 0
+    times = arrivals.times
+    if arrivals.closed:
+        for _ in range(min(int(arrivals.concurrency or 1), n_requests)):
+            dispatch(nxt, 0.0)
+            nxt += 1
+    while done < n_requests:
+        if replicas == 1:
+            rep = reps[0] if reps[0].has_work() else None
+        else:
+            busy = [r for r in reps if r.has_work()]
+            rep = min(busy, key=lambda r: r.clock) if busy else None
+        t_min = rep.clock if rep is not None else (float(times[nxt]) if times is not None and nxt < n_requests
+                                                    else math.inf)
+        if times is not None and nxt < n_requests and times[nxt] <= t_min:
+            while nxt < n_requests and times[nxt] <= t_min:
+                dispatch(nxt, float(times[nxt]))
+                nxt += 1
+            continue
+        if rep is None:  # nothing to do and nothing arriving: cannot happen with n_requests left
+            break
+        finished = rep.step()
+        done += len(finished)
+        if arrivals.closed:
+            for _ in finished:
+                if nxt < n_requests:
+                    dispatch(nxt, rep.clock)
+                    nxt += 1
+    makespan = float(np.nanmax(ledger.t_last)) if done else 0.0
+    return SimResult(ledger, makespan, replicas, arrivals.label)

@@ -1,0 +1,191 @@
+"""Roofline cost profiles: a model config and a hardware table -> a CostModel-compatible object.
+
+For machines this one cannot reach, the simulator prices a step from first principles, labelled
+as such ("roofline (assumed efficiency ...)"), never as a measurement.
+
+One packed forward over R rows (tokens) for B requests at mean context C:
+
+    bytes  = W + B * C * m_KV + R * m_KV            weights once, every request's KV read, new KV written
+    flops  = 2 * P_active * R + 4 * L * H * d_h * R * C   matmuls + attention (QK^T and PV)
+    T_step = max(flops / (peak * eff_compute), bytes / (bandwidth * eff_memory)) + t_launch
+
+with W the weight bytes, m_KV = 2 * L * H_kv * d_h * bytes-per-element the KV bytes per token,
+P the parameters, L layers, H query heads of d_h. Prefill of n tokens is one step with R = n,
+B = 1 and C = n / 2 (causal attention sees half the prompt on average). Drafting: model-free
+drafters (ngram, suffix) cost ``model_free_draft_s`` per round, a draft model ``gamma`` steps of
+its own roofline. ``other_s`` is the scheduler / sampling overhead per step, assumed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specledger.errors import SpecLedgerError, require
+
+DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
+               "int8": 1, "fp8": 1, "float8": 1, "int4": 0.5}
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Peak figures from vendor data sheets (dense, no sparsity) and the memory the KV cache may use."""
+
+    name: str
+    hbm_bandwidth_gb_s: float  # GB/s
+    peak_tflops: float  # dense TFLOP/s at the model's dtype (16-bit for GPUs)
+    memory_gb: float
+    launch_overhead_s: float  # fixed per-step cost (kernel launches, scheduling on the device)
+    note: str = ""
+
+
+#: Data-sheet peaks (dense bf16/fp16 tensor-core TFLOP/s for GPUs; HBM or DRAM bandwidth).
+HARDWARE: dict[str, Hardware] = {
+    "a100": Hardware("A100 80GB SXM", 2039.0, 312.0, 80.0, 2e-4, "NVIDIA data sheet: 2.0 TB/s, 312 TFLOP/s bf16"),
+    "h100": Hardware("H100 80GB SXM", 3350.0, 989.0, 80.0, 2e-4, "NVIDIA data sheet: 3.35 TB/s, 989 TFLOP/s bf16"),
+    "h200": Hardware("H200 141GB SXM", 4800.0, 989.0, 141.0, 2e-4, "NVIDIA data sheet: 4.8 TB/s, 989 TFLOP/s bf16"),
+    "l4": Hardware("L4 24GB", 300.0, 121.0, 24.0, 2e-4, "NVIDIA data sheet: 300 GB/s, 121 TFLOP/s bf16 dense"),
+    "cpu": Hardware("this CPU (2 cores, assumed)", 20.0, 0.1, 16.0, 1e-3,
+                    "assumed: ~20 GB/s DRAM, ~100 GFLOP/s fp32 on two AVX2 cores; calibrate for real figures"),
+}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What the roofline needs of a transformer. ``params`` counts every weight read per token."""
+
+    params: float
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    dtype: str = "bfloat16"
+    name: str = ""
+
+    @property
+    def bytes_per_element(self) -> float:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.params * self.bytes_per_element
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """m_KV = 2 (K and V) * layers * kv_heads * head_dim * bytes per element."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.bytes_per_element
+
+
+def _hf_params(d: dict[str, Any]) -> float:
+    """Parameters of a Llama-style HF config: embeddings (+ untied head) + per layer attention and SwiGLU MLP."""
+    h, n_layers = int(d["hidden_size"]), int(d["num_hidden_layers"])
+    heads = int(d["num_attention_heads"])
+    kv = int(d.get("num_key_value_heads", heads))
+    hd = int(d.get("head_dim") or h // heads)
+    ffn = int(d.get("intermediate_size", 4 * h))
+    vocab = int(d.get("vocab_size", 32000))
+    attn = h * heads * hd + 2 * h * kv * hd + heads * hd * h
+    mlp = 3 * h * ffn
+    head = 0 if d.get("tie_word_embeddings", False) else vocab * h
+    return float(vocab * h + head + n_layers * (attn + mlp + 2 * h))
+
+
+def model_config_from_dict(d: dict[str, Any], name: str = "") -> ModelConfig:
+    """Our short form ``{params, layers, kv_heads, head_dim, heads, dtype}`` or a Hugging Face config.json."""
+    try:
+        if "num_hidden_layers" in d:
+            heads = int(d["num_attention_heads"])
+            hd = int(d.get("head_dim") or int(d["hidden_size"]) // heads)
+            dtype = str(d.get("torch_dtype") or d.get("dtype") or "bfloat16")
+            return ModelConfig(params=float(d.get("params") or _hf_params(d)), layers=int(d["num_hidden_layers"]),
+                               heads=heads, kv_heads=int(d.get("num_key_value_heads", heads)), head_dim=hd,
+                               dtype=dtype, name=name or str(d.get("_name_or_path", "")))
+        return ModelConfig(params=float(d["params"]), layers=int(d["layers"]), heads=int(d.get("heads", d["kv_heads"])),
+                           kv_heads=int(d["kv_heads"]), head_dim=int(d["head_dim"]),
+                           dtype=str(d.get("dtype", "bfloat16")), name=name or str(d.get("name", "")))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SpecLedgerError(f"model config lacks or mistypes {exc}; give params, layers, heads, kv_heads, "
+                              "head_dim, dtype (or a Hugging Face config.json)") from None
+
+
+def load_model_config(path: str | Path) -> ModelConfig:
+    p = Path(path)
+    require(p.is_file(), f"model config not found: {p}; give a JSON file (a Hugging Face config.json works)")
+    try:
+        d = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise SpecLedgerError(f"{p} is not JSON ({exc.msg}); give a JSON model config") from None
+    cfg = model_config_from_dict(d, name=p.parent.name if p.name == "config.json" else p.stem)
+    require(cfg.dtype in DTYPE_BYTES, f"unknown dtype {cfg.dtype!r} in {p}; use one of {', '.join(DTYPE_BYTES)}")
+    return cfg
+
+
+def hardware(name: str) -> Hardware:
+    key = name.lower()
+    require(key in HARDWARE, f"unknown hardware {name!r}; use one of {', '.join(HARDWARE)}")
+    return HARDWARE[key]
+
+
+@dataclass
+class RooflineCost:
+    """A CostModel-compatible profile (duck-typed: prefill_s, round_s, step_s, draft_s, other_s)."""
+
+    model: ModelConfig
+    hw: Hardware
+    eff_memory: float = 0.7
+    eff_compute: float = 0.5
+    model_free_draft_s: float = 5e-5
+    other_base_s: float = 3e-4
+    other_per_request_s: float = 2e-5
+    draft_model: ModelConfig | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def source(self) -> str:
+        return (f"roofline {self.hw.name} x {self.model.name or 'model'} (assumed efficiency: memory "
+                f"{self.eff_memory:.0%}, compute {self.eff_compute:.0%}; not measured)")
+
+    def _step(self, m: ModelConfig, rows: float, batch: float, context: float) -> float:
+        m_kv = m.kv_bytes_per_token
+        byt = m.weight_bytes + batch * context * m_kv + rows * m_kv
+        flops = 2 * m.params * rows + 4 * m.layers * m.heads * m.head_dim * rows * context
+        return max(flops / (self.hw.peak_tflops * 1e12 * self.eff_compute),
+                   byt / (self.hw.hbm_bandwidth_gb_s * 1e9 * self.eff_memory)) + self.hw.launch_overhead_s
+
+    def step_s(self, total_rows: int, batch: int, context: float) -> float:
+        return self._step(self.model, max(1, total_rows), max(1, batch), max(0.0, context))
+
+    def round_s(self, rows: int, context: float) -> float:
+        return self.step_s(rows, 1, context)
+
+    def prefill_s(self, prompt_tokens: int) -> float:
+        return self._step(self.model, max(1, prompt_tokens), 1, prompt_tokens / 2)
+
+    def draft_s(self, drafter: str, gamma: int, context: float = 0.0) -> float:
+        if gamma <= 0:
+            return 0.0
+        if self.draft_model is not None and drafter in ("model", "draft_model"):
+            return gamma * self._step(self.draft_model, 1, 1, context)
+        return self.model_free_draft_s
+
+    def other_s(self, batch: int = 1) -> float:
+        return self.other_base_s + self.other_per_request_s * batch
+
+    def kv_budget_tokens(self, mem_util: float = 0.9) -> int:
+        """KV tokens that fit: (memory * utilisation - weights) / m_KV (vLLM's gpu_memory_utilization idea)."""
+        free = self.hw.memory_gb * 1e9 * mem_util - self.model.weight_bytes
+        require(free > 0, f"{self.model.name or 'the model'} does not fit in {self.hw.name}'s memory")
+        return int(free // self.model.kv_bytes_per_token)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "roofline", "source": self.source, "model": asdict(self.model), "hardware": asdict(self.hw),
+                "eff_memory": self.eff_memory, "eff_compute": self.eff_compute,
+                "model_free_draft_s": self.model_free_draft_s, "other_base_s": self.other_base_s,
+                "other_per_request_s": self.other_per_request_s}
+
+
+def roofline(hw_name: str, model: ModelConfig, eff_memory: float = 0.7, eff_compute: float = 0.5) -> RooflineCost:
+    require(0 < eff_memory <= 1 and 0 < eff_compute <= 1, "efficiency factors must lie in (0, 1]")
+    return RooflineCost(model, hardware(hw_name), eff_memory, eff_compute)

@@ -1,0 +1,321 @@
+"""One serving replica, simulated a step at a time: continuous batching with speculation.
+
+It follows :class:`specledger.engine.batch.BatchScheduler` (and vLLM v1's scheduler) step for step,
+with numpy arrays over the running batch instead of per-token events:
+
+  1. admit waiting requests (preempted ones first, then arrival order) while a sequence slot is
+     free (``max_num_seqs``) and the KV budget holds their committed context + 1; without chunked
+     prefill each admission runs its prefill now, sequentially (``prefill_s(prompt)``), and its first
+     token leaves when that prefill ends; a preempted request recomputes ``prefill_s(context - 1)``;
+  2. every decoding request is asked gamma (:class:`~specledger.simulate.gamma.GammaPlan`), capped at
+     its remaining tokens - 1; its drafter fills P <= gamma and the target accepts K <= P
+     (:meth:`ChainTable.sample`);
+  3. a per-step token budget counts gamma + 1 rows per decoding request (plus prefill chunks when
+     chunked) and trims the largest proposals first (K is cut with its proposal: K' = min(K, P'));
+  4. KV for the candidates is reserved: sum over running requests of blocks(context + P); while it
+     exceeds the budget the most recently admitted request is preempted (its tokens kept; it waits
+     at the front and is recomputed);
+  5. the step costs sum_i draft_s(gamma_i) + step_s(rows, B, mean context) + other_s(B); every
+     decoding request emits min(K + 1, remaining) tokens at the step's end.
+
+Chunked prefill (vLLM v1): admission costs nothing by itself; a prefilling request holds its slot
+and prompt KV and takes prefill tokens from what the step's token budget leaves after the decode
+rows (in admission order); its first token leaves at the end of the step that completes its prompt.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from specledger.simulate.chains import ChainTable
+from specledger.simulate.gamma import GammaPlan
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The scheduler's knobs (vLLM names where they exist)."""
+
+    max_num_seqs: int = 8
+    max_num_batched_tokens: int | None = None  # rows per step: gamma + 1 per decoding request (+ prefill)
+    kv_budget_tokens: int | None = None  # None: unlimited
+    block_size: int = 1  # KV is reserved in blocks of this many tokens (vLLM: 16)
+    chunked_prefill: bool = False
+
+    def budget(self) -> int | None:
+        if self.max_num_batched_tokens is None and self.chunked_prefill:
+            return 2048
+        return self.max_num_batched_tokens
+
+
+class Ledger:
+    """Per-request outcome arrays shared by the replicas of one simulation (index = request id)."""
+
+    def __init__(self, table: ChainTable, order: np.ndarray) -> None:
+        n = order.shape[0]
+        self.n = n
+        self.chain = order.astype(np.int64)
+        self.prompt = table.prompt_tokens[self.chain]
+        self.target = table.output_tokens[self.chain]
+        self.arrival = np.full(n, np.nan)
+        self.t_first = np.full(n, np.nan)
+        self.t_last = np.full(n, np.nan)
+        self.out = np.zeros(n, dtype=np.int64)
+        self.chunks = np.zeros(n, dtype=np.int64)
+        self.max_gap = np.zeros(n)
+        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.recompute_s = np.zeros(n)
+        self.frac = np.zeros(n)
+        self.replica = np.full(n, -1, dtype=np.int64)
+        self.gaps: list[np.ndarray] = []
+        self.steps = 0
+        self.batch_sum = 0
+        self.rows_sum = 0
+        self.proposed_sum = 0
+        self.accepted_sum = 0
+        self.rounds = 0
+        self.peak_kv_tokens = 0
+
+
+_FIELDS = ("rid", "ctx", "out", "target", "chain", "last", "pleft")
+
+
+class Replica:
+    """One server: a waiting queue and a running batch (arrays in admission order)."""
+
+    def __init__(self, index: int, cfg: ServerConfig, cost: Any, table: ChainTable, plan: GammaPlan,
+                 drafter: str, ledger: Ledger, rng: np.random.Generator) -> None:
+        self.index, self.cfg, self.cost, self.table, self.plan = index, cfg, cost, table, plan
+        self.drafter, self.ledger, self.rng = drafter, ledger, rng
+        self.clock = 0.0
+        self.waiting: deque[int] = deque()
+        self.run = {f: np.zeros(0, dtype=np.float64 if f == "last" else np.int64) for f in _FIELDS}
+        self.policies: list[Any] | None = None if plan.vectorised else []
+        self._prefill: dict[int, float] = {}
+        self._kv_blocks = (None if cfg.kv_budget_tokens is None
+                           else max(1, cfg.kv_budget_tokens // cfg.block_size))
+        self._budget = cfg.budget()
+
+    # ----------------------------------------------------------------------------------------
+    @property
+    def running(self) -> int:
+        return int(self.run["rid"].shape[0])
+
+    def outstanding(self) -> int:
+        return len(self.waiting) + self.running
+
+    def has_work(self) -> bool:
+        return bool(self.waiting) or self.running > 0
+
+    def add(self, rid: int, t: float) -> None:
+        if not self.has_work():
+            self.clock = max(self.clock, t)
+        self.waiting.append(rid)
+        self.ledger.replica[rid] = self.index
+
+    def _blocks(self, tokens: np.ndarray | int) -> Any:
+        b = self.cfg.block_size
+        return tokens if b == 1 else -(-tokens // b)
+
+    def _prefill_s(self, tokens: int) -> float:
+        s = self._prefill.get(tokens)
+        if s is None:
+            s = self._prefill[tokens] = float(self.cost.prefill_s(int(tokens)))
+        return s
+
+    # ----------------------------------------------------------------------------------------
+    def _admit(self, t: float) -> tuple[float, list[int]]:
+        """Admit waiting requests; returns the clock after their prefills and the finished ids."""
+        L, cfg, run = self.ledger, self.cfg, self.run
+        n_run = self.running
+        reserved = int(self._blocks(run["ctx"]).sum()) if n_run else 0
+        new: list[tuple[int, int, int]] = []  # (rid, ctx, pleft)
+        finished: list[int] = []
+        while self.waiting and n_run + len(new) < cfg.max_num_seqs:
+            rid = self.waiting[0]
+            ctx = int(L.prompt[rid] + L.out[rid])
+            need = int(self._blocks(ctx + 1))
+            if self._kv_blocks is not None and reserved + need > self._kv_blocks and (n_run + len(new)) > 0:
+                break
+            self.waiting.popleft()
+            reserved += need
+            if cfg.chunked_prefill:
+                new.append((rid, ctx, ctx if L.out[rid] == 0 else ctx - 1))
+                continue
+            if L.out[rid] == 0:  # first admission: prompt -> first token
+                t += self._prefill_s(ctx)
+                L.t_first[rid] = L.t_last[rid] = t
+                L.out[rid], L.chunks[rid] = 1, 1
+                if L.target[rid] <= 1:
+                    finished.append(rid)
+                    continue
+                new.append((rid, ctx + 1, 0))
+            else:  # recompute after preemption: KV for all but the last committed token
+                dt = self._prefill_s(ctx - 1)
+                t += dt
+                L.recompute_s[rid] += dt
+                new.append((rid, ctx, 0))
+        if new:
+            ids = np.array([x[0] for x in new], dtype=np.int64)
+            add = {"rid": ids, "ctx": np.array([x[1] for x in new], dtype=np.int64), "out": L.out[ids],
+                   "target": L.target[ids], "chain": L.chain[ids], "last": L.t_last[ids],
+                   "pleft": np.array([x[2] for x in new], dtype=np.int64)}
+            for f in _FIELDS:
+                run[f] = np.concatenate([run[f], add[f]])
+            if self.policies is not None:
+                self.policies.extend(self._policy_for(int(r)) for r in ids)
+        return t, finished
+
+    def _policy_for(self, rid: int) -> Any:
+        return self.plan.new_policy()
+
+    # ----------------------------------------------------------------------------------------
+    def step(self) -> list[int]:
+        """Advance one step from ``self.clock``; returns the ids of the requests finished in it."""
+        L, cfg, cost = self.ledger, self.cfg, self.cost
+        t, finished = self._admit(self.clock)
+        b = self.running
+        if b == 0:
+            self.clock = t
+            return finished
+        run = self.run
+        dec = run["pleft"] == 0
+        all_dec = bool(dec.all())
+        di = np.flatnonzero(dec)
+        nd = di.shape[0]
+        remaining = run["target"][di] - run["out"][di]
+        pols = self.policies if (self.policies is None or all_dec) else [self.policies[i] for i in di]
+        g = np.minimum(self.plan.choose(nd, run["ctx"][di], pols), remaining - 1) if nd else np.zeros(0, np.int64)
+        g = np.maximum(g, 0)
+        chain = run["chain"][di]
+        if self.table.deterministic and nd:
+            ep, ek = self.table.expected(chain, g)
+            prop = np.rint(ep).astype(np.int64)
+            rid = run["rid"][di]
+            acc_f = L.frac[rid] + ek
+            acc = np.minimum(np.floor(acc_f).astype(np.int64), prop)
+            L.frac[rid] = acc_f - acc
+        else:
+            prop, acc = self.table.sample(chain, g, self.rng)
+        # per-step token budget: gamma + 1 rows per decoding request, trim the largest first
+        budget = self._budget
+        if budget is not None and nd:
+            prop = _trim(prop, budget - nd)
+            acc = np.minimum(acc, prop)
+        # KV reservation for candidates; preempt the newest admissions while over budget
+        need = run["ctx"].copy()
+        need[di] += prop
+        blocks = self._blocks(need)
+        if self._kv_blocks is not None and b > 1 and int(blocks.sum()) > self._kv_blocks:
+            keep_n = max(1, int(np.searchsorted(np.cumsum(blocks), self._kv_blocks, side="right")))
+            self._preempt(keep_n)
+            b = keep_n
+            sel = di < keep_n
+            di, prop, acc, g, remaining = di[sel], prop[sel], acc[sel], g[sel], remaining[sel]
+            nd = di.shape[0]
+            run = self.run
+            blocks = blocks[:keep_n]
+        L.peak_kv_tokens = max(L.peak_kv_tokens, int(blocks.sum()) * cfg.block_size)
+        # prefill chunks (chunked prefill) from what the budget leaves
+        pre_tokens = 0
+        chunk = None
+        if not all_dec:
+            room = (budget if budget is not None else 1 << 60) - int(nd + prop.sum())
+            pleft = run["pleft"]
+            chunk = np.minimum(pleft, np.maximum(0, room - (np.cumsum(pleft) - pleft)))
+            pre_tokens = int(chunk.sum())
+        # cost of the step
+        ctx_mean = float(run["ctx"].mean())
+        t_draft_each = np.zeros(nd)
+        if nd and self.drafter != "none" and g.max() > 0:
+            counts = np.bincount(g)
+            for gv in np.flatnonzero(counts[1:]) + 1:
+                t_draft_each[g == gv] = float(cost.draft_s(self.drafter, int(gv), ctx_mean))
+        rows = int(nd + prop.sum()) + pre_tokens
+        t_fwd = float(cost.step_s(rows, b, ctx_mean))
+        t_other = float(cost.other_s(b))
+        t_emit = t + float(t_draft_each.sum()) + t_fwd + t_other
+        # commit
+        committed = np.minimum(acc + 1, remaining)
+        rid_d = run["rid"][di]
+        gaps = t_emit - run["last"][di]
+        L.gaps.append(gaps.astype(np.float32))
+        L.max_gap[rid_d] = np.maximum(L.max_gap[rid_d], gaps)
+        L.chunks[rid_d] += 1
+        run["last"][di] = t_emit
+        run["out"][di] += committed
+        run["ctx"][di] += committed
+        if self.policies is not None:
+            t_round = t_draft_each + t_fwd + t_other
+            pol = self.policies if all_dec else [self.policies[i] for i in di]
+            for p, pp, kk, tr, td in zip(pol, prop.tolist(), acc.tolist(), t_round.tolist(), t_draft_each.tolist()):
+                p.observe(pp, kk, tr, t_draft=td)
+        if chunk is not None:  # prefills that complete now
+            run["pleft"] = run["pleft"] - chunk
+            done_pre = np.flatnonzero((run["pleft"] == 0) & ~dec)
+            first = done_pre[run["out"][done_pre] == 0]
+            if first.size:
+                rid_f = run["rid"][first]
+                L.t_first[rid_f] = t_emit
+                L.chunks[rid_f] = 1
+                run["out"][first] = 1
+                run["ctx"][first] += 1
+                run["last"][first] = t_emit
+        L.steps += 1
+        L.batch_sum += b
+        L.rows_sum += rows
+        L.rounds += nd
+        L.proposed_sum += int(prop.sum())
+        L.accepted_sum += int(acc.sum())
+        # finished requests leave
+        done = run["out"] >= run["target"]
+        self.clock = t_emit
+        if done.any():
+            ids = run["rid"][done]
+            L.out[ids] = run["out"][done]
+            L.t_last[ids] = run["last"][done]
+            finished.extend(ids.tolist())
+            keep = ~done
+            for f in _FIELDS:
+                run[f] = run[f][keep]
+            if self.policies is not None:
+                self.policies = [p for p, k in zip(self.policies, keep.tolist()) if k]
+        return finished
+
+    def _preempt(self, keep_n: int) -> None:
+        """Preempt running requests keep_n.. (the newest admissions); they wait at the front, tokens kept."""
+        L, run = self.ledger, self.run
+        gone = run["rid"][keep_n:]
+        L.out[gone] = run["out"][keep_n:]
+        L.t_last[gone] = run["last"][keep_n:]
+        L.preemptions[gone] += 1
+        self.waiting.extendleft(reversed(gone.tolist()))  # to the front, the oldest admission first
+        for f in _FIELDS:
+            run[f] = run[f][:keep_n]
+        if self.policies is not None:
+            self.policies = self.policies[:keep_n]
+
+
+def _trim(prop: np.ndarray, cap: int) -> np.ndarray:
+    """Cut the largest proposals first until sum(prop) <= cap (water-filling; cap < 0 means none fit)."""
+    total = int(prop.sum())
+    if total <= cap:
+        return prop
+    if cap <= 0:
+        return np.zeros_like(prop)
+    lo, hi = 0, int(prop.max())
+    while lo < hi:  # the largest level t with sum(min(prop, t)) <= cap
+        mid = (lo + hi + 1) // 2
+        if int(np.minimum(prop, mid).sum()) <= cap:
+            lo = mid
+        else:
+            hi = mid - 1
+    out = np.minimum(prop, lo)
+    spare = cap - int(out.sum())
+    if spare > 0:
+        over = np.flatnonzero(prop > lo)[::-1][:spare]
+        out[over] += 1
+    return out
