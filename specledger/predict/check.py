@@ -1,0 +1,138 @@
+"""Every run checks its own predictions honestly: leave one γ out, fit without it, predict it, compare.
+
+For each drafter that ran at least two static γ's and each of those γ_h: the cost model and the
+acceptance chains are fitted on the run's records *without* that drafter's γ_h records (plain
+decoding and the other γ's stay), then the end-to-end speed-up of γ_h is predicted per category
+on the prompts where γ_h and plain decoding were both measured, and compared with the measured
+
+    S = (Σ tokens_spec / Σ time_spec) / (Σ tokens_plain / Σ time_plain)     (same prompts)
+
+error = |S_predicted − S_measured| / S_measured. The check reports every row, the median and the
+90th percentile of the errors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from specledger.engine.trace import RequestRecord
+from specledger.predict.acceptance import AcceptanceModel
+from specledger.predict.costmodel import fit_cost_model
+from specledger.predict.predict import predict_category
+
+
+def usable(records: Iterable[RequestRecord], temperature: float | None = None) -> list[RequestRecord]:
+    """Solo, static-γ records of the main job (no side experiments) at one temperature (default: the lowest)."""
+    recs = [
+        r for r in records
+        if not r.extra.get("experiment") and isinstance(r.gamma, int)
+        and all(rd.batch_size <= 1 for rd in r.rounds)
+    ]
+    if not recs:
+        return []
+    t = min(r.temperature for r in recs) if temperature is None else temperature
+    return [r for r in recs if abs(r.temperature - t) < 1e-9]
+
+
+def _pid(r: RequestRecord) -> str:
+    return r.prompt_id or r.request_id
+
+
+def measured_speedup(spec: Sequence[RequestRecord], plain: Sequence[RequestRecord]) -> float:
+    """Paired end-to-end speed-up over the prompts both sides ran (NaN if none)."""
+    common = {_pid(r) for r in spec} & {_pid(r) for r in plain}
+    s = [r for r in spec if _pid(r) in common]
+    b = [r for r in plain if _pid(r) in common]
+    ts, tb = sum(r.total_time for r in s), sum(r.total_time for r in b)
+    ns, nb = sum(r.output_tokens for r in s), sum(r.output_tokens for r in b)
+    if not s or ts <= 0 or tb <= 0 or nb <= 0:
+        return math.nan
+    return (ns / ts) / (nb / tb)
+
+
+def predict_held_out(
+    train: Sequence[RequestRecord],
+    test: Sequence[RequestRecord],
+    drafter: str,
+    gamma: int,
+    max_tokens: int | None = None,
+    n_boot: int = 0,
+) -> list[dict[str, Any]]:
+    """Fit on ``train`` only, predict ``drafter`` at ``gamma`` for each category of ``test`` (its records of
+    that setting and plain decoding), and compare. ``train`` must not contain that setting."""
+    assert not any(r.drafter == drafter and r.gamma == gamma for r in train), "fitted on the γ under test"
+    cost = fit_cost_model(train, source="fitted without the held-out setting", n_boot=10 if n_boot else 0)
+    acc = AcceptanceModel.from_records(train)
+    if max_tokens is not None:
+        for cat in acc.categories():
+            for c in acc.requests(cat, drafter):
+                c.max_tokens = max_tokens
+    plain_by_cat: dict[str, list[RequestRecord]] = defaultdict(list)
+    spec_by_cat: dict[str, list[RequestRecord]] = defaultdict(list)
+    for r in test:
+        cat = r.category or "default"
+        if r.drafter == "none":
+            plain_by_cat[cat].append(r)
+        elif r.drafter == drafter and r.gamma == gamma:
+            spec_by_cat[cat].append(r)
+    rows = []
+    for cat in sorted(spec_by_cat):
+        both = {_pid(r) for r in spec_by_cat[cat]} & {_pid(r) for r in plain_by_cat[cat]}
+        chains = [c for c in acc.requests(cat, drafter) if c.prompt_id in both]
+        if not chains:
+            continue
+        keep = {c.prompt_id for c in chains}
+        measured = measured_speedup([r for r in spec_by_cat[cat] if _pid(r) in keep],
+                                    [r for r in plain_by_cat[cat] if _pid(r) in keep])
+        pred = predict_category(cost, acc, cat, drafter, gamma, chains=chains, n_boot=n_boot)
+        if pred is None or not math.isfinite(measured):
+            continue
+        rows.append({
+            "category": cat,
+            "drafter": drafter,
+            "gamma": gamma,
+            "prompts": len(chains),
+            "fitted_gammas": sorted({g for c in chains for g in c.gammas}),
+            "measured_speedup": measured,
+            "predicted_speedup": pred.predicted_speedup,
+            "interval": pred.interval,
+            "abs_error": abs(pred.predicted_speedup - measured) / measured,
+        })
+    return rows
+
+
+def summarize_errors(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    errs = [r["abs_error"] for r in rows if r.get("abs_error") is not None and math.isfinite(r["abs_error"])]
+    return {
+        "median_abs_error": float(np.median(errs)) if errs else None,
+        "p90_abs_error": float(np.percentile(errs, 90)) if errs else None,
+        "n": len(errs),
+    }
+
+
+def leave_one_gamma_out(records: Iterable[RequestRecord], max_tokens: int | None = None) -> dict[str, Any]:
+    """The run's self-check (see module docstring): rows, median and P90 absolute relative error."""
+    recs = usable(records)
+    gammas: dict[str, set[int]] = defaultdict(set)
+    for r in recs:
+        if r.drafter != "none" and isinstance(r.gamma, int) and r.gamma > 0:
+            gammas[r.drafter].add(r.gamma)
+    rows: list[dict[str, Any]] = []
+    for drafter in sorted(gammas):
+        if len(gammas[drafter]) < 2:
+            continue
+        for g in sorted(gammas[drafter]):
+            train = [r for r in recs if not (r.drafter == drafter and r.gamma == g)]
+            rows += predict_held_out(train, recs, drafter, g, max_tokens)
+    out: dict[str, Any] = {"rows": rows, **summarize_errors(rows),
+                           "method": "leave one gamma out: fit cost and acceptance without it, predict it, compare "
+                                     "end-to-end speed-ups on the same prompts",
+                           "assumption": AcceptanceModel.assumption}
+    if not rows:
+        out["note"] = "no drafter ran two or more gammas: nothing to hold out"
+    return out

@@ -1,0 +1,258 @@
+"""End-to-end prediction of a configuration that was not run: prefill + every round, boundary rounds included.
+
+Per request (prompt tokens P, tokens the prefill emits e (1 on the engine: the first token), tokens
+the rounds must commit N, the request's max_tokens M), the engine's loop is replayed in
+expectation. With n tokens still to commit, the round starts at context c = P + e + (N − n), asks
+
+    g(n) = min(γ, M − (e + N − n) − 1)                    (the engine never asks past max_tokens)
+
+candidates, the drafter proposes p ≤ g with Pr(p ≥ i) = Π_{k≤i} f_k, the target accepts K ≤ p with
+Pr(K ≥ j | p) = Π_{k≤j} a_k, and the round commits min(K + 1, n) tokens (the boundary round is cut).
+Its cost is T_d(g, c) + T_s(p + 1, 1, c) + T_o(L, c). Every cost part is linear in its coefficients,
+so the recursion
+
+    V(n) = x(n) + Σ_l Pr(L = l) · V(n − min(l, n)),   V(0) = 0
+
+runs on *feature vectors* x (forward, draft and other features of the round): the expected time
+is coef · V(N), for any cost model (the interval re-prices V with draws of the coefficients
+instead of re-running the recursion). The request's total is T = T_p(P) + T_b(P) + coef · V(N).
+
+Plain decoding is the same recursion at γ = 0. A category's predicted speed-up is
+S = Σ T_plain / Σ T_spec over its requests (same prompts, same output tokens: greedy output does
+not depend on the drafter), its tokens/s = Σ (e + N) / Σ T_spec. The interval is the 5-95 %
+range over a bootstrap of requests combined with draws of the cost model's coefficients.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from specledger.predict.acceptance import AcceptanceModel, RequestChain
+from specledger.predict.costmodel import (
+    DRAFT_TERMS,
+    FORWARD_TERMS,
+    OTHER_TERMS,
+    CostModel,
+    draft_features,
+    forward_features,
+    other_features,
+)
+
+N_F, N_D, N_O = len(FORWARD_TERMS), len(DRAFT_TERMS), len(OTHER_TERMS)
+
+
+def round_distribution(gamma: int, a: Sequence[float], f: Sequence[float]) -> np.ndarray:
+    """joint[p, k] = Pr(proposed = p, K = k) for a round asking ``gamma`` (a, f: conditional chains)."""
+    joint = np.zeros((gamma + 1, gamma + 1))
+    surv_p = 1.0
+    for p in range(gamma + 1):
+        nxt = surv_p * f[p] if p < gamma else 0.0  # Pr(proposed >= p + 1)
+        pr_p = surv_p - nxt
+        surv_k = 1.0
+        for k in range(p + 1):
+            nk = surv_k * a[k] if k < p else 0.0
+            joint[p, k] = pr_p * (surv_k - nk)
+            surv_k = nk
+        surv_p = nxt
+    return joint
+
+
+def _vec(x: dict[str, float], terms: Sequence[str]) -> np.ndarray:
+    return np.array([x[t] for t in terms])
+
+
+def expected_features(
+    gamma: int,
+    a: Sequence[float],
+    f: Sequence[float],
+    prompt_tokens: int,
+    round_tokens: int,
+    prefill_tokens: int = 1,
+    max_tokens: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """Expected summed (forward, draft, other) feature vectors over a request's rounds, and the expected
+    number of rounds (see module docstring). ``a`` and ``f`` need ``gamma`` positions."""
+    n_tot = int(round_tokens)
+    m = int(max_tokens) if max_tokens is not None else prefill_tokens + n_tot
+    dists: dict[int, np.ndarray] = {}
+    vf = np.zeros((n_tot + 1, N_F))
+    vd = np.zeros((n_tot + 1, N_D))
+    vo = np.zeros((n_tot + 1, N_O))
+    vr = np.zeros(n_tot + 1)
+    for n in range(1, n_tot + 1):
+        done = prefill_tokens + n_tot - n
+        c = float(prompt_tokens + done)
+        g = max(min(gamma, m - done - 1), 0)
+        if g not in dists:
+            dists[g] = round_distribution(g, a, f)
+        joint = dists[g]
+        pr_p = joint.sum(axis=1)
+        xf = sum(pr_p[p] * _vec(forward_features(p + 1, 1, c), FORWARD_TERMS) for p in range(g + 1))
+        xd = _vec(draft_features(g, c), DRAFT_TERMS) if g > 0 else np.zeros(N_D)
+        pr_l = joint.sum(axis=0)  # Pr(K = k)
+        xo = np.zeros(N_O)
+        fut_f, fut_d, fut_o, fut_r = np.zeros(N_F), np.zeros(N_D), np.zeros(N_O), 0.0
+        for k in range(g + 1):
+            if pr_l[k] == 0:
+                continue
+            lc = min(k + 1, n)
+            xo += pr_l[k] * _vec(other_features(lc, c), OTHER_TERMS)
+            fut_f += pr_l[k] * vf[n - lc]
+            fut_d += pr_l[k] * vd[n - lc]
+            fut_o += pr_l[k] * vo[n - lc]
+            fut_r += pr_l[k] * vr[n - lc]
+        vf[n] = xf + fut_f
+        vd[n] = xd + fut_d
+        vo[n] = xo + fut_o
+        vr[n] = 1.0 + fut_r
+    return vf[n_tot], vd[n_tot], vo[n_tot], float(vr[n_tot])
+
+
+@dataclass
+class RequestPlan:
+    """What one request will cost under a configuration: features to price with any cost model."""
+
+    prompt_id: str
+    prompt_tokens: int
+    output_tokens: int
+    drafter: str
+    forward: np.ndarray
+    draft: np.ndarray
+    other: np.ndarray
+    rounds: float
+
+    def seconds(self, cost: CostModel) -> float:
+        t = cost.prefill_s(self.prompt_tokens) + cost.begin_s(self.drafter, self.prompt_tokens)
+        t += float(np.dot(cost.forward.coef, self.forward))
+        dpart = cost.draft.get(self.drafter)
+        if dpart is not None and self.drafter != "none":
+            t += float(np.dot(dpart.coef, self.draft))
+        opart = cost.other.get(self.drafter) or cost.other.get("none")
+        if opart is not None:
+            t += float(np.dot(opart.coef, self.other))
+        return t
+
+
+def plan_request(req: RequestChain, drafter: str, gamma: int, acc: AcceptanceModel | None = None,
+                 max_tokens: int | None = None, pooled: Any = None) -> RequestPlan:
+    """The expected features of ``req`` decoded by ``drafter`` at ``gamma`` (γ = 0: plain decoding).
+
+    ``max_tokens`` other than the run's: a request cut by length at the run's budget is assumed to go
+    on to the new budget; one that stopped at EOS is assumed to stop at the same token.
+    """
+    e = req.prefill_tokens
+    n_out = req.output_tokens
+    run_m = req.max_tokens if req.max_tokens is not None else n_out
+    m = run_m
+    if max_tokens is not None:
+        m = int(max_tokens)
+        if req.stop_reason == "length" or n_out >= run_m:
+            n_out = m
+        n_out = min(n_out, m)
+    n_rounds_tok = max(n_out - e, 0)
+    if gamma > 0 and acc is not None:
+        a, f = acc.request_chain(req, gamma, pooled)
+    else:
+        a, f = [0.0] * max(gamma, 1), [0.0] * max(gamma, 1)
+    vf, vd, vo, r = expected_features(gamma, a, f, req.prompt_tokens, n_rounds_tok, e, m)
+    return RequestPlan(req.prompt_id, req.prompt_tokens, n_out, drafter if gamma > 0 else "none", vf, vd, vo, r)
+
+
+@dataclass
+class Prediction:
+    category: str
+    drafter: str
+    gamma: int
+    predicted_speedup: float
+    predicted_tokens_per_s: float
+    interval: list[float]  # 5-95 % of the speed-up
+    tokens_per_s_interval: list[float]
+    requests: int
+    rounds_per_request: float
+    assumption: str
+    cost_source: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "category": self.category,
+            "drafter": self.drafter,
+            "gamma": self.gamma,
+            "predicted_speedup": self.predicted_speedup,
+            "predicted_tokens_per_s": self.predicted_tokens_per_s,
+            "interval": self.interval,
+            "tokens_per_s_interval": self.tokens_per_s_interval,
+            "requests": self.requests,
+            "rounds_per_request": self.rounds_per_request,
+            "assumption": self.assumption,
+            "cost_source": self.cost_source,
+            **self.extra,
+        }
+
+
+def predict_category(
+    cost: CostModel,
+    acc: AcceptanceModel,
+    category: str,
+    drafter: str,
+    gamma: int,
+    max_tokens: int | None = None,
+    chains: Sequence[RequestChain] | None = None,
+    n_boot: int = 200,
+    seed: int = 0,
+) -> Prediction | None:
+    """Predicted end-to-end S and tokens/s of ``drafter`` at ``gamma`` on the category's measured prompts."""
+    reqs = list(chains) if chains is not None else acc.requests(category, drafter)
+    if not reqs:
+        return None
+    pooled = acc.pooled(category, drafter, max(gamma, 1))
+    spec = [plan_request(r, drafter, gamma, acc, max_tokens, pooled) for r in reqs]
+    plain = [plan_request(r, "none", 0, None, max_tokens) for r in reqs]
+    tokens = np.array([p.output_tokens for p in spec], dtype=float)
+    ts = np.array([p.seconds(cost) for p in spec])
+    tp = np.array([p.seconds(cost) for p in plain])
+    s = float(tp.sum() / ts.sum()) if ts.sum() > 0 else math.nan
+    tps = float(tokens.sum() / ts.sum()) if ts.sum() > 0 else math.nan
+    rng = np.random.default_rng(seed)
+    s_draws, v_draws = [], []
+    for _ in range(n_boot):
+        idx = rng.integers(0, len(reqs), len(reqs))
+        c = cost.perturbed(rng)
+        ts_b = np.array([spec[i].seconds(c) for i in idx])
+        tp_b = np.array([plain[i].seconds(c) for i in idx])
+        if ts_b.sum() > 0:
+            s_draws.append(tp_b.sum() / ts_b.sum())
+            v_draws.append(tokens[idx].sum() / ts_b.sum())
+    interval = [float(np.percentile(s_draws, 5)), float(np.percentile(s_draws, 95))] if s_draws else [s, s]
+    v_int = [float(np.percentile(v_draws, 5)), float(np.percentile(v_draws, 95))] if v_draws else [tps, tps]
+    return Prediction(
+        category=category,
+        drafter=drafter,
+        gamma=gamma,
+        predicted_speedup=s,
+        predicted_tokens_per_s=tps,
+        interval=interval,
+        tokens_per_s_interval=v_int,
+        requests=len(reqs),
+        rounds_per_request=float(np.mean([p.rounds for p in spec])),
+        assumption=acc.assumption,
+        cost_source=cost.source,
+        extra={"predicted_plain_tokens_per_s": float(tokens.sum() / tp.sum()) if tp.sum() > 0 else None},
+    )
+
+
+def predict_run(cost: CostModel, acc: AcceptanceModel, drafter: str, gamma: int,
+                max_tokens: int | None = None, categories: Sequence[str] | None = None,
+                n_boot: int = 200) -> list[Prediction]:
+    """One prediction per category that has measured requests of ``drafter``."""
+    out = []
+    for cat in categories or acc.categories():
+        p = predict_category(cost, acc, cat, drafter, gamma, max_tokens, n_boot=n_boot)
+        if p is not None:
+            out.append(p)
+    return out

@@ -1,0 +1,147 @@
+"""The performance model: cost model sanity, acceptance chains, end-to-end prediction, leave-one-γ-out."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from synthetic import request_from_rounds
+
+from specledger.engine.trace import RoundRecord
+from specledger.predict.acceptance import ASSUMPTION, AcceptanceModel
+from specledger.predict.check import leave_one_gamma_out, measured_speedup
+from specledger.predict.costmodel import CostModel, fit_cost_model
+from specledger.predict.predict import expected_features, predict_category, round_distribution
+
+# a machine with known costs: forward = 10 ms + 1 ms per extra row + 2 µs per context token
+F0, FR, FC, DRAFT, OTHER, PREFILL = 0.010, 0.001, 2e-6, 2e-4, 5e-4, 1e-4
+
+
+def _simulate(prompt_id: str, category: str, drafter: str, gamma: int, alpha: float, n_tokens: int,
+              prompt_tokens: int, rng: np.random.Generator, fill: float = 1.0):
+    """One request decoded like the engine (without the prefill token): K ~ the chain a_j = alpha,
+    the drafter proposes all γ with probability ``fill`` (else none), the boundary round is cut."""
+    rounds, done = [], 0
+    while done < n_tokens:
+        n = n_tokens - done
+        g = min(gamma, n - 1)
+        p = g if (g > 0 and rng.random() < fill) else 0
+        k = 0
+        while k < p and rng.random() < alpha:
+            k += 1
+        committed = min(k + 1, n)
+        ctx = prompt_tokens + done
+        t_v = F0 + FR * p + FC * ctx
+        rounds.append(RoundRecord(drafter, g, p, k, committed, committed < k + 1,
+                                  DRAFT * g if g else 0.0, t_v, OTHER, ctx))
+        done += committed
+    return request_from_rounds(f"{prompt_id}|{drafter}|{gamma}", prompt_id, rounds, category=category,
+                               t_prefill=PREFILL * prompt_tokens, prompt_tokens=prompt_tokens)
+
+
+def synthetic_run(gammas=(2, 4, 8), n_prompts=8, seed=0, fill=1.0):
+    rng = np.random.default_rng(seed)
+    recs = []
+    for cat, base_alpha in (("copy", 0.85), ("chat", 0.4)):
+        for i in range(n_prompts):
+            alpha = float(np.clip(base_alpha + rng.normal(0, 0.05), 0.05, 0.97))
+            pid, P, N = f"{cat}{i}", int(rng.integers(20, 200)), int(rng.integers(40, 80))
+            recs.append(_simulate(pid, cat, "none", 0, 0.0, N, P, rng))
+            for g in gammas:
+                recs.append(_simulate(pid, cat, "ngram", g, alpha, N, P, rng, fill))
+    return recs
+
+
+def test_cost_model_recovers_costs_and_is_monotone():
+    cost = fit_cost_model(synthetic_run(), n_boot=5)
+    assert cost.round_s(1, 100) == pytest.approx(F0 + FC * 100, rel=0.02)
+    assert cost.round_s(5, 100) == pytest.approx(F0 + 4 * FR + FC * 100, rel=0.02)
+    assert cost.prefill_s(100) == pytest.approx(PREFILL * 100, rel=0.05)
+    assert cost.draft_s("ngram", 4) == pytest.approx(4 * DRAFT, rel=0.05)
+    assert cost.draft_s("ngram", 0) == 0.0
+    for ctx in (0, 50, 500, 5000):
+        times = [cost.round_s(r, ctx) for r in range(1, 20)]
+        assert all(b >= a for a, b in zip(times, times[1:]))
+        steps = [cost.step_s(r, 4, ctx) for r in range(4, 40)]
+        assert all(b >= a for a, b in zip(steps, steps[1:]))
+    with pytest.raises(ValueError):
+        cost.step_s(2, 4, 10)
+
+
+def test_cost_model_is_sane_on_adversarial_data():
+    """Rounds with more rows measured *cheaper* (noise) must not make the model say so."""
+    rounds = [RoundRecord("ngram", 4, p, 0, 1, False, 0.0, 0.02 - 0.002 * p, 0.0, 10 + p) for p in range(5)] * 4
+    rec = request_from_rounds("r", "p", rounds)
+    cost = fit_cost_model([rec], n_boot=0)
+    assert cost.round_s(9, 10) >= cost.round_s(1, 10)
+    assert all(c >= 0 for c in cost.forward.coef)
+
+
+def test_cost_model_round_trip(tmp_path):
+    cost = fit_cost_model(synthetic_run(n_prompts=3), n_boot=5)
+    path = tmp_path / "cost_model.json"
+    cost.save(path)
+    back = CostModel.load(path)
+    assert back.round_s(5, 300) == pytest.approx(cost.round_s(5, 300))
+    assert back.draft_s("ngram", 3, 50) == pytest.approx(cost.draft_s("ngram", 3, 50))
+    assert json.loads(path.read_text())["forward"]["terms"]
+    assert cost.round_sd(5, 300) >= 0
+
+
+def test_acceptance_chains_keep_the_spread_and_state_the_assumption():
+    acc = AcceptanceModel.from_records(synthetic_run(gammas=(2, 4)))
+    assert acc.categories() == ["chat", "copy"] and acc.drafters() == ["ngram"]
+    copy = acc.requests("copy", "ngram")
+    assert len(copy) == 8
+    assert all(len(c.chain) <= 4 for c in copy)
+    firsts = [c.chain[0] for c in copy]
+    assert max(firsts) > min(firsts)  # per-request, not one mean
+    assert "beyond" in acc.assumption and acc.assumption == ASSUMPTION
+    a, f = acc.request_chain(copy[0], 8)
+    assert len(a) == len(f) == 8 and all(0 <= x <= 1 for x in a + f)
+    assert acc.extend([0.9, 0.8, 0.6], 5) == pytest.approx([0.9, 0.8, 0.6, 0.7, 0.7])
+    assert AcceptanceModel.from_dict(json.loads(json.dumps(acc.to_dict()))).requests("copy", "ngram")[0] == copy[0]
+
+
+def test_round_distribution_sums_to_one():
+    joint = round_distribution(4, [0.9, 0.8, 0.7, 0.6], [0.5, 1.0, 1.0, 0.5])
+    assert joint.sum() == pytest.approx(1.0)
+    assert joint[0].sum() == pytest.approx(0.5)  # proposes nothing half the time
+    assert joint[0, 0] == pytest.approx(0.5)
+
+
+def test_expected_rounds_match_closed_form_for_plain_and_certain_acceptance():
+    *_, rounds = expected_features(0, [0.0], [0.0], 10, 50)
+    assert rounds == pytest.approx(50)
+    *_, rounds = expected_features(4, [1.0] * 4, [1.0] * 4, 10, 50)
+    # certain acceptance: 10 rounds of 5 (the engine asks γ = min(4, n - 1) at the boundary)
+    assert rounds == pytest.approx(10)
+
+
+def test_leave_one_gamma_out_on_synthetic_traces_is_accurate():
+    recs = synthetic_run(n_prompts=10, seed=1)
+    check = leave_one_gamma_out(recs)
+    assert {r["gamma"] for r in check["rows"]} == {2, 4, 8}
+    assert {r["category"] for r in check["rows"]} == {"chat", "copy"}
+    # with known physics the held-out prediction must land close to the measured speed-up
+    assert check["median_abs_error"] < 0.05 and check["p90_abs_error"] < 0.10
+    for r in check["rows"]:
+        assert r["fitted_gammas"] and r["gamma"] not in r["fitted_gammas"]
+
+
+def test_predict_category_interval_and_measured_speedup():
+    recs = synthetic_run(gammas=(2, 4), n_prompts=6)
+    cost = fit_cost_model(recs, n_boot=10)
+    acc = AcceptanceModel.from_records(recs)
+    p = predict_category(cost, acc, "copy", "ngram", 8, n_boot=50)
+    assert p is not None and p.interval[0] <= p.predicted_speedup <= p.interval[1]
+    assert p.predicted_speedup > 1.0  # high acceptance, cheap rows
+    d = p.to_dict()
+    for key in ("category", "drafter", "gamma", "predicted_speedup", "predicted_tokens_per_s", "interval"):
+        assert key in d
+    plain = [r for r in recs if r.drafter == "none" and r.category == "copy"]
+    spec = [r for r in recs if r.gamma == 4 and r.category == "copy"]
+    assert measured_speedup(spec, plain) > 1.0
+    assert math.isnan(measured_speedup([], plain))
