@@ -19,7 +19,6 @@ uncertainty of each part is the covariance of its coefficients over a bootstrap 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -253,21 +252,19 @@ class CostModel:
             raise SpecLedgerError(f"malformed cost model ({exc}); re-run `specledger calibrate`") from None
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write JSON atomically (temp file + rename)."""
-        p = Path(path)
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1), encoding="utf-8")
-        os.replace(tmp, p)
+        """Write JSON atomically (``specledger.rundir.write_json_atomic``)."""
+        from specledger.rundir import write_json_atomic
+
+        write_json_atomic(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> CostModel:
+        from specledger.rundir import read_json
+
         p = Path(path)
         if not p.exists():
             raise SpecLedgerError(f"cost model not found: {p}; run `specledger calibrate --out {p}` or re-run")
-        try:
-            return cls.from_dict(json.loads(p.read_text(encoding="utf-8")))
-        except json.JSONDecodeError as exc:
-            raise SpecLedgerError(f"{p}: not JSON ({exc}); re-run `specledger calibrate`") from None
+        return cls.from_dict(read_json(p, "re-run `specledger calibrate`"))
 
 
 # -- fitting from a run's traces --------------------------------------------------------------

@@ -1,0 +1,186 @@
+"""``specledger calibrate``: measure the cost surface of the target on this machine, directly.
+
+A grid of forward passes, each timed as the median of ``repeats`` after one untimed warm-up
+(which also pays one-off kernel/primitive creation):
+
+    solo rounds    rows ∈ ROWS         × context ∈ contexts     (model forward over rows at start = context)
+    batched steps  batch ∈ BATCHES     × rows per request ∈ {1, 3, 5} × context   (forward_packed)
+    prefill        prompt tokens ∈ PROMPTS
+    drafting       model-free drafters (ngram, suffix) proposing γ ∈ {1, 4, 8} over contexts of that length
+
+The KV cache content does not change the cost of a forward (attention reads every slot up to
+the position either way), so no real prompt is needed. The points are fitted into the same
+:class:`~specledger.predict.costmodel.CostModel` forms a run fits from its traces (non-negative
+least squares, so the result is monotone); the per-round ``other`` overhead cannot be measured
+without decoding and is left at 0 (say so in ``source``) — a run's traces supply it.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from specledger.predict.costmodel import (
+    BEGIN_TERMS,
+    DRAFT_TERMS,
+    FORWARD_TERMS,
+    OTHER_TERMS,
+    PREFILL_TERMS,
+    CostModel,
+    Part,
+    draft_features,
+    fit_part,
+    forward_features,
+    prefill_features,
+)
+
+ROWS = (1, 2, 3, 5, 9, 17)
+BATCHES = (2, 4, 8)
+PER_REQUEST_ROWS = (1, 3, 5)
+CONTEXTS = (64, 256, 1024, 2048)
+PROMPTS = (16, 64, 256, 512, 1024)
+
+
+def _timer(device: str) -> Callable[..., float]:
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+    def timed(repeats: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
+        """Median seconds of ``fn(*args, **kwargs)`` over ``repeats`` calls after one untimed warm-up."""
+        fn(*args, **kwargs)  # warm-up
+        sync()
+        samples = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn(*args, **kwargs)
+            sync()
+            samples.append(time.perf_counter() - t0)
+        return statistics.median(samples)
+
+    return timed
+
+
+def grid_size(contexts: Sequence[int]) -> int:
+    return len(ROWS) * len(contexts) + len(BATCHES) * len(PER_REQUEST_ROWS) * len(contexts) + len(PROMPTS)
+
+
+def measure(
+    model: Any,
+    contexts: Sequence[int] = CONTEXTS,
+    repeats: int = 3,
+    device: str = "cpu",
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, list[dict[str, float]]]:
+    """Time the grid (see module docstring); returns the raw points in seconds."""
+    cfg = model.config
+    max_rows = max(max(ROWS), max(BATCHES) * max(PER_REQUEST_ROWS))
+    contexts = [c for c in contexts if c + max_rows + 1 <= cfg.max_seq_len] or [max(cfg.max_seq_len // 4, 1)]
+    prompts = [p for p in PROMPTS if p < cfg.max_seq_len] or [max(cfg.max_seq_len // 2, 1)]
+    timed = _timer(device)
+    tok = lambda n: [(7 * i + 3) % cfg.vocab_size for i in range(n)]  # noqa: E731
+    points: dict[str, list[dict[str, float]]] = {"solo": [], "batched": [], "prefill": []}
+    step = progress or (lambda _msg: None)
+    with torch.inference_mode():
+        cap = min(cfg.max_seq_len, max(contexts) + max_rows + 1)
+        cache = model.new_cache(cap)
+        for c in contexts:
+            for r in ROWS:
+                x = torch.tensor([tok(r)])
+                s = timed(repeats, model, x, c, cache)
+                points["solo"].append({"rows": r, "batch": 1, "context": c, "seconds": s})
+                step(f"solo rows={r} ctx={c}")
+        bcache = model.new_cache(cap, batch_size=max(BATCHES))
+        for c in contexts:
+            for b in BATCHES:
+                for per in PER_REQUEST_ROWS:
+                    slots = [s for s in range(b) for _ in range(per)]
+                    pos = [c + i for _ in range(b) for i in range(per)]
+                    toks = tok(b * per)
+                    s = timed(repeats, model.forward_packed, toks, slots, pos, bcache)
+                    points["batched"].append({"rows": b * per, "batch": b, "context": c, "seconds": s})
+                    step(f"batch={b} rows={b * per} ctx={c}")
+        for p in prompts:
+            pcache = model.new_cache(min(cfg.max_seq_len, p + 1))
+            x = torch.tensor([tok(p)])
+            s = timed(repeats, model, x, 0, pcache, last_only=True)
+            points["prefill"].append({"prompt_tokens": p, "seconds": s})
+            step(f"prefill P={p}")
+    return points
+
+
+def measure_drafters(vocab_size: int, contexts: Sequence[int], repeats: int = 5) -> dict[str, list[dict[str, float]]]:
+    """Model-free drafters' propose time over pseudo-text contexts (repetitive, so they find matches)."""
+    from specledger.engine.drafters.registry import make_drafter
+    from specledger.engine.sampling import SamplingParams
+
+    out: dict[str, list[dict[str, float]]] = {}
+    params = SamplingParams()
+    rng = torch.Generator().manual_seed(0)
+    timed = _timer("cpu")
+    for name in ("ngram", "suffix"):
+        try:
+            d = make_drafter(name, None)
+        except Exception:  # noqa: BLE001 - a drafter that needs an engine is simply not calibrated here
+            continue
+        pts = []
+        for c in contexts:
+            ctx = [(i * 31 + (i // 50)) % min(vocab_size, 97) for i in range(c)]
+            d.begin(ctx, params)
+            for g in (1, 4, 8):
+                s = timed(repeats, d.propose, ctx, g, params, rng)
+                pts.append({"gamma": g, "context": c, "seconds": s})
+            d.end(ctx, [])
+        out[name] = pts
+    return out
+
+
+def fit_points(points: dict[str, Any], source: str) -> CostModel:
+    """The cost model of measured grid points (same forms as a run's fit)."""
+    fwd = [(forward_features(p["rows"], p["batch"], p["context"]), p["seconds"])
+           for p in points["solo"] + points["batched"]]
+    forward = fit_part(FORWARD_TERMS, [x for x, _ in fwd], [y for _, y in fwd], n_boot=30)
+    pre = points["prefill"]
+    prefill = fit_part(PREFILL_TERMS, [prefill_features(p["prompt_tokens"]) for p in pre],
+                       [p["seconds"] for p in pre], n_boot=30)
+    draft = {}
+    for name, pts in points.get("draft", {}).items():
+        draft[name] = fit_part(DRAFT_TERMS, [draft_features(p["gamma"], p["context"]) for p in pts],
+                               [p["seconds"] for p in pts], n_boot=30)
+    return CostModel(source, forward, prefill, draft, {"none": Part.zero(OTHER_TERMS)},
+                     {k: Part.zero(BEGIN_TERMS) for k in draft},
+                     {"points": points, "other": "not measured by calibrate (0); a run's traces fit it"})
+
+
+def calibrate(
+    target: str | None = None,
+    dtype: str = "auto",
+    device: str = "cpu",
+    contexts: Sequence[int] = CONTEXTS,
+    repeats: int = 3,
+    progress: Callable[[str], None] | None = None,
+    model: Any = None,
+) -> CostModel:
+    """Measure and fit the cost model of ``target`` (or of an already built ``model``) on ``device``."""
+    from specledger.errors import SpecLedgerError
+
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise SpecLedgerError("--device cuda: torch sees no CUDA device here; use --device cpu")
+        raise SpecLedgerError("--device cuda: the native engine runs on the CPU only in this version; "
+                              "use --device cpu")
+    if device != "cpu":
+        raise SpecLedgerError(f"unknown --device {device!r}; use cpu (or cuda where torch sees one)")
+    if model is None:
+        from specledger.engine.loader import load_model
+
+        model = load_model(target, dtype=dtype).model
+    points = measure(model, contexts, repeats, device, progress)
+    points["draft"] = measure_drafters(model.config.vocab_size, [c for c in contexts if c <= 4096][:3])
+    name = platform.processor() or platform.machine()
+    source = (f"calibrated on {name} ({torch.get_num_threads()} threads, {device}, "
+              f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')})")
+    return fit_points(points, source)
