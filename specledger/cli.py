@@ -32,6 +32,7 @@ def _register() -> None:
     from specledger.bench.sweep_cli import sweep
     from specledger.engine.cli import generate
     from specledger.ledger.cli import ledger
+    from specledger.predict.cli import calibrate, predict
     from specledger.probe.cli import import_vllm_bench, probe
     from specledger.report.cli import report
     from specledger.serve.cli import serve
@@ -43,6 +44,8 @@ def _register() -> None:
     app.command("probe")(probe)
     app.command("import-vllm-bench")(import_vllm_bench)
     app.command("report")(report)
+    app.command("calibrate")(calibrate)
+    app.command("predict")(predict)
     app.command("serve")(serve)
 
 

@@ -1,0 +1,97 @@
+"""``specledger calibrate`` and ``specledger predict``: thin verbs over specledger.predict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specledger.errors import SpecLedgerError
+
+
+def calibrate(
+    out: Annotated[Path, typer.Option(help="Where to write the cost model (JSON).")] = Path("cost_model.json"),
+    target: Annotated[str | None, typer.Option(help="GGUF file or HF model dir (default: bundled SmolLM2-135M).")] = None,
+    dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
+    device: Annotated[str, typer.Option(help="cpu, or cuda where torch sees one.")] = "cpu",
+    repeats: Annotated[int, typer.Option(help="Timed repeats per grid point (median).")] = 3,
+    contexts: Annotated[str, typer.Option(help="Comma-separated context lengths of the grid.")] = "64,256,1024,2048",
+) -> None:
+    """Measure the cost surface (rows x context x batch, prefill, drafting) on this machine, about a minute."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from specledger.predict.calibrate import calibrate as run_calibration
+    from specledger.predict.calibrate import grid_size
+
+    try:
+        ctxs = [int(c) for c in contexts.split(",") if c.strip()]
+    except ValueError:
+        raise SpecLedgerError(f"--contexts must be comma-separated integers, got {contexts!r}") from None
+    if not ctxs or min(ctxs) < 1:
+        raise SpecLedgerError("--contexts needs at least one context length >= 1")
+    if repeats < 1:
+        raise SpecLedgerError(f"--repeats must be >= 1, got {repeats}")
+    console = Console()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as bar:
+        task = bar.add_task("calibrating", total=grid_size(ctxs))
+        cost = run_calibration(target, dtype, device, ctxs, repeats,
+                               progress=lambda msg: bar.update(task, advance=1, description=msg))
+    cost.save(out)
+    console.print(f"{cost.source}")
+    for rows in (1, 5, 9):
+        console.print(f"  round rows={rows} ctx=1024: {cost.round_s(rows, 1024) * 1e3:.2f} ms "
+                      f"(± {cost.round_sd(rows, 1024) * 1e3:.2f})")
+    console.print(f"  prefill 512 tokens: {cost.prefill_s(512) * 1e3:.1f} ms")
+    console.print(f"wrote {out}")
+
+
+def predict(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory written by `specledger run`.")],
+    drafter: Annotated[str, typer.Option(help="A drafter the run measured (its acceptance is needed).")],
+    gamma: Annotated[int, typer.Option(help="Candidates per round to predict (>= 1).")],
+    max_tokens: Annotated[int | None, typer.Option(help="Output budget (default: the run's).")] = None,
+    cost: Annotated[Path | None, typer.Option(help="A cost model from `specledger calibrate` to use instead.")] = None,
+    categories: Annotated[str | None, typer.Option(help="Comma-separated categories (default: all).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False,
+) -> None:
+    """Predict end-to-end speed-up and tokens/s per category for a configuration that was not run."""
+    from specledger.predict.predict import predict_run
+    from specledger.predict.rundata import load_run_models
+
+    if gamma < 1:
+        raise SpecLedgerError(f"--gamma must be >= 1 (plain decoding is the baseline), got {gamma}")
+    if max_tokens is not None and max_tokens < 1:
+        raise SpecLedgerError(f"--max-tokens must be >= 1, got {max_tokens}")
+    models = load_run_models(run_dir, cost)
+    if drafter not in models.acceptance.drafters():
+        known = ", ".join(models.acceptance.drafters()) or "none"
+        raise SpecLedgerError(f"{run_dir} has no measured requests of drafter {drafter!r} (it has: {known}); "
+                              "predict a drafter the run measured")
+    cats = [c for c in categories.split(",") if c] if categories else None
+    if cats:
+        unknown = sorted(set(cats) - set(models.acceptance.categories()))
+        if unknown:
+            raise SpecLedgerError(f"unknown categories {', '.join(unknown)}; the run has "
+                                  f"{', '.join(models.acceptance.categories())}")
+    preds = predict_run(models.cost, models.acceptance, drafter, gamma, max_tokens, cats)
+    if as_json:
+        print(json.dumps([p.to_dict() for p in preds], indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table(title=f"predicted end to end: {drafter} γ={gamma}, max_tokens="
+                    f"{max_tokens or models.max_tokens or 'as run'}")
+    for col in ("category", "prompts", "rounds/request", "tokens/s", "speed-up S", "S 5-95 %"):
+        t.add_column(col, justify="left" if col == "category" else "right")
+    for p in preds:
+        t.add_row(p.category, str(p.requests), f"{p.rounds_per_request:.1f}", f"{p.predicted_tokens_per_s:.1f}",
+                  f"{p.predicted_speedup:.3f}", f"{p.interval[0]:.3f} - {p.interval[1]:.3f}")
+    console.print(t)
+    console.print(f"cost model: {models.cost.source}")
+    console.print(f"assumption: {models.acceptance.assumption}")
