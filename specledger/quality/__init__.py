@@ -48,6 +48,8 @@ REFERENCE_ROUGE = "ROUGE-L F1 vs reference (weak proxy)"
 
 def metric_name(item: WorkloadItem) -> str | None:
     """The metric :func:`score` applies to this particular item, or None when it returns None."""
+    if item.meta.get("quality") == "not assessed":  # user JSONL item without a usable reference
+        return None
     category, reference = item.category, item.reference
     if category in ("code", "code-edit", "summary", "math"):
         return METRIC_NAMES[category]
@@ -98,8 +100,11 @@ def score(item: WorkloadItem, output_text: str, timeout_s: float = 5.0) -> float
 
     ``timeout_s`` bounds each code execution (code, code-edit). Model code never runs in this
     process. A built-in category whose item carries a malformed reference raises
-    :class:`~specledger.errors.SpecLedgerError`; unknown (user) categories score None.
+    :class:`~specledger.errors.SpecLedgerError`; unknown (user) categories score None, and so do
+    user items that the JSONL loader marked ``meta["quality"] = "not assessed"`` (no usable reference).
     """
+    if item.meta.get("quality") == "not assessed":
+        return None
     category = item.category
     if category in ("code", "code-edit"):
         reference = _require_reference(item, ("test", "entry_point"), "{'prompt', 'test', 'entry_point'}")

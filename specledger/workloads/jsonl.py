@@ -11,6 +11,10 @@ One JSON object per line::
 ``id`` (string or integer; default ``"<file stem>/<line>"``), ``reference`` (anything) and
 ``meta`` (object) are optional. Blank lines are skipped. A malformed line is skipped and reported
 as ``"line N: <what is wrong>"``; nothing is dropped silently.
+
+A line whose ``category`` is a built-in one with a task metric (code, code-edit, math, summary,
+extraction, agent) but whose ``reference`` that metric cannot use is *loaded*, with a warning, and
+marked ``meta["quality"] = "not assessed"``: it is timed like any other item, its quality is None.
 """
 
 from __future__ import annotations
@@ -25,6 +29,35 @@ from .item import WorkloadItem, message_problem
 
 KNOWN_FIELDS = frozenset({"id", "category", "prompt", "messages", "reference", "meta"})
 DEFAULT_USER_CATEGORY = "custom"
+NOT_ASSESSED = "not assessed"
+
+
+def reference_problem(category: str, reference: Any) -> str | None:
+    """What a built-in category's metric needs that ``reference`` lacks (None: usable, or no metric)."""
+    if category in ("code", "code-edit"):
+        if not isinstance(reference, dict) or not {"test", "entry_point"} <= set(reference):
+            return "needs a reference {'prompt', 'test', 'entry_point'}"
+        if reference.get("mode", "complete") != "full" and not isinstance(reference.get("prompt"), str):
+            return "needs the problem 'prompt' in its reference (or mode 'full')"
+        return None
+    if category == "math":
+        return "needs its answer as 'reference'" if reference is None or isinstance(reference, (bool, dict)) else None
+    if category == "summary":
+        return None if isinstance(reference, str) else "needs a reference text"
+    if category == "extraction":
+        if reference is None or isinstance(reference, str):
+            return None
+        ok = isinstance(reference, dict) and {"name", "possible_arguments"} <= set(reference)
+        return None if ok else "needs a reference {'name', 'possible_arguments'} or a text"
+    if category == "agent":
+        if isinstance(reference, str):
+            return None
+        if isinstance(reference, dict) and reference.get("type") == "tool_call" and "name" in reference:
+            return None
+        if isinstance(reference, dict) and reference.get("type") == "text" and isinstance(reference.get("text"), str):
+            return None
+        return "needs a reference text or {'type': 'tool_call', 'name', 'arguments'}"
+    return None
 
 
 def _field_problems(record: dict) -> str | None:
@@ -63,13 +96,19 @@ def parse_record(record: Any, line_number: int, stem: str) -> tuple[WorkloadItem
         f"line {line_number}: unknown field '{name}' ignored" for name in sorted(set(record) - KNOWN_FIELDS)
     ]
     messages = [dict(message) for message in record["messages"]] if "messages" in record else None
+    category = record.get("category", DEFAULT_USER_CATEGORY).strip()
+    meta = {**record.get("meta", {}), "source": "jsonl", "line": line_number}
+    unusable = reference_problem(category, record.get("reference"))
+    if unusable:
+        meta["quality"] = NOT_ASSESSED
+        warnings.append(f"line {line_number}: category '{category}' {unusable}; loaded, quality {NOT_ASSESSED}")
     item = WorkloadItem(
         id=str(record.get("id", f"{stem}/{line_number}")),
-        category=record.get("category", DEFAULT_USER_CATEGORY).strip(),
+        category=category,
         messages=messages,
         prompt=record.get("prompt"),
         reference=record.get("reference"),
-        meta={**record.get("meta", {}), "source": "jsonl", "line": line_number},
+        meta=meta,
     )
     return item, warnings
 
