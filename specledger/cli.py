@@ -36,6 +36,7 @@ def _register() -> None:
     from specledger.probe.cli import import_vllm_bench, probe
     from specledger.report.cli import report
     from specledger.serve.cli import serve
+    from specledger.simulate.cli import simulate
 
     app.command("run")(run)
     app.command("sweep")(sweep)
@@ -47,6 +48,7 @@ def _register() -> None:
     app.command("calibrate")(calibrate)
     app.command("predict")(predict)
     app.command("serve")(serve)
+    app.command("simulate")(simulate)
 
 
 _register()

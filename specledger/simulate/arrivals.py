@@ -52,7 +52,7 @@ def replay_file(path: str | Path) -> Arrivals:
     """Send times from a probe run directory (its traces' ``extra.start_s``) or a JSON list of offsets (s)."""
     p = Path(path)
     if p.is_dir():
-        from specledger.engine.trace import read_records
+        from specledger.rundir import read_records
 
         trace = p / "traces.jsonl"
         require(trace.is_file(), f"{p} has no traces.jsonl; give a probe run directory or a JSON list of offsets")

@@ -76,6 +76,7 @@ class SimResult:
             "itl_p50_ms": q(gaps, 50), "itl_p99_ms": q(gaps, 99),
             "itl_std_ms": float(gaps.std() * 1e3) if gaps.size else None,
             "itl_token_p99_ms": _zero_padded_quantile(gaps, zeros, 99),
+            "itl_token_std_ms": _zero_padded_std(gaps, zeros),
             "longest_stall_ms": float(gaps.max() * 1e3) if gaps.size else None,
             "latency_p50_ms": q(latency, 50), "latency_p99_ms": q(latency, 99),
             "mean_latency_s": float(latency.mean()) if latency.size else None,
@@ -91,6 +92,16 @@ class SimResult:
             "peak_kv_tokens": L.peak_kv_tokens,
             "replicas": self.replicas,
         }
+
+
+def _zero_padded_std(gaps: np.ndarray, zeros: int) -> float | None:
+    """Standard deviation of token ITL (chunk gaps plus ``zeros`` zero gaps): sqrt(E[x^2] - E[x]^2)."""
+    n = gaps.size + zeros
+    if n == 0:
+        return None
+    g = gaps.astype(np.float64)
+    mean, sq = g.sum() / n, (g * g).sum() / n
+    return float(np.sqrt(max(sq - mean * mean, 0.0)) * 1e3)
 
 
 def _zero_padded_quantile(gaps: np.ndarray, zeros: int, p: float) -> float | None:

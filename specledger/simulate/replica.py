@@ -235,7 +235,7 @@ class Replica:
             for gv in np.flatnonzero(counts[1:]) + 1:
                 t_draft_each[g == gv] = float(cost.draft_s(self.drafter, int(gv), ctx_mean))
         rows = int(nd + prop.sum()) + pre_tokens
-        t_fwd = float(cost.step_s(rows, b, ctx_mean))
+        t_fwd = float(cost.step_s(max(rows, b), b, ctx_mean))
         t_other = float(cost.other_s(b))
         t_emit = t + float(t_draft_each.sum()) + t_fwd + t_other
         # commit

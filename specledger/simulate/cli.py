@@ -1,0 +1,212 @@
+"""``specledger simulate``: parse flags, build the inputs, call the simulator, print / write the points."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from specledger.errors import SpecLedgerError, require
+
+SIMULATE_JSON = "simulate.json"
+KEYS = ("throughput_tok_s", "tpot_p50_ms", "ttft_p50_ms", "itl_p99_ms", "preemptions")
+
+
+def _csv(text: str, cast: Any, flag: str, example: str) -> list:
+    try:
+        out = [cast(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SpecLedgerError(f"{flag} must be a comma-separated list, e.g. {example}; got {text!r}") from None
+    return out
+
+
+def _gammas(text: str) -> list[int | str]:
+    from specledger.engine.policy import POLICIES
+
+    out: list[int | str] = []
+    for x in (t.strip() for t in text.split(",") if t.strip()):
+        if x.isdigit():
+            out.append(int(x))
+        else:
+            require(x in POLICIES[1:], f"--gamma {x!r} is neither an integer >= 0 nor a policy "
+                    f"({', '.join(POLICIES[1:])})")
+            out.append(x)
+    require(bool(out), "--gamma is empty; give e.g. 4 or 1,2,4,goodput")
+    return out
+
+
+def resolve_cost(run: Any, profile: Path | None, hardware: str | None, model_config: Path | None,
+                 eff_memory: float, eff_compute: float) -> Any:
+    """--profile FILE, or --hardware with --model-config (roofline), or the run's own costs."""
+    from specledger.simulate.profile import fit_serving_cost, load_cost
+
+    require(not (profile and hardware), "give either --profile or --hardware, not both")
+    if profile is not None:
+        return load_cost(profile)
+    if hardware is not None:
+        from specledger.simulate.hardware import hardware as hw_lookup
+        from specledger.simulate.hardware import load_model_config, roofline
+
+        hw_lookup(hardware)
+        require(model_config is not None, "--hardware needs --model-config FILE (params, layers, heads, kv_heads, "
+                "head_dim, dtype; a Hugging Face config.json works)")
+        return roofline(hardware, load_model_config(model_config), eff_memory, eff_compute)  # type: ignore[arg-type]
+    if (run.path / "cost_model.json").is_file():
+        return load_cost(run.path / "cost_model.json")
+    serving = run.serving_records()
+    if serving:
+        return fit_serving_cost(serving, source=f"fitted from the batched steps of {run.path}")
+    from specledger.predict.costmodel import fit_cost_model
+
+    return fit_cost_model(run.records, source=f"fitted from the solo rounds of {run.path} (batched steps "
+                          "extrapolated; calibrate a profile for better batched costs)")
+
+
+def simulate(
+    from_: Annotated[Path, typer.Option("--from", help="Run directory whose traces give acceptance chains and "
+                                                       "request sizes (a serving sweep, `run`, ...).")],
+    drafter: Annotated[str, typer.Option(help="Drafter whose measured chains to use.")] = "ngram",
+    gamma: Annotated[str, typer.Option(help="Static gamma(s) and/or policies: 4 | 1,2,4,goodput "
+                                            "(plain decoding is always simulated beside them).")] = "4",
+    concurrency: Annotated[str, typer.Option(help="Closed-loop concurrency levels, e.g. 1,4,16.")] = "",
+    rate: Annotated[str, typer.Option(help="Poisson request rates in req/s, e.g. 2,8 (instead of --concurrency).")]
+    = "",
+    replay: Annotated[Path | None, typer.Option(help="Replay send times: a probe run directory or a JSON list of "
+                                                     "offsets (s).")] = None,
+    profile: Annotated[Path | None, typer.Option(help="Cost profile JSON (`specledger calibrate --out`).")] = None,
+    hardware: Annotated[str | None, typer.Option(help="Roofline on a100 | h100 | h200 | l4 | cpu (needs "
+                                                      "--model-config).")] = None,
+    model_config: Annotated[Path | None, typer.Option(help="Model config JSON for the roofline.")] = None,
+    eff_memory: Annotated[float, typer.Option(help="Roofline: assumed fraction of peak bandwidth.")] = 0.7,
+    eff_compute: Annotated[float, typer.Option(help="Roofline: assumed fraction of peak FLOP/s.")] = 0.5,
+    requests: Annotated[int, typer.Option(help="Requests per point.")] = 1000,
+    replicas: Annotated[int, typer.Option(help="Replicas behind the router.")] = 1,
+    router: Annotated[str, typer.Option(help="round_robin | least_outstanding")] = "least_outstanding",
+    max_num_seqs: Annotated[int | None, typer.Option(help="Sequences per replica (default: the concurrency, "
+                                                          "256 for rates).")] = None,
+    max_batched_tokens: Annotated[int | None, typer.Option(help="Rows per step (gamma + 1 per request).")] = None,
+    kv_budget: Annotated[int | None, typer.Option(help="KV tokens per replica (default: unlimited; roofline: "
+                                                       "what fits in memory).")] = None,
+    block_size: Annotated[int, typer.Option(help="KV block size in tokens.")] = 1,
+    chunked_prefill: Annotated[bool, typer.Option(help="vLLM v1 chunked prefill.")] = False,
+    context: Annotated[int | None, typer.Option(help="Override every prompt's length (tokens).")] = None,
+    contexts: Annotated[str, typer.Option(help="Crossover map over these context lengths x the concurrencies.")]
+    = "",
+    acceptance: Annotated[str, typer.Option(help="spread (per-request chains) | mean (pooled chain) | "
+                                                 "deterministic (E[K] every round, no variance)")] = "spread",
+    slo_ttft_p99_ms: Annotated[float | None, typer.Option(help="Capacity plan SLO: P99 TTFT (ms).")] = None,
+    slo_tpot_p50_ms: Annotated[float | None, typer.Option(help="Capacity plan SLO: P50 TPOT (ms).")] = None,
+    seed: Annotated[int, typer.Option(help="Sampling and arrival seed.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the points as JSON.")] = False,
+    out: Annotated[Path | None, typer.Option(help="Write simulate.json (and the report section) here.")] = None,
+) -> None:
+    """Simulate serving with speculation at loads, contexts and scales this machine cannot reach."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from specledger.simulate.arrivals import closed_loop, poisson, replay_file
+    from specledger.simulate.cluster import SLO, capacity_plan, crossover_map
+    from specledger.simulate.cluster import router as make_router
+    from specledger.simulate.engine import simulate as run_sim
+    from specledger.simulate.replica import ServerConfig
+    from specledger.simulate.source import acceptance_table, load_run
+
+    concs = _csv(concurrency, int, "--concurrency", "1,4,16")
+    rates = _csv(rate, float, "--rate", "2,8")
+    require(sum(bool(x) for x in (concs, rates, replay)) == 1,
+            "give exactly one of --concurrency (e.g. 1,4,16), --rate (e.g. 2,8) or --replay")
+    require(all(c >= 1 for c in concs), "--concurrency levels must be integers >= 1, e.g. 1,4,16")
+    require(all(r > 0 and math.isfinite(r) for r in rates), "--rate must be positive requests per second, e.g. 2,8")
+    require(requests >= 1, "--requests must be >= 1")
+    require(replicas >= 1, "--replicas must be >= 1")
+    require(block_size >= 1, "--block-size must be >= 1")
+    require(acceptance in ("spread", "mean", "deterministic"), "--acceptance must be spread, mean or deterministic")
+    require(context is None or context >= 1, "--context must be >= 1 tokens")
+    gammas = _gammas(gamma)
+    make_router(router)
+    ctx_list = _csv(contexts, int, "--contexts", "512,2048,8192")
+    run = load_run(from_)
+    cost = resolve_cost(run, profile, hardware, model_config, eff_memory, eff_compute)
+    table, _ = acceptance_table(run.records, drafter, max(16, *[g for g in gammas if isinstance(g, int)]))
+    if acceptance != "spread":
+        table = table.mean_only(deterministic=acceptance == "deterministic")
+    if context is not None:
+        from specledger.simulate.cluster import with_context
+
+        table = with_context(table, context)
+    if kv_budget is None and hasattr(cost, "kv_budget_tokens"):
+        kv_budget = cost.kv_budget_tokens()
+    settings: list[int | str] = [0] + [g for g in gammas if g != 0]
+
+    loads: list[tuple[str, Any, Any]] = [("concurrency", c, closed_loop(c)) for c in concs]
+    loads += [("rate", r, poisson(r, requests, seed)) for r in rates]
+    if replay is not None:
+        arr = replay_file(replay)
+        loads.append(("replay", arr.label, arr))
+    points: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    for kind, load, arr in loads:
+        n = requests if arr.closed else min(requests, arr.times.shape[0])
+        seqs = max_num_seqs or (int(load) if kind == "concurrency" else 256)
+        cfg = ServerConfig(seqs, max_batched_tokens, kv_budget, block_size, chunked_prefill)
+        for g in settings:
+            m = run_sim(table, arr, n, cost, g, drafter, cfg, replicas, make_router(router), seed=seed).metrics()
+            points.append({kind: load, "setting": "plain" if g == 0 else f"{drafter} γ={g}", "gamma": g, **m})
+    base = {(p.get("concurrency"), p.get("rate"), p.get("replay")): p for p in points if p["gamma"] == 0}
+    for p in points:
+        b = base[(p.get("concurrency"), p.get("rate"), p.get("replay"))]
+        p["speedup"] = p["throughput_tok_s"] / b["throughput_tok_s"] if b["throughput_tok_s"] else None
+    elapsed = time.perf_counter() - t0
+
+    doc: dict[str, Any] = {
+        "experiment": "simulate", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "from": str(run.path),
+        "drafter": drafter, "settings": [str(g) for g in settings], "cost_source": cost.source,
+        "acceptance": acceptance, "acceptance_assumption": table.assumption, "requests": requests,
+        "replicas": replicas, "router": router,
+        "server": {"max_num_seqs": max_num_seqs, "max_batched_tokens": max_batched_tokens, "kv_budget_tokens": kv_budget,
+                   "block_size": block_size, "chunked_prefill": chunked_prefill},
+        "points": points, "simulated_s": elapsed,
+    }
+    slo = SLO(slo_ttft_p99_ms, slo_tpot_p50_ms)
+    if slo.ttft_p99_ms is not None or slo.tpot_p50_ms is not None:
+        require(bool(rates), "a capacity plan needs --rate (the request rates to plan for)")
+        cfg = ServerConfig(max_num_seqs or 256, max_batched_tokens, kv_budget, block_size, chunked_prefill)
+        doc["capacity_plan"] = capacity_plan(table, rates, slo, cost, settings, cfg, n_requests=requests,
+                                             route=router, seed=seed)
+    if ctx_list:
+        require(bool(concs), "a crossover map (--contexts) needs --concurrency levels")
+        cfg = ServerConfig(max_num_seqs or 1, max_batched_tokens, kv_budget, block_size, chunked_prefill)
+        doc["crossover_map"] = crossover_map(table, concs, ctx_list, cost, settings, cfg,
+                                             n_requests=min(requests, 400), seed=seed)
+    if out is not None:
+        from specledger.rundir import write_json_atomic
+
+        out.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(out / SIMULATE_JSON, doc)
+    if as_json:
+        print(json.dumps(points, indent=1, default=str))
+        return
+    console = Console()
+    console.print(f"[bold]specledger simulate[/] from {run.path} -- cost: {cost.source}")
+    tab = Table("load", "setting", "tok/s", "speed-up", "TPOT P50 ms", "TTFT P50 ms", "ITL P99 ms", "stall ms",
+                "preempt")
+    for p in points:
+        load = next(f"{k}={p[k]}" for k in ("concurrency", "rate", "replay") if k in p)
+        tab.add_row(load, p["setting"], f"{p['throughput_tok_s']:.1f}", f"{p['speedup']:.3f}",
+                    _f(p["tpot_p50_ms"]), _f(p["ttft_p50_ms"]), _f(p["itl_p99_ms"]), _f(p["longest_stall_ms"]),
+                    str(p["preemptions"]))
+    console.print(tab)
+    for row in doc.get("capacity_plan", []):
+        console.print(f"rate {row['rate']:g}/s {row['setting']}: {row['replicas'] or '> 256'} replicas "
+                      f"({row['slo']})")
+    for cell in doc.get("crossover_map", []):
+        console.print(f"context {cell['context']} c={cell['concurrency']}: best {cell['best']}")
+    console.print(f"simulated in {elapsed:.1f} s" + (f"; wrote {out / SIMULATE_JSON}" if out else ""))
+
+
+def _f(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1f}"

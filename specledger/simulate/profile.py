@@ -1,0 +1,182 @@
+"""Cost profiles the simulator can price steps with, and the batched-step fit from a serving run.
+
+Three sources, each labelled in every output (``source``):
+
+* a serving run's own steps (:func:`fit_serving_cost`): the batched engine writes one round record
+  per request per step, and the rounds of one step share its packed forward's ``t_verify`` exactly,
+  so grouping them rebuilds every step (rows R = sum(proposed + 1), batch B, mean context c). Fitted,
+  with :mod:`specledger.predict.costmodel`'s non-negative parts:
+
+      forward   T_s(R, B, c)   = the predict cost model's form (f0 + f_s [R>B] + f_r (R-B) + f_b (B-1) + ...)
+      prefill   T_p(P)         = p0 + p1 P + p2 P^2 / 1000, from every first admission's ``t_prefill``
+      drafting  T_d(g, c)      per drafter, from the rounds' ``t_draft``
+      overhead  T_o(B)         = o0 + o1 B: a step's wall time (between two emissions of a request that
+                                 ran in both) minus its forward, drafting and the prefills it admitted
+                                 (sampling, acceptance, stop checks, scheduling -- all of it)
+
+* a cost model file (``specledger calibrate`` / a run's ``cost_model.json``), read with
+  :class:`specledger.predict.costmodel.CostModel`, or a file this module wrote (``kind: serving-fit``);
+* a roofline (:mod:`specledger.simulate.hardware`), never measured and said so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specledger.engine.trace import RequestRecord
+from specledger.errors import require
+from specledger.predict.costmodel import (
+    FORWARD_TERMS,
+    PREFILL_TERMS,
+    Part,
+    draft_features,
+    fit_part,
+    forward_features,
+    prefill_features,
+)
+
+OVERHEAD_TERMS = ("1", "B")
+
+
+@dataclass
+class ServingCost:
+    """Step prices fitted from a serving run (duck-typed like CostModel: prefill_s, step_s, round_s, draft_s, other_s)."""
+
+    source: str
+    forward: Part
+    prefill: Part
+    overhead: Part
+    draft: dict[str, Part] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def prefill_s(self, prompt_tokens: int) -> float:
+        return self.prefill.value(prefill_features(prompt_tokens))
+
+    def step_s(self, total_rows: int, batch: int, context: float) -> float:
+        return self.forward.value(forward_features(max(total_rows, batch), max(batch, 1), context))
+
+    def round_s(self, rows: int, context: float) -> float:
+        return self.step_s(rows, 1, context)
+
+    def draft_s(self, drafter: str, gamma: int, context: float = 0.0) -> float:
+        part = self.draft.get(drafter)
+        return part.value(draft_features(gamma, context)) if part is not None and gamma > 0 else 0.0
+
+    def other_s(self, batch: int = 1) -> float:
+        return self.overhead.value({"1": 1.0, "B": float(batch)})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "serving-fit", "source": self.source, "forward": self.forward.to_dict(),
+                "prefill": self.prefill.to_dict(), "overhead": self.overhead.to_dict(),
+                "draft": {k: v.to_dict() for k, v in self.draft.items()}, "meta": self.meta}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ServingCost:
+        return cls(str(d.get("source", "")), Part.from_dict(d["forward"]), Part.from_dict(d["prefill"]),
+                   Part.from_dict(d["overhead"]), {k: Part.from_dict(v) for k, v in d.get("draft", {}).items()},
+                   dict(d.get("meta", {})))
+
+
+@dataclass
+class Step:
+    rows: int
+    batch: int
+    context: float
+    t_forward: float
+    t_draft: float
+    prefill_s: float  # prefills of the requests admitted in this step
+    wall: float | None  # emission-to-emission time of a request present in this and the previous step
+    key: Any = None
+
+
+def steps_from_records(records: Iterable[RequestRecord]) -> list[Step]:
+    """Rebuild the batched engine's steps: rounds of one point and repeat that share ``t_verify``."""
+    groups: dict[tuple, list[tuple[RequestRecord, int]]] = defaultdict(list)
+    for r in records:
+        point = (r.extra.get("kind"), r.extra.get("load"), r.extra.get("setting"), r.extra.get("repeat", 0),
+                 r.extra.get("source"), r.extra.get("concurrency"))
+        for i, rd in enumerate(r.rounds):
+            groups[(point, rd.t_verify)].append((r, i))
+    steps = []
+    for key, members in groups.items():
+        rds = [r.rounds[i] for r, i in members]
+        walls = []
+        for r, i in members:
+            emits = _chunk_times(r)
+            if i >= 1 and i + 1 < len(emits):
+                walls.append(emits[i + 1] - emits[i])
+        steps.append(Step(rows=sum(rd.proposed + 1 for rd in rds), batch=len(rds),
+                          context=float(np.mean([rd.context_len for rd in rds])), t_forward=float(key[1]),
+                          t_draft=float(sum(rd.t_draft for rd in rds)),
+                          prefill_s=float(sum(r.t_prefill for r, i in members if i == 0)),
+                          wall=float(np.median(walls)) if walls else None, key=key[0]))
+    return steps
+
+
+def _chunk_times(r: RequestRecord) -> list[float]:
+    """Emission time of each chunk: the first is the prefill's token, chunk k >= 1 is round k - 1's."""
+    out, pos = [], 0
+    for n in r.chunks:
+        if n <= 0 or pos >= len(r.token_times):
+            continue
+        out.append(r.token_times[pos])
+        pos += n
+    return out
+
+
+def fit_serving_cost(records: Sequence[RequestRecord], source: str = "", n_boot: int = 10) -> ServingCost:
+    """Fit a :class:`ServingCost` from a serving run's records (see the module docstring)."""
+    records = [r for r in records if r.rounds]
+    require(bool(records), "no serving rounds to fit step costs on; give a `sweep --experiment serving` run")
+    steps = steps_from_records(records)
+    forward = fit_part(FORWARD_TERMS, [forward_features(s.rows, s.batch, s.context) for s in steps],
+                       [s.t_forward for s in steps], n_boot=n_boot)
+    pre = [r for r in records if r.t_prefill > 0]
+    prefill = fit_part(PREFILL_TERMS, [prefill_features(r.prompt_tokens) for r in pre], [r.t_prefill for r in pre],
+                       n_boot=n_boot)
+    draft: dict[str, Part] = {}
+    for d in sorted({r.drafter for r in records} - {"none"}):
+        xs, ys = [], []
+        for r in records:
+            if r.drafter != d:
+                continue
+            for rd in r.rounds:
+                if rd.gamma > 0:
+                    xs.append(draft_features(rd.gamma, rd.context_len))
+                    ys.append(rd.t_draft)
+        if xs:
+            draft[d] = fit_part(("1", "g", "ctx", "g_ctx"), xs, ys, n_boot=n_boot)
+    walls = [s for s in steps if s.wall is not None]
+    ov_y = [max(0.0, s.wall - s.t_forward - s.t_draft - s.prefill_s) for s in walls]  # type: ignore[operator]
+    overhead = fit_part(OVERHEAD_TERMS, [{"1": 1.0, "B": float(s.batch)} for s in walls], ov_y, n_boot=n_boot) \
+        if walls else Part(list(OVERHEAD_TERMS), [0.0, 0.0])
+    return ServingCost(source or f"fitted from {len(steps)} batched steps of a serving run", forward, prefill,
+                       overhead, draft, {"steps": len(steps), "requests": len(records),
+                                         "forward_rms_ms": 1e3 * (forward.rms_s or math.nan)})
+
+
+def load_cost(path: str | Path) -> Any:
+    """A cost file: this module's ``serving-fit``, a roofline profile, or a predict CostModel JSON."""
+    from specledger.rundir import read_json
+
+    p = Path(path)
+    require(p.is_file(), f"cost profile not found: {p}; run `specledger calibrate --out {p}` or give --hardware")
+    d = read_json(p, "give a cost profile JSON (`specledger calibrate --out FILE`)")
+    require(isinstance(d, dict), f"{p} is not a cost profile (a JSON object); re-run `specledger calibrate`")
+    if d.get("kind") == "serving-fit":
+        return ServingCost.from_dict(d)
+    if d.get("kind") == "roofline":
+        from specledger.simulate.hardware import Hardware, ModelConfig, RooflineCost
+
+        return RooflineCost(ModelConfig(**d["model"]), Hardware(**d["hardware"]), d["eff_memory"], d["eff_compute"],
+                            d["model_free_draft_s"], d["other_base_s"], d["other_per_request_s"])
+    from specledger.predict.costmodel import CostModel
+
+    return CostModel.from_dict(d)

@@ -1,0 +1,97 @@
+"""A measured run as the simulator's input: acceptance per prompt, request sizes and the load points.
+
+``--from RUN_DIR`` takes any run directory with ``traces.jsonl``: every request record with rounds
+(a serving sweep, ``specledger run``, the policies sweep) gives, per (prompt, drafter), one chain
+pooled over its static gammas (:class:`specledger.predict.acceptance.AcceptanceModel`) and the
+prompt's sizes. A serving sweep (``serving.json``) also names its load points: for each
+(kind, load, setting, repeat) the records it served, so the simulator can replay the same prompts
+in the same order at the same load and be compared point by point.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specledger.engine.trace import RequestRecord
+from specledger.errors import require
+from specledger.simulate.chains import ChainTable
+
+
+@dataclass
+class RunSource:
+    path: Path
+    records: list[RequestRecord]
+    serving: dict[str, Any] | None
+
+    @property
+    def drafters(self) -> list[str]:
+        return sorted({r.drafter for r in self.records if r.drafter != "none" and r.rounds})
+
+    def serving_records(self) -> list[RequestRecord]:
+        return [r for r in self.records if r.extra.get("experiment") == "serving"]
+
+    def points(self) -> dict[tuple, list[RequestRecord]]:
+        """{(kind, load, setting, repeat): records} of a serving sweep's concurrency and rate points."""
+        out: dict[tuple, list[RequestRecord]] = defaultdict(list)
+        for r in self.serving_records():
+            if r.extra.get("kind") in ("concurrency", "rate"):
+                out[(r.extra["kind"], r.extra["load"], r.extra["setting"], int(r.extra.get("repeat", 0)))].append(r)
+        return dict(out)
+
+    def prompt_order(self) -> list[str]:
+        """The serving sweep's prompt ids in serving order (request i of a point serves prompt i mod n)."""
+        return list((self.serving or {}).get("prompts", []))
+
+
+def load_run(path: str | Path) -> RunSource:
+    from specledger.rundir import read_records
+
+    p = Path(path)
+    require(p.is_dir(), f"run directory not found: {p}; give a directory written by `specledger sweep` or `run`")
+    trace = p / "traces.jsonl"
+    require(trace.is_file(), f"{p} has no traces.jsonl; give a run directory with request traces")
+    records = list(read_records(trace))
+    require(any(r.rounds for r in records), f"{trace} has no decoding rounds to take acceptance from")
+    serving = None
+    if (p / "serving.json").is_file():
+        serving = json.loads((p / "serving.json").read_text(encoding="utf-8"))
+    return RunSource(p, records, serving)
+
+
+def acceptance_table(records: Sequence[RequestRecord], drafter: str, max_gamma: int = 16,
+                     exclude_gammas: Sequence[int] = ()) -> tuple[ChainTable, dict[str, int]]:
+    """The drafter's chains, one row per measured prompt, and {prompt_id: row}."""
+    from specledger.predict.acceptance import AcceptanceModel
+
+    model = AcceptanceModel.from_records(records, exclude_gammas=exclude_gammas)
+    require(drafter in model.drafters(), f"the run has no static-gamma rounds of drafter {drafter!r}; "
+            f"choose from {', '.join(model.drafters()) or '(none)'}")
+    chains = [c for cat in model.categories() for c in model.requests(cat, drafter)]
+    table = ChainTable.from_model(model, chains, max_gamma)
+    return table, {c.prompt_id: i for i, c in enumerate(chains)}
+
+
+def plain_table(records: Sequence[RequestRecord]) -> tuple[ChainTable, dict[str, int]]:
+    """Sizes per prompt for plain decoding (no acceptance needed): the mean output length of its records."""
+    by: dict[str, list[RequestRecord]] = defaultdict(list)
+    for r in records:
+        by[r.prompt_id or r.request_id].append(r)
+    ids = sorted(by)
+    table = ChainTable.plain([by[i][0].prompt_tokens for i in ids],
+                             [round(float(np.mean([r.output_tokens for r in by[i]]))) for i in ids],
+                             [by[i][0].category for i in ids])
+    return table, {pid: k for k, pid in enumerate(ids)}
+
+
+def workload_order(prompt_ids: Sequence[str], rows: dict[str, int], n: int) -> np.ndarray:
+    """Rows of the table for requests 0..n-1 serving ``prompt_ids`` cycled (the sweep's order)."""
+    missing = [p for p in prompt_ids if p not in rows]
+    require(not missing, f"no measured chain for prompt(s) {', '.join(missing[:3])}; measure them with the drafter")
+    return np.array([rows[prompt_ids[i % len(prompt_ids)]] for i in range(n)], dtype=np.int64)

@@ -1,0 +1,140 @@
+"""The simulator against a real serving sweep, point by point (``benchmarks/bench_simulator.py``).
+
+For every concurrency point (load c, setting plain or drafter γ=g, repeat r) of a
+``sweep --experiment serving`` run, the simulator serves the same prompts in the same order at the
+same load, with acceptance from the run's per-prompt chains and a cost profile. Honest by default:
+leave-one-repeat-out -- the steps of repeat r are predicted with costs fitted on the *other*
+repeats' steps (:func:`specledger.simulate.profile.fit_serving_cost`); with one repeat the fit is
+in-sample and labelled so; ``cost`` given (a calibrated profile) replaces the fit altogether.
+
+Real figures per repeat: throughput = that repeat's tokens / wall (``serving.json``), TTFT/TPOT P50
+and chunk ITL P99 from its records (:func:`specledger.analysis.metrics.latency_stats`). Each side's
+figure is the mean over repeats; error = (simulated - real) / real. Crossover per load: the smallest
+γ whose speed-up over plain at that load is below 1 (None: speculation paid at every γ measured).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from specledger.analysis.metrics import latency_stats
+from specledger.errors import require
+from specledger.simulate.arrivals import closed_loop
+from specledger.simulate.engine import simulate
+from specledger.simulate.profile import fit_serving_cost
+from specledger.simulate.replica import ServerConfig
+from specledger.simulate.source import RunSource, acceptance_table, plain_table, workload_order
+
+METRICS = ("throughput_tok_s", "tpot_p50_ms", "ttft_p50_ms", "itl_p99_ms")
+TOLERANCE = {"throughput_tok_s": 0.05, "tpot_p50_ms": 0.10, "ttft_p50_ms": 0.10, "itl_p99_ms": 0.15}
+
+
+def parse_setting(setting: str) -> tuple[str, int | str]:
+    """``"plain"`` -> ("none", 0); ``"ngram γ=4"`` -> ("ngram", 4); policies keep their name."""
+    if setting == "plain":
+        return "none", 0
+    m = re.fullmatch(r"(\S+) γ=(\S+)", setting)
+    require(m is not None, f"unrecognised serving setting {setting!r}")
+    g = m.group(2)  # type: ignore[union-attr]
+    return m.group(1), int(g) if g.isdigit() else g  # type: ignore[union-attr]
+
+
+def real_metrics(records: Sequence[Any], wall_s: float) -> dict[str, float | None]:
+    lat = latency_stats(records)
+    tokens = sum(r.output_tokens for r in records)
+    return {"throughput_tok_s": tokens / wall_s if wall_s > 0 else math.nan,
+            "tpot_p50_ms": lat["tpot_ms"]["p50"], "ttft_p50_ms": lat["ttft_ms"]["p50"],
+            "itl_p99_ms": lat["itl_chunk_ms"]["p99"], "preemptions": sum(r.extra.get("preemptions", 0) for r in records)}
+
+
+def _walls(run: RunSource) -> dict[tuple, list[float]]:
+    out: dict[tuple, list[float]] = {}
+    for p in (run.serving or {}).get("concurrency", []):
+        out[(p["kind"], p["load"], p["setting"])] = [x["wall_s"] for x in p.get("repeats", [])]
+    return out
+
+
+def validate(run: RunSource, cost: Any = None, seeds: int = 4, max_gamma: int = 16) -> dict[str, Any]:
+    """Real vs simulated figures at every concurrency point of ``run`` (see the module docstring)."""
+    require(run.serving is not None, f"{run.path} has no serving.json; give a `sweep --experiment serving` run")
+    points = {k: v for k, v in run.points().items() if k[0] == "concurrency"}
+    require(bool(points), f"{run.path} has no concurrency points to compare with")
+    walls = _walls(run)
+    order_ids = run.prompt_order()
+    recs = run.serving_records()
+    repeats = sorted({k[3] for k in points})
+    tables: dict[str, tuple] = {"none": plain_table(recs)}
+    for d in {parse_setting(k[2])[0] for k in points} - {"none"}:
+        tables[d] = acceptance_table(recs, d, max_gamma)
+    costs = {}
+    for r in repeats:
+        if cost is not None:
+            costs[r] = cost
+        else:
+            train = [x for x in recs if int(x.extra.get("repeat", 0)) != r] or recs
+            label = ("in-sample: fitted on the same (only) repeat" if len(repeats) == 1
+                     else f"fitted on the steps of repeats other than {r}")
+            costs[r] = fit_serving_cost(train, source=f"serving-run steps ({label})")
+    rows = []
+    for (kind, load, setting) in sorted({k[:3] for k in points}, key=lambda k: (k[1], k[2])):
+        drafter, gamma = parse_setting(setting)
+        table, index = tables[drafter]
+        per_real, per_sim = [], []
+        for r in repeats:
+            rs = points.get((kind, load, setting, r))
+            wall = walls.get((kind, load, setting), [])
+            if not rs or r >= len(wall):
+                continue
+            per_real.append(real_metrics(rs, wall[r]))
+            n = len(rs)
+            order = workload_order(order_ids or sorted({x.prompt_id for x in rs}), index, n)
+            sims = [simulate(table, closed_loop(int(load)), n, costs[r], gamma, drafter,
+                             ServerConfig(max_num_seqs=int(load)), order=order, seed=s).metrics()
+                    for s in range(seeds)]
+            per_sim.append({m: float(np.mean([s[m] for s in sims])) for m in (*METRICS, "preemptions")})
+        if not per_real:
+            continue
+        row: dict[str, Any] = {"kind": kind, "load": load, "setting": setting, "drafter": drafter, "gamma": gamma,
+                               "repeats": len(per_real)}
+        for m in METRICS:
+            real = float(np.mean([x[m] for x in per_real if x[m] is not None]))
+            sim = float(np.mean([x[m] for x in per_sim]))
+            row[m] = {"real": real, "sim": sim, "error": (sim - real) / real if real else None,
+                      "within": abs(sim - real) <= TOLERANCE[m] * abs(real) if real else None}
+        rows.append(row)
+    _speedups(rows)
+    return {"points": rows, "crossover": crossovers(rows), "cost_source": {r: c.source for r, c in costs.items()},
+            "tolerance": TOLERANCE, "seeds": seeds}
+
+
+def _speedups(rows: list[dict[str, Any]]) -> None:
+    base = {(r["kind"], r["load"]): r for r in rows if r["drafter"] == "none"}
+    for r in rows:
+        b = base.get((r["kind"], r["load"]))
+        if b is not None:
+            r["speedup"] = {side: r["throughput_tok_s"][side] / b["throughput_tok_s"][side] for side in ("real", "sim")}
+
+
+def crossovers(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (load, drafter): the smallest static γ whose speed-up is below 1, real and simulated, and the best γ."""
+    by: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        if r["drafter"] != "none" and isinstance(r["gamma"], int) and "speedup" in r:
+            by[(r["load"], r["drafter"])].append(r)
+    out = []
+    for (load, drafter), rs in sorted(by.items()):
+        rs = sorted(rs, key=lambda r: r["gamma"])
+        entry: dict[str, Any] = {"load": load, "drafter": drafter}
+        for side in ("real", "sim"):
+            entry[f"crossover_{side}"] = next((r["gamma"] for r in rs if r["speedup"][side] < 1.0), None)
+            best = max(rs, key=lambda r: r["speedup"][side])
+            entry[f"best_{side}"] = best["gamma"] if best["speedup"][side] > 1.0 else 0
+        entry["same"] = entry["crossover_real"] == entry["crossover_sim"]
+        out.append(entry)
+    return out
