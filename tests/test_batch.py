@@ -176,3 +176,111 @@ def test_scheduler_checks_requests(target, char_tokenizer):
         with pytest.raises(SpecLedgerError):
             sched.add(bad, make_drafter("none", None))
     assert len(sched) == 0 and sched.step() == []
+
+
+# --- a failure in one request fails that request alone ---------------------------------------------
+
+
+class _Flaky:
+    """Wraps a drafter; its ``hook`` raises on the ``after``-th call (0 = the first)."""
+
+    def __init__(self, inner, hook: str, after: int = 0) -> None:
+        self.inner, self.hook, self.after, self.calls = inner, hook, after, 0
+
+    def __getattr__(self, name):
+        attr = getattr(self.inner, name)
+        if name != self.hook:
+            return attr
+
+        def flaky(*args, **kwargs):
+            self.calls += 1
+            if self.calls > self.after:
+                raise RuntimeError(f"{name} broke")
+            return attr(*args, **kwargs)
+
+        return flaky
+
+
+@pytest.mark.parametrize("hook,after", [("propose", 2), ("commit", 1), ("begin", 0), ("end", 0)])
+def test_a_failing_request_fails_alone(target, solo, hook, after):
+    """Drafting, verification/commit, prefill or the final record raising in one request: that request
+    ends with RequestFailed (its last event), its slot is freed, the others equal their solo outputs."""
+    from specledger.engine.batch import RequestFailed
+    from specledger.engine.trace import RequestRecord
+
+    engine = BatchEngine(target, max_batch=3, capacity=128)
+    sched = engine.scheduler()
+    reqs = _requests(6)
+    tickets = {}
+    for i, r in enumerate(reqs):
+        d = make_drafter("ngram", Engine(target))
+        tickets[sched.add(r, _Flaky(d, hook, after) if i == 1 else d, 3)] = r.request_id
+    events: dict[int, list] = {}
+    _drain(sched, events)
+    bad = next(t for t, rid in tickets.items() if rid == "r1")
+    assert isinstance(events[bad][-1], RequestFailed) and f"{hook} broke" in events[bad][-1].error
+    assert not any(isinstance(e, (RequestRecord, RequestFailed)) for e in events[bad][:-1])
+    for t, evs in events.items():
+        if t != bad:
+            assert _check_stream(evs).token_ids == solo[tickets[t]], tickets[t]
+    assert len(sched) == 0 and sorted(sched.free_slots) == [0, 1, 2]
+
+
+class _BrokenForward:
+    """The target, whose ``n``-th packed forward raises."""
+
+    def __init__(self, model, n: int) -> None:
+        self.model, self.n, self.calls = model, n, 0
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def __call__(self, *args, **kwargs):
+        return self.model(*args, **kwargs)
+
+    def forward_packed(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls == self.n:
+            raise RuntimeError("device lost")
+        return self.model.forward_packed(*args, **kwargs)
+
+
+def test_a_failing_packed_forward_fails_its_step_and_the_scheduler_goes_on(target, solo):
+    from specledger.engine.batch import RequestFailed
+
+    engine = BatchEngine(_BrokenForward(target, 3), max_batch=3, capacity=128)
+    sched = engine.scheduler()
+    reqs = _requests(10)
+    for r in reqs[:3]:
+        sched.add(r, make_drafter("ngram", Engine(target)), 3)
+    events: dict[int, list] = {}
+    for _ in range(3):
+        for t, ev in sched.step():
+            events.setdefault(t, []).append(ev)
+    assert all(isinstance(evs[-1], RequestFailed) and "device lost" in evs[-1].error for evs in events.values())
+    assert len(events) == 3 and len(sched) == 0 and sorted(sched.free_slots) == [0, 1, 2]
+    later = {sched.add(r, make_drafter("ngram", Engine(target)), 3): r.request_id for r in reqs[3:]}
+    events = {}
+    _drain(sched, events)
+    assert {later[t]: _check_stream(evs).token_ids for t, evs in events.items()} == {
+        rid: solo[rid] for rid in later.values()}
+
+
+def test_step_times_add_up(target):
+    """One meaning of the round times: a step's t_draft and t_other are the sums of its rounds', every
+    round's t_other (own bookkeeping + share of the step's overhead) is >= 0, t_verify the forward."""
+    from specledger.engine.trace import RoundRecord
+
+    engine = BatchEngine(target, max_batch=3, capacity=128)
+    sched = engine.scheduler()
+    for r in _requests(5):
+        sched.add(r, make_drafter("ngram", Engine(target)), 3)
+    while len(sched):
+        rounds = [ev for _, ev in sched.step() if isinstance(ev, RoundRecord)]
+        if not rounds:
+            continue
+        step = engine.steps[-1]
+        assert len(rounds) == step.batch_size
+        assert sum(r.t_draft for r in rounds) == pytest.approx(step.t_draft, rel=1e-9, abs=1e-12)
+        assert sum(r.t_other for r in rounds) == pytest.approx(step.t_other, rel=1e-9, abs=1e-12)
+        assert all(r.t_other >= 0 and r.t_verify == step.t_forward for r in rounds)

@@ -44,8 +44,9 @@ from specledger.engine.decode import Emitted, Engine
 from specledger.engine.drafters import registry
 from specledger.engine.policy import make_policy
 from specledger.engine.sampling import SamplingParams
-from specledger.engine.trace import RequestRecord, RoundRecord, read_records
+from specledger.engine.trace import RequestRecord, RoundRecord
 from specledger.report.build import build_report
+from specledger.rundir import read_records
 from tests.conftest import CharLoaded, CharTokenizer
 
 DATA = Path(__file__).parent / "data"

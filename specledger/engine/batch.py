@@ -20,18 +20,26 @@ Each step:
   5. each request verifies, commits, applies EOS / max_tokens / stop strings; rejected
      candidates' KV is released (the reservation shrinks back to the committed context).
 
-Stops: EOS (unless the request ignores it) and max_tokens cut the committed span; stop strings
-are applied with :class:`~specledger.engine.decode.StopReleaser` exactly as the solo engine
-applies them (text that could still begin a stop string is held back, nothing after a stop is
-emitted, the round is marked truncated if tokens were dropped).
+Each request's round (gamma plan, proposal, verification of its rows, cut and commit,
+RoundRecord, release past stop strings, final RequestRecord) is
+:class:`specledger.engine.request.Request`'s, the same code the solo engine runs; the scheduler
+owns slots, admission, budgets, the packed forward and the clock. Stops are therefore applied
+exactly as solo (text that could still begin a stop string is held back, nothing after a stop
+is emitted, the round is marked truncated if tokens were dropped).
 
 Exactness: packed rows are computed bit for bit like solo decoding (row-invariant kernels),
 so each request's greedy output equals its solo plain greedy output whatever it is batched with.
 
-Timing per round record: t_draft is the request's own drafting time, t_verify the step's
-packed forward (everybody waits for it), t_other the step's remaining overhead; batch_size is
-the number of requests in the step. A request's times (token_times, ttft) count from its
-arrival (``t_arrival`` given to ``add``, default the moment it is added).
+Failures: an exception in one request's drafting, verification, stop handling, (re)prefill or
+final record ends that request alone: its last event is :class:`RequestFailed`, its slot is
+freed, the others in the step go on unchanged. An exception in the packed forward cannot be
+blamed on one request: every request of that step gets RequestFailed; the scheduler goes on.
+
+Timing: a round record's t_draft, t_verify and t_other have the meanings stated in
+:mod:`specledger.engine.trace` (t_verify is the step's packed forward, which everybody waits
+for; t_other holds the request's own bookkeeping plus an equal share of the step's overhead);
+batch_size is the number of requests that drafted in the step. A request's times (token_times,
+ttft) count from its arrival (``t_arrival`` given to ``add``, default the moment it is added).
 """
 
 from __future__ import annotations
@@ -44,12 +52,11 @@ from typing import Any, Union
 
 import torch
 
-from specledger.engine.decode import Emitted, StopReleaser, _cut_at_stop
 from specledger.engine.drafters.base import Drafter
 from specledger.engine.policy import GammaPolicy, as_policy
-from specledger.engine.sampling import SamplingParams, probs_from_logits
+from specledger.engine.request import Emitted, Request, StopReleaser, check_request
+from specledger.engine.sampling import SamplingParams
 from specledger.engine.trace import RequestRecord, RoundRecord
-from specledger.engine.verify import verify_greedy, verify_sampling
 from specledger.errors import require
 
 
@@ -67,30 +74,53 @@ class BatchRequest:
 
 
 @dataclass
-class _Live:
-    ticket: int
-    req: BatchRequest
-    drafter: Drafter
-    policy: GammaPolicy
-    rng: torch.Generator
-    t_arrival: float  # absolute perf_counter time
-    eos: frozenset[int]
-    releaser: StopReleaser
-    slot: int = -1
-    context: list[int] = field(default_factory=list)
-    out: list[int] = field(default_factory=list)
-    rounds: list[RoundRecord] = field(default_factory=list)
-    token_times: list[float] = field(default_factory=list)
-    chunks: list[int] = field(default_factory=list)
-    t_prefill: float = 0.0
-    preemptions: int = 0
-    recompute_s: float = 0.0
-    stop_reason: str = ""
-    gamma: int = 0
+class RequestFailed:
+    """A request's last event when it failed: ``error`` says what raised (``Type: message``); the
+    request's slot is already free. ``exception`` is the exception itself (for logs), if any."""
+
+    error: str
+    exception: BaseException | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, exc: BaseException, where: str = "") -> RequestFailed:
+        return cls(f"{where}{type(exc).__name__}: {exc}", exc)
+
+
+class _Live(Request):
+    """A request in the scheduler: its :class:`Request` plus ticket, slot and preemption ledger."""
+
+    def __init__(self, ticket: int, req: BatchRequest, drafter: Drafter, policy: GammaPolicy,
+                 eos: frozenset[int], releaser: StopReleaser, t_arrival: float) -> None:
+        super().__init__(req.prompt, drafter, policy, req.params, req.max_tokens, eos, releaser, t_arrival,
+                         req.request_id, req.category, req.prompt_id)
+        self.ticket, self.req = ticket, req
+        self.slot = -1
+        self.preemptions = 0
+        self.recompute_s = 0.0
+
+
+@dataclass(slots=True)
+class _Plan:
+    """One request's part of a step: its candidates, then its verified round."""
+
+    live: _Live
+    cand: list[int]
+    q: Any
+    g: int
+    t_draft: float
+    rows: tuple[int, int] = (0, 0)  # its rows in the packed forward
+    t_own: float = 0.0  # its verification, commit and release after the forward
+    chunk: Emitted | None = None
+    round: RoundRecord | None = None
+    failure: RequestFailed | None = None
 
 
 @dataclass
 class StepRecord:
+    """One scheduler step. t_forward + t_draft + t_other = the step's wall time from drafting to
+    the last release (admission and prefills excluded); t_draft and t_other are the sums of its
+    round records' (see :mod:`specledger.engine.trace`)."""
+
     batch_size: int
     rows: int  # tokens in the packed forward = sum over requests of (candidates + 1)
     candidates: int
@@ -102,7 +132,7 @@ class StepRecord:
 
 
 #: (ticket from :meth:`BatchScheduler.add`, one of that request's events)
-BatchEvent = tuple[int, Union[Emitted, RoundRecord, RequestRecord]]
+BatchEvent = tuple[int, Union[Emitted, RoundRecord, RequestRecord, RequestFailed]]
 
 
 class BatchEngine:
@@ -189,7 +219,11 @@ class BatchEngine:
             else:
                 while pending and len(sched) < sched.limit:
                     sched.add(pending.popleft(), drafter_factory(), policy())
-            done.extend(ev for _, ev in sched.step() if isinstance(ev, RequestRecord))
+            for _, ev in sched.step():
+                if isinstance(ev, RequestRecord):
+                    done.append(ev)
+                elif isinstance(ev, RequestFailed):  # an offline run stops on the first failure
+                    raise ev.exception if ev.exception is not None else RuntimeError(ev.error)
             if not sched.num_running and pending and concurrency is None:
                 time.sleep(max(0.0, min(0.01, pending[0].arrival - (perf() - t_start))))
         return done
@@ -204,7 +238,7 @@ class BatchScheduler:
     and ``cancel`` (a server feeds it from its own queue). ``stream_text``: compute each
     ``Emitted`` chunk's text (needs the engine's tokenizer); off, chunks carry token ids only
     and the text is decoded once, when the request finishes. ``len(scheduler)`` counts the
-    requests added and not yet finished or cancelled.
+    requests added and not yet finished, failed or cancelled.
     """
 
     def __init__(self, engine: BatchEngine, limit: int | None = None, stream_text: bool = False) -> None:
@@ -234,23 +268,17 @@ class BatchScheduler:
         """Queue ``request`` for admission at the next step; returns its ticket (events carry it).
         ``drafter`` and ``policy`` belong to this request (the policy is reset here)."""
         engine = self.engine
-        n_prompt = len(request.prompt)
-        require(n_prompt > 0, "the prompt is empty; give at least one token")
-        require(request.max_tokens >= 1, f"max_tokens must be >= 1, got {request.max_tokens}")
-        require(n_prompt + request.max_tokens <= engine.capacity,
-                f"request {request.request_id}: prompt ({n_prompt}) + max_tokens ({request.max_tokens}) "
-                f"exceed the slot capacity {engine.capacity}")
+        check_request(len(request.prompt), request.max_tokens, engine.capacity, "the slot capacity",
+                      f"request {request.request_id}: " if request.request_id else "")
         stops = [s for s in request.stop if s]
         text = engine.decode_text if (self.stream_text or stops) and engine.tokenizer is not None else None
         releaser = StopReleaser(text, stops)
         policy = as_policy(policy)
         policy.reset()
-        seed = request.params.seed if request.params.seed is not None else 0
-        engine.ensure_capacity(n_prompt + request.max_tokens)
+        engine.ensure_capacity(len(request.prompt) + request.max_tokens)
         self._tickets += 1
-        live = _Live(self._tickets, request, drafter, policy, torch.Generator().manual_seed(seed),
-                     time.perf_counter() if t_arrival is None else t_arrival,
-                     frozenset() if request.ignore_eos else engine.eos, releaser)
+        live = _Live(self._tickets, request, drafter, policy, frozenset() if request.ignore_eos else engine.eos,
+                     releaser, time.perf_counter() if t_arrival is None else t_arrival)
         self.waiting.append(live)
         return live.ticket
 
@@ -268,22 +296,23 @@ class BatchScheduler:
         return False
 
     # ------------------------------------------------------------------------------------
-    @staticmethod
-    def _release(live: _Live) -> Emitted | None:
-        """The chunk ``live`` may release now, if any (a stop string may cut its output and last round)."""
-        released, delta, dropped, live.stop_reason = live.releaser.advance(live.out, live.stop_reason)
-        if dropped and live.rounds:
-            live.rounds[-1].truncated = True
-            live.rounds[-1].committed -= dropped
-        return Emitted(released, delta, 0.0) if released else None
-
-    @staticmethod
-    def _emit(live: _Live, chunk: Emitted, now: float, events: list[BatchEvent]) -> None:
-        """Stamp ``chunk`` with ``now`` (absolute), record its tokens' times and queue it."""
-        chunk.t = now - live.t_arrival
-        live.token_times.extend([chunk.t] * len(chunk.token_ids))
-        live.chunks.append(len(chunk.token_ids))
-        events.append((live.ticket, chunk))
+    def _retire(self, live: _Live, events: list[BatchEvent], failure: RequestFailed | None = None) -> None:
+        """``live`` (holding a slot) leaves: the slot is freed and its last event queued -- its
+        RequestRecord, or ``failure`` (also when making the record raises)."""
+        if live in self.running:
+            self.running.remove(live)
+        self.free_slots.append(live.slot)
+        if failure is None:
+            engine = self.engine
+            try:
+                last: RequestRecord | RequestFailed = live.finish(
+                    time.perf_counter(), engine.decode_text, engine.name, engine.dtype,
+                    extra={"preemptions": live.preemptions, "recompute_s": live.recompute_s})
+            except Exception as exc:
+                last = RequestFailed.of(exc)
+        else:
+            last = failure
+        events.append((live.ticket, last))
 
     def _prefill(self, live: _Live, events: list[BatchEvent]) -> None:
         """(Re)build the slot's KV for the committed context; commit and emit the first token if new."""
@@ -291,42 +320,16 @@ class BatchScheduler:
         t0 = perf()
         view = self.engine.cache.slot(live.slot)
         with torch.inference_mode():
-            if not live.out:  # first admission: prompt -> first token
-                logits = model(torch.tensor([live.req.prompt]), 0, view, last_only=True)[0, -1]
-                p = live.req.params
-                first = int(logits.argmax()) if p.greedy else int(
-                    torch.multinomial(probs_from_logits(logits, p), 1, generator=live.rng))
-                live.drafter.begin(live.req.prompt, p)
-                kept, live.stop_reason = _cut_at_stop([first], 0, live.req.max_tokens, live.eos)
-                live.out = list(kept)
-                live.context = live.req.prompt + live.out
+            if not live.context:  # first admission: prompt -> first token
+                live.start(model(torch.tensor([live.prompt]), 0, view, last_only=True)[0, -1])
                 live.t_prefill = perf() - t0
-                chunk = self._release(live)
+                chunk = live.release()
                 if chunk is not None:
-                    self._emit(live, chunk, perf(), events)
+                    events.append((live.ticket, live.stamp(chunk, perf())))
             else:  # recompute after preemption: KV for everything but the last committed token
                 model(torch.tensor([live.context[:-1]]), 0, view, last_only=True)
-                live.drafter.begin(live.context[:-1], live.req.params)
+                live.drafter.begin(live.context[:-1], live.params)
                 live.recompute_s += perf() - t0
-
-    def _finish(self, live: _Live) -> RequestRecord:
-        live.drafter.end(live.req.prompt, live.out)
-        engine = self.engine
-        text = live.releaser.text if live.releaser.decode is not None else engine.decode_text(live.out)
-        p = live.req.params
-        last = live.token_times[-1] if live.token_times else time.perf_counter() - live.t_arrival
-        return RequestRecord(
-            request_id=live.req.request_id, drafter=live.drafter.name,
-            gamma=live.policy.name if not live.policy.name.isdigit() else int(live.policy.name),
-            temperature=p.temperature, top_p=p.top_p, top_k=p.top_k, seed=p.seed,
-            prompt_tokens=len(live.req.prompt), output_tokens=len(live.out), text=text, token_ids=live.out,
-            stop_reason=live.stop_reason, t_prefill=live.t_prefill,
-            ttft=live.token_times[0] if live.token_times else last,
-            total_time=last, token_times=live.token_times, chunks=live.chunks,
-            rounds=live.rounds, category=live.req.category, prompt_id=live.req.prompt_id,
-            model=engine.name, dtype=engine.dtype,
-            extra={"preemptions": live.preemptions, "recompute_s": live.recompute_s},
-        )
 
     def _admit(self, events: list[BatchEvent]) -> None:
         """Prefill waiting requests into free slots (KV budget: committed context + room for one step)."""
@@ -334,23 +337,26 @@ class BatchScheduler:
         reserved = sum(len(x.context) for x in running)
         while waiting and free_slots and len(running) < self.limit:
             cand = waiting[0]
-            need = len(cand.context or cand.req.prompt) + 1
+            need = len(cand.context or cand.prompt) + 1
             if reserved + need > engine.kv_budget and running:
                 break
             waiting.popleft()
             cand.slot = free_slots.pop()
-            self._prefill(cand, events)
+            try:
+                self._prefill(cand, events)
+            except Exception as exc:
+                self._retire(cand, events, RequestFailed.of(exc, "prefill: "))
+                continue
             reserved += len(cand.context)
             if cand.stop_reason:
-                free_slots.append(cand.slot)
-                events.append((cand.ticket, self._finish(cand)))
+                self._retire(cand, events)
             else:
                 running.append(cand)
 
     # ------------------------------------------------------------------------------------
     def step(self) -> list[BatchEvent]:
         """Admit, then (if anything runs) draft, verify in one packed forward, commit and emit.
-        Returns the step's events; a request's last event is its ``RequestRecord``."""
+        Returns the step's events; a request's last event is its ``RequestRecord`` or ``RequestFailed``."""
         perf = time.perf_counter
         engine, running = self.engine, self.running
         events: list[BatchEvent] = []
@@ -361,85 +367,93 @@ class BatchScheduler:
         # drafting (per request, ragged gamma)
         t_step = perf()
         b = len(running)
-        proposals: list[tuple[_Live, list[int], Any, float, int]] = []
-        for live in running:
-            remaining = live.req.max_tokens - len(live.out)
-            g = min(live.policy.choose(len(live.context), b), remaining - 1, engine.capacity - len(live.context))
-            g = max(g, 0)
-            td = perf()
-            prop = live.drafter.propose(live.context, g, live.req.params, live.rng) if g > 0 else None
-            cand = prop.tokens[:g] if prop is not None else []
-            q = prop.q[: len(cand)] if prop is not None and prop.q is not None else None
-            proposals.append((live, cand, q, perf() - td, g))
+        plans: list[_Plan] = []
+        for live in list(running):
+            t0 = perf()
+            try:
+                g = live.plan(b, engine.capacity)
+                cand, q = live.propose(g)
+            except Exception as exc:
+                self._retire(live, events, RequestFailed.of(exc, "drafting: "))
+                continue
+            plans.append(_Plan(live, cand, q, g, perf() - t0))
         # per-step token budget: trim the longest proposals first
         if engine.step_budget:
-            while sum(len(c) + 1 for _, c, *_ in proposals) > engine.step_budget:
-                i = max(range(len(proposals)), key=lambda j: len(proposals[j][1]))
-                if not proposals[i][1]:
+            while sum(len(p.cand) + 1 for p in plans) > engine.step_budget:
+                p = max(plans, key=lambda x: len(x.cand))
+                if not p.cand:
                     break
-                lv, c, q, td, g = proposals[i]
-                proposals[i] = (lv, c[:-1], None if q is None else q[: len(c) - 1], td, g)
+                p.cand = p.cand[:-1]
+                p.q = None if p.q is None else p.q[: len(p.cand)]
         # KV reservation for candidates; preempt the newest admissions if over budget
-        reserved = sum(len(lv.context) + len(c) for lv, c, *_ in proposals)
-        while reserved > engine.kv_budget and len(proposals) > 1:
-            lv, c, *_ = proposals.pop()
+        reserved = sum(len(p.live.context) + len(p.cand) for p in plans)
+        while reserved > engine.kv_budget and len(plans) > 1:
+            p = plans.pop()
+            lv = p.live
             running.remove(lv)
-            reserved -= len(lv.context) + len(c)
+            reserved -= len(lv.context) + len(p.cand)
             self.free_slots.append(lv.slot)
             lv.preemptions += 1
             engine.preemptions += 1
             self.waiting.appendleft(lv)
         engine.peak_reserved_tokens = max(engine.peak_reserved_tokens, reserved)
-        t_draft_total = perf() - t_step
+        if not plans:
+            return events
 
         # one packed verify for everybody
         tokens: list[int] = []
         slots: list[int] = []
         positions: list[int] = []
-        spans = []
-        for lv, c, *_ in proposals:
-            start = len(lv.context) - 1
-            row0 = len(tokens)
-            tokens += [lv.context[-1]] + c
-            slots += [lv.slot] * (len(c) + 1)
-            positions += list(range(start, start + len(c) + 1))
-            spans.append((row0, row0 + len(c) + 1))
+        for p in plans:
+            context, n = p.live.context, len(p.cand) + 1
+            p.rows = (len(tokens), len(tokens) + n)
+            tokens += [context[-1]] + p.cand
+            slots += [p.live.slot] * n
+            positions += range(len(context) - 1, len(context) - 1 + n)
         tf = perf()
-        with torch.inference_mode():
-            logits = engine.model.forward_packed(tokens, slots, positions, engine.cache)
-        t_forward = perf() - tf
+        try:
+            with torch.inference_mode():
+                logits = engine.model.forward_packed(tokens, slots, positions, engine.cache)
+        except Exception as exc:  # not one request's fault: the whole step's requests fail
+            for p in plans:
+                self._retire(p.live, events, RequestFailed.of(exc, f"packed forward of {len(plans)} requests: "))
+            return events
+        t_prev = perf()
+        t_forward = t_prev - tf
 
-        # verify, commit, stops
-        to = perf()
-        finished_now = []
-        chunks: list[Emitted | None] = []
-        for (lv, c, q, td, g), (r0, r1) in zip(proposals, spans):
-            lg = logits[r0:r1]
-            p = lv.req.params
-            k, new = verify_greedy(lg, c) if p.greedy else verify_sampling(probs_from_logits(lg, p), c, q, lv.rng)
-            kept, lv.stop_reason = _cut_at_stop(new, len(lv.out), lv.req.max_tokens, lv.eos)
-            lv.out.extend(kept)
-            ctx_len = len(lv.context)
-            lv.context.extend(kept)
-            lv.drafter.commit(lv.context)
-            lv.rounds.append(RoundRecord(lv.drafter.name, g, len(c), k, len(kept), len(kept) < len(new),
-                                         td, t_forward, 0.0, ctx_len, b))
-            chunks.append(self._release(lv))  # stamped below, once the step's overhead is known
-            if lv.stop_reason:
-                finished_now.append(lv)
-        t_other = perf() - to
-        emit = perf()
-        for (lv, *_), chunk in zip(proposals, chunks):
-            rd = lv.rounds[-1]
-            rd.t_other = t_other
-            lv.policy.observe(rd.proposed, rd.accepted, rd.t_round, t_draft=rd.t_draft)
-            if chunk is not None:
-                self._emit(lv, chunk, emit, events)
-            events.append((lv.ticket, rd))
-        for lv in finished_now:
-            running.remove(lv)
-            self.free_slots.append(lv.slot)
-            events.append((lv.ticket, self._finish(lv)))
-        engine.steps.append(StepRecord(b, len(tokens), len(tokens) - len(proposals), t_forward, t_draft_total,
-                                       t_other, reserved, sum(len(lv.context) for lv, *_ in proposals)))
+        # each request verifies its rows, commits, applies stops
+        for p in plans:
+            try:
+                p.round = p.live.accept(logits[p.rows[0] : p.rows[1]], p.cand, p.q, p.g, p.t_draft, t_forward, b)
+                p.chunk = p.live.release()
+            except Exception as exc:
+                p.failure = RequestFailed.of(exc, "verification: ")
+            t = perf()
+            p.t_own, t_prev = t - t_prev, t
+        # the step's time outside the forward and every request's own drafting and bookkeeping
+        # (packing, budgets, preemption, failed requests) is shared equally by its rounds
+        ok = [p for p in plans if p.failure is None]
+        share = max(0.0, t_prev - t_step - t_forward - sum(p.t_draft + p.t_own for p in ok)) / max(1, len(ok))
+        finished = []
+        for p in plans:
+            live = p.live
+            if p.failure is None:
+                try:
+                    live.close_round(p.t_own + share)
+                except Exception as exc:
+                    p.failure = RequestFailed.of(exc, "gamma policy: ")
+            if p.failure is not None:
+                self._retire(live, events, p.failure)
+                continue
+            if p.chunk is not None:
+                events.append((live.ticket, live.stamp(p.chunk, t_prev)))
+            events.append((live.ticket, p.round))
+            if live.stop_reason:
+                finished.append(live)
+        for live in finished:
+            self._retire(live, events)
+        engine.steps.append(StepRecord(
+            b, len(tokens), len(tokens) - len(plans), t_forward, sum(p.t_draft for p in ok),
+            sum(p.round.t_other for p in ok if p.round is not None), reserved,
+            sum(len(p.live.context) for p in plans)))
         return events

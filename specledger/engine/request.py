@@ -1,0 +1,267 @@
+"""One request's round, written once: the solo loop drives one request, the batch scheduler packs many.
+
+:class:`Request` owns everything about a request that does not depend on how its forward passes
+are scheduled: the first token from the prefill's last logits, the gamma plan (one clamp), the
+drafter's proposal, verification of its logit rows, the cut at EOS / max_tokens, the commit,
+the :class:`RoundRecord`, the release of tokens and text past stop strings, and the final
+:class:`RequestRecord`. The driver owns the target's forward passes and the clock. A round::
+
+    t0 = perf()
+    g = req.plan(batch_size, capacity)       # the policy's gamma, clamped (see plan)
+    cand, q = req.propose(g)
+    t1 = perf()
+    rows = target([req.context[-1]] + cand)  # alone (solo) or packed with other requests
+    t2 = perf()
+    rd = req.accept(rows, cand, q, g, t_draft=t1 - t0, t_verify=t2 - t1, batch_size=B)
+    chunk = req.release()                    # Emitted or None; a stop string may cut rd
+    req.close_round(t_other)                 # rd.t_other set, the policy observes the round
+    req.stamp(chunk, now)                    # the chunk's emission time
+
+Time meanings are stated once, in :mod:`specledger.engine.trace`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from specledger.engine.drafters.base import Drafter
+from specledger.engine.policy import GammaPolicy, StaticGamma
+from specledger.engine.sampling import SamplingParams, probs_from_logits
+from specledger.engine.trace import RequestRecord, RoundRecord
+from specledger.engine.verify import verify_greedy, verify_sampling
+from specledger.errors import SpecLedgerError, require
+
+
+@dataclass(slots=True)
+class Emitted:
+    """Tokens that left the engine together (one chunk) and the text they released."""
+
+    token_ids: list[int]
+    text: str
+    t: float  # seconds since the request started
+
+
+def check_request(n_prompt: int, max_tokens: int, limit: int, limit_name: str, who: str = "") -> None:
+    """A request fits: a non-empty prompt, max_tokens >= 1, prompt + max_tokens <= ``limit`` positions."""
+    require(n_prompt > 0, "the prompt is empty; give at least one token")
+    require(max_tokens >= 1, f"max_tokens must be >= 1, got {max_tokens}")
+    if n_prompt + max_tokens > limit:
+        raise SpecLedgerError(
+            f"{who}prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds {limit_name} ({limit}); "
+            "shorten the prompt or lower --max-tokens"
+        )
+
+
+def cut_at_stop(new: list[int], n_out: int, max_tokens: int, eos: frozenset[int]) -> tuple[list[int], str]:
+    """Cut a round's committed tokens at the first EOS (kept) and at max_tokens; return (kept, stop reason or "")."""
+    reason = ""
+    for i, t in enumerate(new):
+        if t in eos:
+            new, reason = new[: i + 1], "eos"
+            break
+    room = max_tokens - n_out
+    if len(new) > room:  # an EOS inside the room would already have cut `new`
+        new, reason = new[:room], "length"
+    elif len(new) == room and not reason:
+        reason = "length"
+    return new, reason
+
+
+def gamma_label(policy: GammaPolicy) -> int | str:
+    """What a RequestRecord calls its gamma: the integer of a static policy, else the policy's name."""
+    return policy.gamma if isinstance(policy, StaticGamma) else policy.name
+
+
+def _first_stop(text: str, stops: Sequence[str], start: int) -> int:
+    """Index of the earliest occurrence of any stop string in ``text`` at or after ``start``; -1 if none."""
+    best = -1
+    for s in stops:
+        j = text.find(s, start)
+        if j != -1 and (best == -1 or j < best):
+            best = j
+    return best
+
+
+class StopReleaser:
+    """Which committed tokens of one request may leave the engine, and the text they release.
+
+    Call :meth:`advance` after every commit with the request's whole output so far. Without stop
+    strings everything committed is released at once. With stop strings, text that could still
+    begin a stop string (the last ``longest stop - 1`` characters) is held back, and so are the
+    tokens that produced it; once a stop string appears, the output is cut before it (those
+    tokens are dropped from ``out`` in place) and everything before it is released: nothing
+    after a stop is ever emitted. ``text`` is the request's output text so far (the final text
+    once the request ends); empty without a tokenizer.
+    """
+
+    def __init__(self, decode: Callable[[list[int]], str] | None, stops: Sequence[str] = ()) -> None:
+        self.stops = [s for s in stops if s]
+        require(not self.stops or decode is not None, "stop strings need a tokenizer")
+        self.decode = decode
+        self.hold = max((len(s) for s in self.stops), default=1) - 1  # chars held back while a stop could start
+        self.text = ""
+        self.text_sent = 0  # characters of ``text`` released so far
+        self.tok_sent = 0  # tokens of the output released so far
+
+    def advance(self, out: list[int], stop_reason: str) -> tuple[list[int], str, int, str]:
+        """Release what may leave now: (released tokens, released text, tokens dropped from the end
+        of ``out`` by a stop string, the stop reason -- ``"stop"`` if a stop string was found)."""
+        decode, stops, hold = self.decode, self.stops, self.hold
+        release_to, release_chars, dropped = len(out), 0, 0
+        text = self.text
+        if stops:
+            text = decode(out)
+            j = _first_stop(text, stops, max(0, self.text_sent - hold))
+            if j != -1:
+                keep = self.tok_sent
+                while keep < len(out) and len(decode(out[:keep])) < j:
+                    keep += 1
+                dropped = len(out) - keep
+                del out[keep:]
+                text, stop_reason = text[:j], "stop"
+            elif not stop_reason:
+                release_to = self.tok_sent
+                while release_to < len(out) and len(decode(out[: release_to + 1])) <= len(text) - hold:
+                    release_to += 1
+            release_to = len(out) if stop_reason else release_to
+            release_chars = len(text) if stop_reason else len(decode(out[:release_to]))
+        elif decode is not None:
+            text = decode(out)
+            release_chars = len(text)
+        self.text = text
+        if release_to <= self.tok_sent:
+            return [], "", dropped, stop_reason
+        released = out[self.tok_sent : release_to]
+        delta = text[self.text_sent : release_chars] if decode is not None else ""
+        self.text_sent = max(self.text_sent, release_chars)
+        self.tok_sent = release_to
+        return released, delta, dropped, stop_reason
+
+
+class Request:
+    """One request in flight: its committed context, drafter, gamma policy, RNG, stops and ledger.
+
+    Invariants: ``context == prompt + out`` until a stop string cuts ``out`` (then the request is
+    done); ``out`` holds every committed token not cut by a stop
+    (released or still held back by the releaser); ``rounds`` holds one RoundRecord per verify
+    pass; ``stop_reason`` is non-empty exactly when the request is done.
+    """
+
+    def __init__(
+        self,
+        prompt: Sequence[int],
+        drafter: Drafter,
+        policy: GammaPolicy,
+        params: SamplingParams,
+        max_tokens: int,
+        eos: frozenset[int],
+        releaser: StopReleaser,
+        t_arrival: float,
+        request_id: str = "",
+        category: str = "",
+        prompt_id: str = "",
+    ) -> None:
+        self.prompt = [int(t) for t in prompt]
+        self.drafter, self.policy, self.params = drafter, policy, params
+        self.max_tokens, self.eos, self.releaser = max_tokens, eos, releaser
+        self.t_arrival = t_arrival  # absolute perf_counter time; token times count from here
+        self.request_id, self.category, self.prompt_id = request_id, category, prompt_id
+        self.rng = torch.Generator().manual_seed(params.seed if params.seed is not None else 0)
+        self.context: list[int] = []
+        self.out: list[int] = []
+        self.rounds: list[RoundRecord] = []
+        self.token_times: list[float] = []
+        self.chunks: list[int] = []
+        self.t_prefill = 0.0
+        self.stop_reason = ""
+
+    # -- the first token ----------------------------------------------------------------------
+    def start(self, logits: torch.Tensor) -> None:
+        """Commit the first token from the prefill's last-position logits; the drafter begins."""
+        p = self.params
+        first = int(logits.argmax()) if p.greedy else int(
+            torch.multinomial(probs_from_logits(logits, p), 1, generator=self.rng))
+        self.drafter.begin(self.prompt, p)
+        self.out, self.stop_reason = cut_at_stop([first], 0, self.max_tokens, self.eos)
+        self.context = self.prompt + self.out
+
+    # -- a round -------------------------------------------------------------------------------
+    def plan(self, batch_size: int, capacity: int) -> int:
+        """gamma for this round: the policy's choice clamped to 0 <= g <= remaining - 1 (the round's
+        bonus token is the last one max_tokens allows) and g <= capacity - len(context) (the
+        verify pass writes positions len(context) - 1 .. len(context) - 1 + g)."""
+        g = self.policy.choose(len(self.context), batch_size)
+        return max(0, min(g, self.max_tokens - len(self.out) - 1, capacity - len(self.context)))
+
+    def propose(self, g: int) -> tuple[list[int], Any]:
+        """The drafter's candidates (at most ``g``) and their q rows (None: one-hot)."""
+        if g <= 0:
+            return [], None
+        prop = self.drafter.propose(self.context, g, self.params, self.rng)
+        cand = prop.tokens[:g]
+        return cand, (prop.q[: len(cand)] if prop.q is not None else None)
+
+    def accept(self, logits: torch.Tensor, cand: list[int], q: Any, g: int, t_draft: float, t_verify: float,
+               batch_size: int = 1) -> RoundRecord:
+        """Verify ``cand`` against the target's ``len(cand) + 1`` logit rows (for ``[context[-1]] + cand``),
+        cut at EOS / max_tokens, commit, tell the drafter; returns the round's record (t_other 0
+        until :meth:`close_round`)."""
+        p = self.params
+        if p.greedy:
+            k, new = verify_greedy(logits, cand)
+        else:
+            k, new = verify_sampling(probs_from_logits(logits, p), cand, q, self.rng)
+        kept, self.stop_reason = cut_at_stop(new, len(self.out), self.max_tokens, self.eos)
+        ctx_len = len(self.context)
+        self.out.extend(kept)
+        self.context.extend(kept)
+        self.drafter.commit(self.context)
+        rd = RoundRecord(self.drafter.name, g, len(cand), k, len(kept), len(kept) < len(new),
+                         t_draft, t_verify, 0.0, ctx_len, batch_size)
+        self.rounds.append(rd)
+        return rd
+
+    def release(self) -> Emitted | None:
+        """The chunk that may leave now (unstamped), if any; a stop string may cut the output and
+        mark the last round truncated (its committed count shrinks by the tokens dropped)."""
+        released, delta, dropped, self.stop_reason = self.releaser.advance(self.out, self.stop_reason)
+        if dropped and self.rounds:  # the request ends here; ``context`` keeps its last round as verified
+            self.rounds[-1].truncated = True
+            self.rounds[-1].committed -= dropped
+        return Emitted(released, delta, 0.0) if released else None
+
+    def close_round(self, t_other: float) -> None:
+        """Set the last round's t_other and let the policy observe the round."""
+        rd = self.rounds[-1]
+        rd.t_other = t_other
+        self.policy.observe(rd.proposed, rd.accepted, rd.t_round, t_draft=rd.t_draft)
+
+    def stamp(self, chunk: Emitted, now: float) -> Emitted:
+        """Stamp ``chunk`` as emitted at absolute time ``now``; record its tokens' times."""
+        chunk.t = now - self.t_arrival
+        self.token_times.extend([chunk.t] * len(chunk.token_ids))
+        self.chunks.append(len(chunk.token_ids))
+        return chunk
+
+    # -- the end ---------------------------------------------------------------------------------
+    def finish(self, now: float, decode_text: Callable[[list[int]], str], model: str = "", dtype: str = "",
+               extra: dict[str, Any] | None = None) -> RequestRecord:
+        """The drafter ends; the request's record (``decode_text`` gives the text when no chunk text
+        was streamed; ``now`` is the end time when nothing was emitted)."""
+        self.drafter.end(self.prompt, self.out)
+        text = self.releaser.text if self.releaser.decode is not None else decode_text(self.out)
+        p = self.params
+        last = self.token_times[-1] if self.token_times else now - self.t_arrival
+        return RequestRecord(
+            request_id=self.request_id, drafter=self.drafter.name, gamma=gamma_label(self.policy),
+            temperature=p.temperature, top_p=p.top_p, top_k=p.top_k, seed=p.seed,
+            prompt_tokens=len(self.prompt), output_tokens=len(self.out), text=text, token_ids=self.out,
+            stop_reason=self.stop_reason, t_prefill=self.t_prefill,
+            ttft=self.token_times[0] if self.token_times else last, total_time=last,
+            token_times=self.token_times, chunks=self.chunks, rounds=self.rounds,
+            category=self.category, prompt_id=self.prompt_id, model=model, dtype=dtype, extra=extra or {},
+        )
