@@ -20,40 +20,6 @@ def build_engine(target: str | None, dtype: str = "auto"):
     return Engine.from_loaded(load_model(target, dtype=dtype))
 
 
-def request_ledger(spec, plain=None) -> dict:
-    """The per-request ledger: E[L], a_j, mean round-time split and (with ``plain``) the speed-up
-    measured as committed tokens / time of this request vs the plain decode of the same prompt."""
-    from specledger.analysis.metrics import round_stats
-
-    st = round_stats([spec])
-    out = {
-        "drafter": spec.drafter,
-        "gamma": spec.gamma,
-        "output_tokens": spec.output_tokens,
-        "stop_reason": spec.stop_reason,
-        "rounds": st["rounds"],
-        "truncated_rounds": st["truncated_rounds"],
-        "E[L]": st["el_full"],
-        "conditional_acceptance": [c["a"] for c in st["conditional_acceptance"]],
-        "k_histogram": st["k_histogram"],
-        "t_draft_ms": st["t_draft_ms"],
-        "t_verify_ms": st["t_verify_ms"],
-        "t_other_ms": st["t_other_ms"],
-        "t_round_ms": st["t_round_ms"],
-        "ttft_ms": spec.ttft * 1e3,
-        "tokens_per_s": spec.output_tokens / spec.total_time if spec.total_time > 0 else None,
-    }
-    if plain is not None:
-        base = round_stats([plain])
-        t0 = base["t_round_ms"]
-        out["plain_tokens_per_s"] = plain.output_tokens / plain.total_time
-        out["T0_ms"] = t0
-        out["predicted_speedup"] = t0 * st["el_full"] / st["t_round_ms"] if st["full_rounds"] else None
-        out["speedup"] = out["tokens_per_s"] / out["plain_tokens_per_s"]
-        out["identical_to_plain"] = spec.token_ids == plain.token_ids
-    return out
-
-
 def _print_ledger(led: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -96,6 +62,7 @@ def generate(
     trace: Annotated[Path | None, typer.Option(help="Append the request records to this JSONL file.")] = None,
 ) -> None:
     """Generate for one prompt with speculative decoding, stream the text, then print the round ledger."""
+    from specledger.analysis.request_ledger import request_ledger
     from specledger.engine.decode import Emitted
     from specledger.engine.drafters.registry import make_drafter
     from specledger.engine.sampling import SamplingParams
