@@ -6,11 +6,20 @@ L = K + 1 (the bonus/correction token from the target). A *truncated* round was 
 stop condition (EOS, stop string, max_tokens) and may commit fewer; truncated rounds are
 kept out of acceptance statistics but inside token and time totals.
 
-Times are seconds (float, from ``time.perf_counter``):
-  t_draft  -- inside the drafter's ``propose``
-  t_verify -- the target forward pass over the candidates
-  t_other  -- everything else in the round (sampling, acceptance, cache maintenance,
-              detokenisation and stop checks)
+Times are seconds (float, from ``time.perf_counter``), with one meaning in the solo engine and
+in continuous batching (``engine/request.py`` runs the round for both):
+  t_draft  -- the request's own drafting: choosing gamma and the drafter's ``propose``
+  t_verify -- the target forward pass that verified its candidates; batched, the step's one
+              packed forward over every request's rows (each request waits for all of it)
+  t_other  -- the rest of the round, charged to this request: its own verification (sampling,
+              acceptance), the cut at EOS / max_tokens, the drafter's commit and the release
+              (detokenisation, stop strings); batched, plus an equal share (1/B of the step's B
+              rounds) of the step's time that is neither the forward nor any request's own
+              drafting or bookkeeping (packing the forward, budgets, preemption)
+So a solo round's t_draft + t_verify + t_other is its wall time, and a batched step's wall time
+(first draft to last release) is t_verify + the sum over its rounds of (t_draft + t_other).
+In no round: the prefill (``RequestRecord.t_prefill``), admission and recompute after a
+preemption (``extra["recompute_s"]``), and the stream consumer's time between events.
 A plain-decoding step is a round with proposed = 0, accepted = 0, committed = 1.
 
 Files are JSONL: one :class:`RequestRecord` per line (its rounds nested), appended and
@@ -31,6 +40,8 @@ from specledger.errors import SpecLedgerError
 
 @dataclass(slots=True)
 class RoundRecord:
+    """One round of one request; times as in the module docstring, t_round = their sum."""
+
     drafter: str
     gamma: int  # candidates asked for this round
     proposed: int  # candidates the drafter actually proposed (<= gamma) and the target verified
@@ -41,7 +52,7 @@ class RoundRecord:
     t_verify: float
     t_other: float
     context_len: int  # tokens in the context when the round started (prompt + committed)
-    batch_size: int = 1
+    batch_size: int = 1  # requests that drafted in the step (1 solo)
 
     @property
     def t_round(self) -> float:
