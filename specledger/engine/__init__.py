@@ -5,6 +5,8 @@
 - ``sampling.py``  SamplingParams and the logits -> probabilities transform shared by p and q
 - ``verify.py``    greedy and rejection-sampling verification (the exactness lives here)
 - ``drafters/``    one proposer per module behind one interface (``drafters/base.py``)
-- ``decode.py``    the decode loop: draft -> verify -> commit -> stop checks, timed per round
+- ``request.py``   one request's round: gamma plan, proposal, verify, cut and commit, stops, records
+- ``decode.py``    the solo loop: drives one request's rounds, timed per round
+- ``batch.py``     continuous batching: packs many requests' rounds into one forward per step
 - ``trace.py``     round and request records (the ledger's raw material), JSONL I/O
 """
