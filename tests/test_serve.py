@@ -30,6 +30,7 @@ from specledger.probe.prometheus import (
 from specledger.probe.sse import OpenAIStreamDecoder
 from specledger.serve.app import create_app, goodput_step_cost, max_positions, parse_gamma
 from specledger.serve.cli import check_serve_options, is_loopback, serve
+from specledger.serve.hardening import Limits
 from specledger.serve.metrics import draft_counts
 from specledger.serve.protocol import RequestError, check_common, resolve_max_tokens, stream_chunk
 from specledger.serve.runner import ServerThread
@@ -66,9 +67,10 @@ def tiny_engine() -> Engine:
 
 
 def tiny_app(max_queue: int = 16, drafter: str = "ngram", gamma: int | str = 4, max_batch: int = 8,
-             drafter_obj=None):
+             drafter_obj=None, limits: Limits | None = None):
     return create_app(tiny_engine(), drafter, gamma, model_name=MODEL, max_queue=max_queue, max_batch=max_batch,
-                      drafter=drafter_obj, layers="1" if drafter == "layerskip" else None, encode=tiny_encoder)
+                      drafter=drafter_obj, layers="1" if drafter == "layerskip" else None, encode=tiny_encoder,
+                      limits=limits)
 
 
 def solo_greedy(prompt: str, max_tokens: int, **kwargs):
@@ -577,28 +579,32 @@ def test_cancelling_a_batched_stream_frees_its_slot_for_a_waiting_request() -> N
     assert len(worker.aborted_rounds) >= 1 and all(r.batch_size <= 2 for r in worker.aborted_rounds)
 
 
-def test_an_engine_failure_fails_the_batch_and_the_server_keeps_serving() -> None:
-    class Exploding(NgramDrafter):
-        armed = True
+def test_an_engine_failure_outside_any_request_fails_the_batch_and_the_server_keeps_serving(monkeypatch) -> None:
+    """The packed forward itself raising cannot be blamed on one request: that step's requests get
+    a 500 without internal detail; the next request is served exactly."""
+    app = tiny_app(max_queue=8, max_batch=4)
+    model = app.state.service.worker.batch.model
+    real = model.forward_packed
+    armed = [True]
 
-        def fork(self):
-            return self
+    def exploding(*args, **kwargs):
+        if armed[0]:
+            armed[0] = False
+            raise RuntimeError("boom /secret/path")
+        return real(*args, **kwargs)
 
-        def propose(self, context, gamma, params, rng):
-            if Exploding.armed:
-                Exploding.armed = False
-                raise RuntimeError("boom")
-            return super().propose(context, gamma, params, rng)
-
-    app = tiny_app(max_queue=8, max_batch=4, drafter_obj=Exploding())
+    monkeypatch.setattr(model, "forward_packed", exploding)
     with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
         body = {"prompt": "abc abc", "max_tokens": 8, "temperature": 0}
         failed = client.post("/v1/completions", json=body)
-        assert failed.status_code == 500 and "boom" in failed.json()["error"]["message"]
+        assert failed.status_code == 500, failed.text
+        error = failed.json()["error"]
+        assert error["type"] == "server_error" and "boom" not in error["message"] and "secret" not in failed.text
         streamed = client.post("/v1/completions", json={**body, "stream": True})
         text, _, _, done = read_sse(streamed.text)
         assert done and text == solo_greedy("abc abc", 8).text
         assert wait_idle(client)
+        assert counter_total(scrape(client), "specledger:request_failures") == 1
 
 
 @pytest.mark.parametrize("drafter,gamma", [("suffix", "heuristic"), ("layerskip", 2), ("none", 0)])
@@ -631,3 +637,241 @@ def test_goodput_server_measures_its_step_cost_once(target) -> None:
     cost = goodput_step_cost(engine, "goodput")
     assert isinstance(cost, StepCost) and cost.forward_s(64) >= cost.forward_s(1) > 0
     assert goodput_step_cost(engine, 4) is None and goodput_step_cost(engine, "heuristic") is None
+
+
+# --- issue 12: no request can harm another; hostile-but-fair clients ---------------------------
+
+
+class BombDrafter(NgramDrafter):
+    """n-gram drafting behind the gate that raises, once the gate is open (the batch formed), for
+    the requests whose prompt starts with "bomb"."""
+
+    def __init__(self, gate: Gate) -> None:
+        super().__init__()
+        self.gate = gate
+
+    def fork(self) -> BombDrafter:
+        return BombDrafter(self.gate)
+
+    def propose(self, context, gamma, params, rng):
+        self.gate.pass_through()
+        if self.gate._open.is_set() and TOKENIZER.decode(list(context[:4])) == "bomb":
+            raise RuntimeError("boom /secret/path")
+        return super().propose(context, gamma, params, rng)
+
+
+def _batched_posts(url: str, bodies: list[dict], client: httpx.Client, gate: Gate, batch: int) -> list[httpx.Response]:
+    """Post ``bodies`` concurrently while the gate holds the engine; let go once ``batch`` run together."""
+    replies: list = [None] * len(bodies)
+
+    def post(i: int) -> None:
+        with httpx.Client(base_url=url, timeout=60) as c:
+            replies[i] = c.post("/v1/completions", json=bodies[i])
+
+    threads = [threading.Thread(target=post, args=(i,)) for i in range(len(bodies))]
+    for t in threads:
+        t.start()
+    wait_for(lambda: sum(gauges(client)) == len(bodies), "every request admitted")
+    running, _ = gauges(client)
+    gate.allow(int(running))  # the first step ends; the waiting requests join the batch
+    wait_for(lambda: gauges(client)[0] == batch, f"a batch of {batch}")
+    gate.open()
+    for t in threads:
+        t.join(60)
+    return replies
+
+
+def test_extreme_sampling_values_cannot_fail_their_batch() -> None:
+    """Issue 12 item 1: temperature 1e-40 (greedy) and top_p 1e-300 (top token only) in a batch of 8:
+    all 8 answer 200, and each of those two equals plain greedy decoding."""
+    gate = Gate()
+    app = tiny_app(max_queue=8, max_batch=8, drafter_obj=GatedDrafter(gate))
+    prompts = PROMPTS[:8]
+    bodies = [{"prompt": p, "max_tokens": 12, "temperature": 0, "ignore_eos": True} for p in prompts]
+    bodies[2] = {**bodies[2], "temperature": 1e-40}
+    bodies[5] = {**bodies[5], "temperature": 1.0, "top_p": 1e-300, "seed": 3}
+    bodies[6] = {**bodies[6], "temperature": 2.0, "top_k": 1, "seed": 4}  # top-1 sampling is greedy too
+    bodies[7] = {**bodies[7], "temperature": 1e-5, "top_p": 5e-324, "top_k": 10**9, "seed": 5}
+    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        replies = _batched_posts(server.url, bodies, client, gate, batch=8)
+        assert wait_idle(client)
+    assert [r.status_code for r in replies] == [200] * 8, [r.text for r in replies if r.status_code != 200]
+    for body, reply in zip(bodies, replies):
+        if body is not bodies[7]:  # 1e-5 is sampled at T = 1e-5: any output is fine, only not a failure
+            assert reply.json()["choices"][0]["text"] == solo_greedy(body["prompt"], 12, ignore_eos=True).text, body
+    assert max(s.batch_size for s in app.state.service.worker.batch.steps) == 8
+
+
+def test_a_request_whose_drafter_raises_fails_alone() -> None:
+    """Issue 12 item 1: one request's drafter raises inside a batch step: that request alone gets a
+    500 (OpenAI-shaped, no internal text), streamed or not; the others get their solo outputs."""
+    gate = Gate()
+    app = tiny_app(max_queue=8, max_batch=6, drafter_obj=BombDrafter(gate))
+    prompts = PROMPTS[:4]
+    bodies = [{"prompt": p, "max_tokens": 16, "temperature": 0, "ignore_eos": True} for p in prompts]
+    bodies += [{"prompt": "bomb bomb", "max_tokens": 16, "temperature": 0},
+               {"prompt": "bomb!", "max_tokens": 16, "temperature": 0.9, "stream": True}]
+    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        replies = _batched_posts(server.url, bodies, client, gate, batch=6)
+        assert wait_idle(client)
+        assert counter_total(scrape(client), "specledger:request_failures") == 2
+    for prompt, reply in zip(prompts, replies):
+        assert reply.status_code == 200
+        assert reply.json()["choices"][0]["text"] == solo_greedy(prompt, 16, ignore_eos=True).text
+    failed, streamed = replies[4], replies[5]
+    assert failed.status_code == 500
+    error = failed.json()["error"]
+    assert error["type"] == "server_error" and error["message"] and "boom" not in failed.text
+    assert "secret" not in failed.text and "RuntimeError" not in failed.text
+    assert streamed.status_code == 200 and '"server_error"' in streamed.text and "boom" not in streamed.text
+    chunks = OpenAIStreamDecoder().feed(streamed.text)
+    assert [c.kind for c in chunks][-2:] == ["error", "done"]
+    assert len(app.state.records) == 4
+
+
+class SlowDrafter(NgramDrafter):
+    """n-gram drafting that takes 20 ms a proposal: a request keeps emitting events for seconds."""
+
+    def fork(self) -> SlowDrafter:
+        return SlowDrafter()
+
+    def propose(self, context, gamma, params, rng):
+        time.sleep(0.02)
+        return super().propose(context, gamma, params, rng)
+
+
+def test_a_non_streaming_client_that_leaves_frees_its_slot_at_the_next_step() -> None:
+    """Issue 12 item 2: the handler notices the hang-up although events keep arriving (one every
+    ~20 ms), and the engine drops the request at the next step instead of decoding to max_tokens
+    (~120 rounds, several seconds)."""
+    app = tiny_app(max_queue=4, max_batch=2, drafter_obj=SlowDrafter(), gamma=1)
+    worker = app.state.service.worker
+    long = {"prompt": "abc abc", "max_tokens": 240, "temperature": 0, "ignore_eos": True}
+    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(server.url + "/v1/completions", json=long, timeout=0.5)
+        left = time.monotonic()
+        assert wait_idle(client), "running/waiting gauges did not return to 0"
+        assert time.monotonic() - left < 2.0
+        assert not app.state.records  # it never finished
+        rounds = len(worker.aborted_rounds)
+        assert 1 <= rounds < 60, rounds  # ran ~0.5 s of 20 ms rounds, not its ~120
+        ok = client.post("/v1/completions", json={"prompt": "xyz", "max_tokens": 5, "temperature": 0})
+        assert ok.status_code == 200
+    assert [rec.output_tokens for rec in app.state.records] == [ok.json()["usage"]["completion_tokens"]]
+
+
+def test_a_burst_is_admitted_up_to_queue_plus_batch() -> None:
+    """Issue 12 item 6: with the engine busy on one request, a burst of 9 gets queue + free batch
+    places (2 + 3 = 5) admitted, 4 answered 429; every admitted one gets its solo output."""
+    gate = Gate()
+    app = tiny_app(max_queue=2, max_batch=4, drafter_obj=GatedDrafter(gate))
+    bodies = [{"prompt": p, "max_tokens": 6, "temperature": 0, "ignore_eos": True} for p in PROMPTS[:10]]
+    replies: list = [None] * len(bodies)
+
+    async def burst(url: str) -> list:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as c:
+            return await asyncio.gather(*(c.post("/v1/completions", json=b) for b in bodies[1:]))
+
+    def first(url: str) -> None:
+        with httpx.Client(base_url=url, timeout=60) as c:
+            replies[0] = c.post("/v1/completions", json=bodies[0])
+
+    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        t = threading.Thread(target=first, args=(server.url,))
+        t.start()
+        wait_for(lambda: gauges(client) == (1, 0), "the first request held in the batch")
+        done = threading.Event()
+
+        def run_burst() -> None:
+            replies[1:] = asyncio.run(burst(server.url))
+            done.set()
+
+        b = threading.Thread(target=run_burst)
+        b.start()
+        wait_for(lambda: gauges(client) == (1, 5), "five admitted to wait for the free places")
+        gate.open()
+        b.join(60)
+        t.join(60)
+        assert done.is_set() and wait_idle(client)
+    statuses = Counter(r.status_code for r in replies)
+    assert statuses == {200: 6, 429: 4}, statuses
+    for body, reply in zip(bodies, replies):
+        if reply.status_code == 200:
+            assert reply.json()["choices"][0]["text"] == solo_greedy(body["prompt"], 6, ignore_eos=True).text
+
+
+def _raw(url: str, data: bytes, read_timeout: float = 10.0) -> bytes:
+    """Send raw bytes on a fresh connection; everything the server answers until it closes."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=read_timeout) as sock:
+        sock.sendall(data)
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+        return out
+
+
+def test_hardening_body_limits_errors_and_unsupported_fields() -> None:
+    """Issue 12 item 6: 413 before reading a declared or chunked oversize body, OpenAI-shaped 404 /
+    405, a 400 naming a lone surrogate's place (no internal text), unsupported fields refused."""
+    limits = Limits(max_body_bytes=4096, header_timeout_s=0.5, body_timeout_s=0.5)
+    app = tiny_app(max_queue=4, limits=limits)
+    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+        big = json.dumps({"prompt": "a" * 5000, "max_tokens": 1}).encode()
+        r = client.post("/v1/completions", content=big, headers={"content-type": "application/json"})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+        assert r.headers.get("connection") == "close"
+
+        def chunks():
+            for i in range(0, len(big), 1000):
+                yield big[i:i + 1000]
+
+        r = client.post("/v1/completions", content=chunks(), headers={"content-type": "application/json"})
+        assert r.status_code == 413 and "4096 bytes" in r.json()["error"]["message"]
+        # a body just under the limit reaches the handler (whose answer: the prompt exceeds the context)
+        under = client.post("/v1/completions", json={"prompt": "a" * 3000, "max_tokens": 1, "temperature": 0})
+        assert under.status_code == 400 and under.json()["error"]["code"] is None and "context" in under.text
+
+        r = client.get("/v2/nothing")
+        assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+        r = client.get("/v1/completions")
+        assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
+        assert "POST" in r.headers["allow"]
+
+        r = client.post("/v1/completions", content=b'{"prompt": "ab\\ud800c", "max_tokens": 2}',
+                        headers={"content-type": "application/json"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
+        assert "surrogate" in r.json()["error"]["message"] and "Error" not in r.json()["error"]["message"]
+        r = client.post("/v1/chat/completions", content=b'{"messages": [{"role": "user", "content": "\\udfff"}]}',
+                        headers={"content-type": "application/json"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "messages.0.content"
+
+        for field, value in [("logprobs", 1), ("logprobs", True), ("top_logprobs", 3),
+                             ("tools", [{"type": "function", "function": {"name": "f"}}]),
+                             ("response_format", {"type": "json_object"}), ("presence_penalty", 0.5),
+                             ("tool_choice", "auto"), ("echo", True)]:
+            r = client.post("/v1/completions", json={"prompt": "abc", "max_tokens": 2, field: value})
+            assert r.status_code == 400, (field, r.text)
+            assert r.json()["error"] == {"message": f"{field}: not supported by this server; omit it",
+                                         "type": "invalid_request_error", "param": field,
+                                         "code": "unsupported_parameter"}
+        neutral = {"logprobs": None, "tools": [], "response_format": {"type": "text"}, "presence_penalty": 0,
+                   "repetition_penalty": 1.0, "echo": False}
+        r = client.post("/v1/completions", json={"prompt": "abc", "max_tokens": 2, "temperature": 0, **neutral})
+        assert r.status_code == 200, r.text
+
+        # a request head or a body that never completes: the connection is closed / answered 408
+        t0 = time.monotonic()
+        assert _raw(server.url, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n") == b""
+        assert time.monotonic() - t0 < 5
+        assert _raw(server.url, b"") == b""  # idle fresh connection
+        answer = _raw(server.url, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        assert answer.startswith(b"HTTP/1.1 408") and b"request_timeout" in answer
+        # a header block that grows past the limit without ending: h11 refuses it (400, closed)
+        answer = _raw(server.url, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70000)
+        assert answer.startswith(b"HTTP/1.1 400")
+        assert client.get("/health").status_code == 200

@@ -7,15 +7,21 @@ GET /health, GET /metrics (Prometheus text, vLLM names; see :mod:`specledger.ser
 Request life cycle: validate (400 / 404) -> encode -> check the context (400 with the
 engine's message) -> admit into the bounded queue (429 + Retry-After when full) -> the worker
 thread decodes it, batched with up to ``max_batch - 1`` others (continuous batching) -> events
-reach the handler through the request's asyncio queue. When the client goes away the request
-leaves the queue, or, if running, is dropped at the next step boundary, so its batch slot frees
-at once. The model is fixed at start-up: a request can only name it.
+reach the handler through the request's asyncio queue. When the client goes away (streaming or
+not: a watcher task waits for the ASGI disconnect) the request leaves the queue, or, if running,
+is dropped at the next step boundary, so its batch slot frees at once. The model is fixed at
+start-up: a request can only name it.
+
+Errors are OpenAI-shaped (``{"error": {"message", "type", "param", "code"}}``) for every status
+(404 / 405 routes included); a 400 names the offending field, a 500 names no internal detail
+(that goes to the server log). Transport limits (body size, slow clients): :mod:`specledger.serve.hardening`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import secrets
 import time
 import uuid
@@ -25,12 +31,14 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from specledger.engine.decode import Emitted
 from specledger.engine.policy import POLICIES, AcceptanceChain, GammaPolicy, make_policy
 from specledger.engine.sampling import SamplingParams
 from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
+from specledger.serve.hardening import BodyLimit, Limits
 from specledger.serve.metrics import ServeMetrics
 from specledger.serve.protocol import (
     FINISH_REASONS,
@@ -50,14 +58,23 @@ from specledger.serve.protocol import (
     stream_chunk,
     usage_chunk,
 )
-from specledger.serve.worker import EngineWorker, Job, JobCancelled, JobFailed, JobQueue
+from specledger.serve.worker import INTERNAL_FAILURE, EngineWorker, Job, JobCancelled, JobFailed, JobQueue
+
+log = logging.getLogger("specledger.serve")
 
 #: (prompt, messages) -> token ids; exactly one of the two is given (messages = chat template).
 PromptEncoder = Callable[[str | None, list[dict[str, str]] | None], list[int]]
 
 GAMMA_POLICIES = tuple(p for p in POLICIES if p != "static")
 HEURISTIC_MAX_GAMMA = 16
-DISCONNECT_POLL_S = 0.25
+CLIENT_CLOSED = 499  # nginx's "client closed request": nobody reads it, the access log does
+
+
+class _Disconnected:
+    """Put on a non-streaming job's event queue when its client goes away."""
+
+
+DISCONNECTED = _Disconnected()
 
 
 def parse_gamma(gamma: int | str, step_cost: Any = None) -> Callable[[], int | GammaPolicy]:
@@ -144,7 +161,7 @@ class Service:
         self.gamma_label = str(gamma)
         self.drafter_name = getattr(drafter, "name", type(drafter).__name__)
         self.created = int(time.time())
-        self.queue = JobQueue(max_queue)
+        self.queue = JobQueue(max_queue, max_batch)
         self.metrics = ServeMetrics(model_name, max_positions(gamma), running=lambda: self.worker.num_running,
                                     waiting=lambda: len(self.queue))
         self.max_batch = max_batch
@@ -176,8 +193,9 @@ class Service:
             ids = [int(t) for t in await asyncio.to_thread(self.encode, prompt, messages)]
         except SpecLedgerError as exc:
             raise RequestError(str(exc)) from None
-        except Exception as exc:  # the tokenizer or chat template rejected the user's text
-            raise RequestError(f"cannot encode the prompt: {type(exc).__name__}: {exc}") from None
+        except Exception:  # the tokenizer or chat template rejected the user's text
+            log.warning("cannot encode a prompt", exc_info=True)
+            raise RequestError("cannot encode the prompt with this model's tokenizer; check the text") from None
         if self.vocab_size is not None and any(not 0 <= t < self.vocab_size for t in ids):
             raise RequestError(f"the prompt encodes to token ids outside the model's vocabulary ({self.vocab_size})")
         max_tokens = resolve_max_tokens(max_tokens, len(ids), self.engine.max_context)
@@ -192,7 +210,7 @@ class Service:
         )
         if not self.queue.offer(job):
             raise RequestError(
-                f"the server is busy ({len(self.queue)} requests waiting, the queue holds {self.queue.maxsize}); "
+                f"the server is busy ({self.queue.maxsize} waiting and {self.max_batch} decoding is its limit); "
                 f"retry after {self.retry_after_s} s",
                 status=429, kind="rate_limit_error", code="queue_full",
                 headers={"Retry-After": str(self.retry_after_s)},
@@ -231,13 +249,27 @@ class Service:
                 return
 
     async def collect(self, job: Job, kind: Kind, request: Request) -> Response:
+        """Wait for the job's end; if the client leaves first, answer 499 at once (the caller's
+        ``release`` then frees the job's queue place or batch slot)."""
+        watcher = asyncio.create_task(self._watch_disconnect(job, request))
+        try:
+            return await self._collect(job, kind)
+        finally:
+            watcher.cancel()
+
+    @staticmethod
+    async def _watch_disconnect(job: Job, request: Request) -> None:
+        """The body is read, so the next ASGI message is ``http.disconnect`` (client gone, or the
+        response done); tell the collector, which stops the job."""
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        job.events.put_nowait(DISCONNECTED)
+
+    async def _collect(self, job: Job, kind: Kind) -> Response:
         while True:
-            try:
-                event = await asyncio.wait_for(job.events.get(), DISCONNECT_POLL_S)
-            except TimeoutError:
-                if await request.is_disconnected():
-                    return Response(status_code=499)
-                continue
+            event = await job.events.get()
+            if event is DISCONNECTED:
+                return Response(status_code=CLIENT_CLOSED)
             if isinstance(event, RequestRecord):
                 finish = FINISH_REASONS.get(event.stop_reason, "stop")
                 return JSONResponse(full_response(kind, job.request_id, self.model_name, event.text, finish,
@@ -289,6 +321,7 @@ def create_app(
     encode: PromptEncoder | None = None,
     retry_after_s: int = 1,
     keep_records: int = 10000,
+    limits: Limits | None = None,
 ) -> FastAPI:
     """Build the app and start its engine worker thread.
 
@@ -296,7 +329,9 @@ def create_app(
     ``layers`` / ``draft_path``); drafter "none" means plain decoding (gamma 0).
     ``gamma``: candidates per round or a policy name ("heuristic"); one policy per request.
     ``max_batch``: requests decoded together (continuous batching); more wait in the queue
-    (``max_queue`` of them, then 429).
+    (the server holds ``max_queue + max_batch`` requests in all, then 429).
+    ``limits``: transport limits (:class:`~specledger.serve.hardening.Limits`); the body limit
+    is enforced here, the others by :func:`~specledger.serve.hardening.uvicorn_config`.
     ``encode``: (prompt, messages) -> ids; default: the engine's LoadedModel.
     State for callers: ``app.state.service`` (a :class:`Service`), ``app.state.records``
     (RequestRecords of finished requests), ``app.state.registry`` (Prometheus registry).
@@ -325,14 +360,30 @@ def create_app(
         service.worker.stop()
 
     app = FastAPI(title="specledger serve", lifespan=lifespan)
+    limits = limits or Limits()
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
+    app.state.limits = limits
     app.state.service = service
     app.state.records = service.worker.records
     app.state.registry = service.metrics.registry
 
     @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse(error_body(f"internal error: {type(exc).__name__}: {exc}", kind="server_error"),
-                            status_code=500)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return JSONResponse(error_body(INTERNAL_FAILURE, kind="server_error"), status_code=500)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            message = f"no route {request.method} {request.url.path}; see /v1/models, /v1/completions, " \
+                      "/v1/chat/completions, /health, /metrics"
+        elif exc.status_code == 405:
+            message = f"method {request.method} is not allowed on {request.url.path} " \
+                      f"(allowed: {(exc.headers or {}).get('allow', '?')})"
+        else:
+            message = str(exc.detail)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        return JSONResponse(error_body(message, code=code), status_code=exc.status_code, headers=exc.headers)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:

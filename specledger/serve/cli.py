@@ -22,7 +22,8 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_serve_options(port: int, drafter: str, gamma: str, max_queue: int, max_batch: int = 8) -> None:
+def check_serve_options(port: int, drafter: str, gamma: str, max_queue: int, max_batch: int = 8,
+                        max_body_bytes: int = 1 << 20, max_connections: int = 1024) -> None:
     """Reject bad options before the (slow) model load."""
     from specledger.engine.drafters.registry import DRAFTERS
     from specledger.serve.app import parse_gamma
@@ -36,6 +37,11 @@ def check_serve_options(port: int, drafter: str, gamma: str, max_queue: int, max
         raise SpecLedgerError(f"--max-queue must be >= 1, got {max_queue}")
     if max_batch < 1:
         raise SpecLedgerError(f"--max-batch must be >= 1, got {max_batch}")
+    if max_body_bytes < 1024:
+        raise SpecLedgerError(f"--max-body-bytes must be >= 1024, got {max_body_bytes}")
+    if max_connections < max_queue + max_batch:
+        raise SpecLedgerError(f"--max-connections ({max_connections}) must be >= --max-queue + --max-batch "
+                              f"({max_queue + max_batch}), or admitted requests would be refused")
 
 
 def serve(
@@ -50,17 +56,21 @@ def serve(
     max_queue: Annotated[int, typer.Option(help="Waiting requests beyond which the server answers 429.")] = 64,
     max_batch: Annotated[int, typer.Option(help="Requests decoded together (continuous batching).")] = 8,
     model_name: Annotated[str | None, typer.Option(help="Model id to serve as (default: the model's name).")] = None,
+    max_body_bytes: Annotated[int, typer.Option(help="Largest request body (bytes); above it: 413.")] = 1 << 20,
+    max_connections: Annotated[int, typer.Option(help="Open connections beyond which uvicorn answers 503.")] = 1024,
 ) -> None:
     """Serve the target with speculative decoding: /v1/completions, /v1/chat/completions, /metrics."""
     import uvicorn
 
     from specledger.engine.cli import build_engine
     from specledger.serve.app import create_app
+    from specledger.serve.hardening import Limits, uvicorn_config
 
-    check_serve_options(port, drafter, gamma, max_queue, max_batch)
+    check_serve_options(port, drafter, gamma, max_queue, max_batch, max_body_bytes, max_connections)
+    limits = Limits(max_body_bytes=max_body_bytes, limit_concurrency=max_connections)
     engine = build_engine(target, dtype)
     app = create_app(engine, drafter_name=drafter, gamma=gamma, model_name=model_name, max_queue=max_queue,
-                     max_batch=max_batch, layers=layers, draft_path=draft)
+                     max_batch=max_batch, layers=layers, draft_path=draft, limits=limits)
     service = app.state.service
     shown_host = f"[{host}]" if ":" in host else host
     print(f"specledger serve: http://{shown_host}:{port}/v1  (model id {service.model_name!r})")
@@ -69,4 +79,4 @@ def serve(
     print("metrics: /metrics (vLLM names: vllm:spec_decode_num_drafts_total, ...)")
     if not is_loopback(host):
         print(f"warning: bound to {host}: reachable from other machines; there is no authentication")
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.Server(uvicorn_config(app, host=host, port=port, limits=limits)).run()

@@ -20,7 +20,8 @@ request's arrival, i.e. queueing included, as vLLM does):
 ``vllm:time_to_first_token_seconds``, ``vllm:inter_token_latency_seconds`` (one observation
 per gap between consecutive emitted chunks of a request), ``vllm:e2e_request_latency_seconds``,
 ``vllm:request_queue_time_seconds``. Counters ``vllm:prompt_tokens``, ``vllm:generation_tokens``
-(tokens actually emitted), ``vllm:request_success{finished_reason=stop|length}``; gauges
+(tokens actually emitted), ``vllm:request_success{finished_reason=stop|length}``,
+``specledger:request_failures`` (requests answered 500 because the engine failed on them); gauges
 ``vllm:num_requests_running`` and ``vllm:num_requests_waiting`` read live from the worker.
 """
 
@@ -88,6 +89,7 @@ class ServeMetrics:
         self.prompt_tokens = counter("vllm:prompt_tokens", "Prefilled prompt tokens.")
         self.generation_tokens = counter("vllm:generation_tokens", "Emitted output tokens.")
         self.request_success = counter("vllm:request_success", "Finished requests.", ("finished_reason",))
+        self.request_failures = counter("specledger:request_failures", "Requests the engine failed on (500).")
 
         def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
             return Histogram(name, doc, labels, buckets=buckets, registry=reg)
@@ -104,7 +106,7 @@ class ServeMetrics:
 
         # expose zeros from the start, as vLLM does
         for c in (self.num_drafts, self.num_draft_tokens, self.num_accepted, self.prompt_tokens,
-                  self.generation_tokens):
+                  self.generation_tokens, self.request_failures):
             c.labels(model_name)
         for p in range(max_positions):
             self.accepted_per_pos.labels(model_name, str(p))
@@ -137,6 +139,9 @@ class ServeMetrics:
     def observe_finish(self, finish_reason: str, since_arrival: float) -> None:
         self.request_success.labels(self.model_name, finish_reason).inc()
         self.e2e.labels(self.model_name).observe(since_arrival)
+
+    def observe_failure(self) -> None:
+        self.request_failures.labels(self.model_name).inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

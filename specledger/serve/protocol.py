@@ -2,7 +2,11 @@
 
 Request bodies are pydantic models in strict mode: a wrong JSON type (``"temperature": "1"``,
 ``"max_tokens": true``) is a 400, never a silent coercion. Unknown fields are ignored, as
-OpenAI-compatible servers do. ``null`` for an optional field means "use the default".
+OpenAI-compatible servers do, except the fields in :data:`UNSUPPORTED` that would change the
+answer (``logprobs``, ``tools``, ``response_format``, penalties, ...): asking for them is a 400
+naming the field, never a silent no-op (their neutral values pass). ``null`` for an optional
+field means "use the default". Text with a lone UTF-16 surrogate (``"\\ud800"``, valid JSON but
+not Unicode) is a 400 naming where it is.
 
 Defaults follow OpenAI / vLLM: temperature 1, top_p 1, top_k off, n 1, no stop strings;
 ``max_tokens`` defaults to 128, clipped to the room the context leaves after the prompt.
@@ -80,19 +84,20 @@ class RequestError(Exception):
 
     def __init__(
         self, message: str, status: int = 400, kind: str = "invalid_request_error", code: str | None = None,
-        headers: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None, param: str | None = None,
     ) -> None:
         super().__init__(message)
-        self.message, self.status, self.kind, self.code = message, status, kind, code
+        self.message, self.status, self.kind, self.code, self.param = message, status, kind, code, param
         self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
-        return error_body(self.message, self.kind, self.code)
+        return error_body(self.message, self.kind, self.code, self.param)
 
 
-def error_body(message: str, kind: str = "invalid_request_error", code: str | None = None) -> dict[str, Any]:
+def error_body(message: str, kind: str = "invalid_request_error", code: str | None = None,
+               param: str | None = None) -> dict[str, Any]:
     """OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -102,10 +107,69 @@ def describe_validation_error(exc: ValidationError) -> str:
     return f"{where}: {first.get('msg', 'invalid value')}"
 
 
+#: fields this server cannot honour -> the values that ask for nothing (accepted and ignored)
+UNSUPPORTED: dict[str, tuple[Any, ...]] = {
+    "logprobs": (None, False),
+    "top_logprobs": (None, 0),
+    "echo": (None, False),
+    "suffix": (None, ""),
+    "best_of": (None, 1),
+    "logit_bias": (None, {}),
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+    "functions": (None, []),
+    "function_call": (None, "none"),
+    "parallel_tool_calls": (None,),
+    "response_format": (None, {"type": "text"}),
+    "guided_json": (None,),
+    "guided_regex": (None,),
+    "guided_choice": (None,),
+    "guided_grammar": (None,),
+    "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+    "repetition_penalty": (None, 1, 1.0),
+}
+
+
+def check_unsupported(payload: dict[str, Any]) -> None:
+    """RequestError(400) for the first field of :data:`UNSUPPORTED` that asks for something."""
+    for name, neutral in UNSUPPORTED.items():
+        if name in payload and not any(type(payload[name]) is type(v) and payload[name] == v for v in neutral):
+            raise RequestError(f"{name}: not supported by this server; omit it", param=name,
+                               code="unsupported_parameter")
+
+
+def _surrogate_at(value: Any, where: str) -> str | None:
+    """The path of the first string (key or value) in ``value`` holding a lone surrogate, else None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where or "body"
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else str(key)
+            found = _surrogate_at(key, path) or _surrogate_at(item, path)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _surrogate_at(item, f"{where}.{i}" if where else str(i))
+            if found:
+                return found
+    return None
+
+
 def parse_body(model: type[_Body], payload: Any) -> Any:
     """Validate a decoded JSON payload into ``model``; RequestError(400) when it does not fit."""
     if not isinstance(payload, dict):
         raise RequestError("the request body must be a JSON object")
+    where = _surrogate_at(payload, "")
+    if where is not None:
+        raise RequestError(f"{where}: the text holds a lone UTF-16 surrogate (e.g. \\ud800), which is not "
+                           "Unicode; send valid UTF-8 text", param=where)
+    check_unsupported(payload)
     try:
         return model.model_validate(payload)
     except ValidationError as exc:

@@ -13,13 +13,24 @@ Invariants:
   boundary (its slot is free for the next step).
 - Events travel to the request's asyncio queue with ``loop.call_soon_threadsafe``; every job
   that left the queue ends with exactly one :class:`~specledger.engine.trace.RequestRecord`,
-  :class:`JobFailed` or :class:`JobCancelled`, pushed after it left ``active``. An exception in
-  a step fails the jobs in the batch (the scheduler is rebuilt empty); the server keeps serving.
+  :class:`JobFailed` or :class:`JobCancelled`, pushed after it left ``active``.
+- Failure isolation: when one request's drafting / verify / sampling / prefill raises, the
+  scheduler ends that request alone with ``RequestFailed`` (its last event, its slot freed) and
+  the worker answers it with :class:`JobFailed` -- a 500 that names no internal detail (the
+  detail goes to the log); the others decode on. Only an exception outside any one request
+  (the packed forward itself) fails the whole batch (the scheduler is rebuilt empty); the server
+  keeps serving either way.
+- Admission: the server holds at most ``max_queue + max_batch`` requests (waiting + running);
+  :meth:`JobQueue.offer` counts the jobs the worker has taken and not yet ended, so a burst is
+  admitted up to queue + batch (the free batch places fill at the next step boundary), not
+  queue + 1.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
+import logging
 import threading
 import time
 from collections import deque
@@ -36,10 +47,31 @@ from specledger.engine.trace import RequestRecord, RoundRecord
 from specledger.serve.metrics import ServeMetrics
 from specledger.serve.protocol import FINISH_REASONS
 
+log = logging.getLogger("specledger.serve")
+
+#: what a client hears when the engine failed on its request (details stay in the server log)
+INTERNAL_FAILURE = "the server failed while generating this request; other requests were not affected"
+
+
+def _engine_type(name: str) -> type | None:
+    """``name`` from the engine's request modules, if it is defined there (``RequestFailed``:
+    a request ended alone by an exception in its own drafting / verify / sampling / prefill)."""
+    for module in ("specledger.engine.batch", "specledger.engine.request"):
+        try:
+            found = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            continue
+        if isinstance(found, type):
+            return found
+    return None
+
+
+RequestFailed = _engine_type("RequestFailed")
+
 
 @dataclass(slots=True)
 class JobFailed:
-    message: str
+    message: str = INTERNAL_FAILURE
 
 
 @dataclass(slots=True)
@@ -73,13 +105,18 @@ class Job:
 
 
 class JobQueue:
-    """A bounded FIFO of waiting jobs that also supports removing a job (client gone)."""
+    """A bounded FIFO of waiting jobs that also supports removing a job (client gone).
 
-    def __init__(self, maxsize: int) -> None:
-        self.maxsize = maxsize
+    Capacity: at most ``maxsize + batch`` jobs held (waiting + taken by the worker and not yet
+    :meth:`done`), so the batch's free places count as room for a burst.
+    """
+
+    def __init__(self, maxsize: int, batch: int = 0) -> None:
+        self.maxsize, self.batch = maxsize, batch
         self._items: deque[Job] = deque()
         self._cond = threading.Condition()
         self._closed = False
+        self._taken = 0
 
     def __len__(self) -> int:
         return len(self._items)
@@ -88,21 +125,35 @@ class JobQueue:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def taken(self) -> int:
+        """Jobs the worker took and has not reported :meth:`done`."""
+        return self._taken
+
     def offer(self, job: Job) -> bool:
-        """Enqueue unless full (or closed); True if admitted."""
+        """Enqueue unless full (waiting + taken >= maxsize + batch) or closed; True if admitted."""
         with self._cond:
-            if self._closed or len(self._items) >= self.maxsize:
+            if self._closed or len(self._items) + self._taken >= self.maxsize + self.batch:
                 return False
             self._items.append(job)
             self._cond.notify()
             return True
 
     def take(self, block: bool = True) -> Job | None:
-        """The next job, waiting for one if ``block``; None once closed (or, not blocking, if empty)."""
+        """The next job, waiting for one if ``block``; None once closed (or, not blocking, if empty).
+        The caller owns the job until it calls :meth:`done`."""
         with self._cond:
             while block and not self._items and not self._closed:
                 self._cond.wait()
-            return None if self._closed or not self._items else self._items.popleft()
+            if self._closed or not self._items:
+                return None
+            self._taken += 1
+            return self._items.popleft()
+
+    def done(self) -> None:
+        """A taken job ended (finished, failed or cancelled): its place is free."""
+        with self._cond:
+            self._taken = max(0, self._taken - 1)
 
     def remove(self, job: Job) -> bool:
         """Drop ``job`` if it is still waiting; True if it was."""
@@ -196,8 +247,9 @@ class EngineWorker:
                     break
                 if self.active:
                     self._step()
-            except Exception as exc:  # an engine failure ends the batch's requests, never the server
-                self._fail_all(f"engine error: {type(exc).__name__}: {exc}")
+            except Exception:  # a failure outside any one request ends the batch's requests, never the server
+                log.exception("engine step failed; failing the %d request(s) in the batch", len(self.active))
+                self._fail_all()
         for ticket in list(self.active):  # shutting down
             self.scheduler.cancel(ticket)
             self._end(ticket, JobCancelled())
@@ -210,6 +262,7 @@ class EngineWorker:
             if job is None:
                 break
             if job.cancel_flag.is_set():
+                self.queue.done()
                 job.push(JobCancelled())
                 continue
             self._start(job)
@@ -221,8 +274,11 @@ class EngineWorker:
                                ignore_eos=job.ignore_eos)
         try:
             ticket = self.scheduler.add(request, self.drafter.fork(), self.gamma(), t_arrival=now)
-        except Exception as exc:
-            job.push(JobFailed(f"engine error: {type(exc).__name__}: {exc}"))
+        except Exception:
+            log.exception("request %s could not join the batch", job.request_id)
+            self.queue.done()
+            self.metrics.observe_failure()
+            job.push(JobFailed())
             return
         self.active[ticket] = _InBatch(job)
         self.metrics.observe_start(len(job.prompt_ids), now - job.arrival)
@@ -234,16 +290,19 @@ class EngineWorker:
                 self.scheduler.cancel(ticket)
                 self._end(ticket, JobCancelled())
 
-    def _fail_all(self, message: str) -> None:
+    def _fail_all(self) -> None:
         self.scheduler = self.batch.scheduler(stream_text=True)  # whatever the failed step left is dropped
         for ticket in list(self.active):
-            self._end(ticket, JobFailed(message))
+            self._end(ticket, JobFailed())
 
     def _end(self, ticket: int, final: RequestRecord | JobFailed | JobCancelled) -> None:
         """The job leaves the batch (so the gauge is never stale), then its client hears of the end."""
         entry = self.active.pop(ticket)
+        self.queue.done()
         if not isinstance(final, RequestRecord):
             self.aborted_rounds.extend(entry.rounds)
+        if isinstance(final, JobFailed):
+            self.metrics.observe_failure()
         entry.job.push(final)
 
     def _step(self) -> None:
@@ -266,3 +325,7 @@ class EngineWorker:
                 self.metrics.observe_finish(reason, (entry.last_chunk or now) - job.arrival)
                 self.records.append(event)
                 self._end(ticket, event)
+            elif RequestFailed is not None and isinstance(event, RequestFailed):
+                log.error("request %s failed alone: %s", job.request_id, getattr(event, "error", event),
+                          exc_info=getattr(event, "exception", None))
+                self._end(ticket, JobFailed())
