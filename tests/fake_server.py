@@ -37,6 +37,8 @@ class FakeServerConfig:
     gamma: int = 3
     fail_every: int = 0  # every k-th request (1-based) answers HTTP 500; 0 = never
     crlf_every: int = 2  # every k-th request uses CRLF line endings and a comment line
+    no_done_every: int = 0  # every k-th request ends its stream without `data: [DONE]`
+    json_every: int = 0  # every k-th request answers 200 with a JSON body, not a stream
 
 
 def expected_tokens(prompt: str, max_tokens: int, config: FakeServerConfig) -> list[str]:
@@ -109,6 +111,8 @@ def create_app(config: FakeServerConfig) -> tuple[FastAPI, list[ServedRequest]]:
         if config.fail_every and number % config.fail_every == 0:
             entry.status = 500
             return JSONResponse({"error": {"message": "injected failure"}}, status_code=500)
+        if config.json_every and number % config.json_every == 0:
+            return JSONResponse({"choices": [{"index": 0, "text": "not a stream"}]})
         tokens = expected_tokens(prompt, int(body.get("max_tokens", 16)), config)
         sizes = chunk_sizes(len(tokens), config)
         entry.tokens, entry.sizes = tokens, sizes
@@ -161,7 +165,8 @@ def create_app(config: FakeServerConfig) -> tuple[FastAPI, list[ServedRequest]]:
                         },
                     }
                 )
-            yield event("[DONE]")
+            if not (config.no_done_every and number % config.no_done_every == 0):
+                yield event("[DONE]")
 
         return StreamingResponse(generate(), media_type="text/event-stream")
 

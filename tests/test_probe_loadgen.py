@@ -6,6 +6,7 @@ import asyncio
 import json
 import socket
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -247,6 +248,43 @@ def test_http_errors_are_counted_not_raised() -> None:
     summary = summarize(run.results, run.wall_time_s)
     assert summary["requests_failed"] == 3 and summary["errors"] == {"HTTP 500": 3}
     assert summary["total_output_tokens"] == 6 * 5
+
+
+def test_incomplete_and_non_sse_answers_are_failures_with_their_reason() -> None:
+    """Issue 12 item 5: a 200 whose stream lacks `data: [DONE]`, or whose body is not SSE, is a
+    failure naming why -- never a success."""
+    config_server = FakeServerConfig(no_done_every=3, json_every=4, response_tokens=5, delays_s=(0.0,), crlf_every=0)
+    with FakeServer(config_server) as srv:
+        config = LoadConfig(base_url=srv.url, model="fake-model", max_tokens=5, concurrency=1, num_requests=12)
+        run = asyncio.run(run_load(config, [PromptItem(prompt="x")]))
+    by_number = {r.index + 1: r for r in run.results}  # concurrency 1: the server's n-th request is index n-1
+    for number, r in by_number.items():
+        if number % 4 == 0:
+            assert not r.ok and r.status == 200 and r.error.startswith("NotSSE: the answer is 'application/json'")
+            assert "not a stream" in r.error
+        elif number % 3 == 0:
+            assert not r.ok and not r.saw_done and r.output_text  # the tokens came, the end did not
+            assert r.error.startswith("IncompleteStream: the stream ended without `data: [DONE]`")
+        else:
+            assert r.ok and r.saw_done and r.error is None
+    summary = summarize(run.results, run.wall_time_s)
+    assert summary["errors"] == {"NotSSE": 3, "IncompleteStream": 3} and summary["requests_ok"] == 6
+
+
+def test_the_timeout_bounds_a_request_s_total_time() -> None:
+    """Issue 12 item 5: a stream that trickles a chunk every 50 ms never trips a 0.5 s read timeout,
+    but the request is cut at 0.5 s in total and counted as a failure."""
+    with FakeServer(FakeServerConfig(response_tokens=200, chunk_pattern=(1,), delays_s=(0.05,))) as srv:
+        config = LoadConfig(base_url=srv.url, model="fake-model", max_tokens=200, concurrency=2, num_requests=2,
+                            timeout_s=0.5)
+        t0 = time.perf_counter()
+        run = asyncio.run(run_load(config, [PromptItem(prompt="x")]))
+        wall = time.perf_counter() - t0
+    assert wall < 6.0  # the full stream would take 10 s
+    for r in run.results:
+        assert not r.ok and r.error.startswith("TotalTimeout: no complete answer within 0.5 s (after ")
+        assert 0 < len(r.chunk_times) < 200 and r.end_s - r.start_s < 5.0
+    assert summarize(run.results, run.wall_time_s)["errors"] == {"TotalTimeout": 2}
 
 
 def cli_app() -> typer.Typer:

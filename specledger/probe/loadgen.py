@@ -12,6 +12,13 @@ chunks are not timed. Tokens per chunk come from ``tokenizer(delta_text)`` when 
 1 per chunk; when the server reports ``usage.completion_tokens`` (``stream_options:
 {"include_usage": true}``) and the per-chunk counts disagree with it, they are reconciled
 (:func:`reconcile_chunk_tokens`).
+
+A request succeeds only if it is a complete stream: HTTP 200, an SSE body (``Content-Type:
+text/event-stream`` when the server states one), and ``data: [DONE]`` at the end, all within
+``timeout_s`` in total (connect, wait and stream; the read timeout alone would let a server that
+trickles a byte a second go on for ever). Anything else is a failure whose ``error`` starts with
+its kind: ``HTTP 500: ...``, ``NotSSE: ...``, ``IncompleteStream: ...``, ``TotalTimeout: ...``,
+an in-stream error, or the transport exception's name.
 """
 
 from __future__ import annotations
@@ -250,25 +257,17 @@ async def send_one(
     run_start: float,
     tokenizer: Tokenizer | None = None,
 ) -> RequestResult:
-    """Send one streaming request and time every token-bearing chunk; never raises."""
+    """Send one streaming request and time every token-bearing chunk; never raises. The whole
+    exchange is bounded by ``config.timeout_s``."""
     result = RequestResult(index=index, prompt_id=item.id)
     sent = time.perf_counter()
     result.start_s = sent - run_start
-    decoder = OpenAIStreamDecoder()
     texts: list[str] = []
     try:
-        async with client.stream("POST", config.endpoint, json=build_payload(config, item)) as response:
-            result.status = response.status_code
-            if response.status_code != 200:
-                body = (await response.aread()).decode("utf-8", "replace").strip().replace("\n", " ")
-                result.error = f"HTTP {response.status_code}: {body[:200]}"
-            else:
-                async for raw in response.aiter_bytes():
-                    now = time.perf_counter() - sent
-                    if _consume(decoder.feed(raw), now, result, texts, tokenizer):
-                        break
-                else:
-                    _consume(decoder.close(), time.perf_counter() - sent, result, texts, tokenizer)
+        await asyncio.wait_for(_exchange(client, config, item, sent, result, texts, tokenizer), config.timeout_s)
+    except asyncio.TimeoutError:
+        got = f"after {len(result.chunk_times)} token chunks" if result.status == 200 else "before any answer"
+        result.error = f"TotalTimeout: no complete answer within {config.timeout_s:g} s ({got})"
     except httpx.HTTPError as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # keep the run going; the error is recorded per request
@@ -278,6 +277,44 @@ async def send_one(
     _finish_counts(result, tokenizer)
     result.ok = result.error is None
     return result
+
+
+#: how much of a non-SSE or error body is quoted in ``error``
+QUOTED_BODY = 200
+
+
+async def _head(response: httpx.Response, limit: int = 4096) -> str:
+    """The first ``limit`` bytes of the body, one line (the rest is not read)."""
+    data = b""
+    async for raw in response.aiter_bytes():
+        data += raw
+        if len(data) >= limit:
+            break
+    return data[:limit].decode("utf-8", "replace").strip().replace("\n", " ")[:QUOTED_BODY]
+
+
+async def _exchange(client: httpx.AsyncClient, config: LoadConfig, item: PromptItem, sent: float,
+                    result: RequestResult, texts: list[str], tokenizer: Tokenizer | None) -> None:
+    """The request itself: status, content type, every chunk; sets ``result.error`` for a failure."""
+    decoder = OpenAIStreamDecoder()
+    async with client.stream("POST", config.endpoint, json=build_payload(config, item)) as response:
+        result.status = response.status_code
+        if response.status_code != 200:
+            result.error = f"HTTP {response.status_code}: {await _head(response)}"
+            return
+        content_type = response.headers.get("content-type")
+        if content_type is not None and not content_type.lower().startswith("text/event-stream"):
+            result.error = f"NotSSE: the answer is {content_type!r}, not text/event-stream: {await _head(response)}"
+            return
+        async for raw in response.aiter_bytes():
+            now = time.perf_counter() - sent
+            if _consume(decoder.feed(raw), now, result, texts, tokenizer):
+                break
+        else:
+            _consume(decoder.close(), time.perf_counter() - sent, result, texts, tokenizer)
+    if result.error is None and not result.saw_done:
+        result.error = (f"IncompleteStream: the stream ended without `data: [DONE]` "
+                        f"after {len(result.chunk_times)} token chunks")
 
 
 def _consume(
