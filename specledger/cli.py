@@ -8,10 +8,11 @@ and keeps heavy imports (torch) inside the function body, so ``specledger --help
 from __future__ import annotations
 
 import sys
+import warnings
 
 import typer
 
-from specledger.errors import SpecLedgerError
+from specledger.errors import SpecLedgerError, SpecLedgerWarning
 
 app = typer.Typer(
     name="specledger",
@@ -54,8 +55,21 @@ def _register() -> None:
 _register()
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    """``warnings.showwarning`` for the CLI: a SpecLedgerWarning is one ``warning: ...`` line on stderr."""
+    if issubclass(category, SpecLedgerWarning):
+        print(f"warning: {message}", file=sys.stderr if file is None else file)
+    else:
+        _default_show_warning(message, category, filename, lineno, file, line)
+
+
+_default_show_warning = warnings.showwarning
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the app; user errors become one line on stderr and exit code 2."""
+    """Entry point: run the app; user errors become one line on stderr and exit code 2, warnings
+    (:class:`SpecLedgerWarning`) one ``warning: ...`` line each."""
+    warnings.showwarning = _show_warning
     try:
         app(args=argv, standalone_mode=False)
     except SpecLedgerError as exc:

@@ -21,10 +21,10 @@ from specledger.bench.policies import (
     setting_name,
 )
 from specledger.bench.sweep_cli import sweep
-from specledger.engine.trace import read_records
 from specledger.errors import SpecLedgerError
 from specledger.report.build import build_report
 from specledger.report.cli import print_experiments
+from specledger.rundir import read_records
 from tests.test_quantization import tiny_engine, workload_items
 
 STATIC = (1, 2, 4)

@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from specledger.cli import app as cli_app
-from specledger.engine.trace import RequestRecord, read_records
+from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
 from specledger.gates import FAIL, PASS, greedy_correctness
+from specledger.probe.acceptance import acceptance_ledger
 from specledger.probe.loadgen import RequestResult
 from specledger.probe.records import (
-    acceptance_ledger,
     check_label,
     check_new_run_dir,
     emission_times,
@@ -26,6 +26,7 @@ from specledger.probe.records import (
     workload_from_prompts,
 )
 from specledger.report.build import build_report
+from specledger.rundir import read_records
 from tests.fake_server import FakeServer, FakeServerConfig
 
 GATE_NAMES = {"correctness", "quality", "latency", "capacity"}

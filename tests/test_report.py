@@ -15,11 +15,11 @@ import typer
 from synthetic import plain_rounds, request_from_rounds, spec_rounds
 from typer.testing import CliRunner
 
-from specledger.engine.trace import append_records
 from specledger.errors import SpecLedgerError
 from specledger.report import build_report
 from specledger.report.cli import report
 from specledger.report.plots import FIGURES
+from specledger.rundir import append_records
 
 
 def _write_run(run_dir: Path, n_prompts: int = 6) -> Path:

@@ -8,9 +8,9 @@ import pytest
 
 from specledger.bench.runner import RunPlan, plan_jobs, run
 from specledger.engine.decode import Engine
-from specledger.engine.trace import read_records
 from specledger.errors import SpecLedgerError
 from specledger.report.build import build_report
+from specledger.rundir import read_records
 from tests.conftest import CharLoaded, CharTokenizer
 
 
@@ -78,3 +78,34 @@ def test_run_rejects_bad_plans(tmp_path, engine, workload):
         run(tmp_path / "x", RunPlan(drafters=["nope"], workload_file=str(workload)), engine)
     with pytest.raises(SpecLedgerError, match="gammas"):
         run(tmp_path / "x", RunPlan(gammas=[0], workload_file=str(workload)), engine)
+
+
+def test_resume_repairs_a_torn_last_record(tmp_path, engine, workload):
+    """An interruption mid-write leaves an unterminated line: resume removes it (and says so), re-runs
+    that request, and the directory stays readable through any number of resumes."""
+    import warnings
+
+    from specledger.errors import SpecLedgerWarning
+
+    out = tmp_path / "run"
+    plan = _plan(workload)
+
+    def interrupt_after_four(done, total, label):
+        if done == 4 and label != "done":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(out, plan, engine, progress=interrupt_after_four)
+    trace = out / "traces.jsonl"
+    complete = trace.read_bytes()
+    fifth = complete.splitlines(keepends=True)[-1]
+    trace.write_bytes(complete + fifth[: len(fifth) // 2])  # the fifth request's write, cut
+    with pytest.warns(SpecLedgerWarning, match=r"removed the torn last line \(\d+ bytes\)"):
+        run(out, plan, engine, resume=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no skipped line left
+        records = list(read_records(trace))
+        assert len(records) == len({r.request_id for r in records}) == 15
+        run(out, plan, engine, resume=True)  # nothing left to do, nothing to repair
+        assert len(list(read_records(trace))) == 15
+    build_report(out, n_resamples=20)

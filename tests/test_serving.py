@@ -26,7 +26,7 @@ from specledger.bench.serving import (
 from specledger.bench.sweep_cli import sweep
 from specledger.engine.decode import Engine
 from specledger.engine.drafters.registry import make_drafter
-from specledger.engine.trace import read_records
+from specledger.rundir import read_records
 from tests.conftest import CharTokenizer, tiny_model
 
 

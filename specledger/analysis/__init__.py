@@ -22,7 +22,7 @@ from specledger.analysis.metrics import (
     totals,
 )
 from specledger.analysis.reconcile import reconcile, reconciliation_sentences, why_sentences
-from specledger.analysis.run import analyze_baseline, analyze_run, analyze_scenario, clean
+from specledger.analysis.run import analyze_baseline, analyze_run, analyze_scenario
 from specledger.analysis.scenario import ScenarioKey, group_scenarios, key_of, shared_prompts
 from specledger.analysis.stats import distribution, paired_speedup_bootstrap
 
@@ -35,7 +35,6 @@ __all__ = [
     "analyze_scenario",
     "baseline_t0",
     "best_gamma",
-    "clean",
     "conditional_acceptance",
     "distribution",
     "fit_cost_model",

@@ -20,23 +20,9 @@ from specledger.analysis.scenario import (
     restrict,
     shared_prompts,
 )
-from specledger.analysis.stats import finite_or_none, paired_speedup_bootstrap
+from specledger.analysis.stats import paired_speedup_bootstrap
 from specledger.engine.trace import RequestRecord
-
-
-def clean(obj: object) -> object:
-    """Recursively turn numpy scalars into Python numbers and NaN/inf into None (strict JSON)."""
-    if isinstance(obj, dict):
-        return {str(k): clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [clean(v) for v in obj]
-    if isinstance(obj, (bool, np.bool_)):
-        return bool(obj)
-    if isinstance(obj, (int, np.integer)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        return finite_or_none(float(obj))
-    return obj
+from specledger.rundir import json_safe
 
 
 def per_prompt_totals(
@@ -167,7 +153,7 @@ def optimal_gamma(
 def analyze_run(
     records: Iterable[RequestRecord], n_resamples: int = 1000, seed: int = 0, little_gain: float = 1.10
 ) -> dict[str, object]:
-    """Every figure of a run: baselines, scenarios, cost models, optimal γ. JSON-ready (see :func:`clean`)."""
+    """Every figure of a run: baselines, scenarios, cost models, optimal γ. JSON-ready (see :func:`specledger.rundir.json_safe`)."""
     groups = group_scenarios(records)
     baselines, scenarios, unpaired = [], [], []
     for key, recs in groups.items():
@@ -184,7 +170,7 @@ def analyze_run(
         if not key.is_baseline:
             drafter_rounds[key.drafter].extend(all_rounds(recs))
     models = {d: m for d, rs in drafter_rounds.items() if (m := fit_cost_model(d, rs)) is not None}
-    return clean(
+    return json_safe(
         {
             "baselines": baselines,
             "scenarios": scenarios,

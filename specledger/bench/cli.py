@@ -52,23 +52,25 @@ def run(
         TimeRemainingColumn,
     )
 
-    from specledger.bench.runner import META_NAME, RunPlan, preset
+    from specledger.bench.runner import RunPlan, preset
     from specledger.bench.runner import run as run_plan
     from specledger.engine.cli import build_engine
     from specledger.report.build import build_report
     from specledger.report.cli import print_summary
+    from specledger.rundir import META_NAME, SUMMARY_NAME, read_json
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     if quick and full:
         raise SpecLedgerError("choose one of --quick and --full")
     if resume is not None:
-        import json
-
         meta_path = resume / META_NAME
         if not meta_path.exists():
             raise SpecLedgerError(f"{resume} has no {META_NAME}; it is not a run directory")
-        meta = json.loads(meta_path.read_text())
-        plan = RunPlan(**meta["config"])
+        meta = read_json(meta_path, f"start a new run with --out instead of --resume {resume}")
+        try:
+            plan = RunPlan(**meta["config"])
+        except (KeyError, TypeError):
+            raise SpecLedgerError(f"{meta_path} holds no run plan ('config'); start a new run with --out") from None
         run_dir = resume
     else:
         plan = preset("quick" if quick else "full" if full else "default")
@@ -107,4 +109,4 @@ def run(
     with console.status("analysing traces and writing the report"):
         summary, html = build_report(run_dir, slo)
     print_summary(summary, console)
-    console.print(f"report: {html}\nsummary: {run_dir / 'summary.json'}")
+    console.print(f"report: {html}\nsummary: {run_dir / SUMMARY_NAME}")

@@ -18,14 +18,12 @@ beside it.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specledger.analysis.run import clean
 from specledger.bench.quant4 import (
     Progress,
     check_fresh,
@@ -34,14 +32,19 @@ from specledger.bench.quant4 import (
     identical,
     setting_figures,
     tag,
-    write_json,
 )
-from specledger.engine.trace import RequestRecord, append_records
+from specledger.engine.trace import RequestRecord
 from specledger.errors import require
+from specledger.rundir import (
+    POLICIES_JSON,
+    TRACE_NAME,
+    append_records,
+    json_safe,
+    read_json,
+    write_json_atomic,
+)
 
 POLICY_EXPERIMENT = "policies"
-POLICIES_JSON = "policies.json"
-TRACE_NAME = "traces.jsonl"
 DYNAMIC = ("heuristic", "ema", "batch", "goodput")
 
 
@@ -168,7 +171,7 @@ def run_policies(
         if kind == "plain":
             row["speedup"], row["speedup_ci"] = 1.0, [None, None]
         rows.append(row)
-    rows = clean(rows)  # NaN -> None, as in the JSON file
+    rows = json_safe(rows)  # NaN -> None, as in the JSON file
     best = compare_to_best_static(rows, by_setting, n_resamples, seed)
     learned = None
     if "goodput" in instances:
@@ -191,5 +194,5 @@ def run_policies(
         "goodput_vs_best_static": best,
         "goodput_learned": learned,
     }
-    write_json(out / POLICIES_JSON, result)
-    return json.loads((out / POLICIES_JSON).read_text(encoding="utf-8"))
+    write_json_atomic(out / POLICIES_JSON, result)
+    return read_json(out / POLICIES_JSON)

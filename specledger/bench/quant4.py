@@ -24,9 +24,6 @@ that costs a full target step per candidate and is always accepted -- not a mean
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,13 +32,19 @@ from typing import Any
 
 import numpy as np
 
-from specledger.engine.trace import RequestRecord, append_records, read_records
+from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError, require
+from specledger.rundir import (
+    EXPERIMENT_KEY,
+    QUANT_JSON,
+    TRACE_NAME,
+    append_records,
+    read_json,
+    read_records,
+    write_json_atomic,
+)
 
-EXPERIMENT_KEY = "experiment"
 QUANT_EXPERIMENT = "quant4"
-QUANT_JSON = "quantization.json"
-TRACE_NAME = "traces.jsonl"
 MODEL_FREE_DRAFTERS = ("ngram", "suffix")  # cheap to build; fresh instance per setting (no shared state)
 
 Progress = Callable[[int, int, str], None]
@@ -82,18 +85,6 @@ def check_fresh(out_dir: Path, experiment: str) -> None:
     trace = out_dir / TRACE_NAME
     if trace.exists() and any(r.extra.get(EXPERIMENT_KEY) == experiment for r in read_records(trace)):
         raise SpecLedgerError(f"{out_dir} already holds the {experiment!r} experiment; use another --out")
-
-
-def write_json(path: Path, obj: Any) -> None:
-    """Strict JSON (NaN/inf -> null), written atomically (temp file + os.replace)."""
-    from specledger.analysis.run import clean
-
-    text = json.dumps(clean(obj), indent=2, ensure_ascii=False, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
 
 
 def drafter_factory(name: str, engine: Any, layers: str | None = None, draft_path: str | None = None
@@ -345,5 +336,5 @@ def run_quantization(
         **four_way_summary(by_setting, [p.id for p in prompts], n_resamples, seed),
     }
     result["statements"] = statements(result)
-    write_json(out / QUANT_JSON, result)
-    return json.loads((out / QUANT_JSON).read_text(encoding="utf-8"))
+    write_json_atomic(out / QUANT_JSON, result)
+    return read_json(out / QUANT_JSON)

@@ -12,7 +12,6 @@ setting run back to back (interleaved), so slow phases of the machine hit all se
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import resource
@@ -21,12 +20,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from warnings import warn
 
-from specledger.engine.trace import RequestRecord, append_records, read_records
-from specledger.errors import SpecLedgerError, require
-
-TRACE_NAME = "traces.jsonl"
-META_NAME = "run.json"
+from specledger.engine.trace import RequestRecord
+from specledger.errors import SpecLedgerError, SpecLedgerWarning, require
+from specledger.rundir import (
+    EXPERIMENT_KEY,
+    META_NAME,
+    TRACE_NAME,
+    append_records,
+    read_json,
+    read_records,
+    repair_tail,
+    write_json_atomic,
+)
 
 DEFAULT_CATEGORIES = ("code", "code-edit", "extraction", "agent", "dialogue", "summary", "math", "random")
 
@@ -111,7 +118,7 @@ def done_keys(trace_path: Path) -> set[tuple[str, str, int, float]]:
     return {
         (r.prompt_id, r.drafter, int(r.gamma), round(r.temperature, 6))
         for r in read_records(trace_path)
-        if not r.extra.get("experiment")  # sweep experiments share the folder, not the job list
+        if not r.extra.get(EXPERIMENT_KEY)  # sweep experiments share the folder, not the job list
     }
 
 
@@ -215,15 +222,16 @@ def run(
         "prompts": {pid: {"category": it.category, "prompt_tokens": len(encoded[pid])} for pid, it in by_id.items()},
     }
     if resume and meta_path.exists():
-        old = json.loads(meta_path.read_text())
+        old = read_json(meta_path, f"restart the run with another --out instead of --resume {run_dir}")
         if old.get("config") != meta["config"]:
             raise SpecLedgerError(f"{run_dir} was started with another configuration; resume it without options")
         meta["started"] = old.get("started", meta["started"])
     elif not resume and trace_path.exists() and trace_path.stat().st_size:
         raise SpecLedgerError(f"{run_dir} already holds a run; use --resume {run_dir} or another --out")
-    tmp = meta_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(meta, indent=2))
-    os.replace(tmp, meta_path)
+    write_json_atomic(meta_path, meta)
+    if resume and (removed := repair_tail(trace_path)):
+        warn(f"{trace_path}: removed the torn last line ({removed} bytes) the interruption left; "
+             "that request runs again", SpecLedgerWarning, stacklevel=2)
 
     from specledger.quality import score
 

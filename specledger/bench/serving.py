@@ -18,7 +18,6 @@ vLLM's ``num_speculative_tokens_per_batch_size`` ranges, plus a note for SGLang.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +29,7 @@ from specledger.engine.batch import BatchEngine, BatchRequest
 from specledger.engine.trace import RequestRecord
 from specledger.errors import require
 from specledger.probe.loadgen import poisson_arrivals
+from specledger.rundir import SERVING_JSON, TRACE_NAME, append_records, read_json, write_json_atomic
 
 
 def point_metrics(records: Sequence[RequestRecord], wall_s: float, engine: BatchEngine) -> dict[str, Any]:
@@ -671,7 +671,6 @@ def deploy_configs(result: dict[str, Any]) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- the experiment
 SERVING_EXPERIMENT = "serving"
-SERVING_JSON = "serving.json"
 
 
 def run_serving(
@@ -694,9 +693,8 @@ def run_serving(
     """The serving experiment into a run directory: every request's record (tagged
     ``extra.experiment = "serving"``) appended to ``traces.jsonl`` as its point finishes, the
     curves, crossovers, memory ledger and deploy table to ``serving.json`` (atomic)."""
-    from specledger.bench.quant4 import TRACE_NAME, check_fresh, encode_prompts, write_json
+    from specledger.bench.quant4 import check_fresh, encode_prompts
     from specledger.engine.drafters.registry import DRAFTERS
-    from specledger.engine.trace import append_records
 
     require(bool(concurrencies) and all(isinstance(c, int) and c >= 1 for c in concurrencies),
             "--concurrencies must be integers >= 1, e.g. 1,2,4,8,16")
@@ -760,5 +758,5 @@ def run_serving(
         "deploy_table": deploy_table(result),
         "deploy": deploy_configs(result),
     }
-    write_json(out / SERVING_JSON, doc)
-    return json.loads((out / SERVING_JSON).read_text(encoding="utf-8"))
+    write_json_atomic(out / SERVING_JSON, doc)
+    return read_json(out / SERVING_JSON)

@@ -4,7 +4,6 @@ written into a run directory (traces + JSON) with its report."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -59,7 +58,8 @@ def load_sweep_items(categories: list[str], n: int, seed: int, workload: Path | 
 
 def write_meta(run_dir: Path, engine: Any, config: dict[str, Any], warnings: list[str]) -> None:
     """``run.json`` for a fresh sweep directory; an existing one (a main run's) is left untouched."""
-    from specledger.bench.runner import META_NAME, machine_info
+    from specledger.bench.runner import machine_info
+    from specledger.rundir import META_NAME, write_json_atomic
 
     path = run_dir / META_NAME
     if path.exists():
@@ -75,7 +75,7 @@ def write_meta(run_dir: Path, engine: Any, config: dict[str, Any], warnings: lis
         "sweep": config,
         "workload_warnings": warnings,
     }
-    path.write_text(json.dumps(meta, indent=2))
+    write_json_atomic(path, meta)
 
 
 # ``specledger run --full`` runs the side experiments too, with these settings, into the same directory.
@@ -93,9 +93,10 @@ def run_side_experiments(engine: Any, run_dir: Path, seed: int, progress: Any, w
     """Quantization four-way, γ policies and serving (concurrency, context up to the model's limit)
     into ``run_dir``; an experiment whose JSON is already there is skipped (``--resume``), one that
     an interrupted run left half-written is skipped with a warning. Returns the experiments run."""
-    from specledger.bench.policies import POLICIES_JSON, POLICY_EXPERIMENT, run_policies
-    from specledger.bench.quant4 import QUANT_EXPERIMENT, QUANT_JSON, check_fresh, run_quantization
-    from specledger.bench.serving import SERVING_EXPERIMENT, SERVING_JSON, run_serving
+    from specledger.bench.policies import POLICY_EXPERIMENT, run_policies
+    from specledger.bench.quant4 import QUANT_EXPERIMENT, check_fresh, run_quantization
+    from specledger.bench.serving import SERVING_EXPERIMENT, run_serving
+    from specledger.rundir import POLICIES_JSON, QUANT_JSON, SERVING_JSON
 
     cfg = {**FULL_SIDE_EXPERIMENTS, **(settings or {})}
     items, warnings = load_sweep_items(cfg["categories"], cfg["n"], seed, None, engine.model.config.vocab_size)

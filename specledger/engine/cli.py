@@ -30,16 +30,25 @@ def _print_ledger(led: dict) -> None:
         "E[L]": "{:.3f}", "t_draft_ms": "{:.2f}", "t_verify_ms": "{:.2f}", "t_other_ms": "{:.2f}",
         "t_round_ms": "{:.2f}", "ttft_ms": "{:.1f}", "tokens_per_s": "{:.1f}", "plain_tokens_per_s": "{:.1f}",
         "T0_ms": "{:.2f}", "predicted_speedup": "{:.3f}", "speedup": "{:.3f}",
+        "decode_speedup": "{:.3f}", "end_to_end_speedup": "{:.3f}", "spec_tokens_per_s": "{:.1f}",
     }
     for k, v in led.items():
         if k in ("drafter", "gamma"):
             continue
         if isinstance(v, float) and k in fmt:
             v = fmt[k].format(v)
+        elif k in ("decode_speedups", "end_to_end_speedups"):
+            v = ", ".join(f"{x:.3f}" for x in v) or "-"
         elif k == "conditional_acceptance":
             v = ", ".join("-" if a is None else f"{a:.2f}" for a in v) or "-"
         t.add_row(k, str(v))
     console.print(t)
+
+
+def _layers_of(d) -> str | None:
+    """The layer option that rebuilds a layerskip drafter without calibrating again."""
+    layers = getattr(d, "layers", None)
+    return ",".join(map(str, layers)) if layers else None
 
 
 def generate(
@@ -58,6 +67,7 @@ def generate(
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
     raw: Annotated[bool, typer.Option("--raw", help="Encode the prompt as raw text, no chat template.")] = False,
     compare: Annotated[bool, typer.Option(help="Also decode plainly to measure the speed-up.")] = True,
+    repeats: Annotated[int, typer.Option(help="Warm, interleaved plain/speculative pairs for the speed-up.")] = 2,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of streaming.")] = False,
     trace: Annotated[Path | None, typer.Option(help="Append the request records to this JSONL file.")] = None,
 ) -> None:
@@ -66,7 +76,8 @@ def generate(
     from specledger.engine.decode import Emitted
     from specledger.engine.drafters.registry import make_drafter
     from specledger.engine.sampling import SamplingParams
-    from specledger.engine.trace import RequestRecord, append_records
+    from specledger.engine.trace import RequestRecord
+    from specledger.rundir import append_records
 
     if gamma < 0:
         raise SpecLedgerError(f"--gamma must be >= 0, got {gamma}")
@@ -84,10 +95,20 @@ def generate(
             record = ev
     if not as_json:
         sys.stdout.write("\n")
-    plain = engine.generate(ids, **kwargs) if compare and drafter != "none" else None
+    plain, comparison = None, None
+    if compare and drafter != "none":  # warm both sides up, then interleave (specledger.predict.compare)
+        from specledger.predict.compare import compare_plain_spec
+
+        again = lambda: make_drafter(drafter, engine, layers=layers or _layers_of(d), draft_path=draft)  # noqa: E731
+        comparison = compare_plain_spec(engine, ids, again, drafter, gamma, kwargs, repeats=repeats)
+        record, plain = comparison.spec[-1], comparison.plain[-1]
     if trace is not None:
         append_records(trace, [r for r in (record, plain) if r is not None])
     led = request_ledger(record, plain)
+    if comparison is not None:
+        for key in ("speedup", "predicted_speedup"):  # one warm pair's figure; the medians below replace it
+            led.pop(key, None)
+        led.update(comparison.summary())
     if as_json:
         from dataclasses import asdict
 

@@ -23,19 +23,15 @@ preemption (``extra["recompute_s"]``), and the stream consumer's time between ev
 A plain-decoding step is a round with proposed = 0, accepted = 0, committed = 1.
 
 Files are JSONL: one :class:`RequestRecord` per line (its rounds nested), appended and
-flushed per request, so an interrupted run loses nothing.
+flushed per request, so an interrupted run loses nothing; :mod:`specledger.rundir` reads and
+writes them.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any
-
-from specledger.errors import SpecLedgerError
 
 
 @dataclass(slots=True)
@@ -94,29 +90,3 @@ class RequestRecord:
         kwargs = {k: v for k, v in d.items() if k in known}
         kwargs["rounds"] = [RoundRecord(**r) for r in d.get("rounds", [])]
         return cls(**kwargs)
-
-
-def append_records(path: str | os.PathLike, records: Iterable[RequestRecord]) -> None:
-    """Append records to a JSONL file and flush+fsync, so a crash loses at most the request in flight."""
-    with open(path, "a", encoding="utf-8") as f:
-        for r in records:
-            f.write(r.to_json() + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def read_records(path: str | os.PathLike) -> Iterator[RequestRecord]:
-    """Read a trace file. A torn last line (interrupted write) is skipped; any other bad line is an error."""
-    p = Path(path)
-    if not p.exists():
-        raise SpecLedgerError(f"trace file not found: {p}")
-    lines = p.read_text(encoding="utf-8").splitlines()
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            yield RequestRecord.from_dict(json.loads(line))
-        except (json.JSONDecodeError, TypeError, KeyError) as exc:
-            if i == len(lines):  # torn tail from an interrupted run
-                return
-            raise SpecLedgerError(f"{p}:{i}: malformed trace record ({exc}); delete the line or re-run") from None

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -33,8 +31,6 @@ from specledger.probe.prometheus import (
 from specledger.probe.records import (
     BASELINE_DRAFTER,
     ENDPOINT_DRAFTER,
-    PROBE_JSON,
-    VLLM_BENCH_JSON,
     ProbeWorkload,
     check_label,
     check_new_run_dir,
@@ -49,6 +45,7 @@ from specledger.probe.records import (
     write_vllm_bench_run,
 )
 from specledger.probe.vllm_bench import load_vllm_bench
+from specledger.rundir import HTML_NAME, META_NAME, PROBE_JSON, TRACE_NAME, VLLM_BENCH_JSON, write_json_atomic
 
 BUILTIN_PROMPTS = (
     "Write a Python function that returns the n-th Fibonacci number.",
@@ -185,20 +182,6 @@ def probe_endpoint_results(
         first = next((r.error for r in run.results if r.error), "no request finished")
         warnings.append(f"every request failed; first error: {first}")
     return report, run.results
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON to ``path`` via a temp file in the same folder and os.replace."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(obj, handle, indent=2, default=str)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -441,9 +424,9 @@ def _print_run_report(console: Console, out: Path, summary: dict[str, Any] | Non
         print_summary(summary, console)
     else:
         console.print("[yellow]no request finished: the run folder holds no traces to compare[/]")
-    written = [out / name for name in (PROBE_JSON, "traces.jsonl", "run.json") if (out / name).is_file()]
+    written = [out / name for name in (PROBE_JSON, TRACE_NAME, META_NAME) if (out / name).is_file()]
     console.print("wrote " + ", ".join(map(str, written)))
-    console.print(f"report: {out / 'report.html'} (rebuild with `specledger report {out}`)")
+    console.print(f"report: {out / HTML_NAME} (rebuild with `specledger report {out}`)")
 
 
 def _without_results(full: dict[str, Any]) -> dict[str, Any]:

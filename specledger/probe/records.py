@@ -23,24 +23,26 @@ writes ``vllm_bench.json`` (figures + acceptance ledger) and a ``run.json`` (``"
 
 from __future__ import annotations
 
-import json
-import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specledger.engine.trace import RequestRecord, append_records
+from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
-from specledger.ledger.acceptance import conditional_from_per_position, expected_length_from_chain
+from specledger.probe.acceptance import NO_ROUNDS_NOTE, VLLM_BENCH_NOTE, acceptance_ledger
 from specledger.probe.loadgen import PromptItem, RequestResult, Tokenizer, read_jsonl_objects, to_prompt_item
+from specledger.rundir import (
+    META_NAME,
+    TRACE_NAME,
+    VLLM_BENCH_JSON,
+    append_records,
+    json_safe,
+    write_json_atomic,
+)
 from specledger.workloads import WorkloadItem
 
-TRACE_NAME = "traces.jsonl"  # the same names as specledger.bench.runner (TRACE_NAME, META_NAME)
-META_NAME = "run.json"
-PROBE_JSON = "probe.json"
-VLLM_BENCH_JSON = "vllm_bench.json"
 PROBE_KIND = "probe"
 VLLM_BENCH_KIND = "vllm-bench"
 BASELINE_DRAFTER = "none"
@@ -48,10 +50,6 @@ ENDPOINT_DRAFTER = "endpoint"
 SERVER_GAMMA = "server"
 BUILTIN_CATEGORY = "builtin"
 USER_CATEGORY = "custom"  # the category a JSONL item without one gets (as specledger.workloads.load_jsonl)
-NO_ROUNDS_NOTE = (
-    "measured from outside the server: no per-round ledger (E[L] per request, round times, reconciliation "
-    "are n/a); acceptance figures come from the server's /metrics counters, which are server-wide"
-)
 
 
 # ----------------------------------------------------------------------------- workload
@@ -303,35 +301,6 @@ def gamma_label(spec_decode: Mapping[str, Any] | None, given: str | None = None)
     return len(rates) if rates else SERVER_GAMMA
 
 
-# ----------------------------------------------------------------------------- acceptance ledger
-
-
-def acceptance_ledger(spec: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Per-position rates Pr(K ≥ i) -> conditional a_i and E[L] = 1 + Σ Pr(K ≥ i) (bonus token counted),
-    next to the reported mean acceptance length (1 + accepted/drafts). Every figure None (no rates)
-    without spec-decode figures."""
-    spec = spec or {}
-    rates = [float(r) for r in spec.get("per_position_rates") or [] if isinstance(r, (int, float))]
-    reported = spec.get("mean_acceptance_length")
-    out: dict[str, Any] = {
-        "gamma": len(rates) or None,
-        "per_position_rates": rates,
-        "conditional_a": [],
-        "el_from_per_position": None,
-        "el_reported": reported,
-        "mean_accepted_per_draft": reported - 1.0 if isinstance(reported, (int, float)) else None,
-        "error": None,
-    }
-    if rates:
-        try:
-            chain = conditional_from_per_position(rates)
-            out["conditional_a"] = chain
-            out["el_from_per_position"] = expected_length_from_chain(chain)
-        except SpecLedgerError as exc:
-            out["error"] = str(exc)
-    return out
-
-
 # ----------------------------------------------------------------------------- run directory
 
 
@@ -382,13 +351,6 @@ def probe_run_meta(
     }
 
 
-def write_json(path: Path, obj: Any) -> None:
-    from specledger.report.build import atomic_write_text
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(obj, indent=2, default=str, allow_nan=False) + "\n")
-
-
 def write_probe_run(out: Path, records: Sequence[RequestRecord], meta: Mapping[str, Any]) -> None:
     """``out/traces.jsonl`` (appended, fsync'ed) and ``out/run.json`` (atomic)."""
     out = Path(out)
@@ -396,28 +358,17 @@ def write_probe_run(out: Path, records: Sequence[RequestRecord], meta: Mapping[s
     check_new_run_dir(out)
     if records:
         append_records(out / TRACE_NAME, records)
-    write_json(out / META_NAME, _finite(dict(meta)))
-
-
-def _finite(obj: Any) -> Any:
-    """NaN/inf -> None, recursively (run.json is strict JSON)."""
-    if isinstance(obj, dict):
-        return {str(k): _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
+    write_json_atomic(out / META_NAME, dict(meta))
 
 
 def vllm_bench_document(source_file: str, summary: Mapping[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
     """The normalised ``vllm_bench.json``: source, summary (probe keys) and the acceptance ledger."""
-    return _finite(
+    return json_safe(
         {
             "source_file": source_file,
             "summary": dict(summary),
             "acceptance_ledger": acceptance_ledger(summary.get("spec_decode")),
-            "note": "vllm bench serve reports aggregates only: no per-request rounds, so no round-level ledger",
+            "note": VLLM_BENCH_NOTE,
             "raw": dict(raw),
         }
     )
@@ -426,10 +377,10 @@ def vllm_bench_document(source_file: str, summary: Mapping[str, Any], raw: Mappi
 def write_vllm_bench_run(out: Path, document: Mapping[str, Any], model: str | None) -> None:
     """``out/vllm_bench.json`` and, unless the folder already has one, ``out/run.json`` (kind vllm-bench)."""
     out = Path(out)
-    write_json(out / VLLM_BENCH_JSON, document)
+    write_json_atomic(out / VLLM_BENCH_JSON, document)
     meta_path = out / META_NAME
     if not meta_path.exists():
-        write_json(
+        write_json_atomic(
             meta_path,
             {
                 "kind": VLLM_BENCH_KIND,
@@ -442,87 +393,11 @@ def write_vllm_bench_run(out: Path, document: Mapping[str, Any], model: str | No
         )
 
 
-# ----------------------------------------------------------------------------- for the report
-
-
-_SUMMARY_KEYS = (
-    "requests_ok",
-    "requests_failed",
-    "wall_time_s",
-    "output_throughput_tok_s",
-    "request_throughput_req_s",
-    "total_output_tokens",
-    "ttft_ms",
-    "tpot_ms",
-    "pooled_tpot_ms",
-    "token_itl_ms",
-    "chunk_itl_ms",
-    "e2el_ms",
-    "longest_stall_ms",
-    "mean_tokens_per_chunk",
-)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    try:
-        loaded = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise SpecLedgerError(f"{path} is not valid JSON ({exc}); re-run the probe/import or delete it") from None
-    return loaded if isinstance(loaded, dict) else None
-
-
-def _endpoint_view(report: Mapping[str, Any], role: str) -> dict[str, Any]:
-    summary = report.get("summary") or {}
-    spec = report.get("spec_decode")
-    warnings = list(report.get("warnings") or []) + list((spec or {}).get("warnings") or [])
-    return {
-        "role": role,
-        "url": report.get("url"),
-        "model": report.get("model"),
-        "summary": {k: summary.get(k) for k in _SUMMARY_KEYS},
-        "spec_decode": spec,
-        "acceptance_ledger": acceptance_ledger(spec),
-        "server_histograms": report.get("server_histograms") or {},
-        "warnings": list(dict.fromkeys(warnings)),
-    }
-
-
-def endpoint_experiments(run_dir: str | Path) -> dict[str, Any]:
-    """The endpoint figures of ``run_dir`` for the report: ``{"probe": ...}`` from ``probe.json`` and
-    ``{"vllm_bench": ...}`` from ``vllm_bench.json`` (each only when present; per-request results dropped)."""
-    run_dir = Path(run_dir)
-    out: dict[str, Any] = {}
-    probe = _read_json(run_dir / PROBE_JSON)
-    if probe and isinstance(probe.get("probe"), dict):
-        views = [_endpoint_view(probe["probe"], "endpoint")]
-        if isinstance(probe.get("baseline"), dict):
-            views.append(_endpoint_view(probe["baseline"], "baseline"))
-        out["probe"] = _finite({"endpoints": views, "speedup": probe.get("speedup"), "note": NO_ROUNDS_NOTE})
-    bench = _read_json(run_dir / VLLM_BENCH_JSON)
-    if bench and isinstance(bench.get("summary"), dict):
-        summary = bench["summary"]
-        out["vllm_bench"] = _finite(
-            {
-                "source_file": bench.get("source_file"),
-                "summary": {k: summary.get(k) for k in _SUMMARY_KEYS},
-                "spec_decode": summary.get("spec_decode"),
-                "acceptance_ledger": bench.get("acceptance_ledger") or acceptance_ledger(summary.get("spec_decode")),
-                "note": bench.get("note")
-                or "vllm bench serve reports aggregates only: no per-request rounds, so no round-level ledger",
-            }
-        )
-    return out
-
-
 __all__ = [
     "ProbeWorkload",
-    "acceptance_ledger",
     "check_label",
     "check_new_run_dir",
     "emission_times",
-    "endpoint_experiments",
     "gamma_label",
     "probe_run_meta",
     "record_from_result",

@@ -1,46 +1,38 @@
 """Build ``summary.json`` and a self-contained ``report.html`` from a run directory.
 
 Nothing is re-run: the report is a pure function of ``traces.jsonl`` (+ ``run.json``) and the SLO.
-Both files are written atomically (temp file in the same directory, then ``os.replace``).
+Both files are written atomically (:func:`specledger.rundir.write_text_atomic`).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specledger.analysis.run import analyze_run, clean
+from specledger.analysis.run import analyze_run
 from specledger.analysis.scenario import baseline_key, group_scenarios
-from specledger.engine.trace import RequestRecord, read_records
+from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
 from specledger.gates import GATES, NOT_ASSESSED, SLO, evaluate_gates, load_slo, verdicts
+from specledger.report.endpoints import endpoint_experiments
+from specledger.rundir import (
+    ENDPOINT_FILES,
+    EXPERIMENT_FILES,
+    EXPERIMENT_KEY,
+    HTML_NAME,
+    META_NAME,
+    SUMMARY_NAME,
+    TRACE_NAME,
+    json_safe,
+    read_json,
+    read_records,
+    write_json_atomic,
+    write_text_atomic,
+)
 
-SUMMARY_NAME = "summary.json"
-HTML_NAME = "report.html"
 SCHEMA = "specledger.summary/1"
-EXPERIMENT_KEY = "experiment"  # RequestRecord.extra key set by side experiments (specledger sweep)
-EXPERIMENT_FILES = {"quantization": "quantization.json", "policies": "policies.json", "serving": "serving.json"}
-ENDPOINT_FILES = ("probe.json", "vllm_bench.json")  # endpoint figures (specledger probe / import-vllm-bench)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file in the same directory and ``os.replace``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a report is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def load_run(run_dir: str | Path) -> tuple[list[RequestRecord], dict[str, Any]]:
@@ -48,22 +40,19 @@ def load_run(run_dir: str | Path) -> tuple[list[RequestRecord], dict[str, Any]]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise SpecLedgerError(f"run directory not found: {run_dir}; pass the folder that holds traces.jsonl")
-    trace = run_dir / "traces.jsonl"
+    trace = run_dir / TRACE_NAME
     endpoint_only = any((run_dir / name).is_file() for name in ENDPOINT_FILES)
     if not trace.is_file() and not endpoint_only:
         raise SpecLedgerError(
-            f"no traces.jsonl in {run_dir}; run `specledger run` first or point at a run folder"
+            f"no {TRACE_NAME} in {run_dir}; run `specledger run` first or point at a run folder"
         )
     records = list(read_records(trace)) if trace.is_file() else []
     if not records and not endpoint_only:
         raise SpecLedgerError(f"{trace} holds no complete request; run more requests before reporting")
     meta: dict[str, Any] = {}
-    meta_path = run_dir / "run.json"
+    meta_path = run_dir / META_NAME
     if meta_path.is_file():
-        try:
-            loaded = json.loads(meta_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise SpecLedgerError(f"{meta_path} is not valid JSON ({exc}); fix or delete it") from None
+        loaded = read_json(meta_path, "fix or delete it")
         if not isinstance(loaded, dict):
             raise SpecLedgerError(f"{meta_path} must hold a JSON object")
         meta = loaded
@@ -85,14 +74,9 @@ def load_experiments(run_dir: str | Path) -> dict[str, Any]:
         path = Path(run_dir) / filename
         if not path.is_file():
             continue
-        try:
-            loaded = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise SpecLedgerError(f"{path} is not valid JSON ({exc}); re-run `specledger sweep` or delete it") from None
+        loaded = read_json(path, "re-run `specledger sweep` or delete it")
         if isinstance(loaded, dict):
             out[name] = loaded
-    from specledger.probe.records import endpoint_experiments
-
     out.update(endpoint_experiments(run_dir))  # "probe" / "vllm_bench": endpoint figures, no per-request rows
     return out
 
@@ -130,7 +114,7 @@ def summarize(
             s["memory_bytes"] = run_memory
         gates = evaluate_gates(s, groups[key], groups.get(baseline_key(key), []), slo)
         s["gates"] = {name: gates[name].to_dict() for name in GATES}
-    return clean(
+    return json_safe(
         {
             "schema": SCHEMA,
             "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -214,13 +198,10 @@ def build_report(
                         experiments=load_experiments(run_dir))
     summary["run_dir"] = str(run_dir)
     html = render_html(summary, title=str(meta.get("name") or run_dir.name))
-    atomic_write_text(
-        run_dir / SUMMARY_NAME, json.dumps(summary, indent=2, ensure_ascii=False, allow_nan=False)
-    )
+    write_json_atomic(run_dir / SUMMARY_NAME, summary)
     html_path = run_dir / HTML_NAME
-    atomic_write_text(html_path, html)
+    write_text_atomic(html_path, html)
     return summary, html_path
 
 
-__all__ = ["build_report", "summarize", "render_html", "load_run", "atomic_write_text", "load_experiments",
-           "main_records"]
+__all__ = ["build_report", "summarize", "render_html", "load_run", "load_experiments", "main_records"]

@@ -1,0 +1,50 @@
+"""What a server's spec-decode figures say about acceptance, and what a measurement from outside
+the server cannot say.
+
+The per-position rates a server exposes are unconditional, r_i = Pr(K >= i); the ledger's
+conditional chain is a_i = r_i / r_{i-1} (r_0 = 1) and the expected tokens per round, bonus token
+counted, is E[L] = 1 + sum_i r_i (:mod:`specledger.ledger.acceptance`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from specledger.errors import SpecLedgerError
+from specledger.ledger.acceptance import conditional_from_per_position, expected_length_from_chain
+
+NO_ROUNDS_NOTE = (
+    "measured from outside the server: no per-round ledger (E[L] per request, round times, reconciliation "
+    "are n/a); acceptance figures come from the server's /metrics counters, which are server-wide"
+)
+VLLM_BENCH_NOTE = "vllm bench serve reports aggregates only: no per-request rounds, so no round-level ledger"
+
+
+def acceptance_ledger(spec: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Per-position rates Pr(K ≥ i) -> conditional a_i and E[L] = 1 + Σ Pr(K ≥ i) (bonus token counted),
+    next to the reported mean acceptance length (1 + accepted/drafts). Every figure None (no rates)
+    without spec-decode figures."""
+    spec = spec or {}
+    rates = [float(r) for r in spec.get("per_position_rates") or [] if isinstance(r, (int, float))]
+    reported = spec.get("mean_acceptance_length")
+    out: dict[str, Any] = {
+        "gamma": len(rates) or None,
+        "per_position_rates": rates,
+        "conditional_a": [],
+        "el_from_per_position": None,
+        "el_reported": reported,
+        "mean_accepted_per_draft": reported - 1.0 if isinstance(reported, (int, float)) else None,
+        "error": None,
+    }
+    if rates:
+        try:
+            chain = conditional_from_per_position(rates)
+            out["conditional_a"] = chain
+            out["el_from_per_position"] = expected_length_from_chain(chain)
+        except SpecLedgerError as exc:
+            out["error"] = str(exc)
+    return out
+
+
+__all__ = ["NO_ROUNDS_NOTE", "VLLM_BENCH_NOTE", "acceptance_ledger"]
