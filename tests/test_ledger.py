@@ -21,7 +21,6 @@ from specledger.ledger import (
     compare_quant_and_spec,
     compare_speed_averages,
     conditional_from_histogram,
-    conditional_from_per_position,
     conditional_from_survival,
     depth_vs_width,
     draft_acceptance_rate,
@@ -150,7 +149,7 @@ def test_histogram_mean_by_hand():
 @given(chains)
 def test_conditional_to_per_position_round_trip(chain):
     rates = per_position_from_conditional(chain)
-    back = conditional_from_per_position(rates)
+    back = conditional_from_survival(rates)
     assert per_position_from_conditional(back) == pytest.approx(rates, abs=1e-12)
     if all(a > 1e-6 for a in chain):
         assert back == pytest.approx(list(chain), rel=1e-9, abs=1e-12)
@@ -177,7 +176,7 @@ def test_vllm_per_position_counts():
     # 100 drafts; 80 accepted position 1, 60 position 2, 45 position 3
     rates = per_position_from_counts([80, 60, 45], 100)
     assert rates == pytest.approx([0.8, 0.6, 0.45])
-    assert conditional_from_per_position(rates) == pytest.approx([0.8, 0.75, 0.75])
+    assert conditional_from_survival(rates) == pytest.approx([0.8, 0.75, 0.75])
     assert histogram_from_per_position(rates) == pytest.approx([0.2, 0.2, 0.15, 0.45])
     # vLLM's mean acceptance length = 1 + accepted/drafts = 1 + Σ per-position rates
     assert vllm_mean_acceptance_length(80 + 60 + 45, 100) == pytest.approx(1 + sum(rates))
@@ -216,7 +215,7 @@ def test_pooled_and_per_request_means_differ_and_are_both_available():
         lambda: expected_length_from_histogram([]),
         lambda: expected_length_from_histogram([0, 0, 0]),
         lambda: expected_length_from_histogram([3, -1]),
-        lambda: conditional_from_per_position([0.5, 0.7]),
+        lambda: conditional_from_survival([0.5, 0.7]),
         lambda: per_position_from_counts([1], 0),
         lambda: pooled_mean_accepted([1, 2], [3]),
         lambda: histogram_from_observations([4], gamma=3),

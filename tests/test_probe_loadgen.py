@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from specledger.analysis.stats import distribution
 from specledger.errors import SpecLedgerError
 from specledger.probe.cli import import_vllm_bench, normalize_base_url, probe, probe_endpoint
 from specledger.probe.loadgen import (
@@ -30,7 +31,6 @@ from specledger.probe.loadgen import (
 )
 from specledger.probe.metrics import (
     chunk_itls,
-    percentile_summary,
     request_tpot,
     speedup,
     summarize,
@@ -84,10 +84,10 @@ def test_summary_on_hand_made_results() -> None:
 
 def test_percentiles_match_numpy() -> None:
     values = [0.001 * i for i in range(1, 101)]
-    out = percentile_summary(values)
+    out = distribution(values, 1e3)
     assert out["p95"] == pytest.approx(float(np.percentile(values, 95)) * 1000)
     assert out["p50"] == pytest.approx(50.5) and out["max"] == pytest.approx(100.0)
-    assert percentile_summary([])["p99"] is None
+    assert distribution([], 1e3)["p99"] is None
 
 
 def test_speedup_ratios() -> None:

@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specledger.errors import SpecLedgerError
+from specledger.ledger.acceptance import conditional_ratios
 from specledger.probe.prometheus import (
     SERVER_WIDE_WARNING,
-    conditional_from_unconditional,
     counter_total,
     histogram_quantile,
     latency_histogram_summaries,
@@ -75,7 +75,7 @@ def test_counter_reset_is_a_warning_not_figures() -> None:
 
 
 def test_conditional_rates_handle_zero() -> None:
-    assert conditional_from_unconditional([0.5, 0.0, 0.0]) == [0.5, 0.0, None]
+    assert conditional_ratios([0.5, 0.0, 0.0]) == [0.5, 0.0, None]
 
 
 def test_sglang_gauges_reported_as_after_value_with_caveat() -> None:

@@ -12,8 +12,8 @@
 
 from specledger.ledger.acceptance import (
     conditional_from_histogram,
-    conditional_from_per_position,
     conditional_from_survival,
+    conditional_ratios,
     draft_acceptance_rate,
     expected_length_constant,
     expected_length_from_chain,
@@ -111,8 +111,8 @@ __all__ = [
     "compare_quant_and_spec",
     "compare_speed_averages",
     "conditional_from_histogram",
-    "conditional_from_per_position",
     "conditional_from_survival",
+    "conditional_ratios",
     "depth_vs_width",
     "draft_acceptance_rate",
     "expected_length_constant",

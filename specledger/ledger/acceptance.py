@@ -166,24 +166,25 @@ def check_survival(survival: Sequence[float], name: str = "per-position rate") -
     return values
 
 
-def conditional_from_survival(survival: Sequence[float]) -> list[float]:
-    """a_i = Pr(K ≥ i) / Pr(K ≥ i−1) with Pr(K ≥ 0) = 1.
-
-    Where Pr(K ≥ i−1) = 0 the conditional is unobservable; it is reported as 0, which keeps
-    the round trip survival → conditional → survival exact.
-    """
-    values = check_survival(survival)
-    chain: list[float] = []
+def conditional_ratios(survival: Sequence[float]) -> list[float | None]:
+    """a_i = Pr(K ≥ i) / Pr(K ≥ i−1) with Pr(K ≥ 0) = 1, as measured: not validated, not clamped,
+    None where Pr(K ≥ i−1) = 0 (unobservable). For showing a server's counters as they are."""
+    out: list[float | None] = []
     previous = 1.0
-    for value in values:
-        chain.append(min(1.0, value / previous) if previous > 0 else 0.0)
+    for value in survival:
+        out.append(value / previous if previous > 0 else None)
         previous = value
-    return chain
+    return out
 
 
-def conditional_from_per_position(rates: Sequence[float]) -> list[float]:
-    """vLLM per-position rates (accepted_per_pos[i] / num_drafts = Pr(K ≥ i+1)) → conditional a_j."""
-    return conditional_from_survival(rates)
+def conditional_from_survival(survival: Sequence[float]) -> list[float]:
+    """a_i = Pr(K ≥ i) / Pr(K ≥ i−1) with Pr(K ≥ 0) = 1, from validated rates (:func:`check_survival`).
+
+    The survival rates may be vLLM's per-position rates (accepted_per_pos[i] / num_drafts =
+    Pr(K ≥ i+1)). Where Pr(K ≥ i−1) = 0 the conditional is unobservable; it is reported as 0,
+    which keeps the round trip survival → conditional → survival exact.
+    """
+    return [0.0 if a is None else min(1.0, a) for a in conditional_ratios(check_survival(survival))]
 
 
 def per_position_from_conditional(chain: Sequence[float]) -> list[float]:

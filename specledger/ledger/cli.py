@@ -22,7 +22,7 @@ from specledger.ledger.acceptance import (
     check_histogram,
     check_probability,
     conditional_from_histogram,
-    conditional_from_per_position,
+    conditional_from_survival,
     expected_length_from_chain,
     expected_length_from_histogram,
     histogram_from_conditional,
@@ -153,7 +153,7 @@ def _resolve_acceptance(req: LedgerRequest) -> _Acceptance | None:
         )
     rates = req.per_position or []
     require(len(rates) > 0, "the per-position rates are empty; give Pr(K>=1),Pr(K>=2),... e.g. 0.8,0.6,0.45")
-    chain = tuple(conditional_from_per_position(rates))
+    chain = tuple(conditional_from_survival(rates))
     return _Acceptance("unconditional per-position rates (vLLM style)", chain, (len(chain),))
 
 

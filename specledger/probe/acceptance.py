@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specledger.errors import SpecLedgerError
-from specledger.ledger.acceptance import conditional_from_per_position, expected_length_from_chain
+from specledger.ledger.acceptance import conditional_from_survival, expected_length_from_chain
 
 NO_ROUNDS_NOTE = (
     "measured from outside the server: no per-round ledger (E[L] per request, round times, reconciliation "
@@ -39,7 +39,7 @@ def acceptance_ledger(spec: Mapping[str, Any] | None) -> dict[str, Any]:
     }
     if rates:
         try:
-            chain = conditional_from_per_position(rates)
+            chain = conditional_from_survival(rates)
             out["conditional_a"] = chain
             out["el_from_per_position"] = expected_length_from_chain(chain)
         except SpecLedgerError as exc:

@@ -16,6 +16,8 @@ Conventions (times in seconds inside, reported in ms):
 * Longest stall: the largest chunk-level gap over all successful requests.
 * Output throughput: output tokens of successful requests / run wall time. Never a mean of
   per-request speeds.
+* Distributions are :func:`specledger.analysis.stats.distribution` (n, mean, P50/P95/P99, max; ms),
+  the same summary the run report gives its traces (:func:`specledger.analysis.metrics.latency_stats`).
 """
 
 from __future__ import annotations
@@ -24,23 +26,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
+from specledger.analysis.stats import distribution
 from specledger.probe.loadgen import RequestResult
 
-PERCENTILES = (50, 95, 99)
-
-
-def percentile_summary(values: Sequence[float], scale: float = 1000.0) -> dict[str, float | None]:
-    """{n, mean, p50, p95, p99, max} of ``values`` times ``scale`` (numpy linear percentiles)."""
-    if len(values) == 0:
-        return {"n": 0, "mean": None, **{f"p{p}": None for p in PERCENTILES}, "max": None}
-    arr = np.asarray(values, dtype=float) * scale
-    out: dict[str, float | None] = {"n": int(arr.size), "mean": float(arr.mean())}
-    for p in PERCENTILES:
-        out[f"p{p}"] = float(np.percentile(arr, p))
-    out["max"] = float(arr.max())
-    return out
+MS = 1e3
 
 
 def request_tpot(result: RequestResult) -> float | None:
@@ -112,11 +101,11 @@ def summarize(results: Sequence[RequestResult], wall_time_s: float) -> dict[str,
         "total_output_tokens": total_tokens,
         "output_throughput_tok_s": total_tokens / wall_time_s if wall_time_s > 0 else None,
         "request_throughput_req_s": len(ok) / wall_time_s if wall_time_s > 0 else None,
-        "ttft_ms": percentile_summary([r.ttft_s for r in ok if r.ttft_s is not None]),
-        "tpot_ms": percentile_summary(tpots),
+        "ttft_ms": distribution([r.ttft_s for r in ok if r.ttft_s is not None], MS),
+        "tpot_ms": distribution(tpots, MS),
         "pooled_tpot_ms": 1000.0 * sum(s for s, _ in spans) / pooled_den if pooled_den else None,
-        "token_itl_ms": percentile_summary(tok_itl),
-        "chunk_itl_ms": percentile_summary(chk_itl),
+        "token_itl_ms": distribution(tok_itl, MS),
+        "chunk_itl_ms": distribution(chk_itl, MS),
         "longest_stall_ms": 1000.0 * max(chk_itl) if chk_itl else None,
         "mean_tokens_per_chunk": total_tokens / total_chunks if total_chunks else None,
         "requests_without_done": sum(1 for r in ok if not r.saw_done),

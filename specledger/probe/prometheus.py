@@ -13,7 +13,8 @@ Conventions (seed §1, SPEC §6):
   of a full round is counted, so it is E[L] = E[K] + 1 per draft round).
 * ``draft_acceptance_rate`` = accepted / draft_tokens (fraction of proposed tokens kept).
 * ``per_position_rates[i]`` = accepted_per_pos[i] / drafts = Pr(K >= i+1), unconditional.
-* ``conditional_rates[i]`` = rate[i] / rate[i-1] = a_{i+1}, with rate[-1] = Pr(K >= 0) = 1.
+* ``conditional_rates[i]`` = rate[i] / rate[i-1] = a_{i+1}, with rate[-1] = Pr(K >= 0) = 1
+  (:func:`specledger.ledger.acceptance.conditional_ratios`: as measured, None where undefined).
 * SGLang exposes gauges ``sglang:spec_accept_length`` (bonus token counted inside) and
   ``sglang:spec_accept_rate``: gauges are not deltas, so the after-scrape value is reported
   and it describes the whole server, not this probe.
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 
 from specledger.errors import SpecLedgerError
+from specledger.ledger.acceptance import conditional_ratios
 
 SERVER_WIDE_WARNING = (
     "server-wide counters: they include any other traffic the server handled during the probe window"
@@ -177,16 +179,6 @@ def counters_delta(before: SpecDecodeCounters, after: SpecDecodeCounters) -> Spe
     )
 
 
-def conditional_from_unconditional(rates: list[float]) -> list[float | None]:
-    """a_i = Pr(K >= i) / Pr(K >= i-1), with Pr(K >= 0) = 1; None where the divisor is 0."""
-    out: list[float | None] = []
-    previous = 1.0
-    for rate in rates:
-        out.append(rate / previous if previous > 0 else None)
-        previous = rate
-    return out
-
-
 @dataclass
 class SpecDecodeFigures:
     """Spec-decode figures for a probe window, with their provenance and caveats."""
@@ -233,7 +225,7 @@ def spec_decode_figures(before: MetricsSnapshot, after: MetricsSnapshot) -> Spec
             last = max(delta.accepted_per_pos)
             rates = [delta.accepted_per_pos.get(p, 0.0) / drafts for p in range(last + 1)]
             figures.per_position_rates = rates
-            figures.conditional_rates = conditional_from_unconditional(rates)
+            figures.conditional_rates = conditional_ratios(rates)
         if drafts == 0:
             figures.warnings.append("no draft rounds during the probe window (spec decoding off or idle?)")
     accept_length = gauge_mean(after, SGLANG_ACCEPT_LENGTH)

@@ -24,7 +24,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from specledger.errors import SpecLedgerError
-from specledger.probe.prometheus import SERVER_WIDE_WARNING, conditional_from_unconditional
+from specledger.ledger.acceptance import conditional_ratios
+from specledger.probe.prometheus import SERVER_WIDE_WARNING
 
 _PERCENTILE_KEY = re.compile(r"^p(\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
 _INT_FIELDS = (
@@ -148,7 +149,7 @@ class VllmBenchResult(BaseModel):
                 "mean_acceptance_length": self.spec_decode_acceptance_length,
                 "draft_acceptance_rate": None if rate is None else rate / 100.0,
                 "per_position_rates": rates,
-                "conditional_rates": conditional_from_unconditional(rates),
+                "conditional_rates": conditional_ratios(rates),
                 "warnings": [
                     SERVER_WIDE_WARNING,
                     "vLLM's acceptance rate is stored in percent; shown as a fraction",
