@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 
 from specledger.analysis.stats import distribution
 from specledger.errors import SpecLedgerError
-from specledger.probe.cli import import_vllm_bench, normalize_base_url, probe, probe_endpoint
+from specledger.probe.cli import import_vllm_bench, probe
+from specledger.probe.endpoint import normalize_base_url, probe_endpoint
 from specledger.probe.loadgen import (
     LoadConfig,
     PromptItem,

@@ -16,15 +16,9 @@ from specledger.errors import SpecLedgerError
 from specledger.gates import FAIL, PASS, greedy_correctness
 from specledger.probe.acceptance import acceptance_ledger
 from specledger.probe.loadgen import RequestResult
-from specledger.probe.records import (
-    check_label,
-    check_new_run_dir,
-    emission_times,
-    gamma_label,
-    records_from_probe,
-    workload_from_jsonl,
-    workload_from_prompts,
-)
+from specledger.probe.outputs import check_new_run_dir
+from specledger.probe.records import check_label, emission_times, gamma_label, records_from_probe
+from specledger.probe.workload import workload_from_jsonl, workload_from_prompts
 from specledger.report.build import build_report
 from specledger.rundir import read_records
 from tests.fake_server import FakeServer, FakeServerConfig

@@ -1,4 +1,6 @@
-"""CLI verbs ``probe`` and ``import-vllm-bench`` (registered by specledger/cli.py).
+"""CLI verbs ``probe`` and ``import-vllm-bench`` (registered by specledger/cli.py): parse the flags,
+call the library (:mod:`~specledger.probe.endpoint`, :mod:`~specledger.probe.workload`,
+:mod:`~specledger.probe.outputs`), print the tables.
 
 ``probe`` loads an OpenAI-compatible streaming endpoint (fixed concurrency or Poisson rate),
 times every chunk, scrapes ``URL/metrics`` before and after for spec-decode counters, and
@@ -8,180 +10,27 @@ and prints the speed-up. It only ever contacts the URLs it is given.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Annotated, Any
 
-import httpx
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from specledger.errors import SpecLedgerError
-from specledger.probe.loadgen import LoadConfig, PromptItem, RequestResult, Tokenizer, run_load
-from specledger.probe.metrics import speedup, summarize
-from specledger.probe.prometheus import (
-    MetricsSnapshot,
-    SpecDecodeCounters,
-    latency_histogram_summaries,
-    parse_prometheus_text,
-    spec_decode_figures,
-)
-from specledger.probe.records import (
-    BASELINE_DRAFTER,
-    ENDPOINT_DRAFTER,
-    ProbeWorkload,
-    check_label,
+from specledger.probe.endpoint import load_tokenizer, run_probe
+from specledger.probe.loadgen import LoadConfig
+from specledger.probe.outputs import (
     check_new_run_dir,
-    gamma_label,
-    probe_run_meta,
-    records_from_probe,
     vllm_bench_document,
-    workload_from_categories,
-    workload_from_jsonl,
-    workload_from_prompts,
-    write_probe_run,
+    write_probe_dir,
     write_vllm_bench_run,
 )
+from specledger.probe.records import ENDPOINT_DRAFTER, check_label
 from specledger.probe.vllm_bench import load_vllm_bench
-from specledger.rundir import HTML_NAME, META_NAME, PROBE_JSON, TRACE_NAME, VLLM_BENCH_JSON, write_json_atomic
-
-BUILTIN_PROMPTS = (
-    "Write a Python function that returns the n-th Fibonacci number.",
-    "Explain in three sentences why the sky is blue.",
-    "List five prime numbers greater than 100 and say how you checked them.",
-    "Translate to French: 'The meeting is moved to Thursday at noon.'",
-    "Summarise the plot of Romeo and Juliet in one paragraph.",
-    "Give a SQL query that counts orders per customer in a table orders(customer_id, id).",
-    "What is the difference between a process and a thread?",
-    "Continue the sequence and explain the rule: 2, 6, 12, 20, 30, ...",
-)
-
-
-def normalize_base_url(url: str) -> str:
-    """``http(s)://host:port[/v1][/]`` -> ``http(s)://host:port`` (the server root)."""
-    url = url.strip()
-    if not url.startswith(("http://", "https://")):
-        raise SpecLedgerError(f"URL {url!r} must start with http:// or https://, e.g. http://127.0.0.1:8000")
-    url = url.rstrip("/")
-    return url[: -len("/v1")] if url.endswith("/v1") else url
-
-
-def _unreachable(url: str, exc: Exception) -> SpecLedgerError:
-    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return SpecLedgerError(f"cannot reach {url} ({reason}); check the URL and that the server is running")
-
-
-def discover_model(base_url: str, model: str | None, timeout_s: float = 10.0) -> str:
-    """``model`` or the first id of GET /v1/models; an unreachable server is a SpecLedgerError."""
-    try:
-        response = httpx.get(f"{base_url}/v1/models", timeout=timeout_s)
-    except httpx.HTTPError as exc:
-        raise _unreachable(base_url, exc) from None
-    if model:
-        return model
-    try:
-        ids = [m["id"] for m in response.json()["data"]] if response.status_code == 200 else []
-    except (ValueError, KeyError, TypeError):
-        ids = []
-    if not ids or not isinstance(ids[0], str):
-        raise SpecLedgerError(
-            f"{base_url}/v1/models lists no model (HTTP {response.status_code}); pass --model"
-        )
-    return ids[0]
-
-
-def scrape_metrics(base_url: str, timeout_s: float = 10.0) -> tuple[MetricsSnapshot | None, str | None]:
-    """(snapshot, None) or (None, why not); a malformed body is reported, not raised."""
-    try:
-        response = httpx.get(f"{base_url}/metrics", timeout=timeout_s)
-    except httpx.HTTPError as exc:
-        return None, f"metrics scrape failed: {type(exc).__name__}"
-    if response.status_code != 200:
-        return None, f"{base_url}/metrics answered HTTP {response.status_code}"
-    try:
-        return parse_prometheus_text(response.text), None
-    except SpecLedgerError as exc:
-        return None, str(exc)
-
-
-def load_tokenizer(path: Path | None) -> Tokenizer | None:
-    """A ``tokenizer.json`` file -> callable text -> token ids (no special tokens)."""
-    if path is None:
-        return None
-    from tokenizers import Tokenizer as HFTokenizer
-
-    try:
-        tok = HFTokenizer.from_file(str(path))
-    except Exception as exc:
-        raise SpecLedgerError(f"cannot load tokenizer {path} ({exc}); pass a tokenizer.json file") from None
-    return lambda text: tok.encode(text, add_special_tokens=False).ids
-
-
-def probe_endpoint(
-    url: str,
-    config: LoadConfig,
-    items: list[PromptItem],
-    metrics: bool = True,
-    tokenizer: Tokenizer | None = None,
-) -> dict[str, Any]:
-    """Run one load against ``url``; the report holds config, summary, spec-decode and results."""
-    return probe_endpoint_results(url, config, items, metrics, tokenizer)[0]
-
-
-def _counters(snapshot: MetricsSnapshot | None) -> dict[str, Any] | None:
-    if snapshot is None:
-        return None
-    c = SpecDecodeCounters.from_snapshot(snapshot)
-    return {
-        "num_drafts": c.num_drafts,
-        "num_draft_tokens": c.num_draft_tokens,
-        "num_accepted_tokens": c.num_accepted_tokens,
-        "accepted_per_pos": {str(k): v for k, v in sorted(c.accepted_per_pos.items())},
-    }
-
-
-def probe_endpoint_results(
-    url: str,
-    config: LoadConfig,
-    items: list[PromptItem],
-    metrics: bool = True,
-    tokenizer: Tokenizer | None = None,
-) -> tuple[dict[str, Any], list[RequestResult]]:
-    """:func:`probe_endpoint`'s report and the per-request results it was built from."""
-    base_url = normalize_base_url(url)
-    config.base_url = base_url
-    config.model = discover_model(base_url, config.model or None)
-    warnings: list[str] = []
-    before = after = None
-    if metrics:
-        before, why = scrape_metrics(base_url)
-        if why:
-            warnings.append(why)
-    run = asyncio.run(run_load(config, items, tokenizer=tokenizer))
-    if metrics and before is not None:
-        after, why = scrape_metrics(base_url)
-        if why:
-            warnings.append(why)
-    report: dict[str, Any] = {
-        "url": base_url,
-        "model": config.model,
-        "config": run.config,
-        "summary": summarize(run.results, run.wall_time_s),
-        "spec_decode": None,
-        "server_histograms": {},
-        "warnings": warnings,
-        "results": [r.to_dict() for r in run.results],
-    }
-    if before is not None and after is not None:
-        report["spec_decode"] = spec_decode_figures(before, after).to_dict()
-        report["spec_decode_counters"] = {"before": _counters(before), "after": _counters(after)}
-        report["server_histograms"] = latency_histogram_summaries(before, after)
-    if report["summary"]["requests_ok"] == 0:
-        first = next((r.error for r in run.results if r.error), "no request finished")
-        warnings.append(f"every request failed; first error: {first}")
-    return report, run.results
+from specledger.probe.workload import select_workload
+from specledger.rundir import HTML_NAME, META_NAME, PROBE_JSON, TRACE_NAME, VLLM_BENCH_JSON
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -340,18 +189,13 @@ def probe(
     if concurrency is None and rate is None:
         concurrency = 4
     config_for(model).validate()
-    report, results = probe_endpoint_results(url, config_for(model), wl.items, metrics=metrics, tokenizer=tok)
-    full: dict[str, Any] = {"probe": report}
+    full, results, base_results = run_probe(
+        url, config_for(model), wl.items, baseline=baseline, baseline_config=config_for(baseline_model),
+        metrics=metrics, tokenizer=tok,
+    )
+    report, base_report, ratios = full["probe"], full.get("baseline"), full.get("speedup")
     columns = {report["url"]: report}
-    ratios = None
-    base_report: dict[str, Any] | None = None
-    base_results: list[RequestResult] = []
-    if baseline:
-        base_report, base_results = probe_endpoint_results(
-            baseline, config_for(baseline_model), wl.items, metrics=metrics, tokenizer=tok
-        )
-        ratios = speedup(report["summary"], base_report["summary"])
-        full.update(baseline=base_report, speedup=ratios)
+    if base_report is not None:
         columns[f"baseline {base_report['url']}"] = base_report
     summary = None
     if out is not None:
@@ -363,58 +207,6 @@ def probe(
     render_report(console, "specledger probe", columns, ratios)
     if out is not None:
         _print_run_report(console, out, summary)
-
-
-def select_workload(workload: Path | None, categories: str | None, n: int, seed: int) -> ProbeWorkload:
-    """--workload JSONL, else --categories (built-in, scored), else the built-in prompts."""
-    if workload is not None:
-        return workload_from_jsonl(workload)
-    if categories:
-        names = [c.strip() for c in categories.split(",") if c.strip()]
-        if not names:
-            raise SpecLedgerError("--categories is empty; give names such as code,math")
-        return workload_from_categories(names, n, seed)
-    return workload_from_prompts(BUILTIN_PROMPTS)
-
-
-def write_probe_dir(
-    out: Path,
-    full: dict[str, Any],
-    results: list[RequestResult],
-    base_results: list[RequestResult],
-    workload: ProbeWorkload,
-    label: str,
-    gamma: str | None,
-    tokenizer: Tokenizer | None,
-) -> dict[str, Any] | None:
-    """probe.json, then traces.jsonl + run.json (both endpoints' records), then the report.
-
-    Returns the report summary, or None when no request of either endpoint finished."""
-    report, base_report = full["probe"], full.get("baseline")
-    config = report["config"]
-    g = gamma_label(report.get("spec_decode"), gamma)
-    common = dict(
-        temperature=config["temperature"],
-        category_of=workload.category_of,
-        score_of=workload.score_of,
-        tokenizer=tokenizer,
-        top_p=config["top_p"],
-        seed=config["seed"],
-    )
-    records = records_from_probe(
-        results, drafter=label, gamma=g, model=report["model"], endpoint=report["url"], **common
-    )
-    if base_report is not None:
-        records += records_from_probe(
-            base_results, drafter=BASELINE_DRAFTER, gamma=0, model=base_report["model"],
-            endpoint=base_report["url"], **common,
-        )
-    write_json_atomic(out / PROBE_JSON, full)
-    meta = probe_run_meta(out.name, report, base_report, drafter=label, gamma=g, workload=workload)
-    write_probe_run(out, records, meta)
-    from specledger.report.build import build_report
-
-    return build_report(out)[0]
 
 
 def _print_run_report(console: Console, out: Path, summary: dict[str, Any] | None) -> None:

@@ -1,0 +1,181 @@
+"""Measure one OpenAI-compatible endpoint: discover its model, scrape ``/metrics`` before and after,
+run the load (:mod:`specledger.probe.loadgen`), and summarise (:mod:`specledger.probe.metrics`).
+Only the URLs given are ever contacted."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from specledger.errors import SpecLedgerError
+from specledger.probe.loadgen import LoadConfig, PromptItem, RequestResult, Tokenizer, run_load
+from specledger.probe.metrics import speedup, summarize
+from specledger.probe.prometheus import (
+    MetricsSnapshot,
+    SpecDecodeCounters,
+    latency_histogram_summaries,
+    parse_prometheus_text,
+    spec_decode_figures,
+)
+
+
+def normalize_base_url(url: str) -> str:
+    """``http(s)://host:port[/v1][/]`` -> ``http(s)://host:port`` (the server root)."""
+    url = url.strip()
+    if not url.startswith(("http://", "https://")):
+        raise SpecLedgerError(f"URL {url!r} must start with http:// or https://, e.g. http://127.0.0.1:8000")
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def _unreachable(url: str, exc: Exception) -> SpecLedgerError:
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return SpecLedgerError(f"cannot reach {url} ({reason}); check the URL and that the server is running")
+
+
+def discover_model(base_url: str, model: str | None, timeout_s: float = 10.0) -> str:
+    """``model`` or the first id of GET /v1/models; an unreachable server is a SpecLedgerError."""
+    try:
+        response = httpx.get(f"{base_url}/v1/models", timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise _unreachable(base_url, exc) from None
+    if model:
+        return model
+    try:
+        ids = [m["id"] for m in response.json()["data"]] if response.status_code == 200 else []
+    except (ValueError, KeyError, TypeError):
+        ids = []
+    if not ids or not isinstance(ids[0], str):
+        raise SpecLedgerError(
+            f"{base_url}/v1/models lists no model (HTTP {response.status_code}); pass --model"
+        )
+    return ids[0]
+
+
+def scrape_metrics(base_url: str, timeout_s: float = 10.0) -> tuple[MetricsSnapshot | None, str | None]:
+    """(snapshot, None) or (None, why not); a malformed body is reported, not raised."""
+    try:
+        response = httpx.get(f"{base_url}/metrics", timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        return None, f"metrics scrape failed: {type(exc).__name__}"
+    if response.status_code != 200:
+        return None, f"{base_url}/metrics answered HTTP {response.status_code}"
+    try:
+        return parse_prometheus_text(response.text), None
+    except SpecLedgerError as exc:
+        return None, str(exc)
+
+
+def load_tokenizer(path: Path | None) -> Tokenizer | None:
+    """A ``tokenizer.json`` file -> callable text -> token ids (no special tokens)."""
+    if path is None:
+        return None
+    from tokenizers import Tokenizer as HFTokenizer
+
+    try:
+        tok = HFTokenizer.from_file(str(path))
+    except Exception as exc:
+        raise SpecLedgerError(f"cannot load tokenizer {path} ({exc}); pass a tokenizer.json file") from None
+    return lambda text: tok.encode(text, add_special_tokens=False).ids
+
+
+def probe_endpoint(
+    url: str,
+    config: LoadConfig,
+    items: list[PromptItem],
+    metrics: bool = True,
+    tokenizer: Tokenizer | None = None,
+) -> dict[str, Any]:
+    """Run one load against ``url``; the report holds config, summary, spec-decode and results."""
+    return probe_endpoint_results(url, config, items, metrics, tokenizer)[0]
+
+
+def _counters(snapshot: MetricsSnapshot | None) -> dict[str, Any] | None:
+    if snapshot is None:
+        return None
+    c = SpecDecodeCounters.from_snapshot(snapshot)
+    return {
+        "num_drafts": c.num_drafts,
+        "num_draft_tokens": c.num_draft_tokens,
+        "num_accepted_tokens": c.num_accepted_tokens,
+        "accepted_per_pos": {str(k): v for k, v in sorted(c.accepted_per_pos.items())},
+    }
+
+
+def probe_endpoint_results(
+    url: str,
+    config: LoadConfig,
+    items: list[PromptItem],
+    metrics: bool = True,
+    tokenizer: Tokenizer | None = None,
+) -> tuple[dict[str, Any], list[RequestResult]]:
+    """:func:`probe_endpoint`'s report and the per-request results it was built from."""
+    base_url = normalize_base_url(url)
+    config.base_url = base_url
+    config.model = discover_model(base_url, config.model or None)
+    warnings: list[str] = []
+    before = after = None
+    if metrics:
+        before, why = scrape_metrics(base_url)
+        if why:
+            warnings.append(why)
+    run = asyncio.run(run_load(config, items, tokenizer=tokenizer))
+    if metrics and before is not None:
+        after, why = scrape_metrics(base_url)
+        if why:
+            warnings.append(why)
+    report: dict[str, Any] = {
+        "url": base_url,
+        "model": config.model,
+        "config": run.config,
+        "summary": summarize(run.results, run.wall_time_s),
+        "spec_decode": None,
+        "server_histograms": {},
+        "warnings": warnings,
+        "results": [r.to_dict() for r in run.results],
+    }
+    if before is not None and after is not None:
+        report["spec_decode"] = spec_decode_figures(before, after).to_dict()
+        report["spec_decode_counters"] = {"before": _counters(before), "after": _counters(after)}
+        report["server_histograms"] = latency_histogram_summaries(before, after)
+    if report["summary"]["requests_ok"] == 0:
+        first = next((r.error for r in run.results if r.error), "no request finished")
+        warnings.append(f"every request failed; first error: {first}")
+    return report, run.results
+
+
+def run_probe(
+    url: str,
+    config: LoadConfig,
+    items: list[PromptItem],
+    *,
+    baseline: str | None = None,
+    baseline_config: LoadConfig | None = None,
+    metrics: bool = True,
+    tokenizer: Tokenizer | None = None,
+) -> tuple[dict[str, Any], list[RequestResult], list[RequestResult]]:
+    """The same load on ``url`` and, when given, on ``baseline``: returns (full, results, baseline
+    results) with ``full = {"probe": report[, "baseline": report, "speedup": ratios]}``."""
+    report, results = probe_endpoint_results(url, config, items, metrics=metrics, tokenizer=tokenizer)
+    full: dict[str, Any] = {"probe": report}
+    base_results: list[RequestResult] = []
+    if baseline:
+        base_report, base_results = probe_endpoint_results(
+            baseline, baseline_config or config, items, metrics=metrics, tokenizer=tokenizer
+        )
+        full.update(baseline=base_report, speedup=speedup(report["summary"], base_report["summary"]))
+    return full, results, base_results
+
+
+__all__ = [
+    "discover_model",
+    "load_tokenizer",
+    "normalize_base_url",
+    "probe_endpoint",
+    "probe_endpoint_results",
+    "run_probe",
+    "scrape_metrics",
+]

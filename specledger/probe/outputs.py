@@ -1,0 +1,173 @@
+"""What a probe (or an imported ``vllm bench serve`` result) writes into its run directory.
+
+``specledger probe --out DIR`` writes ``probe.json`` (every figure of both endpoints),
+``traces.jsonl`` (one record per finished request, :mod:`specledger.probe.records`) and
+``run.json`` (``"kind": "probe"``: endpoints, their spec-decode figures and acceptance ledger,
+config, workload), then builds the report. ``vllm bench serve`` results have no per-request timings
+to pair; ``import-vllm-bench --out`` writes ``vllm_bench.json`` (figures + acceptance ledger) and a
+``run.json`` (``"kind": "vllm-bench"``), and the report shows them in their own section.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from specledger.engine.trace import RequestRecord
+from specledger.errors import SpecLedgerError
+from specledger.probe.acceptance import NO_ROUNDS_NOTE, VLLM_BENCH_NOTE, acceptance_ledger
+from specledger.probe.loadgen import RequestResult, Tokenizer
+from specledger.probe.records import BASELINE_DRAFTER, PROBE_KIND, gamma_label, records_from_probe
+from specledger.probe.workload import ProbeWorkload
+from specledger.rundir import (
+    META_NAME,
+    PROBE_JSON,
+    TRACE_NAME,
+    VLLM_BENCH_JSON,
+    append_records,
+    json_safe,
+    write_json_atomic,
+)
+
+VLLM_BENCH_KIND = "vllm-bench"
+
+
+def check_new_run_dir(out: Path) -> None:
+    """Refuse a folder that already holds traces (a probe never appends to another run)."""
+    trace = Path(out) / TRACE_NAME
+    if trace.exists() and trace.stat().st_size:
+        raise SpecLedgerError(f"{out} already holds traces ({TRACE_NAME}); pass a new --out folder")
+
+
+def _endpoint_meta(report: Mapping[str, Any], role: str, drafter: str, gamma: int | str) -> dict[str, Any]:
+    return {
+        "role": role,
+        "url": report.get("url"),
+        "model": report.get("model"),
+        "drafter": drafter,
+        "gamma": gamma,
+        "spec_decode": report.get("spec_decode"),
+        "spec_decode_counters": report.get("spec_decode_counters"),
+        "acceptance_ledger": acceptance_ledger(report.get("spec_decode")),
+        "warnings": list(report.get("warnings") or []),
+    }
+
+
+def probe_run_meta(
+    name: str,
+    endpoint: Mapping[str, Any],
+    baseline: Mapping[str, Any] | None,
+    *,
+    drafter: str,
+    gamma: int | str,
+    workload: ProbeWorkload,
+) -> dict[str, Any]:
+    """``run.json`` of a probe: kind, model, endpoints (with spec-decode figures and warnings), config."""
+    endpoints = {"endpoint": _endpoint_meta(endpoint, "endpoint", drafter, gamma)}
+    if baseline is not None:
+        endpoints["baseline"] = _endpoint_meta(baseline, "baseline", BASELINE_DRAFTER, 0)
+    return {
+        "kind": PROBE_KIND,
+        "name": name,
+        "model": str(endpoint.get("model") or ""),
+        "machine": f"endpoint {endpoint.get('url')}",
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "endpoints": endpoints,
+        "config": endpoint.get("config"),
+        "workload": workload.describe(),
+        "note": NO_ROUNDS_NOTE,
+    }
+
+
+def write_probe_run(out: Path, records: Sequence[RequestRecord], meta: Mapping[str, Any]) -> None:
+    """``out/traces.jsonl`` (appended, fsync'ed) and ``out/run.json`` (atomic)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    check_new_run_dir(out)
+    if records:
+        append_records(out / TRACE_NAME, records)
+    write_json_atomic(out / META_NAME, dict(meta))
+
+
+def vllm_bench_document(source_file: str, summary: Mapping[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The normalised ``vllm_bench.json``: source, summary (probe keys) and the acceptance ledger."""
+    return json_safe(
+        {
+            "source_file": source_file,
+            "summary": dict(summary),
+            "acceptance_ledger": acceptance_ledger(summary.get("spec_decode")),
+            "note": VLLM_BENCH_NOTE,
+            "raw": dict(raw),
+        }
+    )
+
+
+def write_vllm_bench_run(out: Path, document: Mapping[str, Any], model: str | None) -> None:
+    """``out/vllm_bench.json`` and, unless the folder already has one, ``out/run.json`` (kind vllm-bench)."""
+    out = Path(out)
+    write_json_atomic(out / VLLM_BENCH_JSON, document)
+    meta_path = out / META_NAME
+    if not meta_path.exists():
+        write_json_atomic(
+            meta_path,
+            {
+                "kind": VLLM_BENCH_KIND,
+                "name": out.name,
+                "model": model or "",
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "source_file": document.get("source_file"),
+                "note": document.get("note"),
+            },
+        )
+
+
+def write_probe_dir(
+    out: Path,
+    full: dict[str, Any],
+    results: list[RequestResult],
+    base_results: list[RequestResult],
+    workload: ProbeWorkload,
+    label: str,
+    gamma: str | None,
+    tokenizer: Tokenizer | None,
+) -> dict[str, Any] | None:
+    """probe.json, then traces.jsonl + run.json (both endpoints' records), then the report.
+
+    Returns the report summary, or None when no request of either endpoint finished."""
+    report, base_report = full["probe"], full.get("baseline")
+    config = report["config"]
+    g = gamma_label(report.get("spec_decode"), gamma)
+    common = dict(
+        temperature=config["temperature"],
+        category_of=workload.category_of,
+        score_of=workload.score_of,
+        tokenizer=tokenizer,
+        top_p=config["top_p"],
+        seed=config["seed"],
+    )
+    records = records_from_probe(
+        results, drafter=label, gamma=g, model=report["model"], endpoint=report["url"], **common
+    )
+    if base_report is not None:
+        records += records_from_probe(
+            base_results, drafter=BASELINE_DRAFTER, gamma=0, model=base_report["model"],
+            endpoint=base_report["url"], **common,
+        )
+    write_json_atomic(out / PROBE_JSON, full)
+    meta = probe_run_meta(out.name, report, base_report, drafter=label, gamma=g, workload=workload)
+    write_probe_run(out, records, meta)
+    from specledger.report.build import build_report
+
+    return build_report(out)[0]
+
+
+__all__ = [
+    "check_new_run_dir",
+    "probe_run_meta",
+    "vllm_bench_document",
+    "write_probe_dir",
+    "write_probe_run",
+    "write_vllm_bench_run",
+]
