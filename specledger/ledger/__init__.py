@@ -1,13 +1,14 @@
-"""The exact ledger of speculative decoding (seed §1-§3, §5.2, §6, §8): pure Python, no torch.
+"""The exact ledger of speculative decoding: pure Python, no torch.
 
 * :mod:`.acceptance` -- E[L] from conditional chains, constants and K histograms; conversions
   between conditional, vLLM per-position, histogram and mean-length vocabularies.
-* :mod:`.cost` -- full-round cost, speed-up S = T0·E[L]/T_round, break-even, cost models,
+* :mod:`.speedup` -- full-round cost, speed-up S = T0·E[L]/T_round, break-even, cost models,
   marginal table and optimal γ; honest (totals) vs misleading (unweighted) speed averages.
 * :mod:`.expr` -- safe ``ast``-based cost expressions in k.
 * :mod:`.trees` -- expected length of token trees, Sequoia-style best tree by DP.
 * :mod:`.memory` -- candidate KV and draft memory from a model config.
-* :mod:`.quant` -- the four-way quantization × speculation comparison.
+* :mod:`.fourway` -- the four-way quantization × speculation comparison.
+* :mod:`.report` -- every figure ``specledger ledger`` shows, as one dict (its ``--json`` output).
 """
 
 from specledger.ledger.acceptance import (
