@@ -127,9 +127,12 @@ def simulate(
     router: Router | None = None,
     order: np.ndarray | None = None,
     seed: int = 0,
+    jitter: bool = False,
 ) -> SimResult:
     """Serve ``n_requests`` (request i takes measured request ``order[i]``'s sizes and chain; default
-    the table's rows cycled) through ``replicas`` identical servers behind ``router``."""
+    the table's rows cycled) through ``replicas`` identical servers behind ``router``. ``jitter``: apply
+    the cost profile's measured step-time noise (when it has any; off by default: on a shared machine the
+    noise is not stationary, and drawing it i.i.d. per step overstated the tails in validation)."""
     require(n_requests >= 1, "simulate at least one request")
     require(replicas >= 1, "replicas must be >= 1")
     cfg = config or ServerConfig()
@@ -146,7 +149,7 @@ def simulate(
         name = "none"
     ledger = Ledger(table, order)
     rng = np.random.default_rng(seed)
-    reps = [Replica(i, cfg, cost, table, plan, name, ledger, rng) for i in range(replicas)]
+    reps = [Replica(i, cfg, cost, table, plan, name, ledger, rng, jitter) for i in range(replicas)]
     pick = router or round_robin()
 
     def dispatch(rid: int, t: float) -> None:

@@ -7,12 +7,16 @@ Three sources, each labelled in every output (``source``):
   so grouping them rebuilds every step (rows R = sum(proposed + 1), batch B, mean context c). Fitted,
   with :mod:`specledger.predict.costmodel`'s non-negative parts:
 
+    (every part a robust non-negative fit, :func:`robust_fit`)
       forward   T_s(R, B, c)   = the predict cost model's form (f0 + f_s [R>B] + f_r (R-B) + f_b (B-1) + ...)
       prefill   T_p(P)         = p0 + p1 P + p2 P^2 / 1000, from every first admission's ``t_prefill``
       drafting  T_d(g, c)      per drafter, from the rounds' ``t_draft``
       overhead  T_o(B)         = o0 + o1 B: a step's wall time (between two emissions of a request that
                                  ran in both) minus its forward, drafting and the prefills it admitted
                                  (sampling, acceptance, stop checks, scheduling -- all of it)
+      noise     each step's forward and each prefill times a ratio drawn from the run's own noise at
+                fixed work (:func:`noise_quantiles`, :meth:`ServingCost.jitter`), so the machine's jitter
+                reaches the tails
 
 * a cost model file (``specledger calibrate`` / a run's ``cost_model.json``), read with
   :class:`specledger.predict.costmodel.CostModel`, or a file this module wrote (``kind: serving-fit``);
@@ -43,6 +47,45 @@ from specledger.predict.costmodel import (
 )
 
 OVERHEAD_TERMS = ("1", "B")
+_Q = np.linspace(0.0, 1.0, 101)
+
+
+def noise_quantiles(values: Sequence[float], keys: Sequence[Any], min_group: int = 5) -> list[float]:
+    """101 quantiles of t / median(t of the same key) over keys seen >= ``min_group`` times: the
+    machine's noise at fixed work (not the fit's misfit), clipped to its 1%..99% range (the rare
+    seconds-long hiccups of a shared machine are not the machine's cost)."""
+    groups: dict[Any, list[float]] = defaultdict(list)
+    for v, k in zip(values, keys):
+        groups[k].append(float(v))
+    r = np.concatenate([np.asarray(g) / np.median(g) for g in groups.values() if len(g) >= min_group and np.median(g) > 0]
+                       or [np.ones(0)])
+    if r.size == 0:
+        return []
+    lo, hi = np.quantile(r, [0.01, 0.99])
+    return np.quantile(np.clip(r, lo, hi), _Q).tolist()
+
+
+def robust_fit(terms: Sequence[str], rows: Sequence[dict[str, float]], y: Sequence[float], iterations: int = 8,
+               k: float = 1.5) -> Part:
+    """Non-negative fit with Huber weights (IRLS): w_i = min(1, k * s / |r_i|), s = 1.4826 * MAD of the
+    residuals, each pass an NNLS fit of sqrt(w) * y on sqrt(w) * x (:func:`fit_part`). A busy machine
+    puts a few steps seconds off; least squares would follow them, this fit follows the bulk."""
+    terms = list(terms)
+    if not rows:
+        return Part(terms, [0.0] * len(terms))
+    yv = np.asarray(y, dtype=float)
+    x = np.array([[r[t] for t in terms] for r in rows], dtype=float)
+    w = np.ones_like(yv)
+    part = Part(terms, [0.0] * len(terms))
+    for _ in range(iterations):
+        sw = np.sqrt(w)
+        part = fit_part(terms, [dict(zip(terms, row)) for row in x * sw[:, None]], yv * sw, n_boot=0)
+        resid = yv - x @ np.asarray(part.coef)
+        scale = 1.4826 * float(np.median(np.abs(resid - np.median(resid)))) or 1e-12
+        w = np.minimum(1.0, k * scale / np.maximum(np.abs(resid), 1e-15))
+    part.rms_s = float(np.sqrt(np.mean((yv - x @ np.asarray(part.coef)) ** 2)))
+    part.n_obs = len(rows)
+    return part
 
 
 @dataclass
@@ -55,6 +98,16 @@ class ServingCost:
     overhead: Part
     draft: dict[str, Part] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    forward_ratios: list[float] = field(default_factory=list)  # t / median at the same work, 101 quantiles
+    prefill_ratios: list[float] = field(default_factory=list)
+
+    def jitter(self, rng: np.random.Generator) -> tuple[float, float]:
+        """(forward, prefill) multipliers drawn from the measured / fitted ratios (1 without them): the
+        machine's own step-time noise, so tails (ITL P99, stalls) are not those of a perfectly steady machine."""
+        u = rng.random()
+        f = float(np.interp(u, _Q, self.forward_ratios)) if self.forward_ratios else 1.0
+        p = float(np.interp(u, _Q, self.prefill_ratios)) if self.prefill_ratios else 1.0
+        return f, p
 
     def prefill_s(self, prompt_tokens: int) -> float:
         return self.prefill.value(prefill_features(prompt_tokens))
@@ -75,13 +128,14 @@ class ServingCost:
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "serving-fit", "source": self.source, "forward": self.forward.to_dict(),
                 "prefill": self.prefill.to_dict(), "overhead": self.overhead.to_dict(),
-                "draft": {k: v.to_dict() for k, v in self.draft.items()}, "meta": self.meta}
+                "draft": {k: v.to_dict() for k, v in self.draft.items()}, "meta": self.meta,
+                "forward_ratios": self.forward_ratios, "prefill_ratios": self.prefill_ratios}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ServingCost:
         return cls(str(d.get("source", "")), Part.from_dict(d["forward"]), Part.from_dict(d["prefill"]),
                    Part.from_dict(d["overhead"]), {k: Part.from_dict(v) for k, v in d.get("draft", {}).items()},
-                   dict(d.get("meta", {})))
+                   dict(d.get("meta", {})), list(d.get("forward_ratios", [])), list(d.get("prefill_ratios", [])))
 
 
 @dataclass
@@ -131,16 +185,15 @@ def _chunk_times(r: RequestRecord) -> list[float]:
     return out
 
 
-def fit_serving_cost(records: Sequence[RequestRecord], source: str = "", n_boot: int = 10) -> ServingCost:
+def fit_serving_cost(records: Sequence[RequestRecord], source: str = "") -> ServingCost:
     """Fit a :class:`ServingCost` from a serving run's records (see the module docstring)."""
     records = [r for r in records if r.rounds]
     require(bool(records), "no serving rounds to fit step costs on; give a `sweep --experiment serving` run")
     steps = steps_from_records(records)
-    forward = fit_part(FORWARD_TERMS, [forward_features(s.rows, s.batch, s.context) for s in steps],
-                       [s.t_forward for s in steps], n_boot=n_boot)
+    forward = robust_fit(FORWARD_TERMS, [forward_features(s.rows, s.batch, s.context) for s in steps],
+                         [s.t_forward for s in steps])
     pre = [r for r in records if r.t_prefill > 0]
-    prefill = fit_part(PREFILL_TERMS, [prefill_features(r.prompt_tokens) for r in pre], [r.t_prefill for r in pre],
-                       n_boot=n_boot)
+    prefill = robust_fit(PREFILL_TERMS, [prefill_features(r.prompt_tokens) for r in pre], [r.t_prefill for r in pre])
     draft: dict[str, Part] = {}
     for d in sorted({r.drafter for r in records} - {"none"}):
         xs, ys = [], []
@@ -152,14 +205,15 @@ def fit_serving_cost(records: Sequence[RequestRecord], source: str = "", n_boot:
                     xs.append(draft_features(rd.gamma, rd.context_len))
                     ys.append(rd.t_draft)
         if xs:
-            draft[d] = fit_part(("1", "g", "ctx", "g_ctx"), xs, ys, n_boot=n_boot)
+            draft[d] = robust_fit(("1", "g", "ctx", "g_ctx"), xs, ys)
     walls = [s for s in steps if s.wall is not None]
     ov_y = [max(0.0, s.wall - s.t_forward - s.t_draft - s.prefill_s) for s in walls]  # type: ignore[operator]
-    overhead = fit_part(OVERHEAD_TERMS, [{"1": 1.0, "B": float(s.batch)} for s in walls], ov_y, n_boot=n_boot) \
-        if walls else Part(list(OVERHEAD_TERMS), [0.0, 0.0])
+    overhead = robust_fit(OVERHEAD_TERMS, [{"1": 1.0, "B": float(s.batch)} for s in walls], ov_y)
+    f_ratio = noise_quantiles([s.t_forward for s in steps], [(s.batch, s.rows) for s in steps])
+    p_ratio = noise_quantiles([r.t_prefill for r in pre], [r.prompt_tokens for r in pre])
     return ServingCost(source or f"fitted from {len(steps)} batched steps of a serving run", forward, prefill,
                        overhead, draft, {"steps": len(steps), "requests": len(records),
-                                         "forward_rms_ms": 1e3 * (forward.rms_s or math.nan)})
+                                         "forward_rms_ms": 1e3 * (forward.rms_s or math.nan)}, f_ratio, p_ratio)
 
 
 def load_cost(path: str | Path) -> Any:

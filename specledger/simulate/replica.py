@@ -15,7 +15,8 @@ with numpy arrays over the running batch instead of per-token events:
   4. KV for the candidates is reserved: sum over running requests of blocks(context + P); while it
      exceeds the budget the most recently admitted request is preempted (its tokens kept; it waits
      at the front and is recomputed);
-  5. the step costs sum_i draft_s(gamma_i) + step_s(rows, B, mean context) + other_s(B); every
+  5. the step costs sum_i draft_s(gamma_i) + step_s(rows, B, mean context) + other_s(B) (the forward
+     and each prefill times the profile's measured noise when it has some: ``cost.jitter``); every
      decoding request emits min(K + 1, remaining) tokens at the step's end.
 
 Chunked prefill (vLLM v1): admission costs nothing by itself; a prefilling request holds its slot
@@ -87,7 +88,7 @@ class Replica:
     """One server: a waiting queue and a running batch (arrays in admission order)."""
 
     def __init__(self, index: int, cfg: ServerConfig, cost: Any, table: ChainTable, plan: GammaPlan,
-                 drafter: str, ledger: Ledger, rng: np.random.Generator) -> None:
+                 drafter: str, ledger: Ledger, rng: np.random.Generator, jitter: bool = True) -> None:
         self.index, self.cfg, self.cost, self.table, self.plan = index, cfg, cost, table, plan
         self.drafter, self.ledger, self.rng = drafter, ledger, rng
         self.clock = 0.0
@@ -98,6 +99,8 @@ class Replica:
         self._kv_blocks = (None if cfg.kv_budget_tokens is None
                            else max(1, cfg.kv_budget_tokens // cfg.block_size))
         self._budget = cfg.budget()
+        noise = getattr(cost, "jitter", None)  # a measured profile's step-time noise, if it has one
+        self._jitter = (lambda: noise(rng)) if noise is not None and jitter else None
 
     # ----------------------------------------------------------------------------------------
     @property
@@ -124,7 +127,7 @@ class Replica:
         s = self._prefill.get(tokens)
         if s is None:
             s = self._prefill[tokens] = float(self.cost.prefill_s(int(tokens)))
-        return s
+        return s * self._jitter()[1] if self._jitter is not None else s
 
     # ----------------------------------------------------------------------------------------
     def _admit(self, t: float) -> tuple[float, list[int]]:
@@ -236,6 +239,8 @@ class Replica:
                 t_draft_each[g == gv] = float(cost.draft_s(self.drafter, int(gv), ctx_mean))
         rows = int(nd + prop.sum()) + pre_tokens
         t_fwd = float(cost.step_s(max(rows, b), b, ctx_mean))
+        if self._jitter is not None:
+            t_fwd *= self._jitter()[0]
         t_other = float(cost.other_s(b))
         t_emit = t + float(t_draft_each.sum()) + t_fwd + t_other
         # commit

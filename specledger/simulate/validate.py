@@ -60,7 +60,8 @@ def _walls(run: RunSource) -> dict[tuple, list[float]]:
     return out
 
 
-def validate(run: RunSource, cost: Any = None, seeds: int = 4, max_gamma: int = 16) -> dict[str, Any]:
+def validate(run: RunSource, cost: Any = None, seeds: int = 4, max_gamma: int = 16, jitter: bool = False
+             ) -> dict[str, Any]:
     """Real vs simulated figures at every concurrency point of ``run`` (see the module docstring)."""
     require(run.serving is not None, f"{run.path} has no serving.json; give a `sweep --experiment serving` run")
     points = {k: v for k, v in run.points().items() if k[0] == "concurrency"}
@@ -95,7 +96,7 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 4, max_gamma: int = 
             n = len(rs)
             order = workload_order(order_ids or sorted({x.prompt_id for x in rs}), index, n)
             sims = [simulate(table, closed_loop(int(load)), n, costs[r], gamma, drafter,
-                             ServerConfig(max_num_seqs=int(load)), order=order, seed=s).metrics()
+                             ServerConfig(max_num_seqs=int(load)), order=order, seed=s, jitter=jitter).metrics()
                     for s in range(seeds)]
             per_sim.append({m: float(np.mean([s[m] for s in sims])) for m in (*METRICS, "preemptions")})
         if not per_real:
@@ -110,7 +111,7 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 4, max_gamma: int = 
         rows.append(row)
     _speedups(rows)
     return {"points": rows, "crossover": crossovers(rows), "cost_source": {r: c.source for r, c in costs.items()},
-            "tolerance": TOLERANCE, "seeds": seeds}
+            "tolerance": TOLERANCE, "seeds": seeds, "jitter": jitter}
 
 
 def _speedups(rows: list[dict[str, Any]]) -> None:

@@ -1,0 +1,127 @@
+"""The serving simulator against real serving runs on this machine, and its speed.
+
+Default: runs a real serving sweep here (plain and ngram γ=1,2,4,8 at concurrency 1, 4, 16, two
+repeats, the same prompts for every setting; ~7-10 minutes on 2 quiet cores), then simulates every
+point -- same prompts, same order, same load -- with acceptance from the run's per-prompt chains and
+step costs fitted on the run's *other* repeat (leave-one-repeat-out), and prints per load and
+setting real vs simulated throughput, TPOT P50, TTFT P50 and ITL P99 with the error and whether it is
+within the issue's tolerance (5%, 10%, 10%, 15%), then the crossover per load for both.
+``--from DIR`` takes an existing ``sweep --experiment serving`` run instead; ``--profile FILE`` prices
+steps with a calibrated cost profile instead of the leave-one-out fit.
+
+Speed: 1,000,000 requests through one simulated replica (an 8B Llama-style model on an H200 roofline,
+labelled as assumed; the run's measured ngram chains; vLLM-like settings), timed on this machine.
+
+Run it alone (it times things):
+    flock /tmp/specledger-bench.lock .venv/bin/python benchmarks/bench_simulator.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP = ["sweep", "--experiment", "serving", "--categories", "code-edit,dialogue", "--n", "4",
+         "--concurrencies", "1,4,16", "--repeats", "2", "--serving-drafters", "ngram:1,ngram:2,ngram:4,ngram:8"]
+LLAMA_8B = {"params": 8.03e9, "layers": 32, "heads": 32, "kv_heads": 8, "head_dim": 128, "dtype": "bfloat16",
+            "name": "llama-3-8b (config figures)"}
+
+
+def real_sweep(out: Path) -> Path:
+    cmd = [str(ROOT / ".venv" / "bin" / "specledger"), *SWEEP, "--out", str(out)]
+    print("real serving sweep:", " ".join(cmd), flush=True)
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    print(f"  done in {time.perf_counter() - t:.0f} s", flush=True)
+    return out
+
+
+def fmt(x: float | None, nd: int = 1) -> str:
+    return "n/a" if x is None else f"{x:.{nd}f}"
+
+
+def print_validation(res: dict) -> None:
+    from specledger.simulate.validate import METRICS, TOLERANCE
+
+    names = {"throughput_tok_s": "tok/s", "tpot_p50_ms": "TPOT P50", "ttft_p50_ms": "TTFT P50",
+             "itl_p99_ms": "ITL P99"}
+    head = f"{'c':>3} {'setting':<11}" + "".join(f" | {names[m] + ' real/sim (err)':>31}" for m in METRICS)
+    print(head)
+    print("-" * len(head))
+    inside = {m: 0 for m in METRICS}
+    for p in res["points"]:
+        cells = []
+        for m in METRICS:
+            v = p[m]
+            mark = "ok" if v["within"] else "XX"
+            inside[m] += bool(v["within"])
+            cells.append(f"{fmt(v['real']):>9} / {fmt(v['sim']):>9} ({100 * v['error']:+6.1f}% {mark})")
+        print(f"{p['load']:>3} {p['setting']:<11}" + "".join(f" | {c:>31}" for c in cells))
+    n = len(res["points"])
+    print("within tolerance: " + ", ".join(f"{names[m]} {inside[m]}/{n} (±{100 * TOLERANCE[m]:.0f}%)"
+                                          for m in METRICS))
+    print("\ncrossover per load (smallest γ with speed-up < 1; best γ, 0 = plain):")
+    for c in res["crossover"]:
+        print(f"  c={c['load']:>3} {c['drafter']}: real crossover γ={c['crossover_real']} best {c['best_real']} | "
+              f"sim crossover γ={c['crossover_sim']} best {c['best_sim']} | {'same' if c['same'] else 'DIFFERENT'}")
+    print("cost:", "; ".join(sorted(set(res["cost_source"].values()))))
+
+
+def speed(run, n: int, rate: float) -> dict:
+    from specledger.simulate.arrivals import poisson
+    from specledger.simulate.engine import simulate
+    from specledger.simulate.hardware import model_config_from_dict, roofline
+    from specledger.simulate.replica import ServerConfig
+    from specledger.simulate.source import acceptance_table
+
+    table, _ = acceptance_table(run.serving_records() or run.records, "ngram")
+    cost = roofline("h200", model_config_from_dict(LLAMA_8B))
+    cfg = ServerConfig(max_num_seqs=256, max_num_batched_tokens=8192, kv_budget_tokens=cost.kv_budget_tokens(),
+                       block_size=16, chunked_prefill=True)
+    arr = poisson(rate, n, seed=0)
+    t = time.perf_counter()
+    m = simulate(table, arr, n, cost, 4, "ngram", cfg, seed=0).metrics()
+    wall = time.perf_counter() - t
+    return {**m, "requests": n, "rate": rate, "simulated_makespan_s": m["wall_s"], "wall_s": wall,
+            "requests_per_s": n / wall, "cost": cost.source}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--from", dest="from_", type=Path, help="an existing `sweep --experiment serving` run")
+    ap.add_argument("--out", type=Path, help="where the real sweep goes (default runs/bench-simulator-<time>)")
+    ap.add_argument("--profile", type=Path, help="a calibrated cost profile instead of the leave-one-out fit")
+    ap.add_argument("--seeds", type=int, default=4, help="simulations per point (acceptance draws)")
+    ap.add_argument("--requests", type=int, default=1_000_000, help="requests for the speed test (0: skip)")
+    ap.add_argument("--rate", type=float, default=200.0, help="speed test: Poisson rate (req/s)")
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from specledger.simulate.profile import load_cost
+    from specledger.simulate.source import load_run
+    from specledger.simulate.validate import validate
+
+    print("command: flock /tmp/specledger-bench.lock .venv/bin/python benchmarks/bench_simulator.py "
+          + " ".join(sys.argv[1:]))
+    run_dir = args.from_ or real_sweep(args.out or ROOT / "runs" / time.strftime("bench-simulator-%Y%m%d-%H%M%S"))
+    run = load_run(run_dir)
+    t = time.perf_counter()
+    res = validate(run, cost=load_cost(args.profile) if args.profile else None, seeds=args.seeds)
+    print(f"\nsimulator vs real serving ({run_dir}; simulated in {time.perf_counter() - t:.1f} s)\n")
+    print_validation(res)
+    out = {"run": str(run_dir), "validation": res}
+    if args.requests:
+        s = speed(run, args.requests, args.rate)
+        print(f"\nspeed: {s['requests']:,} requests in {s['wall_s']:.1f} s ({s['requests_per_s']:,.0f} req/s; "
+              f"{s['steps']:,} steps, mean batch {s['mean_batch']:.1f}, Poisson {args.rate:g} req/s, {s['cost']})")
+        out["speed"] = s
+    (Path(run_dir) / "bench_simulator.json").write_text(json.dumps(out, indent=1, default=str), encoding="utf-8")
+    print(f"wrote {Path(run_dir) / 'bench_simulator.json'}")
+
+
+if __name__ == "__main__":
+    main()
