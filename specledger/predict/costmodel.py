@@ -12,7 +12,8 @@ cost less) and a round with candidates never costs less than a plain step:
     other:    T_o(L, c) = o0 + o1·L + o2·c                    per drafter (L = tokens committed)
     begin:    T_b(P)   = b0 + b1·P                            per drafter (drafter.begin inside prefill)
 
-Fitting is non-negative least squares (scipy ``nnls``) on columns scaled to unit maximum; the
+Fitting is non-negative least squares (scipy ``nnls``) on columns scaled to unit maximum, with a
+few Huber reweighting passes so that timing outliers of a busy machine do not steer it; the
 uncertainty of each part is the covariance of its coefficients over a bootstrap of requests
 (``coef_cov``), so ``*_sd`` gives a standard error of any prediction.
 """
@@ -105,11 +106,28 @@ class Part:
         return cls(list(terms), [0.0] * len(terms))
 
 
-def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Non-negative least squares on columns scaled to unit maximum (constant-zero columns get 0)."""
+HUBER_K = 2.0  # residuals beyond k robust standard deviations are down-weighted (timing outliers)
+
+
+def _nnls(x: np.ndarray, y: np.ndarray, robust_iters: int = 3) -> np.ndarray:
+    """Non-negative least squares on columns scaled to unit maximum (constant-zero columns get 0),
+    made robust to timing outliers (a busy machine) by a few Huber reweighting passes:
+    w_i = min(1, k·σ̂ / |r_i|) with σ̂ = 1.4826·MAD of the residuals."""
     scale = np.abs(x).max(axis=0)
     scale[scale == 0] = 1.0
-    beta, _ = nnls(x / scale, y, maxiter=50 * x.shape[1])
+    xs = x / scale
+    w = np.ones(len(y))
+    beta = np.zeros(x.shape[1])
+    for it in range(robust_iters + 1):
+        sw = np.sqrt(w)
+        beta, _ = nnls(xs * sw[:, None], y * sw, maxiter=50 * x.shape[1])
+        if it == robust_iters or len(y) <= x.shape[1]:
+            break
+        r = y - xs @ beta
+        sigma = 1.4826 * float(np.median(np.abs(r - np.median(r))))
+        if sigma <= 0:
+            break
+        w = np.minimum(1.0, HUBER_K * sigma / np.maximum(np.abs(r), 1e-300))
     return beta / scale
 
 
@@ -288,11 +306,18 @@ def _fit_by(
     return fit_part(terms, xs, ys, gs, n_boot=n_boot) if xs else None
 
 
+def outside_rounds(r: RequestRecord) -> float:
+    """Seconds of a request outside its rounds: the prefill (with the drafter's begin) and the first
+    token's emission, T - Σ t_round (never below the recorded t_prefill)."""
+    return max(r.total_time - sum(rd.t_round for rd in r.rounds), r.t_prefill)
+
+
 def fit_cost_model(records: Iterable[RequestRecord], source: str = "", n_boot: int = 30) -> CostModel:
     """Fit every part from a run's traces (all drafters share the target forward and prefill).
 
     Forward: every solo round's ``t_verify`` against rows = proposed + 1 and its context.
-    Prefill: plain requests' ``t_prefill`` (all requests when there is no plain one).
+    Prefill: plain requests' time outside their rounds (:func:`outside_rounds`; all requests when
+    there is no plain one).
     Draft / other / begin: per drafter, rounds that asked γ > 0 for drafting.
     """
     records = [r for r in records]
@@ -304,7 +329,7 @@ def fit_cost_model(records: Iterable[RequestRecord], source: str = "", n_boot: i
                       lambda rd: rd.t_verify, n_boot) or Part.zero(FORWARD_TERMS)
     plain = [r for r in records if r.drafter == "none"] or records
     prefill = fit_part(PREFILL_TERMS, [prefill_features(r.prompt_tokens) for r in plain],
-                       [r.t_prefill for r in plain], [r.prompt_id or r.request_id for r in plain], n_boot)
+                       [outside_rounds(r) for r in plain], [r.prompt_id or r.request_id for r in plain], n_boot)
     draft: dict[str, Part] = {}
     other: dict[str, Part] = {}
     begin: dict[str, Part] = {}
@@ -320,7 +345,7 @@ def fit_cost_model(records: Iterable[RequestRecord], source: str = "", n_boot: i
                      lambda rd: draft_features(rd.gamma, rd.context_len), lambda rd: rd.t_draft, n_boot)
         if dr is not None:
             draft[d] = dr
-        resid = [max(r.t_prefill - prefill.value(prefill_features(r.prompt_tokens)), 0.0) for r in recs]
+        resid = [max(outside_rounds(r) - prefill.value(prefill_features(r.prompt_tokens)), 0.0) for r in recs]
         begin[d] = fit_part(BEGIN_TERMS, [begin_features(r.prompt_tokens) for r in recs], resid,
                             [r.request_id for r in recs], n_boot)
     return CostModel(source or "fitted from traces", forward, prefill, draft, other, begin,
