@@ -11,21 +11,14 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import specledger.engine.cli as engine_cli
-from specledger.bench.serving import (
-    batch_size_ranges,
-    best_overall,
-    crossover,
-    deploy_configs,
-    deploy_table,
-    memory_ledger,
-    poisson_arrivals,
-    run_point,
-    run_serving_sweep,
-    setting_label,
-)
+from specledger.bench.deploy import batch_size_ranges, best_overall, deploy_configs, deploy_table
+from specledger.bench.serving import run_point, run_serving_sweep
+from specledger.bench.serving_memory import memory_ledger
+from specledger.bench.serving_metrics import crossover, setting_label
 from specledger.bench.sweep_cli import sweep
 from specledger.engine.decode import Engine
 from specledger.engine.drafters.registry import make_drafter
+from specledger.probe.loadgen import poisson_arrivals
 from specledger.rundir import read_records
 from tests.conftest import CharTokenizer, tiny_model
 
@@ -305,7 +298,7 @@ def test_context_grid_over_sources_and_concurrencies(tmp_path):
 
 
 def test_long_context_sources_reach_the_length_and_padding_is_repetitive():
-    from specledger.bench.serving import long_context_prompts
+    from specledger.bench.long_context import long_context_prompts
 
     loaded = _Loaded()
     for source in ("xsum", "agent", "padding"):

@@ -1,125 +1,42 @@
-"""Serving conditions (SPEC §4, seed §5, §7): speculation under load and long context.
+"""Serving conditions: speculation under load and long context (``specledger sweep --experiment serving``).
 
 Curves, not single numbers: for each concurrency level (closed loop) or Poisson rate, and each
 context length, plain decoding and each drafter run the same requests through the continuous
 batching engine (:class:`specledger.engine.batch.BatchEngine`). Reported per point: throughput
 of successful requests (output tokens / wall time), TTFT, TPOT, token- and chunk-level ITL
 P50/P95/P99, longest stall, tokens per chunk, mean batch size, preemptions; and per drafter the
-crossover: the lowest load at which its speed-up over plain falls below 1.
+crossover: the lowest load at which its speed-up over plain falls below 1
+(:mod:`~specledger.bench.serving_metrics`).
 
-Memory ledger: the extra target KV that candidates need, predicted as B * gamma * m_KV
-(seed §5.2, m_KV from the model config), against the peak the engine actually reserved for
-candidates in its KV accounting, and the static allocation of the slot cache.
-
-Deploy table: per load level, the fastest setting if its speed-up over plain at that load is
-> 1, else "off"; for the best drafter overall a {concurrency: gamma or 0} schedule, rendered as
-vLLM's ``num_speculative_tokens_per_batch_size`` ranges, plus a note for SGLang.
+Memory ledger: the extra target KV that candidates need, predicted as B · γ · m_KV, against what
+the engine actually reserved (:mod:`~specledger.bench.serving_memory`). Long inputs for the context
+grid: :mod:`~specledger.bench.long_context`. Deploy table and configs: :mod:`~specledger.bench.deploy`.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from specledger.analysis.metrics import latency_stats
+from specledger.bench.deploy import deploy_configs, deploy_table
+from specledger.bench.long_context import CONTEXT_SOURCES, long_context_prompts
+from specledger.bench.serving_memory import DraftMemory, memory_ledger
+from specledger.bench.serving_metrics import (
+    context_crossover,
+    crossover,
+    point_metrics,
+    policy_vs_static,
+    pool_repeats,
+    setting_label,
+    speedup_over,
+)
 from specledger.engine.batch import BatchEngine, BatchRequest
 from specledger.engine.trace import RequestRecord
 from specledger.errors import require
 from specledger.probe.loadgen import poisson_arrivals
 from specledger.rundir import SERVING_JSON, TRACE_NAME, append_records, read_json, write_json_atomic
-
-
-def point_metrics(records: Sequence[RequestRecord], wall_s: float, engine: BatchEngine) -> dict[str, Any]:
-    tokens = sum(r.output_tokens for r in records)
-    lat = latency_stats(records)
-    steps = engine.steps
-    return {
-        "requests": len(records),
-        "tokens": tokens,
-        "wall_s": wall_s,
-        "throughput_tok_s": tokens / wall_s if wall_s > 0 else math.nan,
-        "ttft_ms": lat["ttft_ms"],
-        "tpot_ms": lat["tpot_ms"],
-        "itl_token_ms": lat["itl_token_ms"],
-        "itl_chunk_ms": lat["itl_chunk_ms"],
-        "tokens_per_chunk": lat["tokens_per_chunk"],
-        "longest_stall_ms": lat["longest_stall_ms"],
-        "mean_batch": sum(s.batch_size for s in steps) / len(steps) if steps else math.nan,
-        "mean_rows_per_step": sum(s.rows for s in steps) / len(steps) if steps else math.nan,
-        "t_forward_ms_per_step": 1e3 * sum(s.t_forward for s in steps) / len(steps) if steps else math.nan,
-        "peak_batch": max((s.batch_size for s in steps), default=0),
-        "slots": engine.max_batch,
-        "slot_capacity": engine.capacity,
-        "preemptions": engine.preemptions,
-        "el": _el(records),
-        "peak_reserved_tokens": engine.peak_reserved_tokens,
-        "peak_candidate_tokens": max((s.candidates for s in steps), default=0),
-    }
-
-
-def _el(records: Sequence[RequestRecord]) -> float:
-    full = [rd for r in records for rd in r.rounds if not rd.truncated]
-    return sum(rd.committed for rd in full) / len(full) if full else math.nan
-
-
-class DraftMemory:
-    """Wraps a drafter factory to record what each request's drafter held: its KV cache bytes at
-    the end of the request (a neural drafter's cache only grows during a request, so this is its
-    peak) and, once, the bytes of draft weights not shared with the target."""
-
-    def __init__(self, factory: Callable[[], Any], target: Any) -> None:
-        self.factory, self.target = factory, target
-        self.kv_per_request: list[int] = []
-        self.weight_bytes: int | None = None
-        self.kv_shape: Any = None
-
-    def __call__(self) -> Any:
-        d = self.factory()
-        if self.weight_bytes is None:
-            self.weight_bytes = own_weight_bytes(getattr(d, "model", None), self.target)
-            self.kv_shape = draft_kv_shape(d)
-        end = d.end
-
-        def record_then_end(prompt: list[int], output: list[int]) -> None:
-            self.kv_per_request.append(d.kv_bytes())
-            end(prompt, output)
-
-        d.end = record_then_end
-        return d
-
-
-def own_weight_bytes(model: Any, target: Any) -> int:
-    """Bytes of ``model``'s parameters and buffers that do not share storage with ``target``'s."""
-    if model is None:
-        return 0
-    shared = {t.untyped_storage().data_ptr() for t in [*target.parameters(), *target.buffers()]}
-    seen, total = set(), 0
-    for t in [*model.parameters(), *model.buffers()]:
-        ptr = t.untyped_storage().data_ptr()
-        if ptr not in shared and ptr not in seen:
-            seen.add(ptr)
-            total += t.untyped_storage().nbytes()
-    return total
-
-
-def model_kv_shape(model: Any, layers: Sequence[int] | None = None) -> Any:
-    """The KV shape of ``model``'s forward over ``layers`` (default all), at its weights' element size."""
-    from specledger.ledger.memory import KVShape
-
-    cfg = model.config
-    return KVShape(layers=len(layers) if layers else cfg.n_layers, kv_heads=cfg.n_kv_heads,
-                   head_dim=int(cfg.head_dim), bytes_per_element=next(model.parameters()).element_size())
-
-
-def draft_kv_shape(drafter: Any) -> Any:
-    """The KV bytes per token the drafter's forward needs (its layers only), or None without a model."""
-    model = getattr(drafter, "model", None)
-    if model is None or not getattr(drafter, "uses_model", False):
-        return None
-    return model_kv_shape(model, getattr(drafter, "layers", None))
 
 
 def run_point(
@@ -169,14 +86,6 @@ def run_point(
     return records, m
 
 
-def crossover(points: Sequence[dict[str, Any]], key: str = "load") -> Any:
-    """The lowest load whose speed-up (throughput ratio vs plain at that load) is below 1, or None."""
-    for p in sorted(points, key=lambda p: p[key]):
-        if p.get("speedup") is not None and p["speedup"] < 1.0:
-            return p[key]
-    return None
-
-
 def interleave_categories(prompts: Sequence[Any]) -> list[Any]:
     """Round-robin over categories (first-seen order), so that any prefix of the list -- what a
     low-concurrency point serves -- mixes the categories instead of holding only the first."""
@@ -189,241 +98,8 @@ def interleave_categories(prompts: Sequence[Any]) -> list[Any]:
     return out
 
 
-def load_group(p: dict[str, Any]) -> tuple:
-    """What a point is compared within: its kind and load, and for a context point also its source
-    and concurrency (a context grid has several points per length)."""
-    if p.get("kind") == "context":
-        return (p["kind"], p["load"], p.get("source"), p.get("concurrency"))
-    return (p["kind"], p["load"])
-
-
-def _where(p: dict[str, Any]) -> dict[str, Any]:
-    """A context point's source and concurrency (empty for other kinds)."""
-    return {"source": p.get("source"), "concurrency": p.get("concurrency")} if p.get("kind") == "context" else {}
-
-
-def context_crossover(points: Sequence[dict[str, Any]], drafters: Sequence[tuple[str, Any]]) -> list[dict[str, Any]]:
-    """How the crossover moves with context length: for every source and length of a context grid,
-    each drafter's concurrency crossover (the lowest concurrency with speed-up < 1; None = never
-    below 1 over the concurrencies measured) and its speed-up at each concurrency."""
-    rows = []
-    keys = sorted({(p.get("source"), p["load"]) for p in points}, key=lambda k: (str(k[0]), k[1]))
-    for source, length in keys:
-        for name, g in drafters:
-            pts = [{**p, "load": p["concurrency"]} for p in points if p.get("source") == source
-                   and p["load"] == length and p["drafter"] == name and p["gamma"] == g]
-            if pts:
-                rows.append({"source": source, "length": length, "setting": setting_label(name, g),
-                             "crossover_concurrency": crossover(pts),
-                             "speedup_by_concurrency": {str(p["load"]): p.get("speedup")
-                                                        for p in sorted(pts, key=lambda p: p["load"])}})
-    return rows
-
-
-def pool_repeats(runs: Sequence[tuple[dict[str, Any], list[RequestRecord]]]) -> tuple[dict[str, Any], list]:
-    """One point from its repeats: totals summed (throughput = Σ tokens / Σ wall), latency
-    percentiles over every request of every repeat, step means averaged, peaks maxed, preemptions
-    summed; ``repeats`` keeps each repeat's tokens, wall and throughput."""
-    ms = [m for m, _ in runs]
-    records = [r for _, recs in runs for r in recs]
-    if len(ms) == 1:
-        m = dict(ms[0])
-    else:
-        tokens, wall = sum(m["tokens"] for m in ms), sum(m["wall_s"] for m in ms)
-        lat = latency_stats(records)
-        m = {**ms[0], "requests": sum(m["requests"] for m in ms), "tokens": tokens, "wall_s": wall,
-             "throughput_tok_s": tokens / wall if wall > 0 else math.nan,
-             "ttft_ms": lat["ttft_ms"], "tpot_ms": lat["tpot_ms"], "itl_token_ms": lat["itl_token_ms"],
-             "itl_chunk_ms": lat["itl_chunk_ms"], "tokens_per_chunk": lat["tokens_per_chunk"],
-             "longest_stall_ms": lat["longest_stall_ms"], "el": _el(records),
-             "preemptions": sum(m["preemptions"] for m in ms)}
-        for key in ("mean_batch", "mean_rows_per_step", "t_forward_ms_per_step"):
-            m[key] = math.fsum(x[key] for x in ms) / len(ms)
-        for key in ("peak_batch", "peak_reserved_tokens", "peak_candidate_tokens"):
-            m[key] = max(x[key] for x in ms)
-    m["repeats"] = [{"tokens": x["tokens"], "wall_s": x["wall_s"], "throughput_tok_s": x["throughput_tok_s"]}
-                    for x in ms]
-    return m, records
-
-
-def paired_repeat_ratios(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]
-                         ) -> tuple[list[float], list[float] | None]:
-    """Per-repeat throughput ratios a_r / b_r (repeat r of both served the same requests) and their
-    95% t-interval (None with fewer than two)."""
-    from specledger.analysis.stats import log_ratio_t_interval
-
-    ratios = [x["throughput_tok_s"] / y["throughput_tok_s"] for x, y in zip(a, b) if y["throughput_tok_s"]]
-    low, high = log_ratio_t_interval(ratios)
-    return ratios, ([low, high] if math.isfinite(low) else None)
-
-
-def speedup_over(runs: Sequence[tuple[dict[str, Any], Any]], base: Sequence[tuple[dict[str, Any], Any]]
-                 ) -> dict[str, Any]:
-    """Speed-up of a setting over plain at the same load: pooled throughput ratio, the per-repeat
-    paired ratios (repeat r of both served the same requests) and their 95% t-interval."""
-    tok = sum(m["tokens"] for m, _ in runs)
-    wall = sum(m["wall_s"] for m, _ in runs)
-    btok = sum(m["tokens"] for m, _ in base)
-    bwall = sum(m["wall_s"] for m, _ in base)
-    point = (tok / wall) / (btok / bwall) if wall > 0 and bwall > 0 and btok > 0 else None
-    ratios, ci = paired_repeat_ratios([m for m, _ in runs], [b for b, _ in base])
-    return {"speedup": point, "speedup_repeats": ratios, "speedup_ci": ci}
-
-
-def policy_vs_static(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each dynamic policy against the best static choice in hindsight at the same load.
-
-    Candidates: plain decoding (γ = 0) and every static γ of the policy's drafter; "best" = the
-    highest pooled throughput at that load. ratio = pooled throughput of the policy / the best's,
-    with the 95% t-interval over the per-repeat paired ratios. ``at_least_as_good`` holds when the
-    interval reaches 1 (within noise) or the point ratio is >= 1; with one repeat only the point
-    ratio decides and ``ci`` is None. Picking the best of several noisy statics flatters it, so
-    this is a conservative test of the policy."""
-    rows = []
-    by_load: dict[tuple, list[dict]] = {}
-    for p in points:
-        by_load.setdefault(load_group(p), []).append(p)
-    for group, pts in by_load.items():
-        kind, load = group[0], group[1]
-        for pol in (p for p in pts if isinstance(p["gamma"], str)):
-            statics = [p for p in pts if p["drafter"] == "none" or (p["drafter"] == pol["drafter"]
-                                                                    and isinstance(p["gamma"], int))]
-            if not statics:
-                continue
-            best = max(statics, key=lambda p: p["throughput_tok_s"])
-            ratio = pol["throughput_tok_s"] / best["throughput_tok_s"] if best["throughput_tok_s"] else None
-            per, ci = paired_repeat_ratios(pol.get("repeats", []), best.get("repeats", []))
-            ok = ratio is not None and (ratio >= 1.0 or (ci is not None and ci[1] >= 1.0))
-            rows.append({"kind": kind, "load": load, **_where(pol), "policy": pol["setting"],
-                         "best_static": best["setting"],
-                         "ratio": ratio, "ci": ci, "repeats": len(per), "ratios": per, "at_least_as_good": ok,
-                         "policy_speedup": pol.get("speedup"), "best_static_speedup": best.get("speedup")})
-    return rows
-
-
-def memory_ledger(model: Any, batch: int, gamma: int, engine_peak_candidates: int, slot_capacity: int,
-                  slots: int | None = None, draft: dict[str, Any] | None = None) -> dict:
-    """Predicted candidate KV (B * gamma * m_KV) vs the engine's peak reserved candidates, bytes.
-
-    ``batch`` is the batch size at the peak (B), ``slots`` the engine's sequence slots (default B):
-    the static slot cache is slots * slot_capacity * m_KV, allocated whether speculation runs or not.
-
-    ``draft`` (a point's ``draft_memory``) adds what a model drafter costs on top: its own weights
-    (0 when it shares the target's, as layer-skip does) and its KV, predicted as
-    B * (longest context + gamma + 1) * m_KV,draft (its layers only) against B times the largest
-    draft cache one request actually allocated."""
-    m_kv = model_kv_shape(model).bytes_per_token
-    predicted = batch * gamma * m_kv
-    actual = engine_peak_candidates * m_kv
-    return {
-        "m_kv_bytes_per_token": m_kv,
-        "predicted_candidate_kv_bytes": predicted,
-        "engine_peak_candidate_kv_bytes": actual,
-        "relative_difference": (actual - predicted) / predicted if predicted else None,
-        "batch": batch,
-        "gamma": gamma,
-        "static_slot_cache_bytes": (slots or batch) * slot_capacity * m_kv,
-        "note": "the engine reserves candidate KV per step from the drafter's actual proposals; model-free "
-        "drafters often propose fewer than gamma, so their reservation sits below B*gamma*m_KV",
-    } | _draft_ledger(batch, gamma, predicted, actual, draft)
-
-
-def _draft_ledger(batch: int, gamma: int, cand_predicted: int, cand_actual: int, draft: dict[str, Any] | None
-                  ) -> dict[str, Any]:
-    if not draft:
-        return {}
-    weights = int(draft.get("weight_bytes") or 0)
-    per_token = int(draft.get("kv_bytes_per_token") or 0)
-    kv_pred = batch * (int(draft.get("max_context_tokens") or 0) + gamma + 1) * per_token
-    kv_actual = batch * int(draft.get("kv_bytes_per_request_max") or 0)
-    return {
-        "draft_weight_bytes": weights,
-        "predicted_draft_kv_bytes": kv_pred,
-        "engine_draft_kv_bytes": kv_actual,
-        "draft_kv_relative_difference": (kv_actual - kv_pred) / kv_pred if kv_pred else None,
-        "predicted_total_extra_bytes": cand_predicted + weights + kv_pred,
-        "engine_total_extra_bytes": cand_actual + weights + kv_actual,
-        "draft_note": "" if not kv_pred else "the draft cache is a static cache allocated for every layer of the "
-        "draft model with its capacity rounded up (512 positions, doubling), so it exceeds what the draft "
-        "layers fill; the difference is allocation granularity, not leaked memory",
-    }
-
-
-CONTEXT_SOURCES = ("xsum", "agent", "padding")
-
-
-def _xsum_documents(n: int, seed: int) -> list[str]:
-    from specledger.workloads import load_category
-
-    items = load_category("summary", max(4, n * 4), seed=seed)
-    return [it.messages[-1]["content"] if it.messages else it.prompt for it in items]
-
-
-def _agent_transcripts(n: int, seed: int) -> list[str]:
-    """Whole ToolTalk sessions as text (system prompt with the API docs, user turns, tool calls and
-    tool responses): the longest replay step of each conversation."""
-    from specledger.workloads import load_category
-
-    items = load_category("agent", max(40, n * 40), seed=seed)
-    longest: dict[str, Any] = {}
-    for it in items:
-        conv = it.meta.get("conversation", it.id)
-        if conv not in longest or len(it.messages or []) > len(longest[conv].messages or []):
-            longest[conv] = it
-    return ["\n".join(f"[{m['role']}] {m['content']}" for m in it.messages or []) for it in longest.values()]
-
-
-PADDING_SENTENCE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
-
-
-def long_context_prompts(loaded: Any, length: int, n: int, seed: int = 0, source: str = "xsum") -> list[list[int]]:
-    """``n`` prompts of about ``length`` tokens (chat template included), whose last words ask for an
-    answer about the start of the input.
-
-    Sources: ``xsum`` (real XSum articles concatenated; "summarise the first article"), ``agent``
-    (real ToolTalk sessions concatenated; "write the next tool call of the first session") and
-    ``padding`` -- a labelled control, not a workload: one XSum article (at most a quarter of the
-    length) after a filler sentence repeated up to the length (the haystack filler of long-context tests), so the context is long
-    but trivially repetitive."""
-    require(source in CONTEXT_SOURCES, f"unknown context source {source!r}; use {', '.join(CONTEXT_SOURCES)}")
-    if source == "padding":
-        docs = _xsum_documents(n, seed)
-        ask = "\n\nSummarize the article above in one sentence."
-        out = []
-        for i in range(n):
-            doc_ids = loaded.tokenizer.encode(docs[i % len(docs)])[: max(8, length // 4)]  # a quarter at most
-            doc = loaded.tokenizer.decode(doc_ids)
-            filler_tokens = max(16, length - len(doc_ids) - 64)
-            per = max(1, len(loaded.tokenizer.encode(PADDING_SENTENCE)))
-            filler = PADDING_SENTENCE * (filler_tokens // per + 1)
-            body = loaded.tokenizer.decode(loaded.tokenizer.encode(filler)[:filler_tokens])
-            out.append(loaded.encode_prompt(messages=[{"role": "user", "content": body + "\n\n" + doc + ask}]))
-        return out
-    want = max(n, length // 300 + 2)  # enough documents to reach the length (XSum articles run ~300-600 tokens)
-    docs = _agent_transcripts(want, seed) if source == "agent" else _xsum_documents(want, seed)
-    ask = ("\n\nWrite the next tool call of the first session." if source == "agent"
-           else "\n\nSummarize the first article in one sentence.")
-    out = []
-    for i in range(n):
-        text, j = "", i
-        while True:
-            text += docs[j % len(docs)] + "\n\n"
-            j += 1
-            ids = loaded.encode_prompt(messages=[{"role": "user", "content": text + ask}])
-            if len(ids) >= length or j - i > len(docs):
-                break
-        body = loaded.tokenizer.encode(text)[: max(16, length - 48)]
-        out.append(loaded.encode_prompt(messages=[{"role": "user", "content": loaded.tokenizer.decode(body) + ask}]))
-    return out
-
-
 Progress = Callable[[int, int, str], None]
 OnPoint = Callable[[dict[str, Any], list[RequestRecord]], None]
-
-
-def setting_label(drafter: str, gamma: Any) -> str:
-    """``"plain"`` for plain decoding, else ``"<drafter> γ=<gamma>"`` (the crossover/deploy key)."""
-    return "plain" if drafter == "none" or not gamma else f"{drafter} γ={gamma}"
 
 
 def _warm_up(model: Any, prompts: Sequence[list[int]], factories: Sequence[tuple[Callable[[], Any], int]],
@@ -558,115 +234,6 @@ def run_serving_sweep(
 
 
 # ----------------------------------------------------------------------------- deploy tables
-VLLM_METHODS = {"ngram": "ngram", "suffix": "suffix", "model": "draft_model"}
-
-
-def deploy_table(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per load level (every concurrency, rate and context point): the setting with the highest
-    throughput if its speed-up over plain at that load is > 1 -- and, with repeats, the lower end
-    of its 95% interval too -- else "off" (plain decoding)."""
-    rows = []
-    for kind in ("concurrency", "rate", "context"):
-        loads: dict[Any, list[dict]] = {}
-        for p in result.get(kind, []):
-            loads.setdefault(load_group(p), []).append(p)
-        for group, pts in loads.items():
-            load = group[1]
-            spec = [p for p in pts if p["drafter"] != "none" and p.get("speedup") is not None]
-            best = max(spec, key=lambda p: p["throughput_tok_s"], default=None)
-            ci = best.get("speedup_ci") if best is not None else None
-            on = best is not None and best["speedup"] > 1.0 and (ci is None or ci[0] > 1.0)
-            rows.append({
-                "kind": kind,
-                "load": load,
-                **_where(pts[0]),
-                "decision": "deploy" if on else "off",
-                "drafter": best["drafter"] if on else None,
-                "gamma": best["gamma"] if on else 0,
-                "setting": best["setting"] if on else "off",
-                "speedup": best["speedup"] if best else None,
-                "speedup_ci": ci,
-                "best_candidate": best["setting"] if best else None,
-                "throughput_tok_s": best["throughput_tok_s"] if on else
-                next((p["throughput_tok_s"] for p in pts if p["drafter"] == "none"), None),
-            })
-    return rows
-
-
-def best_overall(points: Sequence[dict[str, Any]]) -> tuple[str, int] | None:
-    """The (drafter, gamma) with the highest geometric-mean speed-up over the given points."""
-    by: dict[tuple[str, int], list[float]] = {}
-    for p in points:
-        if p["drafter"] != "none" and isinstance(p["gamma"], int) and p.get("speedup"):  # static gammas only:
-            by.setdefault((p["drafter"], p["gamma"]), []).append(p["speedup"])  # a config needs a number
-    if not by:
-        return None
-    return max(by, key=lambda k: math.fsum(math.log(s) for s in by[k]) / len(by[k]))
-
-
-def gamma_by_concurrency(points: Sequence[dict[str, Any]], drafter: str, gamma: int) -> dict[int, int]:
-    """{concurrency: gamma if this drafter's speed-up there is > 1 else 0} (a batch-size schedule)."""
-    return {int(p["load"]): (gamma if p.get("speedup") is not None and p["speedup"] > 1.0 else 0)
-            for p in sorted(points, key=lambda p: p["load"]) if p["drafter"] == drafter and p["gamma"] == gamma}
-
-
-def batch_size_ranges(schedule: dict[int, int]) -> list[list[int]]:
-    """{c_i: K_i} -> [[start, end, K], ...]: each measured c_i covers (c_(i-1), c_i] -- the range is
-    decided by the measurement at its largest batch, the conservative end when speed-up falls with
-    load -- and batches above the largest measured one get K = 0 (untested: plain)."""
-    rows, start = [], 1
-    for c in sorted(schedule):
-        rows.append([start, c, schedule[c]])
-        start = c + 1
-    if rows:
-        rows.append([start, max(start, 1024), 0])
-    return rows
-
-
-def deploy_configs(result: dict[str, Any]) -> dict[str, Any]:
-    """Paste-ready settings for the best drafter overall (:func:`best_overall` over the concurrency
-    points): its {concurrency: gamma or 0} schedule, the vLLM dynamic-SD config and an SGLang note.
-    JSON turns the schedule's integer keys into strings."""
-    conc = result.get("concurrency", [])
-    best = best_overall(conc)
-    out: dict[str, Any] = {"best_drafter": None, "gamma": None,
-                           "gamma_by_concurrency": {}, "vllm": None, "sglang_note": ""}
-    if best is None:
-        return out
-    drafter, gamma = best
-    schedule = gamma_by_concurrency(conc, drafter, gamma)
-    crossover_at = result.get("crossover", {}).get("concurrency", {}).get(setting_label(drafter, gamma))
-    out.update({"best_drafter": drafter, "gamma": gamma, "gamma_by_concurrency": schedule})
-    method = VLLM_METHODS.get(drafter)
-    on = [c for c, k in schedule.items() if k]
-    if method and on:
-        out["vllm"] = {
-            "speculative_config": {
-                "method": method,
-                "num_speculative_tokens": gamma,
-                "num_speculative_tokens_per_batch_size": batch_size_ranges(schedule),
-            },
-            "note": "vLLM dynamic speculative decoding: [start_bs, end_bs, K] ranges from the measured "
-                    "concurrencies; K = 0 turns speculation off. Measured on this machine and model: "
-                    "re-measure on the deployment hardware.",
-        }
-    elif not on:
-        out["vllm"] = {"speculative_config": None, "note": f"{setting_label(drafter, gamma)} never beat plain "
-                       "decoding here: leave speculation off."}
-    else:
-        out["vllm"] = {"speculative_config": None,
-                       "note": f"drafter {drafter!r} has no vLLM equivalent; the schedule above still holds."}
-    launch = ("SGLang fixes the draft length per server at launch (--speculative-num-steps / "
-              "--speculative-num-draft-tokens). ")
-    if not on:
-        out["sglang_note"] = launch + "No measured load favoured speculation: launch without it."
-    else:
-        stop = (f"from a concurrency of {crossover_at}" if crossover_at is not None
-                else f"above {max(schedule)} (the largest load measured)")
-        out["sglang_note"] = launch + (
-            f"To follow this table, speculate (γ={gamma}) only on instances whose running requests stay below "
-            f"the crossover (cap --max-running-requests), and decode plainly {stop}.")
-    return out
 
 
 # ----------------------------------------------------------------------------- the experiment

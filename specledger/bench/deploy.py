@@ -1,0 +1,124 @@
+"""Deploy tables from the serving experiment's curves.
+
+Per load level, the fastest setting if its speed-up over plain at that load is > 1, else "off";
+for the best drafter overall a {concurrency: γ or 0} schedule, rendered as vLLM's
+``num_speculative_tokens_per_batch_size`` ranges, plus a note for SGLang.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from specledger.bench.serving_metrics import context_position, load_group, setting_label
+
+VLLM_METHODS = {"ngram": "ngram", "suffix": "suffix", "model": "draft_model"}
+
+
+def deploy_table(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per load level (every concurrency, rate and context point): the setting with the highest
+    throughput if its speed-up over plain at that load is > 1 -- and, with repeats, the lower end
+    of its 95% interval too -- else "off" (plain decoding)."""
+    rows = []
+    for kind in ("concurrency", "rate", "context"):
+        loads: dict[Any, list[dict]] = {}
+        for p in result.get(kind, []):
+            loads.setdefault(load_group(p), []).append(p)
+        for group, pts in loads.items():
+            load = group[1]
+            spec = [p for p in pts if p["drafter"] != "none" and p.get("speedup") is not None]
+            best = max(spec, key=lambda p: p["throughput_tok_s"], default=None)
+            ci = best.get("speedup_ci") if best is not None else None
+            on = best is not None and best["speedup"] > 1.0 and (ci is None or ci[0] > 1.0)
+            rows.append({
+                "kind": kind,
+                "load": load,
+                **context_position(pts[0]),
+                "decision": "deploy" if on else "off",
+                "drafter": best["drafter"] if on else None,
+                "gamma": best["gamma"] if on else 0,
+                "setting": best["setting"] if on else "off",
+                "speedup": best["speedup"] if best else None,
+                "speedup_ci": ci,
+                "best_candidate": best["setting"] if best else None,
+                "throughput_tok_s": best["throughput_tok_s"] if on else
+                next((p["throughput_tok_s"] for p in pts if p["drafter"] == "none"), None),
+            })
+    return rows
+
+
+def best_overall(points: Sequence[dict[str, Any]]) -> tuple[str, int] | None:
+    """The (drafter, gamma) with the highest geometric-mean speed-up over the given points."""
+    by: dict[tuple[str, int], list[float]] = {}
+    for p in points:
+        if p["drafter"] != "none" and isinstance(p["gamma"], int) and p.get("speedup"):  # static gammas only:
+            by.setdefault((p["drafter"], p["gamma"]), []).append(p["speedup"])  # a config needs a number
+    if not by:
+        return None
+    return max(by, key=lambda k: math.fsum(math.log(s) for s in by[k]) / len(by[k]))
+
+
+def gamma_by_concurrency(points: Sequence[dict[str, Any]], drafter: str, gamma: int) -> dict[int, int]:
+    """{concurrency: gamma if this drafter's speed-up there is > 1 else 0} (a batch-size schedule)."""
+    return {int(p["load"]): (gamma if p.get("speedup") is not None and p["speedup"] > 1.0 else 0)
+            for p in sorted(points, key=lambda p: p["load"]) if p["drafter"] == drafter and p["gamma"] == gamma}
+
+
+def batch_size_ranges(schedule: dict[int, int]) -> list[list[int]]:
+    """{c_i: K_i} -> [[start, end, K], ...]: each measured c_i covers (c_(i-1), c_i] -- the range is
+    decided by the measurement at its largest batch, the conservative end when speed-up falls with
+    load -- and batches above the largest measured one get K = 0 (untested: plain)."""
+    rows, start = [], 1
+    for c in sorted(schedule):
+        rows.append([start, c, schedule[c]])
+        start = c + 1
+    if rows:
+        rows.append([start, max(start, 1024), 0])
+    return rows
+
+
+def deploy_configs(result: dict[str, Any]) -> dict[str, Any]:
+    """Paste-ready settings for the best drafter overall (:func:`best_overall` over the concurrency
+    points): its {concurrency: gamma or 0} schedule, the vLLM dynamic-SD config and an SGLang note.
+    JSON turns the schedule's integer keys into strings."""
+    conc = result.get("concurrency", [])
+    best = best_overall(conc)
+    out: dict[str, Any] = {"best_drafter": None, "gamma": None,
+                           "gamma_by_concurrency": {}, "vllm": None, "sglang_note": ""}
+    if best is None:
+        return out
+    drafter, gamma = best
+    schedule = gamma_by_concurrency(conc, drafter, gamma)
+    crossover_at = result.get("crossover", {}).get("concurrency", {}).get(setting_label(drafter, gamma))
+    out.update({"best_drafter": drafter, "gamma": gamma, "gamma_by_concurrency": schedule})
+    method = VLLM_METHODS.get(drafter)
+    on = [c for c, k in schedule.items() if k]
+    if method and on:
+        out["vllm"] = {
+            "speculative_config": {
+                "method": method,
+                "num_speculative_tokens": gamma,
+                "num_speculative_tokens_per_batch_size": batch_size_ranges(schedule),
+            },
+            "note": "vLLM dynamic speculative decoding: [start_bs, end_bs, K] ranges from the measured "
+                    "concurrencies; K = 0 turns speculation off. Measured on this machine and model: "
+                    "re-measure on the deployment hardware.",
+        }
+    elif not on:
+        out["vllm"] = {"speculative_config": None, "note": f"{setting_label(drafter, gamma)} never beat plain "
+                       "decoding here: leave speculation off."}
+    else:
+        out["vllm"] = {"speculative_config": None,
+                       "note": f"drafter {drafter!r} has no vLLM equivalent; the schedule above still holds."}
+    launch = ("SGLang fixes the draft length per server at launch (--speculative-num-steps / "
+              "--speculative-num-draft-tokens). ")
+    if not on:
+        out["sglang_note"] = launch + "No measured load favoured speculation: launch without it."
+    else:
+        stop = (f"from a concurrency of {crossover_at}" if crossover_at is not None
+                else f"above {max(schedule)} (the largest load measured)")
+        out["sglang_note"] = launch + (
+            f"To follow this table, speculate (γ={gamma}) only on instances whose running requests stay below "
+            f"the crossover (cap --max-running-requests), and decode plainly {stop}.")
+    return out
