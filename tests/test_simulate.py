@@ -266,3 +266,17 @@ def test_cli_one_line_errors(run_dir, capsys, argv, needle):
     assert code == 2
     assert err.startswith("error: ") and err.count("\n") == 1 and needle in err
     assert "Traceback" not in err
+
+
+def test_report_shows_the_simulated_section(run_dir, capsys):
+    from specledger.report.build import build_report
+
+    code, _, err = _cli(["simulate", "--from", str(run_dir), "--concurrency", "1,4", "--gamma", "4", "--requests", "20",
+                         "--contexts", "128,512", "--out", str(run_dir)], capsys)
+    assert code == 0, err
+    summary, html = build_report(run_dir, n_resamples=50)
+    text = html.read_text(encoding="utf-8")
+    assert summary["experiments"]["simulate"]["points"]
+    for div in ('id="simulate-table"', 'id="plot-simulate-throughput"', 'id="plot-simulate-crossover-map"'):
+        assert div in text
+    assert "not measured" in text

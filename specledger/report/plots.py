@@ -8,6 +8,8 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from specledger.report.simulate_plots import SIMULATE_FIGURES
+
 LAYOUT = {
     "template": "plotly_white",
     "height": 420,
@@ -459,6 +461,7 @@ EXPERIMENT_FIGURES = {
     "plot-serving-itl": ("serving", serving_chunk_itl),
     "plot-serving-context": ("serving", serving_context),
     "plot-serving-rate": ("serving", serving_rate),
+    **SIMULATE_FIGURES,
 }
 
 

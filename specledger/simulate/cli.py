@@ -11,9 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from specledger.errors import SpecLedgerError, require
-
-SIMULATE_JSON = "simulate.json"
-KEYS = ("throughput_tok_s", "tpot_p50_ms", "ttft_p50_ms", "itl_p99_ms", "preemptions")
+from specledger.rundir import SIMULATE_JSON
 
 
 def _csv(text: str, cast: Any, flag: str, example: str) -> list:
