@@ -1,4 +1,4 @@
-"""The four deployment gates (seed §8.2) and the per-category verdict.
+"""The four deployment gates (correctness, quality, latency, capacity) and the per-category verdict.
 
 Each gate is ``pass``, ``fail`` or ``not assessed`` (shown honestly, never guessed) with an
 evidence string:

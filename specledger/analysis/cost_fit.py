@@ -10,7 +10,7 @@ n = candidates verified (``proposed``), ctx = context length at the start of the
 A column with no variation (e.g. one gamma only) cannot be identified and is dropped from
 the model; the form string says which terms were kept.
 
-Optimal γ (seed §3): with the measured conditional chain a_j and proposal survival
+Optimal γ: with the measured conditional chain a_j and proposal survival
 q_i = Pr(proposed ≥ i | γ ≥ i),
 
     E[L](γ) = 1 + Σ_{i≤γ} q_i · Π_{j≤i} a_j,   E[n](γ) = Σ_{i≤γ} q_i

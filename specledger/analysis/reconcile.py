@@ -2,7 +2,7 @@
 
 Multiplicative decomposition (each factor is a ratio of measured totals, so they multiply exactly):
 
-    predicted S  = T0 · E[L]_full / E[T_round]_full          (the simplified ledger, seed §2.2)
+    predicted S  = T0 · E[L]_full / E[T_round]_full          (the simplified ledger: full rounds only)
     decode S     = T0 · Σ L_all / Σ T_round_all                (every round, truncated ones included)
     measured S   = (Σ tokens / Σ total_time)_spec / (same)_plain
 

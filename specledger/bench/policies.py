@@ -1,4 +1,4 @@
-"""Speculation-length policies side by side at concurrency 1 (SPEC §4: "dynamic speculation").
+"""Speculation-length policies side by side at concurrency 1: static γ against dynamic speculation.
 
 Per prompt, back to back: plain decoding, the drafter at every static γ, then every dynamic
 policy (heuristic, ema, goodput, ...). Each setting's speed-up is taken against plain decoding

@@ -1,4 +1,4 @@
-"""Quantization and speculation, four measurements on the same prompts (SPEC §4, seed §6).
+"""Quantization and speculation, four measurements on the same prompts.
 
 Per prompt, back to back (interleaved, so slow phases of the machine hit every setting alike):
 

@@ -3,7 +3,7 @@
 A policy is asked ``choose(context_len, batch_size)`` before every round and told the outcome
 with ``observe(proposed, accepted, t_round)`` after it. gamma = 0 means a plain decoding step.
 
-Policies compared side by side (SPEC §4):
+Policies compared side by side:
   static      the same gamma every round
   heuristic   Hugging Face's "heuristic" schedule: +2 after a fully accepted round, -1 otherwise
   ema         an acceptance-EMA controller (in the spirit of SGLang's adaptive speculation)
@@ -124,7 +124,7 @@ class BatchScheduleGamma(GammaPolicy):
 class AcceptanceChain:
     """Conditional acceptance a_j = P(candidate j accepted | candidates 1..j-1 accepted), j = 1..n,
     from decayed counts: a round that proposed m and accepted K is a trial at positions
-    1..min(K+1, m) and a success at 1..K (seed §2: E[L] comes from the chain, not from one a).
+    1..min(K+1, m) and a success at 1..K (E[L] = 1 + Σ_i Π_{j≤i} a_j comes from the chain, not from one a).
 
     Sparse positions shrink toward the position before: a_j = (s_j + w a_(j-1)) / (t_j + w),
     a_0 = ``prior`` -- so a drafter whose acceptance rises along the draft (copying) is not

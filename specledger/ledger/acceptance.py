@@ -1,4 +1,4 @@
-"""Acceptance vocabularies and the expected committed length E[L] (seed §1-§3).
+"""Acceptance vocabularies and the expected committed length E[L].
 
 One speculative round proposes γ candidates; K ∈ {0..γ} is the accepted prefix length and a
 full (untruncated) round commits L = K + 1 tokens (the +1 is the target's correction or bonus

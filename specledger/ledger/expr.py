@@ -2,7 +2,7 @@
 
 ``parse_cost_expression("10+0.7*k+0.1*k^2")`` returns a callable ``f(k) -> float``. The text is
 parsed with :mod:`ast` and only this grammar is accepted: numbers, the name ``k``, binary
-``+ - * / ** ^`` (``^`` means power, as in the seed), unary ``+``/``-`` and parentheses.
+``+ - * / ** ^`` (``^`` means power), unary ``+``/``-`` and parentheses.
 Anything else (names, calls, attributes, subscripts, comparisons...) is refused with a
 :class:`SpecLedgerError` naming the offending piece. Nothing is ever ``eval``-ed, and all
 arithmetic is in floats so a huge power overflows instead of hanging.

@@ -1,4 +1,4 @@
-"""Quantization and speculation: four measurements, speed-ups that do not multiply (seed §6.2).
+"""Quantization and speculation: four measurements, speed-ups that do not multiply.
 
 Baseline, quant-only, spec-only and combined are four separate measurements. Every speed-up
 is taken against the *same* baseline. The product of the two single speed-ups is shown next

@@ -1,4 +1,4 @@
-"""Memory ledger for speculation (seed §5.2).
+"""Memory ledger for speculation.
 
 Extra target KV reserved for candidates, as a rough upper bound:
 

@@ -1,8 +1,8 @@
-"""Full-round cost, speed-up, and the choice of speculation length (seed §2.2-§3).
+"""Full-round cost, speed-up, and the choice of speculation length.
 
 A speculative round costs T_round = T_draft + T_verify + T_other (sampling, cache
 maintenance, sync, scheduling) and commits E[L] tokens on average; plain decoding costs T0
-per token. In the seed's simplified steady-state ledger
+per token. In the simplified steady-state ledger
 
     S = T0 · E[L] / E[T_round],
 
@@ -328,7 +328,7 @@ class MarginalRow:
 
     @property
     def cheaper_than_plain(self) -> bool:
-        """The seed's marginal rule: worth it against plain decoding iff ΔE[L]·T0 > Δcost."""
+        """The marginal rule: worth it against plain decoding iff ΔE[L]·T0 > Δcost."""
         return self.plain_value_ms > self.delta_cost_ms
 
     @property

@@ -1,4 +1,4 @@
-"""Token trees: depth and width are two budgets (seed §3.1).
+"""Token trees: depth and width are two budgets.
 
 A candidate tree hangs below the last committed token. The target accepts at most one
 child of any accepted node (one next token per position), so along the tree the accepted

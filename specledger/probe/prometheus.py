@@ -7,7 +7,7 @@ Counters are compared between two scrapes (before / after a probe run). vLLM's c
 may be exposed with or without the ``_total`` suffix and with any extra labels
 (``model_name``, ``engine`` ...); values are summed across those labels.
 
-Conventions (seed §1, SPEC §6):
+Conventions (K = accepted candidates of a draft round, L = K + 1 committed tokens):
 
 * ``mean_acceptance_length`` = 1 + accepted / drafts (vLLM's convention: the bonus token
   of a full round is counted, so it is E[L] = E[K] + 1 per draft round).

@@ -1,4 +1,4 @@
-"""Task metrics for the quality gate (SPEC §5: "quality: a task metric vs the plain baseline").
+"""Task metrics for the quality gate: a task metric of the speculative output against the plain baseline's.
 
 :func:`score` rates one model reply to one :class:`~specledger.workloads.WorkloadItem` in
 [0, 1], or returns None where the category has no automatic metric:

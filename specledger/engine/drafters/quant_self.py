@@ -1,7 +1,8 @@
 """``quant-self``: the target itself with weight-only int8 weights, as the draft.
 
 Quantisation changes only q (the draft's distribution); the verifying p is the unchanged
-target, so outputs stay exactly the target's (SPEC §1, seed §6).
+target, so outputs stay exactly the target's: verification accepts or corrects every candidate
+against p, whatever q proposed.
 """
 
 from __future__ import annotations
