@@ -136,3 +136,9 @@ def leave_one_gamma_out(records: Iterable[RequestRecord], max_tokens: int | None
     if not rows:
         out["note"] = "no drafter ran two or more gammas: nothing to hold out"
     return out
+
+
+def run_prediction_check(records: Iterable[RequestRecord], meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """:func:`leave_one_gamma_out` of a run directory's records, with the run's max_tokens from ``run.json``."""
+    max_tokens = ((meta or {}).get("config") or {}).get("max_tokens")
+    return leave_one_gamma_out(records, max_tokens if isinstance(max_tokens, int) else None)

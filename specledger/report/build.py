@@ -16,6 +16,7 @@ from specledger.analysis.scenario import baseline_key, group_scenarios
 from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
 from specledger.gates import GATES, NOT_ASSESSED, SLO, evaluate_gates, load_slo, verdicts
+from specledger.predict.check import run_prediction_check
 from specledger.report.endpoints import endpoint_experiments
 from specledger.rundir import (
     ENDPOINT_FILES,
@@ -125,6 +126,7 @@ def summarize(
             "experiments": dict(experiments or {}),
             "verdicts": verdicts(analysis["scenarios"], slo),
             **analysis,
+            "prediction_check": run_prediction_check(records, meta),
         }
     )  # type: ignore[return-value]
 
@@ -177,6 +179,7 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
         baselines=summary["baselines"],
         cost_models=summary["cost_models"],
         optimal_gamma=summary["optimal_gamma"],
+        prediction_check=summary.get("prediction_check"),
         gate_names=GATES,
         status_class={"pass": "pass", "fail": "fail", NOT_ASSESSED: "na"},
         fmt=_fmt,
@@ -185,6 +188,17 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
         experiments=summary.get("experiments", {}),
         plotly_js=get_plotlyjs(),
     )
+
+
+def _write_cost_model(run_dir: Path, records: Sequence[RequestRecord]) -> None:
+    """``cost_model.json``: the run's cost model fitted from its main-job traces (specledger.predict)."""
+    from specledger.predict.check import usable
+    from specledger.predict.costmodel import fit_cost_model
+    from specledger.predict.rundata import COST_NAME
+
+    solo = usable(main_records(records))
+    if solo:
+        fit_cost_model(solo, source=f"fitted from {run_dir.name}/{TRACE_NAME}").save(run_dir / COST_NAME)
 
 
 def build_report(
@@ -199,6 +213,7 @@ def build_report(
     summary["run_dir"] = str(run_dir)
     html = render_html(summary, title=str(meta.get("name") or run_dir.name))
     write_json_atomic(run_dir / SUMMARY_NAME, summary)
+    _write_cost_model(run_dir, records)
     html_path = run_dir / HTML_NAME
     write_text_atomic(html_path, html)
     return summary, html_path
