@@ -151,14 +151,34 @@ def round_stats(records: Sequence[RequestRecord]) -> dict[str, object]:
     }
 
 
-def chunk_emission_times(record: RequestRecord) -> list[float]:
+def chunk_emission_times(token_times: Sequence[float], chunks: Sequence[int]) -> list[float]:
     """Time each chunk left (= emission time of its last token). Falls back to one chunk per
     token when ``chunks`` does not add up to the token times."""
-    times = record.token_times
-    if record.chunks and sum(record.chunks) == len(times) and all(c > 0 for c in record.chunks):
-        ends = np.cumsum(record.chunks) - 1
-        return [float(times[i]) for i in ends]
-    return [float(t) for t in times]
+    if chunks and sum(chunks) == len(token_times) and all(c > 0 for c in chunks):
+        ends = np.cumsum(chunks) - 1
+        return [float(token_times[i]) for i in ends]
+    return [float(t) for t in token_times]
+
+
+def token_gaps(token_times: Sequence[float]) -> list[float]:
+    """Token-level ITL: the gaps between consecutive token emission times. Tokens that left in one
+    chunk share its time, so a chunk of n tokens after a gap g gives g then n-1 zeros; a request of
+    N tokens gives N-1 gaps summing to t_last - t_first (their mean is the pooled TPOT)."""
+    return np.diff(np.asarray(token_times, dtype=float)).tolist() if len(token_times) > 1 else []
+
+
+def chunk_gaps(token_times: Sequence[float], chunks: Sequence[int]) -> list[float]:
+    """Chunk-level ITL: the gaps between consecutive chunks (what a streaming client waits between
+    updates; ``vllm bench serve``'s ITL)."""
+    return np.diff(chunk_emission_times(token_times, chunks)).tolist()
+
+
+def tpot(first_token_s: float, last_token_s: float, tokens: int) -> float | None:
+    """Time per output token after the first: (t_last − t_first) / (tokens − 1); None below two
+    tokens or when the times are out of order."""
+    if tokens < 2 or last_token_s < first_token_s:
+        return None
+    return (last_token_s - first_token_s) / (tokens - 1)
 
 
 def quantile_sketch(values: Sequence[float], scale: float = 1.0, points: int = 101) -> list[float]:
@@ -176,27 +196,27 @@ def latency_stats(records: Sequence[RequestRecord]) -> dict[str, object]:
     zero gaps inside a chunk; chunk ITL is what a streaming client waits between updates.
     Longest stall = largest chunk gap after the first token, over all requests.
     """
-    ttft, tpot, itl_token, itl_chunk, per_chunk, stalls = [], [], [], [], [], []
+    ttft, tpots, itl_token, itl_chunk, per_chunk, stalls = [], [], [], [], [], []
     for r in records:
         ttft.append(r.ttft)
-        if r.output_tokens > 1 and r.total_time >= r.ttft:
-            tpot.append((r.total_time - r.ttft) / (r.output_tokens - 1))
-        itl_token.extend(np.diff(r.token_times).tolist() if len(r.token_times) > 1 else [])
-        gaps = np.diff(chunk_emission_times(r)).tolist()
+        if (per_token := tpot(r.ttft, r.total_time, r.output_tokens)) is not None:
+            tpots.append(per_token)
+        itl_token.extend(token_gaps(r.token_times))
+        gaps = chunk_gaps(r.token_times, r.chunks)
         itl_chunk.extend(gaps)
         if gaps:
             stalls.append(max(gaps))
         per_chunk.extend(r.chunks if r.chunks else [1] * len(r.token_times))
     return {
         "ttft_ms": distribution(ttft, MS),
-        "tpot_ms": distribution(tpot, MS),
+        "tpot_ms": distribution(tpots, MS),
         "itl_token_ms": distribution(itl_token, MS),
         "itl_chunk_ms": distribution(itl_chunk, MS),
         "tokens_per_chunk": distribution(per_chunk),
         "longest_stall_ms": max(stalls) * MS if stalls else None,
         "ecdf_ms": {
             "ttft": quantile_sketch(ttft, MS),
-            "tpot": quantile_sketch(tpot, MS),
+            "tpot": quantile_sketch(tpots, MS),
             "itl_chunk": quantile_sketch(itl_chunk, MS),
         },
     }

@@ -16,8 +16,10 @@ Conventions (times in seconds inside, reported in ms):
 * Longest stall: the largest chunk-level gap over all successful requests.
 * Output throughput: output tokens of successful requests / run wall time. Never a mean of
   per-request speeds.
-* Distributions are :func:`specledger.analysis.stats.distribution` (n, mean, P50/P95/P99, max; ms),
-  the same summary the run report gives its traces (:func:`specledger.analysis.metrics.latency_stats`).
+* The per-request formulas are the run report's (:mod:`specledger.analysis.metrics`: ``tpot``,
+  ``token_gaps``, ``chunk_gaps``) over the emission times of :func:`specledger.probe.records.emission_times`
+  (each chunk's arrival time once per token in it, chunks without tokens dropped); distributions
+  are :func:`specledger.analysis.stats.distribution` (n, mean, P50/P95/P99, max; ms).
 """
 
 from __future__ import annotations
@@ -26,40 +28,32 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from specledger.analysis.metrics import chunk_gaps, token_gaps, tpot
 from specledger.analysis.stats import distribution
 from specledger.probe.loadgen import RequestResult
+from specledger.probe.records import emission_times
 
 MS = 1e3
 
 
+def _emission(result: RequestResult) -> tuple[list[float], list[int]]:
+    return emission_times(result.chunk_times, result.chunk_tokens)
+
+
 def request_tpot(result: RequestResult) -> float | None:
     """(t_last - t_first) / (tokens - 1) over token-bearing chunks; None below 2 tokens."""
-    tokens = sum(result.chunk_tokens)
-    if tokens < 2 or not result.chunk_times:
-        return None
-    return (result.chunk_times[-1] - result.chunk_times[0]) / (tokens - 1)
+    times, _ = _emission(result)
+    return tpot(times[0], times[-1], len(times)) if times else None
 
 
 def token_itls(result: RequestResult) -> list[float]:
     """Token-level gaps: first chunk -> n-1 zeros; later chunk after gap g -> g then n-1 zeros."""
-    out: list[float] = []
-    previous: float | None = None
-    for t, n in zip(result.chunk_times, result.chunk_tokens):
-        if n <= 0:
-            continue
-        if previous is None:
-            out.extend([0.0] * (n - 1))
-        else:
-            out.append(t - previous)
-            out.extend([0.0] * (n - 1))
-        previous = t
-    return out
+    return token_gaps(_emission(result)[0])
 
 
 def chunk_itls(result: RequestResult) -> list[float]:
     """Gaps between consecutive token-bearing chunks (vLLM bench's ITL)."""
-    times = result.chunk_times
-    return [b - a for a, b in zip(times, times[1:])]
+    return chunk_gaps(*_emission(result))
 
 
 def error_counts(results: Sequence[RequestResult]) -> dict[str, int]:
