@@ -95,7 +95,10 @@ def load_slo(path: str | Path | None) -> SLO:
     p = Path(path)
     if not p.is_file():
         raise SpecLedgerError(f"SLO file not found: {p}; pass an existing .toml or .json file")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SpecLedgerError(f"SLO file {p} is not UTF-8 text; save it as UTF-8 TOML or JSON") from None
     suffix = p.suffix.lower()
     try:
         if suffix == ".toml":

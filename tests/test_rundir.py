@@ -124,3 +124,15 @@ def test_append_never_continues_a_torn_line(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert [r.request_id for r in read_records(path)] == ["r0", "r1", "r2", "r3", "r4"]
+
+
+def test_report_verb_on_a_non_utf8_slo_file_prints_one_error_line(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    _trace(run_dir)
+    slo = tmp_path / "slo.toml"
+    slo.write_bytes(b"itl_p99_ms = \xff\n")
+    proc = subprocess.run([sys.executable, "-m", "specledger.cli", "report", str(run_dir), "--slo", str(slo)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"error: SLO file {slo} is not UTF-8 text; save it as UTF-8 TOML or JSON"]
