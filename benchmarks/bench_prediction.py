@@ -1,0 +1,130 @@
+"""Does the performance model predict a γ it has never seen? (issue 10's benchmark)
+
+One `specledger run`-style sweep on real prompts (plain decoding and every drafter at the fit γ's
+*and* the test γ, interleaved per prompt so a slow phase of the machine hits every setting alike).
+Then, honestly:
+
+  held out  the cost model and the per-request acceptance chains are fitted on the plain and fit-γ
+            records only (the test γ's records are removed before fitting, and the code asserts it),
+            the test γ's end-to-end speed-up is predicted per (category, drafter) on the same prompts
+            and compared with the measured one;
+  in run    leave one γ out over all the γ's run (what every `specledger run` reports).
+
+Speed-ups are end to end: (Σ tokens / Σ time incl. prefill)_spec / (same)_plain, on the same prompts.
+Targets (issue 10): median |error| <= 5 %, P90 <= 10 %, on at least two categories.
+
+Run from the repository root (about 4-8 minutes on 2 quiet cores with the defaults):
+
+    .venv/bin/python benchmarks/bench_prediction.py [--categories code-edit,dialogue,math] [--n 4]
+        [--drafters ngram,suffix] [--fit-gammas 2,4] [--test-gamma 8] [--max-tokens 64] [--out DIR]
+
+It takes /tmp/specledger-bench.lock while it measures (``--no-lock`` to skip) and prints the exact
+command line it ran with; results go to ``DIR/prediction_bench.json`` next to the run's traces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _csv(text: str, cast=str) -> list:
+    return [cast(x) for x in text.split(",") if x.strip()]
+
+
+@contextlib.contextmanager
+def bench_lock(enabled: bool):
+    if not enabled:
+        yield
+        return
+    with open("/tmp/specledger-bench.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _table(title: str, rows: list[dict]) -> None:
+    print(f"\n{title}")
+    print(f"{'category':<12} {'drafter':<10} {'γ':>3} {'fit γ':>8} {'prompts':>7} {'measured S':>11} "
+          f"{'predicted S':>12} {'5-95 %':>15} {'|error|':>8}")
+    for r in rows:
+        iv = r.get("interval") or [None, None]
+        ivs = f"{iv[0]:.3f}-{iv[1]:.3f}" if iv[0] is not None else "-"
+        print(f"{r['category']:<12} {r['drafter']:<10} {r['gamma']:>3} {','.join(map(str, r['fitted_gammas'])):>8} "
+              f"{r['prompts']:>7} {r['measured_speedup']:>11.3f} {r['predicted_speedup']:>12.3f} {ivs:>15} "
+              f"{100 * r['abs_error']:>7.1f}%")
+    errs = [r["abs_error"] for r in rows]
+    if errs:
+        print(f"median |error| {100 * statistics.median(errs):.1f} %   P90 {100 * float(np.percentile(errs, 90)):.1f} %"
+              f"   ({len(errs)} settings, {len({r['category'] for r in rows})} categories)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--categories", default="code-edit,dialogue,math")
+    ap.add_argument("--n", type=int, default=4, help="prompts per category")
+    ap.add_argument("--drafters", default="ngram,suffix")
+    ap.add_argument("--fit-gammas", default="2,4")
+    ap.add_argument("--test-gamma", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--out", type=Path, default=None, help="run directory (default: runs/bench-prediction-<time>)")
+    ap.add_argument("--reuse", action="store_true", help="analyse an existing --out without measuring again")
+    ap.add_argument("--no-lock", action="store_true", help="do not take /tmp/specledger-bench.lock")
+    args = ap.parse_args(argv)
+    print("command: " + " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]))
+
+    from specledger.bench.runner import RunPlan, run
+    from specledger.predict.check import leave_one_gamma_out, predict_held_out, summarize_errors, usable
+    from specledger.rundir import TRACE_NAME, read_records, write_json_atomic
+
+    fit, test = _csv(args.fit_gammas, int), args.test_gamma
+    if test in fit:
+        ap.error("--test-gamma must not be one of --fit-gammas")
+    out = args.out or Path("runs") / time.strftime("bench-prediction-%Y%m%d-%H%M%S")
+    t_start = time.perf_counter()
+    if not args.reuse:
+        from specledger.engine.cli import build_engine
+
+        plan = RunPlan(categories=_csv(args.categories), n_per_category=args.n, drafters=_csv(args.drafters),
+                       gammas=sorted(fit + [test]), model_gammas=sorted(fit + [test]), max_tokens=args.max_tokens)
+        engine = build_engine(None)
+        with bench_lock(not args.no_lock):
+            def progress(done: int, total: int, label: str) -> None:
+                print(f"\r  [{done}/{total}] {label:<48}", end="", flush=True)
+
+            run(out, plan, engine, progress=progress)
+            print()
+    records = usable(read_records(out / TRACE_NAME))
+    max_tokens = args.max_tokens
+    train = [r for r in records if r.gamma != test]  # every drafter's test-γ records leave before fitting
+    held = []
+    for drafter in sorted({r.drafter for r in records if r.drafter != "none"}):
+        held += predict_held_out(train, records, drafter, test, max_tokens, n_boot=100)
+    _table(f"held out: fitted on plain + γ {fit}, predicted γ {test}, then compared with γ {test} as run", held)
+    logo = leave_one_gamma_out(records, max_tokens)
+    _table("in run: leave one γ out", logo["rows"])
+    print(f"\nassumption for positions never measured: {logo['assumption']}")
+    result = {
+        "command": [sys.executable, *sys.argv],
+        "run_dir": str(out),
+        "held_out": {"rows": held, **summarize_errors(held)},
+        "leave_one_gamma_out": logo,
+        "seconds": time.perf_counter() - t_start,
+    }
+    write_json_atomic(out / "prediction_bench.json", result)
+    print(f"results: {out / 'prediction_bench.json'}  ({result['seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
