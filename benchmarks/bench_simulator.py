@@ -9,8 +9,10 @@ within the issue's tolerance (5%, 10%, 10%, 15%), then the crossover per load fo
 ``--from DIR`` takes an existing ``sweep --experiment serving`` run instead; ``--profile FILE`` prices
 steps with a calibrated cost profile instead of the leave-one-out fit.
 
-Speed: 1,000,000 requests through one simulated replica (an 8B Llama-style model on an H200 roofline,
-labelled as assumed; the run's measured ngram chains; vLLM-like settings), timed on this machine.
+Speed: 1,000,000 requests through one simulated replica kept full (closed loop at concurrency 256: an
+8B Llama-style model on an H200 roofline, labelled as assumed; the run's measured ngram chains; vLLM-like
+settings), timed on this machine; then a tenth as many at a light Poisson load, where batches are small
+and the simulator's cost per request is highest (it costs per *step*, ~steps = requests x rounds / batch).
 
 Run it alone (it times things):
     flock /tmp/specledger-bench.lock .venv/bin/python benchmarks/bench_simulator.py
@@ -72,8 +74,9 @@ def print_validation(res: dict) -> None:
     print("cost:", "; ".join(sorted(set(res["cost_source"].values()))))
 
 
-def speed(run, n: int, rate: float) -> dict:
-    from specledger.simulate.arrivals import poisson
+def speed(run, n: int, concurrency: int | None, rate: float | None) -> dict:
+    """Wall time to simulate ``n`` requests on one replica: closed loop at ``concurrency`` or Poisson ``rate``."""
+    from specledger.simulate.arrivals import closed_loop, poisson
     from specledger.simulate.engine import simulate
     from specledger.simulate.hardware import model_config_from_dict, roofline
     from specledger.simulate.replica import ServerConfig
@@ -83,12 +86,19 @@ def speed(run, n: int, rate: float) -> dict:
     cost = roofline("h200", model_config_from_dict(LLAMA_8B))
     cfg = ServerConfig(max_num_seqs=256, max_num_batched_tokens=8192, kv_budget_tokens=cost.kv_budget_tokens(),
                        block_size=16, chunked_prefill=True)
-    arr = poisson(rate, n, seed=0)
+    arr = closed_loop(concurrency) if concurrency else poisson(rate or 1.0, n, seed=0)
     t = time.perf_counter()
     m = simulate(table, arr, n, cost, 4, "ngram", cfg, seed=0).metrics()
     wall = time.perf_counter() - t
-    return {**m, "requests": n, "rate": rate, "simulated_makespan_s": m["wall_s"], "wall_s": wall,
-            "requests_per_s": n / wall, "cost": cost.source}
+    return {**m, "requests": n, "load": arr.label, "simulated_makespan_s": m["wall_s"], "wall_s": wall,
+            "requests_per_s": n / wall, "steps_per_s": m["steps"] / wall, "cost": cost.source}
+
+
+def print_speed(s: dict) -> None:
+    print(f"  {s['requests']:,} requests at {s['load']} in {s['wall_s']:.1f} s ({s['requests_per_s']:,.0f} req/s; "
+          f"{s['steps']:,} steps at {s['steps_per_s']:,.0f} steps/s, mean batch {s['mean_batch']:.1f}; simulated "
+          f"{s['simulated_makespan_s']:,.0f} s of serving: {s['throughput_tok_s']:,.0f} tok/s, TPOT P50 "
+          f"{s['tpot_p50_ms']:.1f} ms, ITL P99 {s['itl_p99_ms']:.1f} ms)")
 
 
 def main() -> None:
@@ -98,7 +108,9 @@ def main() -> None:
     ap.add_argument("--profile", type=Path, help="a calibrated cost profile instead of the leave-one-out fit")
     ap.add_argument("--seeds", type=int, default=4, help="simulations per point (acceptance draws)")
     ap.add_argument("--requests", type=int, default=1_000_000, help="requests for the speed test (0: skip)")
-    ap.add_argument("--rate", type=float, default=200.0, help="speed test: Poisson rate (req/s)")
+    ap.add_argument("--concurrency", type=int, default=256, help="speed test: closed-loop concurrency")
+    ap.add_argument("--light-rate", type=float, default=20.0,
+                    help="speed test at light load: Poisson rate (req/s) for a tenth of the requests")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from specledger.simulate.profile import load_cost
@@ -115,10 +127,13 @@ def main() -> None:
     print_validation(res)
     out = {"run": str(run_dir), "validation": res}
     if args.requests:
-        s = speed(run, args.requests, args.rate)
-        print(f"\nspeed: {s['requests']:,} requests in {s['wall_s']:.1f} s ({s['requests_per_s']:,.0f} req/s; "
-              f"{s['steps']:,} steps, mean batch {s['mean_batch']:.1f}, Poisson {args.rate:g} req/s, {s['cost']})")
-        out["speed"] = s
+        print("\nspeed (one replica: llama-3-8b on an H200 roofline, assumed efficiencies; max_num_seqs 256, chunked "
+              "prefill 8192 tokens/step, KV blocks of 16, ngram γ=4 with this run's chains):")
+        s = speed(run, args.requests, args.concurrency, None)
+        print_speed(s)
+        light = speed(run, max(1, args.requests // 10), None, args.light_rate)
+        print_speed(light)
+        out["speed"] = {"saturated": s, "light": light}
     (Path(run_dir) / "bench_simulator.json").write_text(json.dumps(out, indent=1, default=str), encoding="utf-8")
     print(f"wrote {Path(run_dir) / 'bench_simulator.json'}")
 

@@ -137,6 +137,9 @@ def test_chunked_prefill_serves_everyone():
     r = simulate(t, closed_loop(8), 40, LinearCost(), 4, config=cfg)
     assert np.array_equal(r.ledger.out, r.ledger.target)
     assert r.metrics()["mean_rows_per_step"] <= 256
+    tight = ServerConfig(max_num_seqs=8, max_num_batched_tokens=256, chunked_prefill=True, kv_budget_tokens=2500)
+    r = simulate(t, closed_loop(8), 40, LinearCost(), 4, config=tight)
+    assert np.array_equal(r.ledger.out, r.ledger.target) and r.metrics()["preemptions"] > 0
 
 
 def test_spread_between_requests_shows_in_itl_tails_mean_only_hides_it():

@@ -146,9 +146,11 @@ class ChainTable:
             return z, z
         g = min(g, self.max_gamma)
         gamma = np.minimum(gamma, g)
-        cols = np.arange(g)[None, :] < gamma[:, None]
         u = rng.random((2, b, g))
-        filled = np.cumprod((u[0] < self.fill[idx, :g]) & cols, axis=1)
+        ok = u[0] < self.fill[idx, :g]
+        if int(gamma.min()) < g:  # ragged gammas: positions beyond a request's own gamma are not proposed
+            ok &= np.arange(g)[None, :] < gamma[:, None]
+        filled = np.cumprod(ok, axis=1)
         proposed = filled.sum(axis=1)
         accepted = np.cumprod((u[1] < self.accept[idx, :g]) & (filled > 0), axis=1).sum(axis=1)
         return proposed.astype(np.int64), accepted.astype(np.int64)

@@ -132,6 +132,8 @@ class Replica:
     # ----------------------------------------------------------------------------------------
     def _admit(self, t: float) -> tuple[float, list[int]]:
         """Admit waiting requests; returns the clock after their prefills and the finished ids."""
+        if not self.waiting:
+            return t, []
         L, cfg, run = self.ledger, self.cfg, self.run
         n_run = self.running
         reserved = int(self._blocks(run["ctx"]).sum()) if n_run else 0
@@ -185,10 +187,10 @@ class Replica:
             self.clock = t
             return finished
         run = self.run
-        dec = run["pleft"] == 0
-        all_dec = bool(dec.all())
-        di = np.flatnonzero(dec)
-        nd = di.shape[0]
+        dec = run["pleft"] == 0 if cfg.chunked_prefill else None
+        all_dec = dec is None or bool(dec.all())
+        di: Any = slice(None) if all_dec else np.flatnonzero(dec)  # the decoding requests (a view when all are)
+        nd = b if all_dec else di.shape[0]
         remaining = run["target"][di] - run["out"][di]
         pols = self.policies if (self.policies is None or all_dec) else [self.policies[i] for i in di]
         g = np.minimum(self.plan.choose(nd, run["ctx"][di], pols), remaining - 1) if nd else np.zeros(0, np.int64)
@@ -214,6 +216,10 @@ class Replica:
         blocks = self._blocks(need)
         if self._kv_blocks is not None and b > 1 and int(blocks.sum()) > self._kv_blocks:
             keep_n = max(1, int(np.searchsorted(np.cumsum(blocks), self._kv_blocks, side="right")))
+            if all_dec:
+                di = np.arange(b)
+            elif dec is not None:
+                dec = dec[:keep_n]
             self._preempt(keep_n)
             b = keep_n
             sel = di < keep_n
@@ -231,7 +237,7 @@ class Replica:
             chunk = np.minimum(pleft, np.maximum(0, room - (np.cumsum(pleft) - pleft)))
             pre_tokens = int(chunk.sum())
         # cost of the step
-        ctx_mean = float(run["ctx"].mean())
+        ctx_mean = float(run["ctx"].sum()) / b
         t_draft_each = np.zeros(nd)
         if nd and self.drafter != "none" and g.max() > 0:
             counts = np.bincount(g)
