@@ -119,6 +119,29 @@ def test_small_kv_budget_reserves_candidates_and_preempts():
     # the reservation counts candidates: with gamma 0 the same budget preempts less
     plain = simulate(t, closed_loop(8), 60, LinearCost(), 0, config=cfg).metrics()
     assert plain["preemptions"] < m["preemptions"]
+    # a drafter that fills little: reserving the full gamma (vLLM's lookahead slots) preempts more
+    for c in (cs := chains(n=10, out=(80, 120), prompt=(100, 150))):
+        c.fill = [0.5, 0.5, 0.5, 0.5]
+    t2 = ChainTable.from_chains(cs, 16)
+    lazy = simulate(t2, closed_loop(8), 60, LinearCost(), 8, config=cfg).metrics()
+    full = simulate(t2, closed_loop(8), 60, LinearCost(), 8,
+                    config=ServerConfig(8, kv_budget_tokens=900, reserve_gamma=True)).metrics()
+    assert full["preemptions"] > lazy["preemptions"]
+
+
+def test_replay_arrivals(tmp_path):
+    from specledger.errors import SpecLedgerError
+    from specledger.simulate.arrivals import replay_file
+
+    f = tmp_path / "offsets.json"
+    f.write_text("[3.0, 1.0, 2.5]")
+    arr = replay_file(f)
+    assert arr.times.tolist() == [0.0, 1.5, 2.0]
+    m = simulate(table(), arr, 3, LinearCost(), 2, config=ServerConfig(4)).metrics()
+    assert m["requests"] == 3
+    f.write_text('{"a": 1}')
+    with pytest.raises(SpecLedgerError):
+        replay_file(f)
 
 
 def test_token_budget_trims_largest_first():

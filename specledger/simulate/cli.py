@@ -91,6 +91,8 @@ def simulate(
                                                        "what fits in memory).")] = None,
     block_size: Annotated[int, typer.Option(help="KV block size in tokens.")] = 1,
     chunked_prefill: Annotated[bool, typer.Option(help="vLLM v1 chunked prefill.")] = False,
+    reserve_gamma: Annotated[bool, typer.Option(help="Reserve KV for every gamma asked (vLLM lookahead slots), "
+                                                     "not only for the candidates proposed.")] = False,
     context: Annotated[int | None, typer.Option(help="Override every prompt's length (tokens).")] = None,
     contexts: Annotated[str, typer.Option(help="Crossover map over these context lengths x the concurrencies.")]
     = "",
@@ -150,7 +152,7 @@ def simulate(
     for kind, load, arr in loads:
         n = requests if arr.closed else min(requests, arr.times.shape[0])
         seqs = max_num_seqs or (int(load) if kind == "concurrency" else 256)
-        cfg = ServerConfig(seqs, max_batched_tokens, kv_budget, block_size, chunked_prefill)
+        cfg = ServerConfig(seqs, max_batched_tokens, kv_budget, block_size, chunked_prefill, reserve_gamma)
         for g in settings:
             m = run_sim(table, arr, n, cost, g, drafter, cfg, replicas, make_router(router), seed=seed).metrics()
             points.append({kind: load, "setting": "plain" if g == 0 else f"{drafter} γ={g}", "gamma": g, **m})
@@ -166,18 +168,20 @@ def simulate(
         "acceptance": acceptance, "acceptance_assumption": table.assumption, "requests": requests,
         "replicas": replicas, "router": router,
         "server": {"max_num_seqs": max_num_seqs, "max_batched_tokens": max_batched_tokens, "kv_budget_tokens": kv_budget,
-                   "block_size": block_size, "chunked_prefill": chunked_prefill},
+                   "block_size": block_size, "chunked_prefill": chunked_prefill, "reserve_gamma": reserve_gamma},
         "points": points, "simulated_s": elapsed,
     }
     slo = SLO(slo_ttft_p99_ms, slo_tpot_p50_ms)
     if slo.ttft_p99_ms is not None or slo.tpot_p50_ms is not None:
         require(bool(rates), "a capacity plan needs --rate (the request rates to plan for)")
-        cfg = ServerConfig(max_num_seqs or 256, max_batched_tokens, kv_budget, block_size, chunked_prefill)
+        cfg = ServerConfig(max_num_seqs or 256, max_batched_tokens, kv_budget, block_size, chunked_prefill,
+                           reserve_gamma)
         doc["capacity_plan"] = capacity_plan(table, rates, slo, cost, settings, cfg, n_requests=requests,
                                              route=router, seed=seed)
     if ctx_list:
         require(bool(concs), "a crossover map (--contexts) needs --concurrency levels")
-        cfg = ServerConfig(max_num_seqs or 1, max_batched_tokens, kv_budget, block_size, chunked_prefill)
+        cfg = ServerConfig(max_num_seqs or 1, max_batched_tokens, kv_budget, block_size, chunked_prefill,
+                           reserve_gamma)
         doc["crossover_map"] = crossover_map(table, concs, ctx_list, cost, settings, cfg,
                                              n_requests=min(requests, 400), seed=seed)
     if out is not None:

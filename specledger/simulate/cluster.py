@@ -14,6 +14,7 @@ setting over plain and the best one.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -126,8 +127,7 @@ def crossover_map(table: ChainTable, concurrencies: Sequence[int], contexts: Seq
     for ctx in contexts:
         t = with_context(table, ctx)
         for c in concurrencies:
-            cfg = ServerConfig(max(config.max_num_seqs, c), config.max_num_batched_tokens, config.kv_budget_tokens,
-                               config.block_size, config.chunked_prefill)
+            cfg = dataclasses.replace(config, max_num_seqs=max(config.max_num_seqs, c))
             base = simulate(t, closed_loop(c), n_requests, cost, 0, config=cfg, seed=seed).metrics()
             speed = {}
             for g in settings:

@@ -12,7 +12,8 @@ with numpy arrays over the running batch instead of per-token events:
      (:meth:`ChainTable.sample`);
   3. a per-step token budget counts gamma + 1 rows per decoding request (plus prefill chunks when
      chunked) and trims the largest proposals first (K is cut with its proposal: K' = min(K, P'));
-  4. KV for the candidates is reserved: sum over running requests of blocks(context + P); while it
+  4. KV for the candidates is reserved: sum over running requests of blocks(context + P) (or + gamma
+     with ``reserve_gamma``, as vLLM reserves lookahead slots whether filled or not); while it
      exceeds the budget the most recently admitted request is preempted (its tokens kept; it waits
      at the front and is recomputed);
   5. the step costs sum_i draft_s(gamma_i) + step_s(rows, B, mean context) + other_s(B) (the forward
@@ -45,6 +46,7 @@ class ServerConfig:
     kv_budget_tokens: int | None = None  # None: unlimited
     block_size: int = 1  # KV is reserved in blocks of this many tokens (vLLM: 16)
     chunked_prefill: bool = False
+    reserve_gamma: bool = False  # reserve KV for the gamma asked (vLLM's lookahead slots), not what was proposed
 
     def budget(self) -> int | None:
         if self.max_num_batched_tokens is None and self.chunked_prefill:
@@ -212,7 +214,7 @@ class Replica:
             acc = np.minimum(acc, prop)
         # KV reservation for candidates; preempt the newest admissions while over budget
         need = run["ctx"].copy()
-        need[di] += prop
+        need[di] += g if cfg.reserve_gamma else prop
         blocks = self._blocks(need)
         if self._kv_blocks is not None and b > 1 and int(blocks.sum()) > self._kv_blocks:
             keep_n = max(1, int(np.searchsorted(np.cumsum(blocks), self._kv_blocks, side="right")))
