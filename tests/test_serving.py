@@ -188,7 +188,7 @@ def test_sweep_serving_rejects_bad_options(tmp_path, monkeypatch):
 
 def test_policies_run_under_load_beside_static_gammas(target):
     """A policy name in place of gamma: one policy per request, choosing gamma every step (batch-aware)."""
-    from specledger.bench.sweep_cli import parse_drafter_gammas
+    from specledger.bench.sweep import parse_drafter_gammas
 
     settings = parse_drafter_gammas("ngram:2,ngram:goodput,ngram:batch")
     assert settings == [("ngram", 2), ("ngram", "goodput"), ("ngram", "batch")]
@@ -250,28 +250,28 @@ def test_step_cost_interpolates_and_learns_draft_cost(target):
 
 
 def test_run_full_side_experiments_write_all_three_and_resume_skips_them(tmp_path, monkeypatch):
-    import specledger.bench.sweep_cli as sweep_cli
+    import specledger.bench.sweep as sweep_lib
 
     wl = tmp_path / "w.jsonl"
     wl.write_text(json.dumps({"id": "a", "prompt": "abcabcabc abcabc abc", "category": "copy"}) + "\n"
                   + json.dumps({"id": "b", "prompt": "hello hello", "category": "chat"}) + "\n")
-    real = sweep_cli.load_sweep_items
-    monkeypatch.setattr(sweep_cli, "load_sweep_items", lambda cats, n, seed, workload, vocab: real(cats, n, seed, wl, vocab))
+    real = sweep_lib.load_sweep_items
+    monkeypatch.setattr(sweep_lib, "load_sweep_items", lambda cats, n, seed, workload, vocab: real(cats, n, seed, wl, vocab))
     small = {"max_tokens": 6, "static_gammas": [2], "policies": ["goodput"], "concurrencies": [1, 2],
              "serving_drafters": "ngram:2,ngram:goodput", "serving_max_tokens": 6, "repeats": 2, "contexts": [64],
              "context_to_limit": False}
     warnings: list[str] = []
     engine = _engine()
     engine.loaded = _SmallVocabLoaded()
-    ran = sweep_cli.run_side_experiments(engine, tmp_path, 0, None, warnings.append, small)
+    ran = sweep_lib.run_side_experiments(engine, tmp_path, 0, None, warnings.append, small)
     assert ran == ["quant4", "policies", "serving"]
     for name in ("quantization.json", "policies.json", "serving.json"):
         assert (tmp_path / name).exists()
     serving_doc = json.loads((tmp_path / "serving.json").read_text())
     assert serving_doc["repeats"] == 2 and serving_doc["context_lengths"] == [64]
-    assert sweep_cli.run_side_experiments(engine, tmp_path, 0, None, warnings.append, small) == []
+    assert sweep_lib.run_side_experiments(engine, tmp_path, 0, None, warnings.append, small) == []
     (tmp_path / "serving.json").unlink()  # as if interrupted half-way: traces present, JSON missing
-    assert sweep_cli.run_side_experiments(engine, tmp_path, 0, None, warnings.append, small) == []
+    assert sweep_lib.run_side_experiments(engine, tmp_path, 0, None, warnings.append, small) == []
     assert any("interrupted 'serving'" in w for w in warnings)
 
 

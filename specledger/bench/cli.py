@@ -13,12 +13,9 @@ from specledger.errors import SpecLedgerError
 
 
 def _csv(text: str | None, cast=str) -> list | None:
-    if text is None:
-        return None
-    try:
-        return [cast(x.strip()) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SpecLedgerError(f"cannot parse list {text!r}; give comma-separated values like 1,2,4") from None
+    from specledger.bench.sweep import parse_csv
+
+    return None if text is None else parse_csv(text, cast)
 
 
 def run(
@@ -102,7 +99,7 @@ def run(
 
         run_plan(run_dir, plan, engine, resume=resume is not None, progress=progress)
         if plan.side_experiments:  # --full: quantization four-way, gamma policies, serving under load
-            from specledger.bench.sweep_cli import run_side_experiments
+            from specledger.bench.sweep import run_side_experiments
 
             run_side_experiments(engine, run_dir, plan.seed, progress,
                                  lambda w: console.print(f"[yellow]warning:[/] {w}"))

@@ -240,6 +240,31 @@ def run_serving_sweep(
 SERVING_EXPERIMENT = "serving"
 
 
+def check_serving_settings(drafters: Sequence[tuple[str, int | str]], concurrencies: Sequence[int],
+                           rates: Sequence[float], max_tokens: int, context_concurrencies: Sequence[int],
+                           context_sources: Sequence[str]) -> None:
+    """The serving experiment's settings, checked before any model is loaded; a bad one is a
+    SpecLedgerError naming its flag (context lengths are checked against the model in :func:`run_serving`)."""
+    from specledger.engine.drafters.registry import DRAFTERS
+    from specledger.engine.policy import POLICIES
+
+    require(bool(concurrencies) and all(isinstance(c, int) and c >= 1 for c in concurrencies),
+            "--concurrencies must be integers >= 1, e.g. 1,2,4,8,16")
+    require(all(r > 0 for r in rates), "--rates must be positive request rates (req/s), e.g. 2,8")
+    require(max_tokens >= 2, "--serving-max-tokens must be >= 2")
+    require(bool(drafters), "give at least one drafter, e.g. --serving-drafters ngram:4")
+    require(len(set(drafters)) == len(drafters), "--serving-drafters lists a setting twice; give each drafter:gamma once")
+    for name, g in drafters:
+        require(name in DRAFTERS and name != "none",
+                f"unknown drafter {name!r} in --serving-drafters; choose from {', '.join(DRAFTERS[1:])}")
+        require((isinstance(g, int) and g >= 1) or (g in POLICIES and g != "static"),
+                f"gamma of {name} must be an integer >= 1 or a policy name, e.g. {name}:4 or {name}:goodput")
+    require(all(isinstance(c, int) and c >= 1 for c in context_concurrencies),
+            "--context-concurrencies must be integers >= 1, e.g. 1,4,16")
+    for src in context_sources:
+        require(src in CONTEXT_SOURCES, f"unknown context source {src!r}; use {', '.join(CONTEXT_SOURCES)}")
+
+
 def run_serving(
     engine: Any,
     items: Sequence[Any],
@@ -261,24 +286,10 @@ def run_serving(
     ``extra.experiment = "serving"``) appended to ``traces.jsonl`` as its point finishes, the
     curves, crossovers, memory ledger and deploy table to ``serving.json`` (atomic)."""
     from specledger.bench.quant4 import check_fresh, encode_prompts
-    from specledger.engine.drafters.registry import DRAFTERS
 
-    require(bool(concurrencies) and all(isinstance(c, int) and c >= 1 for c in concurrencies),
-            "--concurrencies must be integers >= 1, e.g. 1,2,4,8,16")
-    require(all(r > 0 for r in rates), "--rates must be positive request rates (req/s), e.g. 2,8")
-    require(max_tokens >= 2, "--serving-max-tokens must be >= 2")
-    require(bool(drafters), "give at least one drafter, e.g. --serving-drafters ngram:4")
-    require(len(set(drafters)) == len(drafters), "--serving-drafters lists a setting twice; give each drafter:gamma once")
-    for name, g in drafters:
-        require(name in DRAFTERS and name != "none",
-                f"unknown drafter {name!r} in --serving-drafters; choose from {', '.join(DRAFTERS[1:])}")
-        require((isinstance(g, int) and g >= 1) or g in ("heuristic", "ema", "batch", "goodput"),
-                f"gamma of {name} must be an integer >= 1 or a policy name, e.g. {name}:4 or {name}:goodput")
+    check_serving_settings(drafters, concurrencies, rates, max_tokens, context_concurrencies or [context_concurrency],
+                           context_sources)
     limit = min(engine.max_context, engine.model.config.max_seq_len) - max_tokens - 64
-    require(all(isinstance(c, int) and c >= 1 for c in context_concurrencies or [context_concurrency]),
-            "--context-concurrencies must be integers >= 1, e.g. 1,4,16")
-    for src in context_sources:
-        require(src in CONTEXT_SOURCES, f"unknown context source {src!r}; use {', '.join(CONTEXT_SOURCES)}")
     for length in context_lengths:
         require(16 <= length <= limit, f"context length {length} does not fit the model's context with "
                 f"{max_tokens} new tokens; use --contexts between 16 and {limit}")

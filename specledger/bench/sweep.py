@@ -1,0 +1,132 @@
+"""The side experiments as a library: quantization four-way and speculation-length policies at
+concurrency 1, and serving (continuous batching under load and long context), written into a run
+directory; ``specledger sweep`` (:mod:`specledger.bench.sweep_cli`) and ``specledger run --full``
+call them."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from specledger.errors import SpecLedgerError, require
+
+
+def parse_csv(text: str, cast: Any = str) -> list:
+    """``"1, 2,4"`` -> [cast("1"), cast("2"), cast("4")]; a value ``cast`` rejects is a SpecLedgerError."""
+    try:
+        return [cast(x.strip()) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SpecLedgerError(f"cannot parse list {text!r}; give comma-separated values like 1,2,4") from None
+
+
+def parse_drafter_gammas(text: str) -> list[tuple[str, int | str]]:
+    """``"ngram:4,suffix:4,ngram:goodput"`` -> [("ngram", 4), ("suffix", 4), ("ngram", "goodput")]; a
+    missing ``:γ`` means γ = 4; a policy name (heuristic, ema, batch, goodput) picks γ per request and step."""
+    from specledger.engine.policy import POLICIES
+
+    out: list[tuple[str, int | str]] = []
+    for part in parse_csv(text):
+        name, _, g = part.partition(":")
+        g = g.strip()
+        if g in POLICIES and g != "static":
+            out.append((name.strip(), g))
+            continue
+        try:
+            gamma = int(g) if g else 4
+        except ValueError:
+            raise SpecLedgerError(
+                f"cannot parse {part!r}; write drafter:gamma or drafter:policy, e.g. ngram:4 or ngram:goodput"
+            ) from None
+        out.append((name.strip(), gamma))
+    require(bool(out), "--serving-drafters is empty; give e.g. ngram:4,suffix:4")
+    return out
+
+
+def load_sweep_items(categories: list[str], n: int, seed: int, workload: Path | None, vocab_size: int
+                     ) -> tuple[list, list[str]]:
+    """Built-in categories (seeded sample of ``n`` each) or the user's JSONL: (items, warnings)."""
+    from specledger.bench.runner import RunPlan, load_items
+
+    plan = RunPlan(categories=categories, n_per_category=n, seed=seed,
+                   workload_file=str(workload) if workload else None)
+    require(n >= 1, "--n must be >= 1")
+    return load_items(plan, vocab_size)
+
+
+def write_meta(run_dir: Path, engine: Any, config: dict[str, Any], warnings: list[str]) -> None:
+    """``run.json`` for a fresh sweep directory; an existing one (a main run's) is left untouched."""
+    from specledger.bench.runner import machine_info
+    from specledger.rundir import META_NAME, write_json_atomic
+
+    path = run_dir / META_NAME
+    if path.exists():
+        return
+    meta = {
+        "name": run_dir.name,
+        "kind": "sweep",
+        "model": engine.name,
+        "dtype": engine.dtype,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine_info(),
+        "weight_bytes": engine.model.weight_bytes() if hasattr(engine.model, "weight_bytes") else None,
+        "sweep": config,
+        "workload_warnings": warnings,
+    }
+    write_json_atomic(path, meta)
+
+
+# ``specledger run --full`` runs the side experiments too, with these settings, into the same directory.
+FULL_SIDE_EXPERIMENTS: dict[str, Any] = {
+    "categories": ["code-edit", "dialogue"], "n": 4, "max_tokens": 96, "drafter": "ngram", "gamma": 4,
+    "static_gammas": [1, 2, 4, 6, 8], "policies": ["heuristic", "ema", "batch", "goodput"],
+    "concurrencies": [1, 2, 4, 8, 16, 32], "serving_drafters": "ngram:4,suffix:4,ngram:goodput",
+    "serving_max_tokens": 48, "repeats": 3, "contexts": [1024, 4096], "context_to_limit": True,
+    "context_concurrencies": [1, 4, 16], "context_sources": ["xsum", "agent", "padding"],
+}
+
+
+def run_side_experiments(engine: Any, run_dir: Path, seed: int, progress: Any, warn: Any,
+                         settings: dict[str, Any] | None = None) -> list[str]:
+    """Quantization four-way, γ policies and serving (concurrency, context up to the model's limit)
+    into ``run_dir``; an experiment whose JSON is already there is skipped (``--resume``), one that
+    an interrupted run left half-written is skipped with a warning. Returns the experiments run."""
+    from specledger.bench.policies import POLICY_EXPERIMENT, run_policies
+    from specledger.bench.quant4 import QUANT_EXPERIMENT, check_fresh, run_quantization
+    from specledger.bench.serving import SERVING_EXPERIMENT, run_serving
+    from specledger.rundir import POLICIES_JSON, QUANT_JSON, SERVING_JSON
+
+    cfg = {**FULL_SIDE_EXPERIMENTS, **(settings or {})}
+    items, warnings = load_sweep_items(cfg["categories"], cfg["n"], seed, None, engine.model.config.vocab_size)
+    for w in warnings:
+        warn(w)
+    contexts = list(cfg["contexts"])
+    if cfg.get("context_to_limit"):
+        contexts.append(min(engine.max_context, engine.model.config.max_seq_len) - cfg["serving_max_tokens"] - 64)
+    common = dict(max_tokens=cfg["max_tokens"], out_dir=run_dir, seed=seed, progress=progress)
+    jobs = [
+        (QUANT_EXPERIMENT, QUANT_JSON,
+         lambda: run_quantization(engine, items, drafter=cfg["drafter"], gamma=cfg["gamma"], **common)),
+        (POLICY_EXPERIMENT, POLICIES_JSON,
+         lambda: run_policies(engine, items, drafter=cfg["drafter"], static_gammas=cfg["static_gammas"],
+                              policies=cfg["policies"], **common)),
+        (SERVING_EXPERIMENT, SERVING_JSON,
+         lambda: run_serving(engine, items, drafters=parse_drafter_gammas(cfg["serving_drafters"]),
+                             concurrencies=cfg["concurrencies"], context_lengths=sorted(set(contexts)),
+                             max_tokens=cfg["serving_max_tokens"], out_dir=run_dir, seed=seed, progress=progress,
+                             repeats=cfg["repeats"], context_concurrencies=cfg["context_concurrencies"],
+                             context_sources=cfg["context_sources"])),
+    ]
+    ran = []
+    for name, json_name, job in jobs:
+        if (run_dir / json_name).exists():
+            continue
+        try:
+            check_fresh(run_dir, name)
+        except SpecLedgerError:
+            warn(f"{run_dir} holds part of an interrupted {name!r} experiment; skipped it -- run "
+                 f"`specledger sweep --experiment {name} --out NEW_DIR` to measure it again")
+            continue
+        job()
+        ran.append(name)
+    return ran
