@@ -306,3 +306,25 @@ def test_report_shows_the_simulated_section(run_dir, capsys):
     for div in ('id="simulate-table"', 'id="plot-simulate-throughput"', 'id="plot-simulate-crossover-map"'):
         assert div in text
     assert "not measured" in text
+
+
+@pytest.mark.parametrize("policy", ["heuristic", "ema", "goodput", "batch"])
+def test_policies_from_the_engine_drive_gamma(policy):
+    t = table()
+    m = simulate(t, closed_loop(4), 30, LinearCost(), policy,
+                 config=ServerConfig(4, kv_budget_tokens=700)).metrics()
+    assert m["requests"] == 30 and m["el"] >= 1.0
+    assert m["acceptance_rate"] is not None or policy == "batch"
+
+
+def test_cli_policy_only_and_roofline(run_dir, tmp_path, capsys):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+                               "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+                               "torch_dtype": "bfloat16"}))
+    code, out, err = _cli(["simulate", "--from", str(run_dir), "--concurrency", "2", "--gamma", "goodput",
+                           "--hardware", "h200", "--model-config", str(cfg), "--requests", "20", "--json"], capsys)
+    assert code == 0, err
+    points = json.loads(out)
+    assert [p["setting"] for p in points] == ["plain", "ngram γ=goodput"]
+    assert points[0]["throughput_tok_s"] > 0

@@ -131,7 +131,7 @@ def simulate(
     ctx_list = _csv(contexts, int, "--contexts", "512,2048,8192")
     run = load_run(from_)
     cost = resolve_cost(run, profile, hardware, model_config, eff_memory, eff_compute)
-    table, _ = acceptance_table(run.records, drafter, max(16, *[g for g in gammas if isinstance(g, int)]))
+    table, _ = acceptance_table(run.records, drafter, max([16, *[g for g in gammas if isinstance(g, int)]]))
     if acceptance != "spread":
         table = table.mean_only(deterministic=acceptance == "deterministic")
     if context is not None:

@@ -97,6 +97,7 @@ class Replica:
         self.waiting: deque[int] = deque()
         self.run = {f: np.zeros(0, dtype=np.float64 if f == "last" else np.int64) for f in _FIELDS}
         self.policies: list[Any] | None = None if plan.vectorised else []
+        self._parked: dict[int, Any] = {}  # policies of preempted requests
         self._prefill: dict[int, float] = {}
         self._kv_blocks = (None if cfg.kv_budget_tokens is None
                            else max(1, cfg.kv_budget_tokens // cfg.block_size))
@@ -177,7 +178,8 @@ class Replica:
         return t, finished
 
     def _policy_for(self, rid: int) -> Any:
-        return self.plan.new_policy()
+        """The request's policy: kept across a preemption (as the engine keeps it), new on first admission."""
+        return self._parked.pop(rid, None) or self.plan.new_policy()
 
     # ----------------------------------------------------------------------------------------
     def step(self) -> list[int]:
@@ -309,6 +311,7 @@ class Replica:
         for f in _FIELDS:
             run[f] = run[f][:keep_n]
         if self.policies is not None:
+            self._parked.update(zip(gone.tolist(), self.policies[keep_n:]))
             self.policies = self.policies[:keep_n]
 
 
