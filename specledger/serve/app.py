@@ -32,6 +32,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from specledger.engine.decode import Emitted
 from specledger.engine.policy import POLICIES, AcceptanceChain, GammaPolicy, make_policy
@@ -194,7 +195,7 @@ class Service:
         except SpecLedgerError as exc:
             raise RequestError(str(exc)) from None
         except Exception:  # the tokenizer or chat template rejected the user's text
-            log.warning("cannot encode a prompt", exc_info=True)
+            log.debug("cannot encode a prompt", exc_info=True)  # the client's input: not the server's problem
             raise RequestError("cannot encode the prompt with this model's tokenizer; check the text") from None
         if self.vocab_size is not None and any(not 0 <= t < self.vocab_size for t in ids):
             raise RequestError(f"the prompt encodes to token ids outside the model's vocabulary ({self.vocab_size})")
@@ -282,7 +283,10 @@ class Service:
 
     async def handle(self, request: Request, kind: Kind) -> Response:
         try:
-            raw = await request.body()
+            try:
+                raw = await request.body()
+            except ClientDisconnect:  # the client left before its body was in: nobody to answer
+                return Response(status_code=CLIENT_CLOSED)
             try:
                 payload = json.loads(raw)
             except (ValueError, RecursionError):
