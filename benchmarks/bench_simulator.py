@@ -64,6 +64,12 @@ def print_validation(res: dict) -> None:
             inside[m] += bool(v["within"])
             cells.append(f"{fmt(v['real']):>9} / {fmt(v['sim']):>9} ({100 * v['error']:+6.1f}% {mark})")
         print(f"{p['load']:>3} {p['setting']:<11}" + "".join(f" | {c:>31}" for c in cells))
+    print("\nITL P99 / TPOT P50 (ms) real vs per-request chains vs mean-only (E[K] every round, inference-sim's model):")
+    for p in res["points"]:
+        if p.get("itl_p99_ms_mean_only") is not None:
+            print(f"  c={p['load']:>3} {p['setting']:<11} ITL P99 {fmt(p['itl_p99_ms']['real'])} / "
+                  f"{fmt(p['itl_p99_ms']['sim'])} / {fmt(p['itl_p99_ms_mean_only'])}   TPOT P50 "
+                  f"{fmt(p['tpot_p50_ms']['real'])} / {fmt(p['tpot_p50_ms']['sim'])} / {fmt(p['tpot_p50_ms_mean_only'])}")
     n = len(res["points"])
     print("within tolerance: " + ", ".join(f"{names[m]} {inside[m]}/{n} (±{100 * TOLERANCE[m]:.0f}%)"
                                           for m in METRICS))

@@ -11,6 +11,8 @@ Real figures per repeat: throughput = that repeat's tokens / wall (``serving.jso
 and chunk ITL P99 from its records (:func:`specledger.analysis.metrics.latency_stats`). Each side's
 figure is the mean over repeats; error = (simulated - real) / real. Crossover per load: the smallest
 γ whose speed-up over plain at that load is below 1 (None: speculation paid at every γ measured).
+Beside each speculative point: the ITL P99 and TPOT P50 of the mean-only model (every request the
+pooled chain, E[K] committed every round -- inference-sim's), to show what the spread adds.
 """
 
 from __future__ import annotations
@@ -98,7 +100,13 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 4, max_gamma: int = 
             sims = [simulate(table, closed_loop(int(load)), n, costs[r], gamma, drafter,
                              ServerConfig(max_num_seqs=int(load)), order=order, seed=s, jitter=jitter).metrics()
                     for s in range(seeds)]
-            per_sim.append({m: float(np.mean([s[m] for s in sims])) for m in (*METRICS, "preemptions")})
+            sim = {m: float(np.mean([s[m] for s in sims])) for m in (*METRICS, "preemptions")}
+            if drafter != "none":  # the inference-sim model: the mean chain, E[K] every round
+                det = simulate(table.mean_only(deterministic=True), closed_loop(int(load)), n, costs[r], gamma,
+                               drafter, ServerConfig(max_num_seqs=int(load)), order=order, seed=0).metrics()
+                sim["itl_p99_ms_mean_only"] = det["itl_p99_ms"]
+                sim["tpot_p50_ms_mean_only"] = det["tpot_p50_ms"]
+            per_sim.append(sim)
         if not per_real:
             continue
         row: dict[str, Any] = {"kind": kind, "load": load, "setting": setting, "drafter": drafter, "gamma": gamma,
@@ -108,6 +116,9 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 4, max_gamma: int = 
             sim = float(np.mean([x[m] for x in per_sim]))
             row[m] = {"real": real, "sim": sim, "error": (sim - real) / real if real else None,
                       "within": abs(sim - real) <= TOLERANCE[m] * abs(real) if real else None}
+        for m in ("itl_p99_ms_mean_only", "tpot_p50_ms_mean_only"):
+            vals = [x[m] for x in per_sim if x.get(m) is not None]
+            row[m] = float(np.mean(vals)) if vals else None
         rows.append(row)
     _speedups(rows)
     return {"points": rows, "crossover": crossovers(rows), "cost_source": {r: c.source for r, c in costs.items()},
