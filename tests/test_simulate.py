@@ -328,3 +328,60 @@ def test_cli_policy_only_and_roofline(run_dir, tmp_path, capsys):
     points = json.loads(out)
     assert [p["setting"] for p in points] == ["plain", "ngram γ=goodput"]
     assert points[0]["throughput_tok_s"] > 0
+
+
+def _serving_run(tmp_path: Path) -> Path:
+    """A small synthetic serving sweep: concurrency 1 and 2, plain and ngram γ=2, two repeats."""
+    from specledger.engine.trace import RequestRecord, RoundRecord
+
+    rng = np.random.default_rng(0)
+    prompts = ["a", "b", "c", "d"]
+    recs, points = [], []
+    for c in (1, 2):
+        for setting, g in (("plain", 0), ("ngram γ=2", 2)):
+            walls = []
+            for rep in range(2):
+                t_total = 0.0
+                for i in range(max(2 * c, 4)):
+                    rds, t = [], 0.05
+                    times = [t]
+                    while len(times) < 24:
+                        k = int(rng.integers(0, g + 1)) if g else 0
+                        dt = 0.02 + 0.004 * (g + 1) + rng.normal(0, 1e-4)
+                        rds.append(RoundRecord("ngram" if g else "none", g, g, k, k + 1, False, 1e-5, dt, 1e-4,
+                                               100 + len(times), 1))
+                        t += dt
+                        times += [t] * (k + 1)
+                    times = times[:24]
+                    recs.append(RequestRecord(f"r{c}{setting}{rep}{i}", "ngram" if g else "none", g, 0.0, 1.0, 0, 0,
+                                              100, 24, "", [], "length", 0.05, times[0], times[-1], times,
+                                              [1] * 24, rds, "code", prompts[i % 4],
+                                              extra={"experiment": "serving", "kind": "concurrency", "load": c,
+                                                     "setting": setting, "repeat": rep}))
+                    t_total += times[-1]
+                walls.append(t_total / c)
+            points.append({"kind": "concurrency", "load": c, "setting": setting,
+                           "repeats": [{"wall_s": w} for w in walls]})
+    (tmp_path / "traces.jsonl").write_text("".join(r.to_json() + "\n" for r in recs), encoding="utf-8")
+    (tmp_path / "serving.json").write_text(json.dumps({"prompts": prompts, "concurrency": points}))
+    return tmp_path
+
+
+def test_validation_against_a_serving_run_compares_every_point(tmp_path):
+    from specledger.simulate.profile import fit_serving_cost, load_cost
+    from specledger.simulate.source import load_run
+    from specledger.simulate.validate import validate
+
+    run = load_run(_serving_run(tmp_path))
+    res = validate(run, seeds=2)
+    assert len(res["points"]) == 4
+    for p in res["points"]:
+        for m in ("throughput_tok_s", "tpot_p50_ms", "ttft_p50_ms", "itl_p99_ms"):
+            assert p[m]["real"] > 0 and p[m]["sim"] > 0 and p[m]["error"] is not None
+    assert {c["load"] for c in res["crossover"]} == {1, 2}
+    assert all("other than" in s for s in res["cost_source"].values())  # leave-one-repeat-out
+    cost = fit_serving_cost(run.serving_records())
+    (tmp_path / "profile.json").write_text(json.dumps(cost.to_dict()))
+    again = load_cost(tmp_path / "profile.json")
+    assert again.step_s(8, 2, 100) == pytest.approx(cost.step_s(8, 2, 100))
+    assert cost.step_s(8, 2, 100) >= cost.step_s(2, 2, 100)
