@@ -40,6 +40,7 @@ def run(
 ) -> None:
     """Run plain decoding and every drafter over real workloads; write traces, report.html, summary.json and the verdict."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -97,7 +98,8 @@ def run(
         def progress(done: int, total: int, label: str) -> None:
             bar.update(task, completed=done, total=total, description=label[:48].ljust(48))
 
-        run_plan(run_dir, plan, engine, resume=resume is not None, progress=progress)
+        run_plan(run_dir, plan, engine, resume=resume is not None, progress=progress,
+                 on_warning=lambda w: console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False))
         if plan.side_experiments:  # --full: quantization four-way, gamma policies, serving under load
             from specledger.bench.sweep import run_side_experiments
 

@@ -170,8 +170,11 @@ def run(
     engine: Any,
     resume: bool = False,
     progress: Callable[[int, int, str], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> Path:
-    """Execute (or continue) the plan into ``run_dir``; returns the trace path."""
+    """Execute (or continue) the plan into ``run_dir``; returns the trace path. ``on_warning`` hears
+    each workload warning (a bad JSONL line, a prompt over the budget) as the run starts; run.json
+    keeps them too."""
     from specledger.engine.drafters.registry import make_drafter
     from specledger.engine.sampling import SamplingParams
 
@@ -190,6 +193,10 @@ def run(
             continue
         encoded[it.id] = ids
     by_id = {it.id: it for it in items if it.id in encoded}
+    if on_warning is not None:
+        path = str(plan.workload_file or "")
+        for message in warnings + [f"skipped {m}" for m in skipped]:
+            on_warning(message if path and message.startswith(path) else f"workload {path}: {message}".replace(" :", ":"))
     require(bool(by_id), "no workload item fits the prompt budget; raise --max-prompt-tokens")
 
     # One drafter instance per setting (drafter, gamma, temperature): a cross-request drafter

@@ -1,0 +1,43 @@
+"""Issue 12 item 7: workload warnings (bad JSONL lines, prompts over the budget) are printed on the
+console by ``specledger run``, not only stored in run.json."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from specledger.engine.decode import Engine
+from tests.conftest import CharLoaded, CharTokenizer, tiny_model
+
+
+def test_run_prints_workload_warnings_on_the_console(tmp_path, monkeypatch) -> None:
+    import typer
+
+    import specledger.engine.cli as engine_cli
+    from specledger.bench.cli import run
+
+    workload = tmp_path / "w.jsonl"
+    lines = [json.dumps({"id": "a", "prompt": "abcabcabcabc def", "category": "copy"}), "not json [x]",
+             json.dumps({"id": "a", "prompt": "duplicate", "category": "copy"}),
+             json.dumps({"id": "long", "prompt": "ab" * 300, "category": "copy"})]
+    workload.write_text("\n".join(lines) + "\n")
+
+    def tiny_engine(target=None, dtype="auto"):
+        e = Engine(tiny_model(2), tokenizer=CharTokenizer(), max_context=512, name="tiny", dtype="float32")
+        e.loaded = CharLoaded()
+        return e
+
+    monkeypatch.setattr(engine_cli, "build_engine", tiny_engine)
+    app = typer.Typer()
+    app.command()(run)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["--workload", str(workload), "--out", str(out), "--drafters", "ngram",
+                                      "--gammas", "2", "--temperatures", "0", "--max-tokens", "4"])
+    assert result.exit_code == 0, result.output
+    printed = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert any("line 2: invalid JSON" in line and str(workload) in line for line in printed), result.output
+    assert any("line 3: duplicate id 'a'" in line for line in printed), result.output
+    assert any("skipped long: prompt of 600 tokens" in line for line in printed), result.output
+    meta = json.loads((out / "run.json").read_text())
+    assert len(meta["workload_warnings"]) == 2 and len(meta["skipped_prompts"]) == 1
