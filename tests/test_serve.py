@@ -380,6 +380,7 @@ def test_robustness_storm_keeps_serving_and_leaks_no_slots() -> None:
 
         # server alive; gauges back to 0 (the worker finishes the round it is in, then stops)
         assert wait_idle(client), "running/waiting gauges did not return to 0"
+        assert service.queue.taken == 0  # every place the worker took was given back
         assert client.get("/health").status_code == 200
         after = scrape(client)
         # every counted draft round is in a finished record or in an aborted request's rounds
@@ -796,6 +797,7 @@ def test_a_burst_is_admitted_up_to_queue_plus_batch() -> None:
         assert done.is_set() and wait_idle(client)
     statuses = Counter(r.status_code for r in replies)
     assert statuses == {200: 6, 429: 4}, statuses
+    assert app.state.service.queue.taken == 0
     for body, reply in zip(bodies, replies):
         if reply.status_code == 200:
             assert reply.json()["choices"][0]["text"] == solo_greedy(body["prompt"], 6, ignore_eos=True).text

@@ -29,7 +29,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import threading
 import time
@@ -38,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from specledger.engine.batch import BatchEngine, BatchRequest, BatchScheduler
+from specledger.engine.batch import BatchEngine, BatchRequest, BatchScheduler, RequestFailed
 from specledger.engine.decode import Emitted
 from specledger.engine.drafters.base import Drafter
 from specledger.engine.policy import GammaPolicy
@@ -51,22 +50,6 @@ log = logging.getLogger("specledger.serve")
 
 #: what a client hears when the engine failed on its request (details stay in the server log)
 INTERNAL_FAILURE = "the server failed while generating this request; other requests were not affected"
-
-
-def _engine_type(name: str) -> type | None:
-    """``name`` from the engine's request modules, if it is defined there (``RequestFailed``:
-    a request ended alone by an exception in its own drafting / verify / sampling / prefill)."""
-    for module in ("specledger.engine.batch", "specledger.engine.request"):
-        try:
-            found = getattr(importlib.import_module(module), name, None)
-        except ImportError:
-            continue
-        if isinstance(found, type):
-            return found
-    return None
-
-
-RequestFailed = _engine_type("RequestFailed")
 
 
 @dataclass(slots=True)
@@ -325,7 +308,7 @@ class EngineWorker:
                 self.metrics.observe_finish(reason, (entry.last_chunk or now) - job.arrival)
                 self.records.append(event)
                 self._end(ticket, event)
-            elif RequestFailed is not None and isinstance(event, RequestFailed):
+            elif isinstance(event, RequestFailed):
                 log.error("request %s failed alone: %s", job.request_id, getattr(event, "error", event),
                           exc_info=getattr(event, "exception", None))
                 self._end(ticket, JobFailed())
