@@ -280,8 +280,8 @@ class EngineWorker:
 
     def _end(self, ticket: int, final: RequestRecord | JobFailed | JobCancelled) -> None:
         """The job leaves the batch (so the gauge is never stale), then its client hears of the end."""
+        self.queue.done()  # first: once the running gauge reads 0, every place is given back
         entry = self.active.pop(ticket)
-        self.queue.done()
         if not isinstance(final, RequestRecord):
             self.aborted_rounds.extend(entry.rounds)
         if isinstance(final, JobFailed):
