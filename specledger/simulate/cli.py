@@ -126,9 +126,13 @@ def simulate(
     require(block_size >= 1, "--block-size must be >= 1")
     require(acceptance in ("spread", "mean", "deterministic"), "--acceptance must be spread, mean or deterministic")
     require(context is None or context >= 1, "--context must be >= 1 tokens")
+    slo = SLO(slo_ttft_p99_ms, slo_tpot_p50_ms)
+    planning = slo.ttft_p99_ms is not None or slo.tpot_p50_ms is not None
+    require(not planning or bool(rates), "a capacity plan (--slo-*) needs --rate (the request rates to plan for)")
     gammas = _gammas(gamma)
     make_router(router)
     ctx_list = _csv(contexts, int, "--contexts", "512,2048,8192")
+    require(not ctx_list or bool(concs), "a crossover map (--contexts) needs --concurrency levels")
     run = load_run(from_)
     cost = resolve_cost(run, profile, hardware, model_config, eff_memory, eff_compute)
     table, _ = acceptance_table(run.records, drafter, max([16, *[g for g in gammas if isinstance(g, int)]]))
@@ -171,15 +175,12 @@ def simulate(
                    "block_size": block_size, "chunked_prefill": chunked_prefill, "reserve_gamma": reserve_gamma},
         "points": points, "simulated_s": elapsed,
     }
-    slo = SLO(slo_ttft_p99_ms, slo_tpot_p50_ms)
-    if slo.ttft_p99_ms is not None or slo.tpot_p50_ms is not None:
-        require(bool(rates), "a capacity plan needs --rate (the request rates to plan for)")
+    if planning:
         cfg = ServerConfig(max_num_seqs or 256, max_batched_tokens, kv_budget, block_size, chunked_prefill,
                            reserve_gamma)
         doc["capacity_plan"] = capacity_plan(table, rates, slo, cost, settings, cfg, n_requests=requests,
                                              route=router, seed=seed)
     if ctx_list:
-        require(bool(concs), "a crossover map (--contexts) needs --concurrency levels")
         cfg = ServerConfig(max_num_seqs or 1, max_batched_tokens, kv_budget, block_size, chunked_prefill,
                            reserve_gamma)
         doc["crossover_map"] = crossover_map(table, concs, ctx_list, cost, settings, cfg,
