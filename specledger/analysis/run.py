@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from specledger.analysis.cost_fit import best_gamma, fit_cost_model, predict_gamma_curve, verify_points
+from specledger.analysis.cost_fit import best_gamma, fit_cost_model, verify_points
 from specledger.analysis.metrics import all_rounds, baseline_t0, latency_stats, round_stats, totals
 from specledger.analysis.reconcile import reconcile, reconciliation_sentences, why_sentences
 from specledger.analysis.scenario import (
@@ -112,7 +112,14 @@ def peak_memory_bytes(records: Iterable[RequestRecord]) -> float | None:
 def optimal_gamma(
     scenarios: Sequence[dict], groups: dict[ScenarioKey, list[RequestRecord]], models: dict
 ) -> list[dict[str, object]]:
-    """Predicted vs measured best γ per (category, temperature, drafter)."""
+    """Predicted vs measured best γ per (category, temperature, drafter). The predicted curve is the
+    end-to-end performance model's (:mod:`specledger.predict.gamma`: monotone costs, per-request
+    chains, prefill and boundary rounds), not a decode-only extrapolation. ``predicted_best_gamma`` is the
+    argmax over the whole predicted range (``agree``: equal to the measured best), and
+    ``predicted_best_gamma_among_run`` the argmax over the γ's the run measured (and plain decoding)."""
+    from specledger.predict.gamma import end_to_end_curves
+
+    curves = end_to_end_curves(r for recs in groups.values() for r in recs)
     by_drafter: dict[tuple, list[ScenarioKey]] = defaultdict(list)
     for key in groups:
         if not key.is_baseline:
@@ -121,20 +128,16 @@ def optimal_gamma(
     out = []
     for (cat, temp, drafter), keys in by_drafter.items():
         base = groups.get(ScenarioKey(cat, temp, "none", 0))
-        model = models.get(drafter)
-        if not base or model is None:
+        curve = curves.get((cat, float(temp), drafter))
+        if not base or not curve:
             continue
-        rounds = [rd for k in keys for rd in all_rounds(groups[k])]
         static = sorted(k.gamma for k in keys if isinstance(k.gamma, int))
-        t0 = baseline_t0(base)
-        if not math.isfinite(t0):
-            continue
-        curve = predict_gamma_curve(model, rounds, t0, max_gamma=max(static) if static else None)
         points = [(g, measured.get((cat, temp, drafter, g))) for g in static]
         points = [(g, s) for g, s in points if s is not None and math.isfinite(s)]
         measured_best = max(points, key=lambda p: p[1]) if points else None
         m_best = (measured_best[0] if measured_best[1] > 1.0 else 0) if measured_best else None
-        p_best = best_gamma(curve)
+        p_best = best_gamma(curve)  # over the whole predicted range: the recommendation
+        p_best_run = best_gamma([p for p in curve if p["gamma"] == 0 or p["gamma"] in static])
         out.append(
             {
                 "category": cat,
@@ -143,6 +146,7 @@ def optimal_gamma(
                 "curve": curve,
                 "measured": [{"gamma": g, "speedup": s} for g, s in points],
                 "predicted_best_gamma": p_best,
+                "predicted_best_gamma_among_run": p_best_run,
                 "measured_best_gamma": m_best,
                 "agree": (p_best == m_best) if m_best is not None else None,
             }

@@ -33,15 +33,7 @@ from typing import Any
 import numpy as np
 
 from specledger.predict.acceptance import AcceptanceModel, RequestChain
-from specledger.predict.costmodel import (
-    DRAFT_TERMS,
-    FORWARD_TERMS,
-    OTHER_TERMS,
-    CostModel,
-    draft_features,
-    forward_features,
-    other_features,
-)
+from specledger.predict.costmodel import DRAFT_TERMS, FORWARD_TERMS, OTHER_TERMS, CostModel
 
 N_F, N_D, N_O = len(FORWARD_TERMS), len(DRAFT_TERMS), len(OTHER_TERMS)
 
@@ -62,10 +54,6 @@ def round_distribution(gamma: int, a: Sequence[float], f: Sequence[float]) -> np
     return joint
 
 
-def _vec(x: dict[str, float], terms: Sequence[str]) -> np.ndarray:
-    return np.array([x[t] for t in terms])
-
-
 def expected_features(
     gamma: int,
     a: Sequence[float],
@@ -76,41 +64,35 @@ def expected_features(
     max_tokens: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Expected summed (forward, draft, other) feature vectors over a request's rounds, and the expected
-    number of rounds (see module docstring). ``a`` and ``f`` need ``gamma`` positions."""
+    number of rounds (see module docstring). ``a`` and ``f`` need ``gamma`` positions.
+
+    Per state the features are exact expectations (every feature is linear in p, [p > 0] or L at a
+    fixed context): forward [1, Pr(p>0), E[p], 0, c, E[p]·c], draft [1, g, c, g·c] (0 when g = 0),
+    other [1, E[L], c]."""
     n_tot = int(round_tokens)
     m = int(max_tokens) if max_tokens is not None else prefill_tokens + n_tot
-    dists: dict[int, np.ndarray] = {}
-    vf = np.zeros((n_tot + 1, N_F))
-    vd = np.zeros((n_tot + 1, N_D))
-    vo = np.zeros((n_tot + 1, N_O))
-    vr = np.zeros(n_tot + 1)
+    cache: dict[int, tuple[float, float, np.ndarray]] = {}
+    v = np.zeros((n_tot + 1, N_F + N_D + N_O + 1))  # [forward | draft | other | rounds]
+    ks = np.arange(max(gamma, 0) + 1)
     for n in range(1, n_tot + 1):
         done = prefill_tokens + n_tot - n
         c = float(prompt_tokens + done)
         g = max(min(gamma, m - done - 1), 0)
-        if g not in dists:
-            dists[g] = round_distribution(g, a, f)
-        joint = dists[g]
-        pr_p = joint.sum(axis=1)
-        xf = sum(pr_p[p] * _vec(forward_features(p + 1, 1, c), FORWARD_TERMS) for p in range(g + 1))
-        xd = _vec(draft_features(g, c), DRAFT_TERMS) if g > 0 else np.zeros(N_D)
-        pr_l = joint.sum(axis=0)  # Pr(K = k)
-        xo = np.zeros(N_O)
-        fut_f, fut_d, fut_o, fut_r = np.zeros(N_F), np.zeros(N_D), np.zeros(N_O), 0.0
-        for k in range(g + 1):
-            if pr_l[k] == 0:
-                continue
-            lc = min(k + 1, n)
-            xo += pr_l[k] * _vec(other_features(lc, c), OTHER_TERMS)
-            fut_f += pr_l[k] * vf[n - lc]
-            fut_d += pr_l[k] * vd[n - lc]
-            fut_o += pr_l[k] * vo[n - lc]
-            fut_r += pr_l[k] * vr[n - lc]
-        vf[n] = xf + fut_f
-        vd[n] = xd + fut_d
-        vo[n] = xo + fut_o
-        vr[n] = 1.0 + fut_r
-    return vf[n_tot], vd[n_tot], vo[n_tot], float(vr[n_tot])
+        if g not in cache:
+            joint = round_distribution(g, a, f)
+            pr_p = joint.sum(axis=1)
+            cache[g] = (float(pr_p[1:].sum()), float(pr_p @ np.arange(g + 1)), joint.sum(axis=0))
+        p_any, e_p, pr_k = cache[g]
+        lc = np.minimum(ks[: g + 1] + 1, n)
+        x = np.zeros(N_F + N_D + N_O + 1)
+        x[:N_F] = (1.0, p_any, e_p, 0.0, c, e_p * c)
+        if g > 0:
+            x[N_F:N_F + N_D] = (1.0, g, c, g * c)
+        x[N_F + N_D:N_F + N_D + N_O] = (1.0, float(pr_k @ lc), c)
+        x[-1] = 1.0
+        v[n] = x + pr_k @ v[n - lc]
+    out = v[n_tot]
+    return out[:N_F], out[N_F:N_F + N_D], out[N_F + N_D:N_F + N_D + N_O], float(out[-1])
 
 
 @dataclass
@@ -120,6 +102,7 @@ class RequestPlan:
     prompt_id: str
     prompt_tokens: int
     output_tokens: int
+    round_tokens: int
     drafter: str
     forward: np.ndarray
     draft: np.ndarray
@@ -127,8 +110,13 @@ class RequestPlan:
     rounds: float
 
     def seconds(self, cost: CostModel) -> float:
-        t = cost.prefill_s(self.prompt_tokens) + cost.begin_s(self.drafter, self.prompt_tokens)
-        t += float(np.dot(cost.forward.coef, self.forward))
+        """T = T_p(P) + T_b(P) + Σ rounds."""
+        return cost.prefill_s(self.prompt_tokens) + cost.begin_s(self.drafter, self.prompt_tokens) + \
+            self.round_seconds(cost)
+
+    def round_seconds(self, cost: CostModel) -> float:
+        """Expected seconds of all the request's rounds (draft + verify + other)."""
+        t = float(np.dot(cost.forward.coef, self.forward))
         dpart = cost.draft.get(self.drafter)
         if dpart is not None and self.drafter != "none":
             t += float(np.dot(dpart.coef, self.draft))
@@ -160,7 +148,8 @@ def plan_request(req: RequestChain, drafter: str, gamma: int, acc: AcceptanceMod
     else:
         a, f = [0.0] * max(gamma, 1), [0.0] * max(gamma, 1)
     vf, vd, vo, r = expected_features(gamma, a, f, req.prompt_tokens, n_rounds_tok, e, m)
-    return RequestPlan(req.prompt_id, req.prompt_tokens, n_out, drafter if gamma > 0 else "none", vf, vd, vo, r)
+    return RequestPlan(req.prompt_id, req.prompt_tokens, n_out, n_rounds_tok, drafter if gamma > 0 else "none",
+                       vf, vd, vo, r)
 
 
 @dataclass
@@ -218,6 +207,7 @@ def predict_category(
     tp = np.array([p.seconds(cost) for p in plain])
     s = float(tp.sum() / ts.sum()) if ts.sum() > 0 else math.nan
     tps = float(tokens.sum() / ts.sum()) if ts.sum() > 0 else math.nan
+    n_rounds = sum(p.rounds for p in spec)
     rng = np.random.default_rng(seed)
     s_draws, v_draws = [], []
     for _ in range(n_boot):
@@ -242,7 +232,11 @@ def predict_category(
         rounds_per_request=float(np.mean([p.rounds for p in spec])),
         assumption=acc.assumption,
         cost_source=cost.source,
-        extra={"predicted_plain_tokens_per_s": float(tokens.sum() / tp.sum()) if tp.sum() > 0 else None},
+        extra={
+            "predicted_plain_tokens_per_s": float(tokens.sum() / tp.sum()) if tp.sum() > 0 else None,
+            "el": sum(p.round_tokens for p in spec) / n_rounds if n_rounds > 0 else None,
+            "t_round_ms": 1e3 * sum(p.round_seconds(cost) for p in spec) / n_rounds if n_rounds > 0 else None,
+        },
     )
 
 
@@ -256,3 +250,17 @@ def predict_run(cost: CostModel, acc: AcceptanceModel, drafter: str, gamma: int,
         if p is not None:
             out.append(p)
     return out
+
+
+def gamma_curve(cost: CostModel, acc: AcceptanceModel, category: str, drafter: str, max_gamma: int,
+                chains: Sequence[RequestChain] | None = None) -> list[dict[str, Any]]:
+    """Predicted end-to-end S(γ) for γ = 0..max_gamma (γ = 0: plain decoding, S = 1), with E[L] per round
+    and the mean round time; positions beyond the measured ones follow ``acc.assumption``."""
+    curve: list[dict[str, Any]] = []
+    for g in range(0, max_gamma + 1):
+        p = predict_category(cost, acc, category, drafter, g, chains=chains, n_boot=0)
+        if p is None:
+            break
+        curve.append({"gamma": g, "el": p.extra["el"], "t_round_ms": p.extra["t_round_ms"],
+                      "speedup": p.predicted_speedup})
+    return curve

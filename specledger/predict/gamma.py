@@ -1,0 +1,50 @@
+"""The optimal γ a run's end-to-end model predicts, per (category, temperature, drafter).
+
+S(γ) for γ = 0..Γ is :func:`specledger.predict.predict.gamma_curve`: the run's monotone cost model
+(fitted over every solo round of that temperature) priced over each request's expected rounds under
+its own acceptance chain, prefill and boundary rounds included, so a round never costs less than a
+plain step and S(γ) is an end-to-end speed-up. Γ = min(16, max(8, 2·largest γ run)); positions
+beyond the measured ones follow the acceptance model's stated assumption.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from specledger.engine.trace import RequestRecord
+from specledger.predict.acceptance import AcceptanceModel
+from specledger.predict.costmodel import fit_cost_model
+from specledger.predict.predict import gamma_curve
+
+
+def infer_max_tokens(records: Iterable[RequestRecord]) -> int | None:
+    """The run's output budget as its records show it: the longest output cut by length (None if none was)."""
+    cut = [r.output_tokens for r in records if r.stop_reason == "length"]
+    return max(cut) if cut else None
+
+
+def end_to_end_curves(records: Iterable[RequestRecord]) -> dict[tuple[str, float, str], list[dict[str, Any]]]:
+    """{(category, temperature, drafter): predicted S(γ) curve} over solo, static-γ records."""
+    by_temp: dict[float, list[RequestRecord]] = defaultdict(list)
+    for r in records:
+        if isinstance(r.gamma, int) and all(rd.batch_size <= 1 for rd in r.rounds):
+            by_temp[float(r.temperature)].append(r)
+    out: dict[tuple[str, float, str], list[dict[str, Any]]] = {}
+    for temp, recs in by_temp.items():
+        if not any(r.drafter == "none" for r in recs) or not any(r.drafter != "none" for r in recs):
+            continue
+        cost = fit_cost_model(recs, n_boot=0)
+        acc = AcceptanceModel.from_records(recs)
+        max_tokens = infer_max_tokens(recs)
+        for cat in acc.categories():
+            for drafter in acc.drafters():
+                chains = acc.requests(cat, drafter)
+                if not chains:
+                    continue
+                for c in chains:
+                    c.max_tokens = max_tokens if c.max_tokens is None else c.max_tokens
+                top = max(g for c in chains for g in c.gammas)
+                out[(cat, temp, drafter)] = gamma_curve(cost, acc, cat, drafter, min(16, max(8, 2 * top)), chains)
+    return out
