@@ -211,8 +211,8 @@ class Service:
         )
         if not self.queue.offer(job):
             raise RequestError(
-                f"the server is busy ({self.queue.maxsize} waiting and {self.max_batch} decoding is its limit); "
-                f"retry after {self.retry_after_s} s",
+                f"the server is busy: it holds at most {self.max_batch} decoding and {self.queue.maxsize} waiting "
+                f"requests; retry after {self.retry_after_s} s",
                 status=429, kind="rate_limit_error", code="queue_full",
                 headers={"Retry-After": str(self.retry_after_s)},
             )
