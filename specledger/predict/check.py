@@ -142,3 +142,37 @@ def run_prediction_check(records: Iterable[RequestRecord], meta: dict[str, Any] 
     """:func:`leave_one_gamma_out` of a run directory's records, with the run's max_tokens from ``run.json``."""
     max_tokens = ((meta or {}).get("config") or {}).get("max_tokens")
     return leave_one_gamma_out(records, max_tokens if isinstance(max_tokens, int) else None)
+
+
+def scenario_predictions(records: Iterable[RequestRecord], check: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
+    """{(category, temperature, drafter, gamma): {"speedup", "kind"}}: the end-to-end model's speed-up of
+    every measured static-γ setting of the check's temperature — held out (fitted without that γ, from
+    ``check``) where the drafter ran two or more γ's, in sample (fitted on everything) otherwise."""
+    recs = usable(records)
+    if not recs:
+        return {}
+    temp = float(recs[0].temperature)
+    out: dict[tuple, dict[str, Any]] = {}
+    for r in check.get("rows", []):
+        out[(r["category"], temp, r["drafter"], r["gamma"])] = {"speedup": r["predicted_speedup"], "kind": "held out"}
+    settings = {(r.category or "default", r.drafter, r.gamma) for r in recs if r.drafter != "none"}
+    missing = [s for s in settings if (s[0], temp, s[1], s[2]) not in out]
+    if not missing or not any(r.drafter == "none" for r in recs):
+        return out
+    cost = fit_cost_model(recs, n_boot=0)
+    acc = AcceptanceModel.from_records(recs)
+    from specledger.predict.gamma import infer_max_tokens
+
+    max_tokens = infer_max_tokens(recs)
+    plain_prompts: dict[str, set[str]] = defaultdict(set)
+    for r in recs:
+        if r.drafter == "none":
+            plain_prompts[r.category or "default"].add(_pid(r))
+    for cat, drafter, g in missing:
+        chains = [c for c in acc.requests(cat, drafter) if c.prompt_id in plain_prompts[cat] and g in c.gammas]
+        for c in chains:
+            c.max_tokens = max_tokens if c.max_tokens is None else c.max_tokens
+        p = predict_category(cost, acc, cat, drafter, g, chains=chains, n_boot=0) if chains else None
+        if p is not None:
+            out[(cat, temp, drafter, g)] = {"speedup": p.predicted_speedup, "kind": "in sample"}
+    return out

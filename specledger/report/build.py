@@ -16,7 +16,7 @@ from specledger.analysis.scenario import baseline_key, group_scenarios
 from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
 from specledger.gates import GATES, NOT_ASSESSED, SLO, evaluate_gates, load_slo, verdicts
-from specledger.predict.check import run_prediction_check
+from specledger.predict.check import run_prediction_check, scenario_predictions
 from specledger.report.endpoints import endpoint_experiments
 from specledger.rundir import (
     ENDPOINT_FILES,
@@ -106,6 +106,8 @@ def summarize(
     all_records = list(records)
     records = main_records(all_records)
     analysis = analyze_run(records, n_resamples=n_resamples, seed=seed)
+    check = run_prediction_check(records, meta)
+    predicted = scenario_predictions(records, check)
     groups = group_scenarios(records)
     by_label = {k.label: k for k in groups}
     run_memory = _run_memory(meta)
@@ -114,6 +116,9 @@ def summarize(
         if s.get("memory_bytes") is None and run_memory is not None:
             s["memory_bytes"] = run_memory
         gates = evaluate_gates(s, groups[key], groups.get(baseline_key(key), []), slo)
+        pred = predicted.get((key.category, float(key.temperature), key.drafter, key.gamma))
+        s["predicted_speedup_e2e"] = pred["speedup"] if pred else None  # specledger.predict, end to end
+        s["prediction_kind"] = pred["kind"] if pred else None
         s["gates"] = {name: gates[name].to_dict() for name in GATES}
     return json_safe(
         {
@@ -126,7 +131,7 @@ def summarize(
             "experiments": dict(experiments or {}),
             "verdicts": verdicts(analysis["scenarios"], slo),
             **analysis,
-            "prediction_check": run_prediction_check(records, meta),
+            "prediction_check": check,
         }
     )  # type: ignore[return-value]
 

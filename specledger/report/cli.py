@@ -18,6 +18,14 @@ def _f(x: Any, digits: int = 2) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
 
+def _pred(s: dict[str, Any]) -> str:
+    """The end-to-end predicted S of a setting; ``*`` marks an in-sample figure."""
+    value = s.get("predicted_speedup_e2e")
+    if value is None:
+        return "n/a"
+    return f"{value:.3f}" + ("*" if s.get("prediction_kind") == "in sample" else "")
+
+
 def print_summary(summary: dict[str, Any], console: Console | None = None) -> None:
     """Compact table (one row per setting: S with CI, E[L], tok/s, round ms, gates) and the verdicts."""
     console = console or Console()
@@ -25,7 +33,7 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
     for col, justify in (
         ("setting", "left"),
         ("S [95% CI]", "right"),
-        ("pred S", "right"),
+        ("pred S (e2e)", "right"),
         ("E[L]", "right"),
         ("tok/s", "right"),
         ("round ms", "right"),
@@ -46,7 +54,6 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
         )
     for s in summary.get("scenarios", []):
         lo, hi = s.get("speedup_ci") or (None, None)
-        rec = s.get("reconciliation") or {}
         t0 = s.get("t0_ms")
         el = s["rounds"]["el_full"]
         gates = " ".join(
@@ -57,7 +64,7 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
         table.add_row(
             s["label"],
             speed,
-            _f(rec.get("predicted_speedup"), 3),
+            _pred(s),
             _f(el),
             _f(s["totals"]["tokens_per_s"], 1),
             _f(s["rounds"]["t_round_ms"]),
@@ -68,6 +75,8 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
     console.print(
         "[dim]gates: C correctness, Q quality, L latency, Cap capacity (✓ pass, ✗ fail, – not assessed)[/]"
     )
+    console.print("[dim]pred S: the end-to-end performance model (prefill and boundary rounds included), fitted "
+                  "without that γ; * in sample (the drafter ran one γ only)[/]")
     for v in summary.get("verdicts", []):
         head = f"deploy {v['drafter']} γ={v['gamma']}" if v["decision"] == "deploy" else "off"
         colour = "green" if v["decision"] == "deploy" else "yellow"
