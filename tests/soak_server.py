@@ -1,9 +1,9 @@
-"""The soak's server process: ``specledger serve``'s app (create_app) behind ``specledger serve``'s
-uvicorn configuration and transport limits (hardening.uvicorn_config), on the tiny test model
-instead of a GGUF file. Run as ``python tests/soak_server.py PORT_FILE``: it binds 127.0.0.1 on a
-free port, writes the port to PORT_FILE and serves until SIGTERM (uvicorn's graceful shutdown,
-which stops the engine worker). The test imports :func:`soak_engine` for the solo references, so
-both sides decode the same model.
+"""The soak's server process: ``specledger serve`` itself (:func:`specledger.serve.cli.serve`: option
+checks, create_app, the uvicorn configuration and transport limits) with the engine builder
+swapped for the tiny test model (character tokenizer, its own "chat template"). Run as
+``python tests/soak_server.py PORT_FILE``: it picks a free loopback port, writes it to PORT_FILE
+and serves until SIGTERM (uvicorn's graceful shutdown, which stops the engine worker). The test
+imports :func:`soak_engine` for the solo references, so both sides decode the same model.
 """
 
 from __future__ import annotations
@@ -39,21 +39,31 @@ def soak_encoder(prompt: str | None, messages: list[dict] | None) -> list[int]:
     return TOKENIZER.encode(prompt)
 
 
-def main(port_file: str) -> None:
-    import uvicorn
+class SoakLoaded:
+    """The slice of LoadedModel that serve's encoder uses, over the character tokenizer."""
 
-    from specledger.serve.app import create_app
-    from specledger.serve.hardening import Limits, uvicorn_config
+    def encode_prompt(self, prompt: str | None = None, messages: list[dict] | None = None, chat: bool = True):
+        return soak_encoder(None if chat else prompt, messages if chat else None)
+
+
+def main(port_file: str) -> None:
+    import specledger.engine.cli as engine_cli
+    from specledger.serve.cli import serve
 
     torch.set_num_threads(1)
-    limits = Limits(max_body_bytes=MAX_BODY_BYTES)
-    app = create_app(soak_engine(), "ngram", 4, model_name=MODEL, max_queue=MAX_QUEUE, max_batch=MAX_BATCH,
-                     encode=soak_encoder, limits=limits)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    Path(port_file).write_text(str(sock.getsockname()[1]))
-    uvicorn.Server(uvicorn_config(app, limits=limits)).run(sockets=[sock])
+
+    def build_engine(target: str | None = None, dtype: str = "auto") -> Engine:
+        engine = soak_engine()
+        engine.loaded = SoakLoaded()
+        return engine
+
+    engine_cli.build_engine = build_engine  # serve() imports it at call time
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    Path(port_file).write_text(str(port))
+    serve(host="127.0.0.1", port=port, drafter="ngram", gamma="4", max_queue=MAX_QUEUE, max_batch=MAX_BATCH,
+          model_name=MODEL, max_body_bytes=MAX_BODY_BYTES)
 
 
 if __name__ == "__main__":

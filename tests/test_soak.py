@@ -1,6 +1,6 @@
-"""Soak (issue 12, item 8): 5,000 mixed good / bad / cancelled requests against the serve app in
-its own process (tests/soak_server.py: ``specledger serve``'s app, uvicorn configuration and limits
-on the tiny model), 32 at a time over loopback, then:
+"""Soak (issue 12, item 8): 5,000 mixed good / bad / cancelled requests against ``specledger serve``
+in its own process (tests/soak_server.py: the verb's own function, with the engine builder swapped
+for the tiny model), 32 at a time over loopback, then:
 
 - zero 5xx answers and zero transport errors on requests the client did not abandon;
 - zero leaked slots: running == waiting == 0 once the traffic stops, and no engine failures;
