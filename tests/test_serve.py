@@ -159,6 +159,10 @@ def test_gamma_parsing_and_options() -> None:
         check_serve_options(8000, "ngram", "4", 0)
     with pytest.raises(SpecLedgerError, match="max-batch"):
         check_serve_options(8000, "ngram", "4", 64, 0)
+    with pytest.raises(SpecLedgerError, match="max-body-bytes"):
+        check_serve_options(8000, "ngram", "4", 64, 8, max_body_bytes=100)
+    with pytest.raises(SpecLedgerError, match="max-connections"):
+        check_serve_options(8000, "ngram", "4", 64, 8, max_connections=50)
     with pytest.raises(SpecLedgerError, match="max_batch"):
         tiny_app(max_batch=0)
 
