@@ -70,6 +70,11 @@ def print_validation(res: dict) -> None:
             print(f"  c={p['load']:>3} {p['setting']:<11} ITL P99 {fmt(p['itl_p99_ms']['real'])} / "
                   f"{fmt(p['itl_p99_ms']['sim'])} / {fmt(p['itl_p99_ms_mean_only'])}   TPOT P50 "
                   f"{fmt(p['tpot_p50_ms']['real'])} / {fmt(p['tpot_p50_ms']['sim'])} / {fmt(p['tpot_p50_ms_mean_only'])}")
+    print("\nnoise floor: (max - min) / mean of the real repeats of each point (a simulator cannot beat it):")
+    for p in res["points"]:
+        spread = [p[m].get("real_spread") for m in METRICS]
+        print(f"  c={p['load']:>3} {p['setting']:<11} " + "  ".join(
+            f"{names[m]} {'n/a' if v is None else f'{100 * v:.1f}%'}" for m, v in zip(METRICS, spread)))
     n = len(res["points"])
     print("within tolerance: " + ", ".join(f"{names[m]} {inside[m]}/{n} (±{100 * TOLERANCE[m]:.0f}%)"
                                           for m in METRICS))

@@ -114,8 +114,11 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 4, max_gamma: int = 
         for m in METRICS:
             real = float(np.mean([x[m] for x in per_real if x[m] is not None]))
             sim = float(np.mean([x[m] for x in per_sim]))
+            reps = [x[m] for x in per_real if x[m] is not None]
             row[m] = {"real": real, "sim": sim, "error": (sim - real) / real if real else None,
-                      "within": abs(sim - real) <= TOLERANCE[m] * abs(real) if real else None}
+                      "within": abs(sim - real) <= TOLERANCE[m] * abs(real) if real else None,
+                      # the measurement's own noise floor: how far the real repeats fall from each other
+                      "real_spread": (max(reps) - min(reps)) / real if len(reps) > 1 and real else None}
         for m in ("itl_p99_ms_mean_only", "tpot_p50_ms_mean_only"):
             vals = [x[m] for x in per_sim if x.get(m) is not None]
             row[m] = float(np.mean(vals)) if vals else None
