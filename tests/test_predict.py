@@ -145,3 +145,46 @@ def test_predict_category_interval_and_measured_speedup():
     spec = [r for r in recs if r.gamma == 4 and r.category == "copy"]
     assert measured_speedup(spec, plain) > 1.0
     assert math.isnan(measured_speedup([], plain))
+
+
+def test_expected_cost_matches_a_monte_carlo_replay_of_the_engine_loop():
+    """The feature recursion prices exactly what replaying the loop (draws of p, K, the boundary cut) costs."""
+    from specledger.predict.costmodel import (
+        DRAFT_TERMS,
+        FORWARD_TERMS,
+        OTHER_TERMS,
+        Part,
+        draft_features,
+        forward_features,
+        other_features,
+    )
+
+    rng = np.random.default_rng(3)
+    cost = CostModel("test", Part(list(FORWARD_TERMS), [0.01, 0.002, 0.001, 0.0, 1e-5, 2e-6]),
+                     Part(["1", "P", "P2"], [0.0, 0.0, 0.0]),
+                     {"ngram": Part(list(DRAFT_TERMS), [1e-4, 2e-4, 1e-6, 1e-7])},
+                     {"ngram": Part(list(OTHER_TERMS), [5e-4, 1e-4, 1e-6, 3e-5])})
+    a, f, gamma, P, N, e, M = [0.9, 0.7, 0.6, 0.8, 0.5], [0.7, 0.9, 1.0, 0.6, 1.0], 5, 40, 30, 1, 35
+    vf, vd, vo, _ = expected_features(gamma, a, f, P, N, e, M)
+    predicted = (np.dot(cost.forward.coef, vf) + np.dot(cost.draft["ngram"].coef, vd)
+                 + np.dot(cost.other["ngram"].coef, vo))
+    totals = []
+    for _ in range(4000):
+        n, t = N, 0.0
+        while n > 0:
+            done = e + N - n
+            c = P + done
+            g = max(min(gamma, M - done - 1), 0)
+            p = 0
+            while p < g and rng.random() < f[p]:
+                p += 1
+            k = 0
+            while k < p and rng.random() < a[k]:
+                k += 1
+            lc = min(k + 1, n)
+            t += cost.forward.value(forward_features(p + 1, 1, c))
+            t += cost.draft["ngram"].value(draft_features(g, c)) if g else 0.0
+            t += cost.other["ngram"].value(other_features(lc, c, done))
+            n -= lc
+        totals.append(t)
+    assert predicted == pytest.approx(np.mean(totals), rel=0.01)

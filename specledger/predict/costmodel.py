@@ -5,11 +5,13 @@ features, so each is monotone by construction (more rows, more context, more can
 cost less) and a round with candidates never costs less than a plain step:
 
     forward (one target forward; solo round = batch 1):
-      T_s(R, B, c) = f0 + f_s·[R > B] + f_r·(R − B) + f_b·(B − 1) + f_c·B·c + f_rc·(R − B)·c
+      T_s(R, B, c) = f0 + f_s·[R > B] + f_r·(R − B − 1)⁺ + f_b·(B − 1) + f_c·B·c + f_rc·(R − B)·c
+      (the first candidate row is priced apart: a one-row forward may cost what a two-row one does)
       round_s(rows, c) = T_s(rows, 1, c)                      (rows = γ + 1, c = context length)
     prefill:  T_p(P) = p0 + p1·P + p2·P²/1000                 (P = prompt tokens)
     drafting: T_d(γ, c) = d0 + d1·γ + d2·c + d3·γ·c           per drafter; T_d(0, ·) = 0
-    other:    T_o(L, c) = o0 + o1·L + o2·c                    per drafter (L = tokens committed)
+    other:    T_o(L, c, o) = o0 + o1·L + o2·c + o3·o          per drafter (L = tokens committed, o = output
+                                                             so far: detokenisation and stop checks re-read it)
     begin:    T_b(P)   = b0 + b1·P                            per drafter (drafter.begin inside prefill)
 
 Fitting is non-negative least squares (scipy ``nnls``) on columns scaled to unit maximum, with a
@@ -36,7 +38,7 @@ from specledger.errors import SpecLedgerError
 FORWARD_TERMS = ("1", "spec", "rows", "batch", "ctx", "rows_ctx")
 PREFILL_TERMS = ("1", "P", "P2")
 DRAFT_TERMS = ("1", "g", "ctx", "g_ctx")
-OTHER_TERMS = ("1", "L", "ctx")
+OTHER_TERMS = ("1", "L", "ctx", "out")
 BEGIN_TERMS = ("1", "P")
 
 
@@ -46,7 +48,7 @@ def forward_features(total_rows: float, batch: float, context: float) -> dict[st
     return {
         "1": 1.0,
         "spec": 1.0 if extra > 0 else 0.0,
-        "rows": extra,
+        "rows": max(extra - 1.0, 0.0),
         "batch": max(float(batch) - 1.0, 0.0),
         "ctx": float(batch) * float(context),
         "rows_ctx": extra * float(context),
@@ -63,8 +65,8 @@ def draft_features(gamma: float, context: float) -> dict[str, float]:
     return {"1": 1.0, "g": g, "ctx": c, "g_ctx": g * c}
 
 
-def other_features(committed: float, context: float) -> dict[str, float]:
-    return {"1": 1.0, "L": float(committed), "ctx": float(context)}
+def other_features(committed: float, context: float, output: float = 0.0) -> dict[str, float]:
+    return {"1": 1.0, "L": float(committed), "ctx": float(context), "out": float(output)}
 
 
 def begin_features(prompt_tokens: float) -> dict[str, float]:
@@ -202,11 +204,11 @@ class CostModel:
         return part.value(draft_features(gamma, context)) if part else 0.0
 
     def other_s(self, batch: int = 1, drafter: str = "none", committed: float = 1.0,
-                context: float = 0.0) -> float:
+                context: float = 0.0, output: float = 0.0) -> float:
         """Per-round overhead (sampling, acceptance, cache and stop checks, detokenisation); for a
         batched step, ``batch`` times the per-request overhead (no per-step batch measurement yet)."""
         part = self.other.get(drafter) or self.other.get("none")
-        per = part.value(other_features(committed, context)) if part else 0.0
+        per = part.value(other_features(committed, context, output)) if part else 0.0
         return max(int(batch), 1) * per
 
     def begin_s(self, drafter: str, prompt_tokens: int) -> float:
@@ -240,10 +242,10 @@ class CostModel:
         return {
             "source": self.source,
             "forms": {
-                "forward": "T_s(R,B,c) = f0 + f_s*[R>B] + f_r*(R-B) + f_b*(B-1) + f_c*B*c + f_rc*(R-B)*c",
+                "forward": "T_s(R,B,c) = f0 + f_s*[R>B] + f_r*max(R-B-1,0) + f_b*(B-1) + f_c*B*c + f_rc*(R-B)*c",
                 "prefill": "T_p(P) = p0 + p1*P + p2*P^2/1000",
                 "draft": "T_d(g,c) = d0 + d1*g + d2*c + d3*g*c (0 at g=0)",
-                "other": "T_o(L,c) = o0 + o1*L + o2*c",
+                "other": "T_o(L,c,o) = o0 + o1*L + o2*c + o3*o (o = output tokens so far)",
                 "begin": "T_b(P) = b0 + b1*P",
             },
             "forward": self.forward.to_dict(),
@@ -292,7 +294,7 @@ def _fit_by(
     records: Sequence[RequestRecord],
     terms: Sequence[str],
     pick: Callable[[RoundRecord], bool],
-    feats: Callable[[RoundRecord], dict[str, float]],
+    feats: Callable[[RoundRecord, RequestRecord], dict[str, float]],
     value: Callable[[RoundRecord], float],
     n_boot: int,
 ) -> Part | None:
@@ -300,7 +302,7 @@ def _fit_by(
     for r in records:
         for rd in r.rounds:
             if pick(rd):
-                xs.append(feats(rd))
+                xs.append(feats(rd, r))
                 ys.append(value(rd))
                 gs.append(r.request_id)
     return fit_part(terms, xs, ys, gs, n_boot=n_boot) if xs else None
@@ -325,7 +327,7 @@ def fit_cost_model(records: Iterable[RequestRecord], source: str = "", n_boot: i
         raise SpecLedgerError("no requests to fit a cost model on; run `specledger run` first")
     solo = [r for r in records if all(rd.batch_size <= 1 for rd in r.rounds)]
     forward = _fit_by(solo, FORWARD_TERMS, lambda rd: True,
-                      lambda rd: forward_features(rd.proposed + 1, 1, rd.context_len),
+                      lambda rd, r: forward_features(rd.proposed + 1, 1, rd.context_len),
                       lambda rd: rd.t_verify, n_boot) or Part.zero(FORWARD_TERMS)
     plain = [r for r in records if r.drafter == "none"] or records
     prefill = fit_part(PREFILL_TERMS, [prefill_features(r.prompt_tokens) for r in plain],
@@ -335,14 +337,15 @@ def fit_cost_model(records: Iterable[RequestRecord], source: str = "", n_boot: i
     begin: dict[str, Part] = {}
     for d in sorted({r.drafter for r in records}):
         recs = [r for r in records if r.drafter == d]
-        o = _fit_by(recs, OTHER_TERMS, lambda rd: True, lambda rd: other_features(rd.committed, rd.context_len),
+        o = _fit_by(recs, OTHER_TERMS, lambda rd: True, lambda rd, r: other_features(rd.committed, rd.context_len,
+                                                                                   rd.context_len - r.prompt_tokens),
                     lambda rd: rd.t_other, n_boot)
         if o is not None:
             other[d] = o
         if d == "none":
             continue
         dr = _fit_by(recs, DRAFT_TERMS, lambda rd: int(rd.gamma) > 0,
-                     lambda rd: draft_features(rd.gamma, rd.context_len), lambda rd: rd.t_draft, n_boot)
+                     lambda rd, r: draft_features(rd.gamma, rd.context_len), lambda rd: rd.t_draft, n_boot)
         if dr is not None:
             draft[d] = dr
         resid = [max(outside_rounds(r) - prefill.value(prefill_features(r.prompt_tokens)), 0.0) for r in recs]

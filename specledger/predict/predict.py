@@ -8,7 +8,7 @@ expectation. With n tokens still to commit, the round starts at context c = P + 
 
 candidates, the drafter proposes p ≤ g with Pr(p ≥ i) = Π_{k≤i} f_k, the target accepts K ≤ p with
 Pr(K ≥ j | p) = Π_{k≤j} a_k, and the round commits min(K + 1, n) tokens (the boundary round is cut).
-Its cost is T_d(g, c) + T_s(p + 1, 1, c) + T_o(L, c). Every cost part is linear in its coefficients,
+Its cost is T_d(g, c) + T_s(p + 1, 1, c) + T_o(L, c, e + N − n). Every cost part is linear in its coefficients,
 so the recursion
 
     V(n) = x(n) + Σ_l Pr(L = l) · V(n − min(l, n)),   V(0) = 0
@@ -67,8 +67,8 @@ def expected_features(
     number of rounds (see module docstring). ``a`` and ``f`` need ``gamma`` positions.
 
     Per state the features are exact expectations (every feature is linear in p, [p > 0] or L at a
-    fixed context): forward [1, Pr(p>0), E[p], 0, c, E[p]·c], draft [1, g, c, g·c] (0 when g = 0),
-    other [1, E[L], c]."""
+    fixed context): forward [1, Pr(p>0), E[(p−1)⁺], 0, c, E[p]·c], draft [1, g, c, g·c] (0 when
+    g = 0), other [1, E[L], c, output so far]."""
     n_tot = int(round_tokens)
     m = int(max_tokens) if max_tokens is not None else prefill_tokens + n_tot
     cache: dict[int, tuple[float, float, np.ndarray]] = {}
@@ -85,10 +85,10 @@ def expected_features(
         p_any, e_p, pr_k = cache[g]
         lc = np.minimum(ks[: g + 1] + 1, n)
         x = np.zeros(N_F + N_D + N_O + 1)
-        x[:N_F] = (1.0, p_any, e_p, 0.0, c, e_p * c)
+        x[:N_F] = (1.0, p_any, e_p - p_any, 0.0, c, e_p * c)  # E[(p - 1)+] = E[p] - Pr(p > 0)
         if g > 0:
             x[N_F:N_F + N_D] = (1.0, g, c, g * c)
-        x[N_F + N_D:N_F + N_D + N_O] = (1.0, float(pr_k @ lc), c)
+        x[N_F + N_D:N_F + N_D + N_O] = (1.0, float(pr_k @ lc), c, float(done))
         x[-1] = 1.0
         v[n] = x + pr_k @ v[n - lc]
     out = v[n_tot]
