@@ -82,3 +82,13 @@ def test_calibrate_rejects_a_missing_device(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["calibrate", "--device", "tpu"])
     assert exc.value.code == 2 and "--device" in capsys.readouterr().err
+
+
+def test_predict_with_a_calibrated_cost_model_takes_missing_parts_from_the_run(run_dir, tmp_path):
+    cal = calibrate(model=tiny_model(max_seq_len=256), contexts=(16, 64), repeats=1)
+    cal.save(tmp_path / "cal.json")
+    res = CliRunner().invoke(app, ["predict", str(run_dir), "--drafter", "ngram", "--gamma", "4", "--json",
+                                   "--cost", str(tmp_path / "cal.json")])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)
+    assert rows and all("calibrated on" in r["cost_source"] and "fitted from" in r["cost_source"] for r in rows)
