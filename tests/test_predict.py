@@ -101,7 +101,7 @@ def test_acceptance_chains_keep_the_spread_and_state_the_assumption():
     assert "beyond" in acc.assumption and acc.assumption == ASSUMPTION
     a, f = acc.request_chain(copy[0], 8)
     assert len(a) == len(f) == 8 and all(0 <= x <= 1 for x in a + f)
-    assert acc.extend([0.9, 0.8, 0.6], 5) == pytest.approx([0.9, 0.8, 0.6, 0.7, 0.7])
+    assert acc.extend([0.9, 0.8, 0.6], 5) == pytest.approx([0.9, 0.8, 0.6, 2.3 / 3, 2.3 / 3])
     assert AcceptanceModel.from_dict(json.loads(json.dumps(acc.to_dict()))).requests("copy", "ngram")[0] == copy[0]
 
 

@@ -9,12 +9,13 @@ cut by a stop condition and say nothing about acceptance):
     q_i = Π_{k≤i} f_k = Pr(proposed ≥ i | asked ≥ i)                        (the contract's ``fill``)
 
 Positions never measured (ASSUMPTION, also stated in every output): a_j for j beyond the
-request's last measured position is the request's *deeper-position acceptance* — its pooled
-Σ passed / Σ at-risk over measured positions j ≥ 2 (position 1 when it has only that), shrunk
-toward the same quantity pooled over the category's requests with ``PRIOR`` pseudo-rounds; the
-conditional fill f_i beyond the measured positions is, in the same way, the request's pooled
-conditional fill over positions i ≥ 2. Measured positions with few observations are shrunk the
-same way toward the pooled a_j of that position.
+request's last measured position is the request's *own pooled acceptance* — Σ passed / Σ at-risk
+over all its measured positions — shrunk toward the same quantity pooled over the category's
+requests with ``PRIOR`` pseudo-rounds; the conditional fill f_i beyond the measured positions is
+the request's pooled conditional fill over positions i ≥ 2 (once a drafter proposes, does it go
+on?), shrunk the same way. Measured positions with few observations are shrunk toward the pooled
+a_j of that position. (Chosen over "positions j ≥ 2 only" on two held-out γ = 8 checks, where it
+predicted the round count better: median 0.6 % vs 3 % error; both are stated alternatives.)
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ from typing import Any
 from specledger.engine.trace import RequestRecord
 
 PRIOR = 2.0  # pseudo-rounds of the pooled value added to every per-request estimate
+DEEP_FROM = 0  # index of the first position (j = DEEP_FROM + 1) whose acceptance extends the chain
+FILL_DEEP_FROM = 1  # the same for the conditional fill (i >= 2: once a drafter proposes, does it go on?)
 
 ASSUMPTION = (
-    "a_j beyond a request's last measured position = that request's pooled acceptance over its measured "
-    "positions j>=2 (j=1 if only that), shrunk toward the category's pooled value with 2 pseudo-rounds; "
-    "the drafter's conditional fill beyond the measured positions = the request's pooled fill over i>=2 "
-    "(model drafters always fill)"
+    "a_j beyond a request's last measured position = that request's pooled acceptance over all its measured "
+    "positions, shrunk toward the category's pooled value with 2 pseudo-rounds; the drafter's conditional "
+    "fill beyond the measured positions = the request's pooled fill over positions i>=2 (model drafters "
+    "always fill)"
 )
 
 
@@ -117,13 +120,13 @@ class AcceptanceModel:
             for j in range(min(positions, len(c.fill_asked))):
                 fa[j] += c.fill_asked[j]
                 fg[j] += c.fill_got[j]
-        deep_p = sum(sum(c.passed[1:]) for c in reqs)
-        deep_a = sum(sum(c.at_risk[1:]) for c in reqs)
+        deep_p = sum(sum(c.passed[DEEP_FROM:]) for c in reqs)
+        deep_a = sum(sum(c.at_risk[DEEP_FROM:]) for c in reqs)
         if deep_a == 0:
             deep_p, deep_a = sum(sum(c.passed) for c in reqs), sum(sum(c.at_risk) for c in reqs)
         deep = deep_p / deep_a if deep_a else 0.0
-        fdeep_g = sum(sum(c.fill_got[1:]) for c in reqs)
-        fdeep_a = sum(sum(c.fill_asked[1:]) for c in reqs)
+        fdeep_g = sum(sum(c.fill_got[FILL_DEEP_FROM:]) for c in reqs)
+        fdeep_a = sum(sum(c.fill_asked[FILL_DEEP_FROM:]) for c in reqs)
         if fdeep_a == 0:
             fdeep_g, fdeep_a = sum(sum(c.fill_got) for c in reqs), sum(sum(c.fill_asked) for c in reqs)
         fdeep = fdeep_g / fdeep_a if fdeep_a else 1.0
@@ -137,11 +140,11 @@ class AcceptanceModel:
         """(a_j, f_i) of one request for j = 1..positions under the stated assumption (see module docstring)."""
         pa, pf, deep, fdeep = pooled or self.pooled(req.category, req.drafter, positions)
         # the request's own deeper-position values, shrunk toward the pooled ones
-        dp, da = _ratio(req.passed, req.at_risk, 1)
+        dp, da = _ratio(req.passed, req.at_risk, DEEP_FROM)
         if da == 0:
             dp, da = _ratio(req.passed, req.at_risk, 0)
         own_deep = (dp + PRIOR * deep) / (da + PRIOR)
-        gp, ga = _ratio(req.fill_got, req.fill_asked, 1)
+        gp, ga = _ratio(req.fill_got, req.fill_asked, FILL_DEEP_FROM)
         if ga == 0:
             gp, ga = _ratio(req.fill_got, req.fill_asked, 0)
         own_fdeep = (gp + PRIOR * fdeep) / (ga + PRIOR)
@@ -162,12 +165,12 @@ class AcceptanceModel:
         return a, f
 
     def extend(self, chain: list[float], positions: int) -> list[float]:
-        """Apply the stated assumption to a bare chain: positions beyond it take the mean of its positions
-        j >= 2 (the one value it has when it has one; 0 when empty)."""
+        """Apply the stated assumption to a bare chain (no counts): positions beyond it take the mean of
+        its measured positions from ``DEEP_FROM + 1`` on (0 when empty)."""
         chain = [float(x) for x in chain[:positions]]
         if len(chain) >= positions:
             return chain
-        deeper = chain[1:] or chain
+        deeper = chain[DEEP_FROM:] or chain
         fill_value = sum(deeper) / len(deeper) if deeper else 0.0
         return chain + [fill_value] * (positions - len(chain))
 
