@@ -8,6 +8,9 @@ A grid of forward passes, each timed as the median of ``repeats`` after one unti
     prefill        prompt tokens ∈ PROMPTS
     drafting       model-free drafters (ngram, suffix) proposing γ ∈ {1, 4, 8} over contexts of that length
 
+``--device cuda`` moves the model there and times with ``torch.cuda.synchronize`` (the engine
+itself decodes on the CPU; this measures what the same forwards cost on the accelerator).
+
 The KV cache content does not change the cost of a forward (attention reads every slot up to
 the position either way), so no real prompt is needed. The points are fitted into the same
 :class:`~specledger.predict.costmodel.CostModel` forms a run fits from its traces (non-negative
@@ -155,6 +158,17 @@ def fit_points(points: dict[str, Any], source: str) -> CostModel:
                      {"points": points, "other": "not measured by calibrate (0); a run's traces fit it"})
 
 
+def check_device(device: str) -> None:
+    """``cpu``, or ``cuda[:N]`` where torch sees a CUDA device; anything else is a one-line error."""
+    from specledger.errors import SpecLedgerError
+
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise SpecLedgerError(f"--device {device}: torch sees no CUDA device here; use --device cpu")
+    elif device != "cpu":
+        raise SpecLedgerError(f"unknown --device {device!r}; use cpu (or cuda where torch sees one)")
+
+
 def calibrate(
     target: str | None = None,
     dtype: str = "auto",
@@ -165,20 +179,19 @@ def calibrate(
     model: Any = None,
 ) -> CostModel:
     """Measure and fit the cost model of ``target`` (or of an already built ``model``) on ``device``."""
-    from specledger.errors import SpecLedgerError
-
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise SpecLedgerError("--device cuda: torch sees no CUDA device here; use --device cpu")
-        raise SpecLedgerError("--device cuda: the native engine runs on the CPU only in this version; "
-                              "use --device cpu")
-    if device != "cpu":
-        raise SpecLedgerError(f"unknown --device {device!r}; use cpu (or cuda where torch sees one)")
+    check_device(device)
     if model is None:
         from specledger.engine.loader import load_model
 
         model = load_model(target, dtype=dtype).model
-    points = measure(model, contexts, repeats, device, progress)
+    if device == "cpu":
+        points = measure(model, contexts, repeats, device, progress)
+    else:  # weights, RoPE tables and every tensor the forward creates live on the device
+        model = model.to(device)
+        model.rope_cos, model.rope_sin = model.rope_cos.to(device), model.rope_sin.to(device)
+        model._rope_cache = None
+        with torch.device(device):
+            points = measure(model, contexts, repeats, device, progress)
     points["draft"] = measure_drafters(model.config.vocab_size, [c for c in contexts if c <= 4096][:3])
     name = platform.processor() or platform.machine()
     source = (f"calibrated on {name} ({torch.get_num_threads()} threads, {device}, "

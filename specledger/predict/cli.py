@@ -24,7 +24,7 @@ def calibrate(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from specledger.predict.calibrate import calibrate as run_calibration
-    from specledger.predict.calibrate import grid_size
+    from specledger.predict.calibrate import check_device, grid_size
 
     try:
         ctxs = [int(c) for c in contexts.split(",") if c.strip()]
@@ -34,6 +34,7 @@ def calibrate(
         raise SpecLedgerError("--contexts needs at least one context length >= 1")
     if repeats < 1:
         raise SpecLedgerError(f"--repeats must be >= 1, got {repeats}")
+    check_device(device)
     console = Console()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as bar:
