@@ -59,7 +59,8 @@ def predict(
     categories: Annotated[str | None, typer.Option(help="Comma-separated categories (default: all).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False,
 ) -> None:
-    """Predict end-to-end speed-up and tokens/s per category for a configuration that was not run."""
+    """Predict end-to-end speed-up and tokens/s per category for a configuration that was not run
+    (from the run's lowest-temperature requests)."""
     from specledger.predict.predict import predict_run
     from specledger.predict.rundata import load_run_models
 
