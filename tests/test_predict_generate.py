@@ -45,3 +45,31 @@ def test_compare_reuses_a_stateless_drafter():
     compare_plain_spec(engine, [1, 2, 3, 1, 2, 3], make, "ngram", 2,
                        dict(max_tokens=8, params=SamplingParams(), stop=[]), repeats=2)
     assert len(built) == 1
+
+
+def test_generate_cli_prints_decode_only_and_end_to_end_speedups(monkeypatch):
+    import json
+
+    from conftest import CharLoaded, CharTokenizer
+    from typer.testing import CliRunner
+
+    import specledger.engine.cli as engine_cli
+    from specledger.cli import app
+
+    def tiny_engine(target, dtype="auto"):
+        engine = Engine(tiny_model(), tokenizer=CharTokenizer())
+        engine.loaded = CharLoaded()
+        return engine
+
+    monkeypatch.setattr(engine_cli, "build_engine", tiny_engine)
+    res = CliRunner().invoke(app, ["generate", "--prompt", "abcabcabcabc", "--drafter", "ngram", "--gamma", "3",
+                                   "--max-tokens", "16", "--repeats", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    led = json.loads(res.output)["ledger"]
+    assert led["repeats"] == 2 and led["warmed_up"] is True
+    assert led["decode_speedup"] > 0 and led["end_to_end_speedup"] > 0
+    assert "speedup" not in led  # one cold pair's ratio is not reported
+    res = CliRunner().invoke(app, ["generate", "--prompt", "abcabcabcabc", "--drafter", "ngram", "--gamma", "3",
+                                   "--max-tokens", "16", "--repeats", "1"])
+    assert res.exit_code == 0, res.output
+    assert "decode_speedup" in res.output and "end_to_end_speedup" in res.output
