@@ -63,10 +63,27 @@ def _table(title: str, rows: list[dict]) -> None:
         print(f"{r['category']:<12} {r['drafter']:<10} {r['gamma']:>3} {','.join(map(str, r['fitted_gammas'])):>8} "
               f"{r['prompts']:>7} {r['measured_speedup']:>11.3f} {r['predicted_speedup']:>12.3f} {ivs:>15} "
               f"{100 * r['abs_error']:>7.1f}%")
+    rounds = [(r["predicted_rounds_per_request"], r["measured_rounds_per_request"]) for r in rows
+              if r.get("measured_rounds_per_request")]
+    if rounds:
+        rerr = [abs(p - m) / m for p, m in rounds]
+        print(f"rounds per request (timing-free: acceptance, fill, length): median |error| "
+              f"{100 * statistics.median(rerr):.1f} %   P90 {100 * float(np.percentile(rerr, 90)):.1f} %")
     errs = [r["abs_error"] for r in rows]
     if errs:
         print(f"median |error| {100 * statistics.median(errs):.1f} %   P90 {100 * float(np.percentile(errs, 90)):.1f} %"
               f"   ({len(errs)} settings, {len({r['category'] for r in rows})} categories)")
+
+
+def machine_noise(records) -> dict | None:
+    """Spread of the plain decode step (mean verify time per round) across plain requests: at fixed work
+    it should be tight; a wide spread means other load was competing and the figures are unreliable."""
+    per = [sum(rd.t_verify for rd in r.rounds) / len(r.rounds) * 1e3 for r in records
+           if r.drafter == "none" and r.rounds]
+    if len(per) < 2:
+        return None
+    p10, p50, p90 = (float(np.percentile(per, q)) for q in (10, 50, 90))
+    return {"p10_ms": p10, "p50_ms": p50, "p90_ms": p90, "requests": len(per), "busy": p90 / p10 > 1.5}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,11 +131,17 @@ def main(argv: list[str] | None = None) -> int:
     logo = leave_one_gamma_out(records, max_tokens)
     _table("in run: leave one γ out", logo["rows"])
     print(f"\nassumption for positions never measured: {logo['assumption']}")
+    noise = machine_noise(records)
+    if noise:
+        print(f"machine noise: plain step {noise['p10_ms']:.1f} / {noise['p50_ms']:.1f} / {noise['p90_ms']:.1f} ms "
+              f"(P10 / P50 / P90 over {noise['requests']} plain requests)"
+              + ("  -- BUSY MACHINE: P90/P10 > 1.5, the measured speed-ups are not reliable" if noise["busy"] else ""))
     result = {
         "command": [sys.executable, *sys.argv],
         "run_dir": str(out),
         "held_out": {"rows": held, **summarize_errors(held)},
         "leave_one_gamma_out": logo,
+        "machine_noise": noise,
         "seconds": time.perf_counter() - t_start,
     }
     write_json_atomic(out / "prediction_bench.json", result)

@@ -87,8 +87,8 @@ def predict_held_out(
         if not chains:
             continue
         keep = {c.prompt_id for c in chains}
-        measured = measured_speedup([r for r in spec_by_cat[cat] if _pid(r) in keep],
-                                    [r for r in plain_by_cat[cat] if _pid(r) in keep])
+        spec_kept = [r for r in spec_by_cat[cat] if _pid(r) in keep]
+        measured = measured_speedup(spec_kept, [r for r in plain_by_cat[cat] if _pid(r) in keep])
         pred = predict_category(cost, acc, cat, drafter, gamma, chains=chains, n_boot=n_boot)
         if pred is None or not math.isfinite(measured):
             continue
@@ -102,6 +102,9 @@ def predict_held_out(
             "predicted_speedup": pred.predicted_speedup,
             "interval": pred.interval,
             "abs_error": abs(pred.predicted_speedup - measured) / measured,
+            # the timing-free half of the model: rounds per request follow from acceptance, fill and length
+            "predicted_rounds_per_request": pred.rounds_per_request,
+            "measured_rounds_per_request": float(np.mean([len(r.rounds) for r in spec_kept])),
         })
     return rows
 
