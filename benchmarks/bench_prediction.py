@@ -59,7 +59,9 @@ def _table(title: str, rows: list[dict]) -> None:
           f"{'predicted S':>12} {'5-95 %':>15} {'|error|':>8}")
     for r in rows:
         iv = r.get("interval") or [None, None]
-        ivs = f"{iv[0]:.3f}-{iv[1]:.3f}" if iv[0] is not None else "-"
+        # the in-run check predicts without a bootstrap (n_boot=0): its "interval" is the point twice
+        point_only = iv[0] is None or iv[0] == iv[1]
+        ivs = "point only" if point_only else f"{iv[0]:.3f}-{iv[1]:.3f}"
         print(f"{r['category']:<12} {r['drafter']:<10} {r['gamma']:>3} {','.join(map(str, r['fitted_gammas'])):>8} "
               f"{r['prompts']:>7} {r['measured_speedup']:>11.3f} {r['predicted_speedup']:>12.3f} {ivs:>15} "
               f"{100 * r['abs_error']:>7.1f}%")

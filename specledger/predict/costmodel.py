@@ -12,7 +12,8 @@ cost less) and a round with candidates never costs less than a plain step:
     drafting: T_d(γ, c) = d0 + d1·γ + d2·c + d3·γ·c           per drafter; T_d(0, ·) = 0
     other:    T_o(L, c, o) = o0 + o1·L + o2·c + o3·o          per drafter (L = tokens committed, o = output
                                                              so far: detokenisation and stop checks re-read it)
-    begin:    T_b(P)   = b0 + b1·P                            per drafter (drafter.begin inside prefill)
+    begin:    T_b(P)   = b0 + b1·P                            per drafter (drafter.begin inside prefill;
+                                                             fitted jointly with T_p on every request)
 
 Fitting is non-negative least squares (scipy ``nnls``) on columns scaled to unit maximum, with a
 few Huber reweighting passes so that timing outliers of a busy machine do not steer it; the
@@ -314,13 +315,48 @@ def outside_rounds(r: RequestRecord) -> float:
     return max(r.total_time - sum(rd.t_round for rd in r.rounds), r.t_prefill)
 
 
+def fit_prefill_begin(records: Sequence[RequestRecord], n_boot: int = 30) -> tuple[Part, dict[str, Part]]:
+    """T_p and every drafter's T_b from one joint fit of all requests' time outside their rounds:
+
+        outside_rounds(r) = T_p(P) + Σ_d [drafter(r) = d]·T_b,d(P)
+
+    The prefill is the same target forward whatever the drafter, so every request (plain and
+    speculative) measures it; begin is what a drafter adds on top. One NNLS over all requests (Huber,
+    bootstrap over prompts, so a prompt's plain and speculative requests are resampled together)
+    rather than T_p from plain requests alone and T_b from their clipped residuals: the clip
+    max(·, 0) biases T_b upward whenever T_p is noisy, and plain requests are a minority of a run."""
+    drafters = sorted({r.drafter for r in records if r.drafter != "none"})
+    begin_cols = [(d, t, f"begin[{d}]:{t}") for d in drafters for t in BEGIN_TERMS]
+    terms = [*PREFILL_TERMS, *(name for _, _, name in begin_cols)]
+    rows = []
+    for r in records:
+        x = prefill_features(r.prompt_tokens)
+        b = begin_features(r.prompt_tokens)
+        x.update({name: (b[t] if r.drafter == d else 0.0) for d, t, name in begin_cols})
+        rows.append(x)
+    joint = fit_part(terms, rows, [outside_rounds(r) for r in records],
+                     [r.prompt_id or r.request_id for r in records], n_boot)
+
+    def sub(idx: list[int], names: Sequence[str], n_obs: int) -> Part:
+        cov = np.asarray(joint.cov)[np.ix_(idx, idx)].tolist() if joint.cov else None
+        return Part(list(names), [joint.coef[i] for i in idx], cov, joint.rms_s, n_obs)
+
+    prefill = sub(list(range(len(PREFILL_TERMS))), PREFILL_TERMS, len(records))
+    begin = {}
+    for d in drafters:
+        idx = [len(PREFILL_TERMS) + k for k, (dd, _, _) in enumerate(begin_cols) if dd == d]
+        begin[d] = sub(idx, BEGIN_TERMS, sum(r.drafter == d for r in records))
+    return prefill, begin
+
+
 def fit_cost_model(records: Iterable[RequestRecord], source: str = "", n_boot: int = 30) -> CostModel:
     """Fit every part from a run's traces (all drafters share the target forward and prefill).
 
     Forward: every solo round's ``t_verify`` against rows = proposed + 1 and its context.
-    Prefill: plain requests' time outside their rounds (:func:`outside_rounds`; all requests when
-    there is no plain one).
-    Draft / other / begin: per drafter, rounds that asked γ > 0 for drafting.
+    Prefill and begin: one joint fit over every request's time outside its rounds
+    (:func:`fit_prefill_begin`); with no plain request, the prefill is fitted on all requests and
+    begin on the non-negative rest.
+    Draft / other: per drafter, rounds that asked γ > 0 for drafting (other: every round).
     """
     records = [r for r in records]
     if not records:
@@ -329,12 +365,15 @@ def fit_cost_model(records: Iterable[RequestRecord], source: str = "", n_boot: i
     forward = _fit_by(solo, FORWARD_TERMS, lambda rd: True,
                       lambda rd, r: forward_features(rd.proposed + 1, 1, rd.context_len),
                       lambda rd: rd.t_verify, n_boot) or Part.zero(FORWARD_TERMS)
-    plain = [r for r in records if r.drafter == "none"] or records
-    prefill = fit_part(PREFILL_TERMS, [prefill_features(r.prompt_tokens) for r in plain],
-                       [outside_rounds(r) for r in plain], [r.prompt_id or r.request_id for r in plain], n_boot)
+    begin: dict[str, Part] = {}
+    if any(r.drafter == "none" for r in records):
+        prefill, begin = fit_prefill_begin(records, n_boot)
+    else:  # no plain request: T_p and T_b are not separable; the prefill takes all, begin the clipped rest
+        prefill = fit_part(PREFILL_TERMS, [prefill_features(r.prompt_tokens) for r in records],
+                           [outside_rounds(r) for r in records], [r.prompt_id or r.request_id for r in records],
+                           n_boot)
     draft: dict[str, Part] = {}
     other: dict[str, Part] = {}
-    begin: dict[str, Part] = {}
     for d in sorted({r.drafter for r in records}):
         recs = [r for r in records if r.drafter == d]
         o = _fit_by(recs, OTHER_TERMS, lambda rd: True, lambda rd, r: other_features(rd.committed, rd.context_len,
@@ -348,8 +387,9 @@ def fit_cost_model(records: Iterable[RequestRecord], source: str = "", n_boot: i
                      lambda rd, r: draft_features(rd.gamma, rd.context_len), lambda rd: rd.t_draft, n_boot)
         if dr is not None:
             draft[d] = dr
-        resid = [max(outside_rounds(r) - prefill.value(prefill_features(r.prompt_tokens)), 0.0) for r in recs]
-        begin[d] = fit_part(BEGIN_TERMS, [begin_features(r.prompt_tokens) for r in recs], resid,
-                            [r.request_id for r in recs], n_boot)
+        if d not in begin:
+            resid = [max(outside_rounds(r) - prefill.value(prefill_features(r.prompt_tokens)), 0.0) for r in recs]
+            begin[d] = fit_part(BEGIN_TERMS, [begin_features(r.prompt_tokens) for r in recs], resid,
+                                [r.request_id for r in recs], n_boot)
     return CostModel(source or "fitted from traces", forward, prefill, draft, other, begin,
                      {"requests": len(records)})
