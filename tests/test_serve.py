@@ -677,8 +677,13 @@ def _batched_posts(url: str, bodies: list[dict], client: httpx.Client, gate: Gat
     for t in threads:
         t.start()
     wait_for(lambda: sum(gauges(client)) == len(bodies), "every request admitted")
-    running, _ = gauges(client)
-    gate.allow(int(running))  # the first step ends; the waiting requests join the batch
+    # Let the engine through one proposal at a time until the waiting requests have joined the batch
+    # (the running gauge may lag the step the engine is blocked in, so no fixed number of permits).
+    for _ in range(600):
+        if gauges(client)[0] == batch:
+            break
+        gate.allow(1)
+        time.sleep(0.05)
     wait_for(lambda: gauges(client)[0] == batch, f"a batch of {batch}")
     gate.open()
     for t in threads:
