@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -168,20 +168,10 @@ class Prediction:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "category": self.category,
-            "drafter": self.drafter,
-            "gamma": self.gamma,
-            "predicted_speedup": self.predicted_speedup,
-            "predicted_tokens_per_s": self.predicted_tokens_per_s,
-            "interval": self.interval,
-            "tokens_per_s_interval": self.tokens_per_s_interval,
-            "requests": self.requests,
-            "rounds_per_request": self.rounds_per_request,
-            "assumption": self.assumption,
-            "cost_source": self.cost_source,
-            **self.extra,
-        }
+        """Every field, with ``extra`` flattened into the top level."""
+        d = asdict(self)
+        extra = d.pop("extra")
+        return {**d, **extra}
 
 
 def predict_category(

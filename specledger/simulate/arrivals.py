@@ -8,13 +8,13 @@ from a probe run's send times (``extra.start_s`` of each record) or a JSON list 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from specledger.errors import SpecLedgerError, require
+from specledger.errors import require
+from specledger.rundir import TRACE_NAME, read_json, read_records
 
 
 @dataclass(frozen=True)
@@ -52,18 +52,13 @@ def replay_file(path: str | Path) -> Arrivals:
     """Send times from a probe run directory (its traces' ``extra.start_s``) or a JSON list of offsets (s)."""
     p = Path(path)
     if p.is_dir():
-        from specledger.rundir import read_records
-
-        trace = p / "traces.jsonl"
-        require(trace.is_file(), f"{p} has no traces.jsonl; give a probe run directory or a JSON list of offsets")
+        trace = p / TRACE_NAME
+        require(trace.is_file(), f"{p} has no {TRACE_NAME}; give a probe run directory or a JSON list of offsets")
         starts = [r.extra["start_s"] for r in read_records(trace) if "start_s" in r.extra]
         require(bool(starts), f"{trace} has no send times (extra.start_s); replay needs a probe run")
         return replay(starts, label=f"replay {p.name}")
     require(p.is_file(), f"replay file not found: {p}")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise SpecLedgerError(f"{p} is not JSON ({exc.msg}); give a list of arrival offsets in seconds") from None
+    data = read_json(p, "give a list of arrival offsets in seconds")
     require(isinstance(data, list) and all(isinstance(x, (int, float)) for x in data),
             f"{p} must hold a JSON list of arrival offsets in seconds")
     return replay(data, label=f"replay {p.name}")

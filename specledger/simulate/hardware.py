@@ -18,12 +18,12 @@ its own roofline. ``other_s`` is the scheduler / sampling overhead per step, ass
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from specledger.errors import SpecLedgerError, require
+from specledger.rundir import read_json
 
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
                "int8": 1, "fp8": 1, "float8": 1, "int4": 0.5}
@@ -113,10 +113,7 @@ def model_config_from_dict(d: dict[str, Any], name: str = "") -> ModelConfig:
 def load_model_config(path: str | Path) -> ModelConfig:
     p = Path(path)
     require(p.is_file(), f"model config not found: {p}; give a JSON file (a Hugging Face config.json works)")
-    try:
-        d = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise SpecLedgerError(f"{p} is not JSON ({exc.msg}); give a JSON model config") from None
+    d = read_json(p, "give a JSON model config")
     cfg = model_config_from_dict(d, name=p.parent.name if p.name == "config.json" else p.stem)
     require(cfg.dtype in DTYPE_BYTES, f"unknown dtype {cfg.dtype!r} in {p}; use one of {', '.join(DTYPE_BYTES)}")
     return cfg

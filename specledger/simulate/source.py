@@ -10,7 +10,6 @@ in the same order at the same load and be compared point by point.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import numpy as np
 
 from specledger.engine.trace import RequestRecord
 from specledger.errors import require
+from specledger.rundir import SERVING_JSON, TRACE_NAME, read_json, read_records
 from specledger.simulate.chains import ChainTable
 
 
@@ -51,17 +51,15 @@ class RunSource:
 
 
 def load_run(path: str | Path) -> RunSource:
-    from specledger.rundir import read_records
-
     p = Path(path)
     require(p.is_dir(), f"run directory not found: {p}; give a directory written by `specledger sweep` or `run`")
-    trace = p / "traces.jsonl"
-    require(trace.is_file(), f"{p} has no traces.jsonl; give a run directory with request traces")
+    trace = p / TRACE_NAME
+    require(trace.is_file(), f"{p} has no {TRACE_NAME}; give a run directory with request traces")
     records = list(read_records(trace))
     require(any(r.rounds for r in records), f"{trace} has no decoding rounds to take acceptance from")
     serving = None
-    if (p / "serving.json").is_file():
-        serving = json.loads((p / "serving.json").read_text(encoding="utf-8"))
+    if (p / SERVING_JSON).is_file():
+        serving = read_json(p / SERVING_JSON, "re-run `specledger sweep --experiment serving`")
     return RunSource(p, records, serving)
 
 
