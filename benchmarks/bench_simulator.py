@@ -117,7 +117,7 @@ def main() -> None:
     ap.add_argument("--from", dest="from_", type=Path, help="an existing `sweep --experiment serving` run")
     ap.add_argument("--out", type=Path, help="where the real sweep goes (default runs/bench-simulator-<time>)")
     ap.add_argument("--profile", type=Path, help="a calibrated cost profile instead of the leave-one-out fit")
-    ap.add_argument("--seeds", type=int, default=4, help="simulations per point (acceptance draws)")
+    ap.add_argument("--seeds", type=int, default=16, help="simulations per point (acceptance draws)")
     ap.add_argument("--requests", type=int, default=1_000_000, help="requests for the speed test (0: skip)")
     ap.add_argument("--concurrency", type=int, default=256, help="speed test: closed-loop concurrency")
     ap.add_argument("--light-rate", type=float, default=20.0,

@@ -307,7 +307,7 @@ def run_serving(
             rec.request_id = (f"serving|{point['kind']}={point['load']}|{point['setting']}"
                               f"|r{rec.extra.get('repeat', 0)}|{i}")
             rec.extra.update({"experiment": SERVING_EXPERIMENT, "setting": point["setting"],
-                              "kind": point["kind"], "load": point["load"]})
+                              "kind": point["kind"], "load": point["load"], "slots": point.get("slots")})
         append_records(out / TRACE_NAME, records)
 
     result = run_serving_sweep(engine, [list(p.ids) for p in prompts], drafters, concurrencies, max_tokens,

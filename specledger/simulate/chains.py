@@ -7,7 +7,15 @@ then draws, for all running requests at once:
     proposed P = #{i <= g : U_1..U_i < q_1..q_i}            (the drafter fills q of what it is asked)
     accepted K = #{j <= P : V_1..V_j < a_1..a_j}            (the first rejection ends the run)
 
-with U, V uniform. ``mean_only`` replaces every chain by the pooled mean chain (no spread between
+with U, V uniform. The uniforms are *keyed* (:class:`Draws`): U and V of position i in round k of
+a request are a hash of (seed, the request's key, k, i) -- counter-based, as in JAX/Philox -- so a
+request's outcome does not depend on which others share its steps, on how far ahead they are drawn,
+or on the width of the draw (a simulator may draw a request's rounds one step at a time or many
+ahead and get the same outcomes). Key = the simulated request (``per="request"``: each request is a
+fresh prompt like the measured one) or the measured prompt it replays (``per="prompt"``: greedy
+decoding is a function of the prompt, so two requests replaying one prompt at one gamma accept the
+same tokens round by round and finish in the same step -- what a greedy replay of a sweep does).
+``mean_only`` replaces every chain by the pooled mean chain (no spread between
 requests) and ``deterministic`` commits exactly E[K] per round through a running fraction -- the
 inference-sim model, whose ITL has no variance -- kept to show what the tails lose.
 """
@@ -21,6 +29,46 @@ from typing import Any
 import numpy as np
 
 from specledger.errors import require
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on a uint64 array (wrapping arithmetic): a bijection that scrambles bits."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * _M1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+def keyed_uniforms(seed: int, keys: np.ndarray, rounds: np.ndarray, width: int) -> np.ndarray:
+    """U[0] (fill) and U[1] (accept) of shape (2, b, width) in [0, 1): element (w, i, j) depends only on
+    (seed, keys[i], rounds[i], j, w) -- never on b, width or the other rows."""
+    with np.errstate(over="ignore"):
+        k = np.asarray(keys, dtype=np.int64).astype(np.uint64)
+        r = np.asarray(rounds, dtype=np.int64).astype(np.uint64)
+        base = _mix(_mix(np.full(k.shape, seed, dtype=np.uint64) * _GOLDEN + k) + r * _GOLDEN)
+        pos = (np.arange(2 * width, dtype=np.uint64) + np.uint64(1)) * _GOLDEN
+        h = _mix(base[:, None] + pos[None, :])
+    u = (h >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+    return u.reshape(k.shape[0], width, 2).transpose(2, 0, 1)
+
+
+@dataclass(frozen=True)
+class Draws:
+    """Where a simulation's acceptance uniforms come from: ``seed`` and what a draw is keyed on."""
+
+    seed: int = 0
+    per: str = "request"  # "request" | "prompt"
+
+    def __post_init__(self) -> None:
+        require(self.per in ("request", "prompt"), f"draws are keyed per 'request' or 'prompt', not {self.per!r}")
+
+    def uniforms(self, keys: np.ndarray, rounds: np.ndarray, width: int) -> np.ndarray:
+        return keyed_uniforms(self.seed, keys, rounds, width)
 
 
 def _extend(values: Sequence[float], n: int, default: float) -> list[float]:
@@ -136,9 +184,12 @@ class ChainTable:
         ks = np.cumprod(self.fill[idx, :g] * self.accept[idx, :g], axis=1) * cols
         return fs.sum(axis=1), ks.sum(axis=1)
 
-    def sample(self, idx: np.ndarray, gamma: np.ndarray, rng: np.random.Generator
-               ) -> tuple[np.ndarray, np.ndarray]:
-        """(proposed, accepted) for requests with chain rows ``idx`` asked ``gamma`` candidates each."""
+    def sample(self, idx: np.ndarray, gamma: np.ndarray, draws: np.random.Generator | Draws,
+               keys: np.ndarray | None = None, rounds: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(proposed, accepted) for requests with chain rows ``idx`` asked ``gamma`` candidates each.
+        ``draws``: a Generator (fresh uniforms) or :class:`Draws` with each request's ``keys`` and
+        ``rounds`` (its round number). Prefix-consistent: with keyed draws, the outcome at gamma g is
+        (min(P, g), min(K, min(P, g))) of the outcome at any larger gamma."""
         b = idx.shape[0]
         g = int(gamma.max()) if b else 0
         if g == 0:
@@ -146,7 +197,11 @@ class ChainTable:
             return z, z
         g = min(g, self.max_gamma)
         gamma = np.minimum(gamma, g)
-        u = rng.random((2, b, g))
+        if isinstance(draws, Draws):
+            require(keys is not None and rounds is not None, "keyed draws need each request's key and round")
+            u = draws.uniforms(keys, rounds, g)  # type: ignore[arg-type]
+        else:
+            u = draws.random((2, b, g))
         ok = u[0] < self.fill[idx, :g]
         if int(gamma.min()) < g:  # ragged gammas: positions beyond a request's own gamma are not proposed
             ok &= np.arange(g)[None, :] < gamma[:, None]

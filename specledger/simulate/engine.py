@@ -24,7 +24,7 @@ import numpy as np
 
 from specledger.errors import require
 from specledger.simulate.arrivals import Arrivals
-from specledger.simulate.chains import ChainTable
+from specledger.simulate.chains import ChainTable, Draws
 from specledger.simulate.gamma import GammaPlan
 from specledger.simulate.replica import Ledger, Replica, ServerConfig
 
@@ -127,12 +127,17 @@ def simulate(
     router: Router | None = None,
     order: np.ndarray | None = None,
     seed: int = 0,
-    jitter: bool = False,
+    jitter: bool = True,
+    per: str = "request",
 ) -> SimResult:
     """Serve ``n_requests`` (request i takes measured request ``order[i]``'s sizes and chain; default
     the table's rows cycled) through ``replicas`` identical servers behind ``router``. ``jitter``: apply
-    the cost profile's measured step-time noise (when it has any; off by default: on a shared machine the
-    noise is not stationary, and drawing it i.i.d. per step overstated the tails in validation)."""
+    the cost profile's measured step-to-step noise when it has some (a profile fitted from a serving
+    run: :func:`~specledger.simulate.profile.local_noise_quantiles`), so ITL tails are not those of a
+    perfectly steady machine. ``per``: what acceptance draws are keyed on
+    (:class:`~specledger.simulate.chains.Draws`): "request" (every simulated request a fresh prompt like
+    its measured one) or "prompt" (requests replaying one measured prompt accept alike, as greedy
+    decoding of the same prompt does)."""
     require(n_requests >= 1, "simulate at least one request")
     require(replicas >= 1, "replicas must be >= 1")
     cfg = config or ServerConfig()
@@ -147,9 +152,10 @@ def simulate(
     name = table.drafter if drafter is None else drafter
     if plan.static == 0:
         name = "none"
-    ledger = Ledger(table, order)
+    draws = Draws(seed, per)
+    ledger = Ledger(table, order, per)
     rng = np.random.default_rng(seed)
-    reps = [Replica(i, cfg, cost, table, plan, name, ledger, rng, jitter) for i in range(replicas)]
+    reps = [Replica(i, cfg, cost, table, plan, name, ledger, rng, jitter, draws) for i in range(replicas)]
     pick = router or round_robin()
 
     def dispatch(rid: int, t: float) -> None:

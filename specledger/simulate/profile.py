@@ -9,14 +9,19 @@ Three sources, each labelled in every output (``source``):
 
     (every part a robust non-negative fit, :func:`robust_fit`)
       forward   T_s(R, B, c)   = the predict cost model's form (f0 + f_s [R>B] + f_r (R-B) + f_b (B-1) + ...)
-      prefill   T_p(P)         = p0 + p1 P + p2 P^2 / 1000, from every first admission's ``t_prefill``
+      prefill   T_p(P, S)      = p0 + p1 P + p2 P^2 / 1000 + p3 P ln S, from every first admission's
+                               ``t_prefill``; S = the server's sequence slots (its KV cache's batch
+                               dimension). Measured here: the same prompt prefills 5-18 % slower into
+                               a 16-slot cache than into a 1-slot one, whether the other slots are busy
+                               or not (the first admissions of a burst cost what later ones do); the
+                               term is fitted only when the run has two slot counts or more
       drafting  T_d(g, c)      per drafter, from the rounds' ``t_draft``
       overhead  T_o(B)         = o0 + o1 B: a step's wall time (between two emissions of a request that
                                  ran in both) minus its forward, drafting and the prefills it admitted
                                  (sampling, acceptance, stop checks, scheduling -- all of it)
-      noise     each step's forward and each prefill times a ratio drawn from the run's own noise at
-                fixed work (:func:`noise_quantiles`, :meth:`ServingCost.jitter`), so the machine's jitter
-                reaches the tails
+      noise     each step's forward times a ratio drawn from the run's step-to-step jitter
+                (:func:`local_noise_quantiles`), each prefill from its noise at a fixed prompt and slot
+                count (:func:`noise_quantiles`); :meth:`ServingCost.jitter`, used when asked
 
 * a cost model file (``specledger calibrate`` / a run's ``cost_model.json``), read with
   :class:`specledger.predict.costmodel.CostModel`, or a file this module wrote (``kind: serving-fit``);
@@ -47,6 +52,21 @@ from specledger.predict.costmodel import (
 )
 
 OVERHEAD_TERMS = ("1", "B")
+SLOT_TERM = "P_lnS"
+
+
+def slot_prefill_features(prompt_tokens: float, slots: float) -> dict[str, float]:
+    """:func:`prefill_features` plus P ln S (S >= 1 sequence slots)."""
+    x = prefill_features(prompt_tokens)
+    x[SLOT_TERM] = float(prompt_tokens) * math.log(max(float(slots), 1.0))
+    return x
+
+
+def record_slots(r: RequestRecord) -> int | None:
+    """The sequence slots of the server that served ``r`` (a serving sweep's record), if known."""
+    e = r.extra
+    s = e.get("slots") or (e.get("load") if e.get("kind") == "concurrency" else e.get("concurrency"))
+    return int(s) if isinstance(s, (int, float)) and s >= 1 else None
 _Q = np.linspace(0.0, 1.0, 101)
 
 
@@ -63,6 +83,35 @@ def noise_quantiles(values: Sequence[float], keys: Sequence[Any], min_group: int
         return []
     lo, hi = np.quantile(r, [0.01, 0.99])
     return np.quantile(np.clip(r, lo, hi), _Q).tolist()
+
+
+def local_noise_quantiles(records: Sequence[RequestRecord], steps: Sequence[Step], forward: Part,
+                          window: int = 3, min_rounds: int = 8) -> list[float]:
+    """101 quantiles of the forward's step-to-step noise: along each request (>= ``min_rounds``
+    rounds), x_k = t_k / T_s(step k) (measured over fitted) divided by the median of x over rounds
+    k - window .. k + window. Dividing by the fit removes the work (rows, batch, context); dividing by
+    the local median removes slow drift of the machine between points and repeats, which moves whole
+    points (throughput) rather than single steps. What is left is the jitter that makes ITL tails."""
+    by_step = {(s.key, s.t_forward): s for s in steps}
+    out: list[np.ndarray] = []
+    for r in records:
+        e = r.extra
+        point = (e.get("kind"), e.get("load"), e.get("setting"), e.get("repeat", 0), e.get("source"),
+                 e.get("concurrency"))
+        x = []
+        for rd in r.rounds:
+            st = by_step.get((point, rd.t_verify))
+            fit = forward.value(forward_features(st.rows, st.batch, st.context)) if st is not None else 0.0
+            if fit > 0:
+                x.append(rd.t_verify / fit)
+        if len(x) < min_rounds:
+            continue
+        xv = np.asarray(x)
+        local = np.array([np.median(xv[max(0, k - window):k + window + 1]) for k in range(xv.size)])
+        out.append(xv / local)
+    if not out:
+        return []
+    return np.quantile(np.concatenate(out), _Q).tolist()
 
 
 def robust_fit(terms: Sequence[str], rows: Sequence[dict[str, float]], y: Sequence[float], iterations: int = 8,
@@ -109,7 +158,12 @@ class ServingCost:
         p = float(np.interp(u, _Q, self.prefill_ratios)) if self.prefill_ratios else 1.0
         return f, p
 
-    def prefill_s(self, prompt_tokens: int) -> float:
+    #: prefill_s takes the server's slot count (the replica passes ``slots=max_num_seqs``)
+    slot_dependent_prefill = True
+
+    def prefill_s(self, prompt_tokens: int, slots: int = 1) -> float:
+        if SLOT_TERM in self.prefill.terms:
+            return self.prefill.value(slot_prefill_features(prompt_tokens, slots))
         return self.prefill.value(prefill_features(prompt_tokens))
 
     def step_s(self, total_rows: int, batch: int, context: float) -> float:
@@ -193,7 +247,15 @@ def fit_serving_cost(records: Sequence[RequestRecord], source: str = "") -> Serv
     forward = robust_fit(FORWARD_TERMS, [forward_features(s.rows, s.batch, s.context) for s in steps],
                          [s.t_forward for s in steps])
     pre = [r for r in records if r.t_prefill > 0]
-    prefill = robust_fit(PREFILL_TERMS, [prefill_features(r.prompt_tokens) for r in pre], [r.t_prefill for r in pre])
+    slots = [record_slots(r) for r in pre]
+    if len({s for s in slots if s is not None}) >= 2:
+        pre = [r for r, s in zip(pre, slots) if s is not None]
+        prefill = robust_fit((*PREFILL_TERMS, SLOT_TERM),
+                             [slot_prefill_features(r.prompt_tokens, record_slots(r) or 1) for r in pre],
+                             [r.t_prefill for r in pre])
+    else:
+        prefill = robust_fit(PREFILL_TERMS, [prefill_features(r.prompt_tokens) for r in pre],
+                             [r.t_prefill for r in pre])
     draft: dict[str, Part] = {}
     for d in sorted({r.drafter for r in records} - {"none"}):
         xs, ys = [], []
@@ -209,8 +271,8 @@ def fit_serving_cost(records: Sequence[RequestRecord], source: str = "") -> Serv
     walls = [s for s in steps if s.wall is not None]
     ov_y = [max(0.0, s.wall - s.t_forward - s.t_draft - s.prefill_s) for s in walls]  # type: ignore[operator]
     overhead = robust_fit(OVERHEAD_TERMS, [{"1": 1.0, "B": float(s.batch)} for s in walls], ov_y)
-    f_ratio = noise_quantiles([s.t_forward for s in steps], [(s.batch, s.rows) for s in steps])
-    p_ratio = noise_quantiles([r.t_prefill for r in pre], [r.prompt_tokens for r in pre])
+    f_ratio = local_noise_quantiles(records, steps, forward)
+    p_ratio = noise_quantiles([r.t_prefill for r in pre], [(r.prompt_tokens, record_slots(r)) for r in pre])
     return ServingCost(source or f"fitted from {len(steps)} batched steps of a serving run", forward, prefill,
                        overhead, draft, {"steps": len(steps), "requests": len(records),
                                          "forward_rms_ms": 1e3 * (forward.rms_s or math.nan)}, f_ratio, p_ratio)

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from specledger.simulate.chains import ChainTable
+from specledger.simulate.chains import ChainTable, Draws
 from specledger.simulate.gamma import GammaPlan
 
 
@@ -57,10 +57,13 @@ class ServerConfig:
 class Ledger:
     """Per-request outcome arrays shared by the replicas of one simulation (index = request id)."""
 
-    def __init__(self, table: ChainTable, order: np.ndarray) -> None:
+    def __init__(self, table: ChainTable, order: np.ndarray, per: str = "request") -> None:
         n = order.shape[0]
         self.n = n
         self.chain = order.astype(np.int64)
+        # what a request's acceptance draws are keyed on (chains.Draws): itself, or the measured prompt it replays
+        self.key = self.chain.copy() if per == "prompt" else np.arange(n, dtype=np.int64)
+        self.nround = np.zeros(n, dtype=np.int64)  # rounds decoded so far (kept across a preemption)
         self.prompt = table.prompt_tokens[self.chain]
         self.target = table.output_tokens[self.chain]
         self.arrival = np.full(n, np.nan)
@@ -83,16 +86,18 @@ class Ledger:
         self.peak_kv_tokens = 0
 
 
-_FIELDS = ("rid", "ctx", "out", "target", "chain", "last", "pleft")
+_FIELDS = ("rid", "ctx", "out", "target", "chain", "last", "pleft", "key", "nround")
 
 
 class Replica:
     """One server: a waiting queue and a running batch (arrays in admission order)."""
 
     def __init__(self, index: int, cfg: ServerConfig, cost: Any, table: ChainTable, plan: GammaPlan,
-                 drafter: str, ledger: Ledger, rng: np.random.Generator, jitter: bool = True) -> None:
+                 drafter: str, ledger: Ledger, rng: np.random.Generator, jitter: bool = True,
+                 draws: Draws | None = None) -> None:
         self.index, self.cfg, self.cost, self.table, self.plan = index, cfg, cost, table, plan
         self.drafter, self.ledger, self.rng = drafter, ledger, rng
+        self.draws = draws or Draws()
         self.clock = 0.0
         self.waiting: deque[int] = deque()
         self.run = {f: np.zeros(0, dtype=np.float64 if f == "last" else np.int64) for f in _FIELDS}
@@ -102,6 +107,8 @@ class Replica:
         self._kv_blocks = (None if cfg.kv_budget_tokens is None
                            else max(1, cfg.kv_budget_tokens // cfg.block_size))
         self._budget = cfg.budget()
+        # a fitted profile whose prefill depends on the server's slot count (profile.ServingCost)
+        self._slots_kw = {"slots": cfg.max_num_seqs} if getattr(cost, "slot_dependent_prefill", False) else {}
         noise = getattr(cost, "jitter", None)  # a measured profile's step-time noise, if it has one
         self._jitter = (lambda: noise(rng)) if noise is not None and jitter else None
 
@@ -129,7 +136,7 @@ class Replica:
     def _prefill_s(self, tokens: int) -> float:
         s = self._prefill.get(tokens)
         if s is None:
-            s = self._prefill[tokens] = float(self.cost.prefill_s(int(tokens)))
+            s = self._prefill[tokens] = float(self.cost.prefill_s(int(tokens), **self._slots_kw))
         return s * self._jitter()[1] if self._jitter is not None else s
 
     # ----------------------------------------------------------------------------------------
@@ -170,7 +177,7 @@ class Replica:
             ids = np.array([x[0] for x in new], dtype=np.int64)
             add = {"rid": ids, "ctx": np.array([x[1] for x in new], dtype=np.int64), "out": L.out[ids],
                    "target": L.target[ids], "chain": L.chain[ids], "last": L.t_last[ids],
-                   "pleft": np.array([x[2] for x in new], dtype=np.int64)}
+                   "pleft": np.array([x[2] for x in new], dtype=np.int64), "key": L.key[ids], "nround": L.nround[ids]}
             for f in _FIELDS:
                 run[f] = np.concatenate([run[f], add[f]])
             if self.policies is not None:
@@ -208,7 +215,7 @@ class Replica:
             acc = np.minimum(np.floor(acc_f).astype(np.int64), prop)
             L.frac[rid] = acc_f - acc
         else:
-            prop, acc = self.table.sample(chain, g, self.rng)
+            prop, acc = self.table.sample(chain, g, self.draws, run["key"][di], run["nround"][di])
         # per-step token budget: gamma + 1 rows per decoding request, trim the largest first
         budget = self._budget
         if budget is not None and nd:
@@ -263,6 +270,7 @@ class Replica:
         run["last"][di] = t_emit
         run["out"][di] += committed
         run["ctx"][di] += committed
+        run["nround"][di] += 1
         if self.policies is not None:
             t_round = t_draft_each + t_fwd + t_other
             pol = self.policies if all_dec else [self.policies[i] for i in di]
@@ -306,6 +314,7 @@ class Replica:
         gone = run["rid"][keep_n:]
         L.out[gone] = run["out"][keep_n:]
         L.t_last[gone] = run["last"][keep_n:]
+        L.nround[gone] = run["nround"][keep_n:]
         L.preemptions[gone] += 1
         self.waiting.extendleft(reversed(gone.tolist()))  # to the front, the oldest admission first
         for f in _FIELDS:

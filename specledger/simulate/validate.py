@@ -2,7 +2,9 @@
 
 For every concurrency point (load c, setting plain or drafter γ=g, repeat r) of a
 ``sweep --experiment serving`` run, the simulator serves the same prompts in the same order at the
-same load, with acceptance from the run's per-prompt chains and a cost profile. Honest by default:
+same load, with acceptance from the run's per-prompt chains (draws keyed per prompt: the sweep is
+greedy, so a prompt served twice accepts alike both times) and a cost profile (with its measured
+step-to-step jitter), averaged over ``seeds`` simulations. Honest by default:
 leave-one-repeat-out -- the steps of repeat r are predicted with costs fitted on the *other*
 repeats' steps (:func:`specledger.simulate.profile.fit_serving_cost`); with one repeat the fit is
 in-sample and labelled so; ``cost`` given (a calibrated profile) replaces the fit altogether.
@@ -62,8 +64,8 @@ def _walls(run: RunSource) -> dict[tuple, list[float]]:
     return out
 
 
-def validate(run: RunSource, cost: Any = None, seeds: int = 4, max_gamma: int = 16, jitter: bool = False
-             ) -> dict[str, Any]:
+def validate(run: RunSource, cost: Any = None, seeds: int = 16, max_gamma: int = 16, jitter: bool = True,
+             per: str = "prompt") -> dict[str, Any]:
     """Real vs simulated figures at every concurrency point of ``run`` (see the module docstring)."""
     require(run.serving is not None, f"{run.path} has no serving.json; give a `sweep --experiment serving` run")
     points = {k: v for k, v in run.points().items() if k[0] == "concurrency"}
@@ -98,7 +100,7 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 4, max_gamma: int = 
             n = len(rs)
             order = workload_order(order_ids or sorted({x.prompt_id for x in rs}), index, n)
             sims = [simulate(table, closed_loop(int(load)), n, costs[r], gamma, drafter,
-                             ServerConfig(max_num_seqs=int(load)), order=order, seed=s, jitter=jitter).metrics()
+                             ServerConfig(max_num_seqs=int(load)), order=order, seed=s, jitter=jitter, per=per).metrics()
                     for s in range(seeds)]
             sim = {m: float(np.mean([s[m] for s in sims])) for m in (*METRICS, "preemptions")}
             if drafter != "none":  # the inference-sim model: the mean chain, E[K] every round
@@ -125,7 +127,7 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 4, max_gamma: int = 
         rows.append(row)
     _speedups(rows)
     return {"points": rows, "crossover": crossovers(rows), "cost_source": {r: c.source for r, c in costs.items()},
-            "tolerance": TOLERANCE, "seeds": seeds, "jitter": jitter}
+            "tolerance": TOLERANCE, "seeds": seeds, "jitter": jitter, "per": per}
 
 
 def _speedups(rows: list[dict[str, Any]]) -> None:
