@@ -81,7 +81,9 @@ def print_validation(res: dict) -> None:
     print("\ncrossover per load (smallest γ with speed-up < 1; best γ, 0 = plain):")
     for c in res["crossover"]:
         print(f"  c={c['load']:>3} {c['drafter']}: real crossover γ={c['crossover_real']} best {c['best_real']} | "
-              f"sim crossover γ={c['crossover_sim']} best {c['best_sim']} | {'same' if c['same'] else 'DIFFERENT'}")
+              f"sim crossover γ={c['crossover_sim']} best {c['best_sim']} | {'same' if c['same'] else 'DIFFERENT'}; "
+              "real speed-up per γ (repeats) " + ", ".join(f"γ{g}: {s}" for g, s in c["real_sides"].items())
+              + f" -> simulated {'consistent' if c['consistent'] else 'INCONSISTENT'} with what the repeats resolve")
     print("cost:", "; ".join(sorted(set(res["cost_source"].values()))))
 
 

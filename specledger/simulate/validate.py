@@ -13,7 +13,9 @@ Real figures per repeat: throughput = that repeat's tokens / wall (``serving.jso
 and chunk ITL P99 from its records (:func:`specledger.analysis.metrics.latency_stats`). Each side's
 figure is the mean over repeats; error = (simulated - real) / real. Crossover per load: the smallest
 γ whose speed-up over plain at that load is below 1 (None: speculation paid at every γ measured).
-Beside each speculative point: the ITL P99 and TPOT P50 of the mean-only model (every request the
+The crossover is also checked against what the measurement resolves: a γ whose real repeats' paired
+speed-ups fall on both sides of 1 ('~1') cannot place the crossover; ``consistent`` = the simulated
+speed-up is on the real side at every γ the repeats resolve. Beside each speculative point: the ITL P99 and TPOT P50 of the mean-only model (every request the
 pooled chain, E[K] committed every round -- inference-sim's), to show what the spread adds.
 """
 
@@ -118,6 +120,7 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 16, max_gamma: int =
             sim = float(np.mean([x[m] for x in per_sim]))
             reps = [x[m] for x in per_real if x[m] is not None]
             row[m] = {"real": real, "sim": sim, "error": (sim - real) / real if real else None,
+                      "real_repeats": [x[m] for x in per_real],
                       "within": abs(sim - real) <= TOLERANCE[m] * abs(real) if real else None,
                       # the measurement's own noise floor: how far the real repeats fall from each other
                       "real_spread": (max(reps) - min(reps)) / real if len(reps) > 1 and real else None}
@@ -131,11 +134,21 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 16, max_gamma: int =
 
 
 def _speedups(rows: list[dict[str, Any]]) -> None:
+    """Speed-up over plain at the same load, real and simulated; ``real_repeats``: repeat r's throughput
+    over plain's in repeat r (the sweep runs them side by side)."""
     base = {(r["kind"], r["load"]): r for r in rows if r["drafter"] == "none"}
     for r in rows:
         b = base.get((r["kind"], r["load"]))
         if b is not None:
             r["speedup"] = {side: r["throughput_tok_s"][side] / b["throughput_tok_s"][side] for side in ("real", "sim")}
+            pairs = zip(r["throughput_tok_s"].get("real_repeats", []), b["throughput_tok_s"].get("real_repeats", []))
+            r["speedup"]["real_repeats"] = [x / y for x, y in pairs if x is not None and y]
+
+
+def _side(speedup: dict[str, Any]) -> str:
+    """'>1' / '<1' when every real repeat's speed-up falls on that side of 1, '~1' when they straddle it."""
+    reps = speedup.get("real_repeats") or [speedup["real"]]
+    return ">1" if min(reps) > 1.0 else "<1" if max(reps) < 1.0 else "~1"
 
 
 def crossovers(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -153,5 +166,9 @@ def crossovers(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             best = max(rs, key=lambda r: r["speedup"][side])
             entry[f"best_{side}"] = best["gamma"] if best["speedup"][side] > 1.0 else 0
         entry["same"] = entry["crossover_real"] == entry["crossover_sim"]
+        # resolved by the measurement? a γ whose real repeats straddle 1 cannot say on which side it lies
+        entry["real_sides"] = {r["gamma"]: _side(r["speedup"]) for r in rs}
+        entry["consistent"] = all(side == "~1" or (side == ">1") == (r["speedup"]["sim"] > 1.0)
+                                  for r, side in zip(rs, entry["real_sides"].values()))
         out.append(entry)
     return out
