@@ -38,11 +38,13 @@ def _gammas(text: str) -> list[int | str]:
 
 
 def resolve_cost(run: Any, profile: Path | None, hardware: str | None, model_config: Path | None,
-                 eff_memory: float, eff_compute: float) -> Any:
-    """--profile FILE, or --hardware with --model-config (roofline), or the run's own costs."""
+                 eff_memory: float, eff_compute: float, draft_model_config: Path | None = None) -> Any:
+    """--profile FILE, or --hardware with --model-config [--draft-model-config] (roofline), or the run's own costs."""
     from specledger.simulate.profile import fit_serving_cost, load_cost
 
     require(not (profile and hardware), "give either --profile or --hardware, not both")
+    require(draft_model_config is None or hardware is not None,
+            "--draft-model-config prices a draft model on a roofline; give --hardware and --model-config too")
     if profile is not None:
         return load_cost(profile)
     if hardware is not None:
@@ -52,7 +54,9 @@ def resolve_cost(run: Any, profile: Path | None, hardware: str | None, model_con
         hw_lookup(hardware)
         require(model_config is not None, "--hardware needs --model-config FILE (params, layers, heads, kv_heads, "
                 "head_dim, dtype; a Hugging Face config.json works)")
-        return roofline(hardware, load_model_config(model_config), eff_memory, eff_compute)  # type: ignore[arg-type]
+        draft = load_model_config(draft_model_config) if draft_model_config is not None else None
+        return roofline(hardware, load_model_config(model_config), eff_memory, eff_compute,  # type: ignore[arg-type]
+                        draft_model=draft)
     if (run.path / "cost_model.json").is_file():
         return load_cost(run.path / "cost_model.json")
     serving = run.serving_records()
@@ -70,7 +74,9 @@ def simulate(
     drafter: Annotated[str, typer.Option(help="Drafter whose measured chains to use.")] = "ngram",
     gamma: Annotated[str, typer.Option(help="Static gamma(s) and/or policies: 4 | 1,2,4,goodput "
                                             "(plain decoding is always simulated beside them).")] = "4",
-    concurrency: Annotated[str, typer.Option(help="Closed-loop concurrency levels, e.g. 1,4,16.")] = "",
+    concurrency: Annotated[str, typer.Option(help="Closed-loop concurrency levels, e.g. 1,4,16: clients in "
+                                                  "total, shared by the replicas (vllm bench serve's "
+                                                  "--max-concurrency).")] = "",
     rate: Annotated[str, typer.Option(help="Poisson request rates in req/s, e.g. 2,8 (instead of --concurrency).")]
     = "",
     replay: Annotated[Path | None, typer.Option(help="Replay send times: a probe run directory or a JSON list of "
@@ -79,6 +85,9 @@ def simulate(
     hardware: Annotated[str | None, typer.Option(help="Roofline on a100 | h100 | h200 | l4 | cpu (needs "
                                                       "--model-config).")] = None,
     model_config: Annotated[Path | None, typer.Option(help="Model config JSON for the roofline.")] = None,
+    draft_model_config: Annotated[Path | None, typer.Option(help="Roofline: the draft model's config JSON (prices "
+                                                                 "--drafter model; its weights and KV share the "
+                                                                 "memory).")] = None,
     eff_memory: Annotated[float, typer.Option(help="Roofline: assumed fraction of peak bandwidth.")] = 0.7,
     eff_compute: Annotated[float, typer.Option(help="Roofline: assumed fraction of peak FLOP/s.")] = 0.5,
     requests: Annotated[int, typer.Option(help="Requests per point.")] = 1000,
@@ -134,7 +143,7 @@ def simulate(
     ctx_list = _csv(contexts, int, "--contexts", "512,2048,8192")
     require(not ctx_list or bool(concs), "a crossover map (--contexts) needs --concurrency levels")
     run = load_run(from_)
-    cost = resolve_cost(run, profile, hardware, model_config, eff_memory, eff_compute)
+    cost = resolve_cost(run, profile, hardware, model_config, eff_memory, eff_compute, draft_model_config)
     table, _ = acceptance_table(run.records, drafter, max([16, *[g for g in gammas if isinstance(g, int)]]))
     if acceptance != "spread":
         table = table.mean_only(deterministic=acceptance == "deterministic")

@@ -12,8 +12,11 @@ One packed forward over R rows (tokens) for B requests at mean context C:
 with W the weight bytes, m_KV = 2 * L * H_kv * d_h * bytes-per-element the KV bytes per token,
 P the parameters, L layers, H query heads of d_h. Prefill of n tokens is one step with R = n,
 B = 1 and C = n / 2 (causal attention sees half the prompt on average). Drafting: model-free
-drafters (ngram, suffix) cost ``model_free_draft_s`` per round, a draft model ``gamma`` steps of
-its own roofline. ``other_s`` is the scheduler / sampling overhead per step, assumed.
+drafters (ngram, suffix) cost ``model_free_draft_s`` per round; the ``model`` drafter with a draft
+model config (``--draft-model-config``) costs, per request and round, ``gamma`` one-row steps of the
+draft model's own roofline (priced per request: a server that batches the draft model's steps across
+requests pays less at large batch), and its weights and KV come out of the memory the KV budget
+may use. ``other_s`` is the scheduler / sampling overhead per step, assumed.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from typing import Any
 from specledger.errors import SpecLedgerError, require
 from specledger.rundir import read_json
 
+#: drafters whose drafting the roofline prices as steps of a draft model (``RooflineCost.draft_model``)
+DRAFT_MODEL_DRAFTERS = ("model", "draft_model")
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
                "int8": 1, "fp8": 1, "float8": 1, "int4": 0.5}
 
@@ -163,7 +168,7 @@ class RooflineCost:
     def draft_s(self, drafter: str, gamma: int, context: float = 0.0) -> float:
         if gamma <= 0:
             return 0.0
-        if self.draft_model is not None and drafter in ("model", "draft_model"):
+        if self.draft_model is not None and drafter in DRAFT_MODEL_DRAFTERS:
             return gamma * self._step(self.draft_model, 1, 1, context)
         return self.model_free_draft_s
 
@@ -171,18 +176,23 @@ class RooflineCost:
         return self.other_base_s + self.other_per_request_s * batch
 
     def kv_budget_tokens(self, mem_util: float = 0.9) -> int:
-        """KV tokens that fit: (memory * utilisation - weights) / m_KV (vLLM's gpu_memory_utilization idea)."""
-        free = self.hw.memory_gb * 1e9 * mem_util - self.model.weight_bytes
-        require(free > 0, f"{self.model.name or 'the model'} does not fit in {self.hw.name}'s memory")
-        return int(free // self.model.kv_bytes_per_token)
+        """KV tokens that fit: (memory * utilisation - weights) / m_KV (vLLM's gpu_memory_utilization idea);
+        with a draft model, its weights come off the memory and its KV per token is added to m_KV."""
+        d = self.draft_model
+        free = self.hw.memory_gb * 1e9 * mem_util - self.model.weight_bytes - (d.weight_bytes if d else 0.0)
+        require(free > 0, f"{self.model.name or 'the model'}{' and its draft model' if d else ''} do not fit in "
+                f"{self.hw.name}'s memory")
+        return int(free // (self.model.kv_bytes_per_token + (d.kv_bytes_per_token if d else 0.0)))
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "roofline", "source": self.source, "model": asdict(self.model), "hardware": asdict(self.hw),
                 "eff_memory": self.eff_memory, "eff_compute": self.eff_compute,
                 "model_free_draft_s": self.model_free_draft_s, "other_base_s": self.other_base_s,
-                "other_per_request_s": self.other_per_request_s}
+                "other_per_request_s": self.other_per_request_s,
+                "draft_model": asdict(self.draft_model) if self.draft_model else None}
 
 
-def roofline(hw_name: str, model: ModelConfig, eff_memory: float = 0.7, eff_compute: float = 0.5) -> RooflineCost:
+def roofline(hw_name: str, model: ModelConfig, eff_memory: float = 0.7, eff_compute: float = 0.5,
+             draft_model: ModelConfig | None = None) -> RooflineCost:
     require(0 < eff_memory <= 1 and 0 < eff_compute <= 1, "efficiency factors must lie in (0, 1]")
-    return RooflineCost(model, hardware(hw_name), eff_memory, eff_compute)
+    return RooflineCost(model, hardware(hw_name), eff_memory, eff_compute, draft_model=draft_model)

@@ -292,7 +292,8 @@ def load_cost(path: str | Path) -> Any:
         from specledger.simulate.hardware import Hardware, ModelConfig, RooflineCost
 
         return RooflineCost(ModelConfig(**d["model"]), Hardware(**d["hardware"]), d["eff_memory"], d["eff_compute"],
-                            d["model_free_draft_s"], d["other_base_s"], d["other_per_request_s"])
+                            d["model_free_draft_s"], d["other_base_s"], d["other_per_request_s"],
+                            ModelConfig(**d["draft_model"]) if d.get("draft_model") else None)
     from specledger.predict.costmodel import CostModel
 
     return CostModel.from_dict(d)
