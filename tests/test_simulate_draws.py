@@ -100,3 +100,21 @@ def test_step_noise_is_the_measured_step_to_step_jitter():
     q = np.interp([0.1, 0.9], np.linspace(0, 1, 101), noisy.forward_ratios)
     assert 0.90 < q[0] < 0.96 and 1.04 < q[1] < 1.10  # ~N(1, 0.05): P10/P90 at 1 -/+ 0.064
     assert np.interp([0.01, 0.99], np.linspace(0, 1, 101), steady.forward_ratios) == pytest.approx([1, 1], abs=1e-3)
+
+
+def test_chains_per_gamma_use_the_rounds_measured_at_that_gamma():
+    from specledger.simulate.source import tables_per_gamma
+    from tests.test_simulate import _record
+
+    recs = [_record(f"p{i}", "ngram", 2, [(2, 2)] * 10) for i in range(3)]  # γ=2: everything accepted
+    recs += [_record(f"p{i}", "ngram", 4, [(4, 0)] * 10) for i in range(3)]  # γ=4: nothing accepted
+    per = tables_per_gamma(recs, "ngram", [0, 2, 4, 8, "goodput"], 16)
+    pooled = tables_per_gamma(recs, "ngram", [2, 4], 16, chains="pooled")
+    assert per[2][0].accept[:, 0] == pytest.approx(1.0)
+    assert per[4][0].accept[:, 0] == pytest.approx(0.0)
+    assert "γ=4 only" in per[4][0].assumption
+    assert per[8] is per["goodput"] is per[0]  # unmeasured gamma and policies: every static gamma pooled
+    assert 0.0 < per[8][0].accept[0, 0] < 1.0
+    assert pooled[2] is pooled[4]
+    with pytest.raises(Exception, match="per-gamma or pooled"):
+        tables_per_gamma(recs, "ngram", [2], 16, chains="mine")

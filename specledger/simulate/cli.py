@@ -107,6 +107,9 @@ def simulate(
     = "",
     acceptance: Annotated[str, typer.Option(help="spread (per-request chains) | mean (pooled chain) | "
                                                  "deterministic (E[K] every round, no variance)")] = "spread",
+    chains: Annotated[str, typer.Option(help="per-gamma (a gamma the run measured uses the rounds measured at "
+                                             "it) | pooled (every static gamma's rounds for every setting)")]
+    = "per-gamma",
     slo_ttft_p99_ms: Annotated[float | None, typer.Option(help="Capacity plan SLO: P99 TTFT (ms).")] = None,
     slo_tpot_p50_ms: Annotated[float | None, typer.Option(help="Capacity plan SLO: P50 TPOT (ms).")] = None,
     seed: Annotated[int, typer.Option(help="Sampling and arrival seed.")] = 0,
@@ -122,7 +125,7 @@ def simulate(
     from specledger.simulate.cluster import router as make_router
     from specledger.simulate.engine import simulate as run_sim
     from specledger.simulate.replica import ServerConfig
-    from specledger.simulate.source import acceptance_table, load_run
+    from specledger.simulate.source import acceptance_table, load_run, tables_per_gamma
 
     concs = _csv(concurrency, int, "--concurrency", "1,4,16")
     rates = _csv(rate, float, "--rate", "2,8")
@@ -134,6 +137,7 @@ def simulate(
     require(replicas >= 1, "--replicas must be >= 1")
     require(block_size >= 1, "--block-size must be >= 1")
     require(acceptance in ("spread", "mean", "deterministic"), "--acceptance must be spread, mean or deterministic")
+    require(chains in ("per-gamma", "pooled"), "--chains must be per-gamma or pooled")
     require(context is None or context >= 1, "--context must be >= 1 tokens")
     slo = SLO(slo_ttft_p99_ms, slo_tpot_p50_ms)
     planning = slo.ttft_p99_ms is not None or slo.tpot_p50_ms is not None
@@ -144,16 +148,23 @@ def simulate(
     require(not ctx_list or bool(concs), "a crossover map (--contexts) needs --concurrency levels")
     run = load_run(from_)
     cost = resolve_cost(run, profile, hardware, model_config, eff_memory, eff_compute, draft_model_config)
-    table, _ = acceptance_table(run.records, drafter, max([16, *[g for g in gammas if isinstance(g, int)]]))
-    if acceptance != "spread":
-        table = table.mean_only(deterministic=acceptance == "deterministic")
-    if context is not None:
-        from specledger.simulate.cluster import with_context
+    settings: list[int | str] = [0] + [g for g in gammas if g != 0]
+    max_g = max([16, *[g for g in gammas if isinstance(g, int)]])
+    tables = {g: t for g, (t, _) in tables_per_gamma(run.records, drafter, settings, max_g, chains).items()}
+    table, _ = acceptance_table(run.records, drafter, max_g)  # pooled: capacity plan and crossover map
 
-        table = with_context(table, context)
+    def shape(t: Any) -> Any:
+        if acceptance != "spread":
+            t = t.mean_only(deterministic=acceptance == "deterministic")
+        if context is not None:
+            from specledger.simulate.cluster import with_context
+
+            t = with_context(t, context)
+        return t
+
+    table, tables = shape(table), {g: shape(t) for g, t in tables.items()}
     if kv_budget is None and hasattr(cost, "kv_budget_tokens"):
         kv_budget = cost.kv_budget_tokens()
-    settings: list[int | str] = [0] + [g for g in gammas if g != 0]
 
     loads: list[tuple[str, Any, Any]] = [("concurrency", c, closed_loop(c)) for c in concs]
     loads += [("rate", r, poisson(r, requests, seed)) for r in rates]
@@ -167,7 +178,7 @@ def simulate(
         seqs = max_num_seqs or (int(load) if kind == "concurrency" else 256)
         cfg = ServerConfig(seqs, max_batched_tokens, kv_budget, block_size, chunked_prefill, reserve_gamma)
         for g in settings:
-            m = run_sim(table, arr, n, cost, g, drafter, cfg, replicas, make_router(router), seed=seed).metrics()
+            m = run_sim(tables[g], arr, n, cost, g, drafter, cfg, replicas, make_router(router), seed=seed).metrics()
             points.append({kind: load, "setting": "plain" if g == 0 else f"{drafter} γ={g}", "gamma": g, **m})
     base = {(p.get("concurrency"), p.get("rate"), p.get("replay")): p for p in points if p["gamma"] == 0}
     for p in points:
@@ -178,7 +189,8 @@ def simulate(
     doc: dict[str, Any] = {
         "experiment": "simulate", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "from": str(run.path),
         "drafter": drafter, "settings": [str(g) for g in settings], "cost_source": cost.source,
-        "acceptance": acceptance, "acceptance_assumption": table.assumption, "requests": requests,
+        "acceptance": acceptance, "chains": chains, "acceptance_assumption": table.assumption,
+        "acceptance_per_setting": {str(g): tables[g].assumption for g in settings if g != 0}, "requests": requests,
         "replicas": replicas, "router": router,
         "server": {"max_num_seqs": max_num_seqs, "max_batched_tokens": max_batched_tokens, "kv_budget_tokens": kv_budget,
                    "block_size": block_size, "chunked_prefill": chunked_prefill, "reserve_gamma": reserve_gamma},

@@ -76,6 +76,33 @@ def acceptance_table(records: Sequence[RequestRecord], drafter: str, max_gamma: 
     return table, {c.prompt_id: i for i, c in enumerate(chains)}
 
 
+def measured_gammas(records: Sequence[RequestRecord], drafter: str) -> list[int]:
+    """The static gammas > 0 at which ``drafter`` has rounds in ``records``."""
+    return sorted({r.gamma for r in records if r.drafter == drafter and r.rounds and isinstance(r.gamma, int)
+                   and not isinstance(r.gamma, bool) and r.gamma > 0})
+
+
+def tables_per_gamma(records: Sequence[RequestRecord], drafter: str, gammas: Sequence[int | str],
+                     max_gamma: int = 16, chains: str = "per-gamma") -> dict[int | str, tuple[ChainTable, dict[str, int]]]:
+    """One chain table per setting. ``per-gamma``: a gamma the run measured takes only the rounds
+    measured at that gamma (acceptance depends on gamma: a round that follows a fully accepted one
+    accepts more often, so small gammas cut more streaks and pool higher a_1); other gammas and
+    policies take every static gamma pooled. ``pooled``: every setting the pooled chains."""
+    require(chains in ("per-gamma", "pooled"), f"chains must be per-gamma or pooled, not {chains!r}")
+    measured = measured_gammas(records, drafter)
+    pooled: tuple[ChainTable, dict[str, int]] | None = None
+    out: dict[int | str, tuple[ChainTable, dict[str, int]]] = {}
+    for g in gammas:
+        if chains == "per-gamma" and isinstance(g, int) and g in measured and len(measured) > 1:
+            table, index = acceptance_table(records, drafter, max_gamma, exclude_gammas=[x for x in measured if x != g])
+            table.assumption = f"chains measured at γ={g} only; " + table.assumption
+            out[g] = (table, index)
+        else:
+            pooled = pooled or acceptance_table(records, drafter, max_gamma)
+            out[g] = pooled
+    return out
+
+
 def plain_table(records: Sequence[RequestRecord]) -> tuple[ChainTable, dict[str, int]]:
     """Sizes per prompt for plain decoding (no acceptance needed): the mean output length of its records."""
     by: dict[str, list[RequestRecord]] = defaultdict(list)

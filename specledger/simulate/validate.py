@@ -2,7 +2,8 @@
 
 For every concurrency point (load c, setting plain or drafter γ=g, repeat r) of a
 ``sweep --experiment serving`` run, the simulator serves the same prompts in the same order at the
-same load, with acceptance from the run's per-prompt chains (draws keyed per prompt: the sweep is
+same load, with acceptance from the run's per-prompt chains measured at that γ
+(:func:`~specledger.simulate.source.tables_per_gamma`; draws keyed per prompt: the sweep is
 greedy, so a prompt served twice accepts alike both times) and a cost profile (with its measured
 step-to-step jitter), averaged over ``seeds`` simulations. Honest by default:
 leave-one-repeat-out -- the steps of repeat r are predicted with costs fitted on the *other*
@@ -35,7 +36,7 @@ from specledger.simulate.arrivals import closed_loop
 from specledger.simulate.engine import simulate
 from specledger.simulate.profile import fit_serving_cost
 from specledger.simulate.replica import ServerConfig
-from specledger.simulate.source import RunSource, acceptance_table, plain_table, workload_order
+from specledger.simulate.source import RunSource, plain_table, tables_per_gamma, workload_order
 
 METRICS = ("throughput_tok_s", "tpot_p50_ms", "ttft_p50_ms", "itl_p99_ms")
 TOLERANCE = {"throughput_tok_s": 0.05, "tpot_p50_ms": 0.10, "ttft_p50_ms": 0.10, "itl_p99_ms": 0.15}
@@ -67,7 +68,7 @@ def _walls(run: RunSource) -> dict[tuple, list[float]]:
 
 
 def validate(run: RunSource, cost: Any = None, seeds: int = 16, max_gamma: int = 16, jitter: bool = True,
-             per: str = "prompt") -> dict[str, Any]:
+             per: str = "prompt", chains: str = "per-gamma") -> dict[str, Any]:
     """Real vs simulated figures at every concurrency point of ``run`` (see the module docstring)."""
     require(run.serving is not None, f"{run.path} has no serving.json; give a `sweep --experiment serving` run")
     points = {k: v for k, v in run.points().items() if k[0] == "concurrency"}
@@ -76,9 +77,11 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 16, max_gamma: int =
     order_ids = run.prompt_order()
     recs = run.serving_records()
     repeats = sorted({k[3] for k in points})
-    tables: dict[str, tuple] = {"none": plain_table(recs)}
-    for d in {parse_setting(k[2])[0] for k in points} - {"none"}:
-        tables[d] = acceptance_table(recs, d, max_gamma)
+    tables: dict[tuple, tuple] = {("none", 0): plain_table(recs)}
+    settings = {parse_setting(k[2]) for k in points}
+    for d in {s[0] for s in settings} - {"none"}:
+        per_g = tables_per_gamma(recs, d, sorted({g for dd, g in settings if dd == d}, key=str), max_gamma, chains)
+        tables.update({(d, g): t for g, t in per_g.items()})
     costs = {}
     for r in repeats:
         if cost is not None:
@@ -91,7 +94,7 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 16, max_gamma: int =
     rows = []
     for (kind, load, setting) in sorted({k[:3] for k in points}, key=lambda k: (k[1], k[2])):
         drafter, gamma = parse_setting(setting)
-        table, index = tables[drafter]
+        table, index = tables[(drafter, gamma)]
         per_real, per_sim = [], []
         for r in repeats:
             rs = points.get((kind, load, setting, r))
@@ -130,7 +133,7 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 16, max_gamma: int =
         rows.append(row)
     _speedups(rows)
     return {"points": rows, "crossover": crossovers(rows), "cost_source": {r: c.source for r, c in costs.items()},
-            "tolerance": TOLERANCE, "seeds": seeds, "jitter": jitter, "per": per}
+            "tolerance": TOLERANCE, "seeds": seeds, "jitter": jitter, "per": per, "chains": chains}
 
 
 def _speedups(rows: list[dict[str, Any]]) -> None:
