@@ -209,3 +209,21 @@ class ChainTable:
         proposed = filled.sum(axis=1)
         accepted = np.cumprod((u[1] < self.accept[idx, :g]) & (filled > 0), axis=1).sum(axis=1)
         return proposed.astype(np.int64), accepted.astype(np.int64)
+
+
+#: streams of :func:`keyed_stream` (distinct from the acceptance draws of :func:`keyed_uniforms`)
+STREAM_STEP_JITTER = 1  # key = replica index, counter = that replica's step number
+STREAM_PREFILL_JITTER = 2  # key = request id, counter = its admission number (0, then 1 per preemption)
+
+
+def keyed_stream(seed: int, stream: int, keys: np.ndarray, counters: np.ndarray) -> np.ndarray:
+    """One uniform in [0, 1) per (key, counter) of a named ``stream``: element i depends only on
+    (seed, stream, keys[i], counters[i]) -- h = mix(mix(mix(mix(seed) + stream) + key * phi) + counter * phi),
+    u = top 53 bits of h / 2^53 -- so a step's noise is the same whichever path (one step or a segment
+    of steps, :mod:`specledger.simulate.fastpath`) prices it."""
+    with np.errstate(over="ignore"):
+        k = np.asarray(keys, dtype=np.int64).astype(np.uint64)
+        c = np.asarray(counters, dtype=np.int64).astype(np.uint64)
+        s = _mix(_mix(np.full(k.shape, seed, dtype=np.uint64)) + np.uint64(stream))
+        h = _mix(_mix(s + k * _GOLDEN) + c * _GOLDEN)
+    return (h >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))

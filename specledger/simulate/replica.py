@@ -27,13 +27,21 @@ rows (in admission order); its first token leaves at the end of the step that co
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from specledger.simulate.chains import ChainTable, Draws
+from specledger.simulate.chains import (
+    STREAM_PREFILL_JITTER,
+    STREAM_STEP_JITTER,
+    ChainTable,
+    Draws,
+    keyed_stream,
+)
+from specledger.simulate.fastpath import segment
 from specledger.simulate.gamma import GammaPlan
 
 
@@ -84,6 +92,8 @@ class Ledger:
         self.accepted_sum = 0
         self.rounds = 0
         self.peak_kv_tokens = 0
+        self.fast_steps = 0  # steps priced by the event-skipping segments (fastpath), of ``steps``
+        self.fast_segments = 0
 
 
 _FIELDS = ("rid", "ctx", "out", "target", "chain", "last", "pleft", "key", "nround")
@@ -110,7 +120,9 @@ class Replica:
         # a fitted profile whose prefill depends on the server's slot count (profile.ServingCost)
         self._slots_kw = {"slots": cfg.max_num_seqs} if getattr(cost, "slot_dependent_prefill", False) else {}
         noise = getattr(cost, "jitter", None)  # a measured profile's step-time noise, if it has one
-        self._jitter = (lambda: noise(rng)) if noise is not None and jitter else None
+        self._noise = noise if noise is not None and jitter else None
+        self.nstep = 0  # steps this replica has run (the key of its forward jitter)
+        self.last_dt = 0.0  # duration of its latest step (the fast path's horizon guess)
 
     # ----------------------------------------------------------------------------------------
     @property
@@ -133,11 +145,24 @@ class Replica:
         b = self.cfg.block_size
         return tokens if b == 1 else -(-tokens // b)
 
-    def _prefill_s(self, tokens: int) -> float:
+    def _prefill_s(self, tokens: int, rid: int) -> float:
+        """Prefill time, times the profile's prefill noise keyed on (request, admission number)."""
         s = self._prefill.get(tokens)
         if s is None:
             s = self._prefill[tokens] = float(self.cost.prefill_s(int(tokens), **self._slots_kw))
-        return s * self._jitter()[1] if self._jitter is not None else s
+        if self._noise is None:
+            return s
+        u = keyed_stream(self.draws.seed, STREAM_PREFILL_JITTER, np.array([rid]),
+                         np.array([self.ledger.preemptions[rid]]))
+        return s * self._noise(FixedDraw(float(u[0])))[1]
+
+    def forward_noise(self, n: int) -> list[float] | None:
+        """Forward multipliers of this replica's next ``n`` steps (keyed on (replica, step number)); None without noise."""
+        if self._noise is None:
+            return None
+        u = keyed_stream(self.draws.seed, STREAM_STEP_JITTER, np.full(n, self.index),
+                         np.arange(self.nstep, self.nstep + n))
+        return [self._noise(FixedDraw(x))[0] for x in u.tolist()]
 
     # ----------------------------------------------------------------------------------------
     def _admit(self, t: float) -> tuple[float, list[int]]:
@@ -161,7 +186,7 @@ class Replica:
                 new.append((rid, ctx, ctx if L.out[rid] == 0 else ctx - 1))
                 continue
             if L.out[rid] == 0:  # first admission: prompt -> first token
-                t += self._prefill_s(ctx)
+                t += self._prefill_s(ctx, rid)
                 L.t_first[rid] = L.t_last[rid] = t
                 L.out[rid], L.chunks[rid] = 1, 1
                 if L.target[rid] <= 1:
@@ -169,7 +194,7 @@ class Replica:
                     continue
                 new.append((rid, ctx + 1, 0))
             else:  # recompute after preemption: KV for all but the last committed token
-                dt = self._prefill_s(ctx - 1)
+                dt = self._prefill_s(ctx - 1, rid)
                 t += dt
                 L.recompute_s[rid] += dt
                 new.append((rid, ctx, 0))
@@ -191,8 +216,24 @@ class Replica:
     # ----------------------------------------------------------------------------------------
     def step(self) -> list[int]:
         """Advance one step from ``self.clock``; returns the ids of the requests finished in it."""
-        L, cfg, cost = self.ledger, self.cfg, self.cost
         t, finished = self._admit(self.clock)
+        return self._step_at(t, finished)
+
+    def advance(self, bound: float = math.inf) -> list[int]:
+        """Advance one step, or -- where :func:`specledger.simulate.fastpath.segment` applies -- every
+        step up to the next event at once: the steps that start before ``bound`` (the next arrival the
+        router must place), up to and including the first in which a request finishes. The outcome is
+        the one :meth:`step` called that many times gives. Returns the finished ids."""
+        t, finished = self._admit(self.clock)
+        if self.running:
+            done = segment(self, t, finished, bound)
+            if done is not None:
+                return done
+        return self._step_at(t, finished)
+
+    def _step_at(self, t: float, finished: list[int]) -> list[int]:
+        """The step after admission (at clock ``t``): choose, sample, budget, KV, price, commit."""
+        L, cfg, cost = self.ledger, self.cfg, self.cost
         b = self.running
         if b == 0:
             self.clock = t
@@ -256,8 +297,10 @@ class Replica:
                 t_draft_each[g == gv] = float(cost.draft_s(self.drafter, int(gv), ctx_mean))
         rows = int(nd + prop.sum()) + pre_tokens
         t_fwd = float(cost.step_s(max(rows, b), b, ctx_mean))
-        if self._jitter is not None:
-            t_fwd *= self._jitter()[0]
+        noise = self.forward_noise(1)
+        if noise is not None:
+            t_fwd *= noise[0]
+        self.nstep += 1
         t_other = float(cost.other_s(b))
         t_emit = t + float(t_draft_each.sum()) + t_fwd + t_other
         # commit
@@ -293,9 +336,15 @@ class Replica:
         L.rounds += nd
         L.proposed_sum += int(prop.sum())
         L.accepted_sum += int(acc.sum())
-        # finished requests leave
-        done = run["out"] >= run["target"]
+        self.last_dt = t_emit - t
         self.clock = t_emit
+        return self.retire(finished)
+
+    def retire(self, finished: list[int]) -> list[int]:
+        """Requests whose output is complete leave the batch (their figures go to the ledger); returns
+        ``finished`` extended by their ids."""
+        run, L = self.run, self.ledger
+        done = run["out"] >= run["target"]
         if done.any():
             ids = run["rid"][done]
             L.out[ids] = run["out"][done]
@@ -322,6 +371,17 @@ class Replica:
         if self.policies is not None:
             self._parked.update(zip(gone.tolist(), self.policies[keep_n:]))
             self.policies = self.policies[:keep_n]
+
+
+class FixedDraw:
+    """A stand-in Generator whose ``random()`` returns one given uniform: feeds a keyed uniform to a
+    profile's ``jitter(rng)`` (which draws once per step)."""
+
+    def __init__(self, u: float) -> None:
+        self.u = u
+
+    def random(self, size: Any = None) -> Any:
+        return self.u if size is None else np.full(size, self.u)
 
 
 def _trim(prop: np.ndarray, cap: int) -> np.ndarray:

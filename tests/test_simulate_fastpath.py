@@ -1,0 +1,190 @@
+"""Event skipping (simulate/fastpath.py) gives the step path's outcome: same metrics, same ledger."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from specledger.simulate.arrivals import closed_loop, poisson, replay
+from specledger.simulate.chains import ChainTable, keyed_stream
+from specledger.simulate.cluster import least_outstanding
+from specledger.simulate.engine import round_robin, simulate
+from specledger.simulate.fastpath import _roofline_step, draft_costs, step_costs
+from specledger.simulate.hardware import ModelConfig, roofline
+from specledger.simulate.profile import fit_serving_cost
+from specledger.simulate.replica import ServerConfig
+from tests.test_simulate import LinearCost, chains
+from tests.test_simulate_draws import _records
+
+LEDGER = ("t_first", "t_last", "out", "chunks", "preemptions", "max_gap", "recompute_s", "nround")
+COUNTERS = ("steps", "batch_sum", "rows_sum", "rounds", "proposed_sum", "accepted_sum", "peak_kv_tokens")
+
+
+def table(n=20, seed=0, fill=1.0, **kw):
+    t = ChainTable.from_chains(chains(n=n, seed=seed, **kw), 16)
+    t.fill[:, 2:] = fill  # fill < 1: the drafter sometimes proposes fewer than asked
+    return t
+
+
+class NoisyCost(LinearCost):
+    """LinearCost with a profile's jitter: forward x (0.8 + 0.4 u), prefill x (0.9 + 0.2 u)."""
+
+    def jitter(self, rng):
+        u = rng.random()
+        return 0.8 + 0.4 * u, 0.9 + 0.2 * u
+
+
+def both(t, arr, n, cost, gamma=4, **kw):
+    return simulate(t, arr, n, cost, gamma, fast=False, **kw), simulate(t, arr, n, cost, gamma, fast=True, **kw)
+
+
+def assert_same(slow, fast):
+    """Metrics equal (floats to rel 1e-9), ledgers equal, gap multisets equal."""
+    ms, mf = slow.metrics(), fast.metrics()
+    assert ms.keys() == mf.keys()
+    for k, v in ms.items():
+        w = mf[k]
+        if isinstance(v, float) and isinstance(w, float):
+            assert (math.isnan(v) and math.isnan(w)) or w == pytest.approx(v, rel=1e-9, abs=1e-12), k
+        else:
+            assert v == w, k
+    a, b = slow.ledger, fast.ledger
+    for f in LEDGER:
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)
+    for f in COUNTERS:
+        assert getattr(a, f) == getattr(b, f), f
+    np.testing.assert_array_equal(np.sort(np.concatenate(a.gaps)), np.sort(np.concatenate(b.gaps)))
+
+
+@pytest.mark.parametrize("c", [1, 4, 16])
+def test_closed_loop(c):
+    slow, fast = both(table(fill=0.8), closed_loop(c), 120, LinearCost(c=1e-6, d=1e-4),
+                      config=ServerConfig(max_num_seqs=16))
+    assert_same(slow, fast)
+    assert fast.ledger.fast_steps > 0 and slow.ledger.fast_steps == 0
+
+
+@pytest.mark.parametrize("jitter", [False, True])
+def test_poisson_light_load_skips_most_steps(jitter):
+    slow, fast = both(table(fill=0.8), poisson(3.0, 200, seed=1), 200, NoisyCost(), jitter=jitter,
+                      config=ServerConfig(max_num_seqs=16))
+    assert_same(slow, fast)
+    L = fast.ledger
+    assert L.fast_steps > 0.8 * L.steps  # the segments carry the run; the step path only admission steps
+    assert L.fast_segments < 0.5 * L.fast_steps
+
+
+def test_jitter_is_keyed_and_changes_the_steps():
+    t = table()
+    on = simulate(t, poisson(3.0, 100, seed=1), 100, NoisyCost(), 4, jitter=True).metrics()
+    off = simulate(t, poisson(3.0, 100, seed=1), 100, NoisyCost(), 4, jitter=False).metrics()
+    assert on["tpot_p50_ms"] != off["tpot_p50_ms"]
+    u = keyed_stream(3, 1, np.array([0, 0, 1]), np.array([5, 5, 5]))
+    assert u[0] == u[1] != u[2] and 0 <= u.min() < 1
+    assert keyed_stream(3, 2, np.array([0]), np.array([5]))[0] != u[0]  # streams differ
+
+
+def test_fitted_profile_with_noise():
+    cost = fit_serving_cost(_records({1: 1.0, 4: 1.1}, jitter=0.05, seed=2))
+    for chunked in (False, True):
+        cfg = ServerConfig(max_num_seqs=8, chunked_prefill=chunked, max_num_batched_tokens=4096)
+        assert_same(*both(table(fill=0.9), poisson(4.0, 150, seed=2), 150, cost, 2, drafter="ngram", config=cfg))
+
+
+def test_replay_arrivals():
+    arr = replay(np.concatenate([np.zeros(10), np.linspace(1, 5, 40), np.full(10, 6.0)]))
+    assert_same(*both(table(), arr, 60, LinearCost(), config=ServerConfig(max_num_seqs=8)))
+
+
+@pytest.mark.parametrize("route", [round_robin, least_outstanding])
+@pytest.mark.parametrize("arr", [closed_loop(6), poisson(6.0, 150, seed=4)], ids=["closed", "poisson"])
+def test_two_replicas(route, arr):
+    assert_same(*both(table(fill=0.7), arr, 150, NoisyCost(), replicas=2, router=route(),
+                      config=ServerConfig(max_num_seqs=4)))
+
+
+def test_tight_kv_budget_falls_back_and_preempts():
+    cfg = ServerConfig(max_num_seqs=16, kv_budget_tokens=1200, block_size=16)
+    slow, fast = both(table(n=10, out=(80, 120), prompt=(100, 150)), closed_loop(16), 80, LinearCost(), config=cfg)
+    assert slow.metrics()["preemptions"] > 0
+    assert_same(slow, fast)
+    assert 0 < fast.ledger.fast_steps < fast.ledger.steps
+
+
+def test_kv_reserve_gamma_and_blocks():
+    cfg = ServerConfig(max_num_seqs=8, kv_budget_tokens=3000, block_size=16, reserve_gamma=True)
+    assert_same(*both(table(fill=0.6), closed_loop(8), 100, LinearCost(), 6, config=cfg))
+
+
+@pytest.mark.parametrize("budget", [None, 64, 300])
+def test_chunked_prefill(budget):
+    cfg = ServerConfig(max_num_seqs=8, chunked_prefill=True, max_num_batched_tokens=budget, kv_budget_tokens=4000,
+                       block_size=16)
+    slow, fast = both(table(fill=0.8), poisson(5.0, 120, seed=5), 120, NoisyCost(d=1e-4), config=cfg)
+    assert_same(slow, fast)
+    assert fast.ledger.fast_steps > 0
+
+
+def test_token_budget_binding():
+    cfg = ServerConfig(max_num_seqs=16, max_num_batched_tokens=40)  # 16 x (4 + 1) rows would need 80
+    slow, fast = both(table(), closed_loop(16), 100, LinearCost(), config=cfg)
+    assert slow.ledger.rows_sum / slow.ledger.steps <= 40
+    assert_same(slow, fast)
+
+
+def test_per_request_policy_takes_the_step_path():
+    slow, fast = both(table(), closed_loop(4), 40, LinearCost(), "heuristic")
+    assert_same(slow, fast)
+    assert fast.ledger.fast_steps == 0
+
+
+def test_deterministic_table_takes_the_step_path():
+    t = table().mean_only(deterministic=True)
+    slow, fast = both(t, closed_loop(4), 40, LinearCost())
+    assert_same(slow, fast)
+    assert fast.ledger.fast_steps == 0
+
+
+@pytest.mark.parametrize("per", ["prompt", "request"])
+def test_keyed_per_prompt_and_request(per):
+    order = np.arange(80) % 5
+    assert_same(*both(table(), poisson(4.0, 80, seed=6), 80, LinearCost(), order=order, per=per))
+
+
+def test_plain_decoding():
+    slow, fast = both(table(), poisson(4.0, 100, seed=7), 100, LinearCost(), 0)
+    assert_same(slow, fast)
+    assert fast.ledger.fast_steps > 0.5 * fast.ledger.steps
+
+
+def test_one_token_requests_and_gamma_beyond_the_table():
+    t = table(out=(1, 4))
+    for chunked in (False, True):
+        assert_same(*both(t, poisson(10.0, 80, seed=8), 80, LinearCost(), 20,
+                          config=ServerConfig(max_num_seqs=4, chunked_prefill=chunked)))
+
+
+def test_roofline_h200_like_the_benchmark():
+    model = ModelConfig(8.03e9, 32, 32, 8, 128, name="8b")
+    cost = roofline("h200", model)
+    cfg = ServerConfig(max_num_seqs=256, max_num_batched_tokens=8192, kv_budget_tokens=cost.kv_budget_tokens(),
+                       block_size=16, chunked_prefill=True)
+    t = table(n=30, fill=0.8, out=(50, 400), prompt=(100, 2000))
+    slow, fast = both(t, poisson(20.0, 300, seed=9), 300, cost, drafter="ngram", config=cfg)
+    assert_same(slow, fast)
+    assert fast.ledger.fast_steps > 0.8 * fast.ledger.steps
+    assert_same(*both(t, closed_loop(64), 300, cost, drafter="ngram", config=cfg))
+
+
+def test_vectorised_costs_match_the_scalar_ones():
+    cost = roofline("h100", ModelConfig(8.03e9, 32, 32, 8, 128),)
+    rows, ctx = np.array([1, 5, 40, 3000]), np.array([0.0, 17.5, 900.25, 4000.0])
+    np.testing.assert_array_equal(_roofline_step(cost, rows, 7, ctx), [cost.step_s(r, 7, c) for r, c in zip(rows, ctx)])
+    np.testing.assert_array_equal(step_costs(cost, rows, 7, ctx), step_costs(LinearCost(), rows, 7, ctx) * 0
+                                  + [cost.step_s(int(r), 7, c) for r, c in zip(rows, ctx)])
+    g = np.array([[0, 1, 4], [2, 2, 0]])
+    lin = LinearCost(d=1e-3)
+    np.testing.assert_array_equal(draft_costs(lin, "ngram", g, ctx[:2]), g * 1e-3)
+    np.testing.assert_array_equal(draft_costs(cost, "ngram", g, ctx[:2]), np.where(g > 0, cost.model_free_draft_s, 0))
