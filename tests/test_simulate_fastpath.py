@@ -7,11 +7,12 @@ import math
 import numpy as np
 import pytest
 
+from specledger.simulate import fastpath
 from specledger.simulate.arrivals import closed_loop, poisson, replay
-from specledger.simulate.chains import ChainTable, keyed_stream
+from specledger.simulate.chains import ChainTable, Draws, keyed_stream
 from specledger.simulate.cluster import least_outstanding
 from specledger.simulate.engine import round_robin, simulate
-from specledger.simulate.fastpath import _roofline_step, draft_costs, step_costs
+from specledger.simulate.fastpath import _pairwise_sum, _roofline_step, draft_costs, scalar_step, step_costs
 from specledger.simulate.hardware import ModelConfig, roofline
 from specledger.simulate.profile import fit_serving_cost
 from specledger.simulate.replica import ServerConfig
@@ -20,6 +21,14 @@ from tests.test_simulate_draws import _records
 
 LEDGER = ("t_first", "t_last", "out", "chunks", "preemptions", "max_gap", "recompute_s", "nround")
 COUNTERS = ("steps", "batch_sum", "rows_sum", "rounds", "proposed_sum", "accepted_sum", "peak_kv_tokens")
+
+
+@pytest.fixture(autouse=True, params=["scalar", "arrays"])
+def segment_kind(request, monkeypatch):
+    """Every test runs with small batches in scalar Python (the default) and with every batch on arrays."""
+    if request.param == "arrays":
+        monkeypatch.setattr(fastpath, "SMALL_BATCH", 0)
+    return request.param
 
 
 def table(n=20, seed=0, fill=1.0, **kw):
@@ -188,3 +197,28 @@ def test_vectorised_costs_match_the_scalar_ones():
     lin = LinearCost(d=1e-3)
     np.testing.assert_array_equal(draft_costs(lin, "ngram", g, ctx[:2]), g * 1e-3)
     np.testing.assert_array_equal(draft_costs(cost, "ngram", g, ctx[:2]), np.where(g > 0, cost.model_free_draft_s, 0))
+
+
+def test_scalar_helpers_match_numpy():
+    cost = roofline("h200", ModelConfig(8.03e9, 32, 32, 8, 128))
+    f = scalar_step(cost)
+    for r, b, c in [(1, 1, 0.0), (9, 3, 417.3333333333333), (2000, 256, 3012.25)]:
+        assert f(r, b, c) == cost.step_s(r, b, c)
+    rng = np.random.default_rng(0)
+    for n in (1, 3, 7, 8, 9, 30, 200):
+        v = (rng.random(n) * 1e-4).tolist()
+        assert _pairwise_sum(v) == float(np.array(v).sum())
+
+
+def test_round_cache_draws_what_sampling_draws(segment_kind):
+    if segment_kind == "arrays":
+        pytest.skip("the array segments draw their own rounds")
+    t = table(fill=0.7)
+    r = simulate(t, closed_loop(2), 10, LinearCost(), 6, seed=3)
+    cache = r.ledger.round_cache
+    assert cache is not None
+    for rid in (0, 7):
+        codes = cache.rounds(rid, 0, 200)  # past the rounds drawn ahead: drawn when asked
+        n = len(codes)
+        p, k = t.sample(np.full(n, r.ledger.chain[rid]), np.full(n, 6), Draws(3), np.full(n, rid), np.arange(n))
+        assert codes == (p * 32 + k).tolist()

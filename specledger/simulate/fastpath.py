@@ -36,12 +36,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from specledger.errors import require
 from specledger.simulate.hardware import RooflineCost
 
 if TYPE_CHECKING:
     from specledger.simulate.replica import Replica
 
 MIN_STEPS, MAX_STEPS = 2, 256
+SMALL_BATCH = 24  # up to this many running requests a segment is priced in scalar Python
+CHUNK = 4096  # requests whose rounds are drawn together (RoundCache)
+AHEAD = 64  # rounds of a request handed to one segment at most
 
 
 def step_costs(cost: Any, rows: np.ndarray, batch: int, context: np.ndarray) -> np.ndarray:
@@ -96,15 +100,24 @@ def horizon(rep: Replica, t: float, bound: float, rem: np.ndarray, gamma: int) -
 def segment(rep: Replica, t: float, finished: list[int], bound: float) -> list[int] | None:
     """Run the replica's steps from clock ``t`` (admission done) up to the next event at once; returns
     ``finished`` extended by the requests finished, or None when the segment does not apply (see the
-    module docstring) -- then nothing has changed."""
+    module docstring) -- then nothing has changed. Small batches (<= SMALL_BATCH) go through
+    :func:`_segment_small` (scalar Python over bulk-drawn rounds: numpy's per-call overhead dominates
+    there), larger ones through the array version."""
     plan, table, cfg = rep.plan, rep.table, rep.cfg
     if plan.static is None or table.deterministic or rep.policies is not None:
         return None
-    run = rep.run
-    b = int(run["rid"].shape[0])
+    b = int(rep.run["rid"].shape[0])
     if b == 0 or (rep.waiting and b < cfg.max_num_seqs):
         return None
-    gam = int(plan.static)
+    if b <= SMALL_BATCH:
+        return _segment_small(rep, t, finished, bound, int(plan.static))
+    return _segment_arrays(rep, t, finished, bound, int(plan.static))
+
+
+def _segment_arrays(rep: Replica, t: float, finished: list[int], bound: float, gam: int) -> list[int] | None:
+    """:func:`segment` on arrays (requests x steps)."""
+    table, cfg, run = rep.table, rep.cfg, rep.run
+    b = int(run["rid"].shape[0])
     out0, target, ctx0 = run["out"], run["target"], run["ctx"]
     pleft = run["pleft"]
     pre = pleft > 0
@@ -243,3 +256,241 @@ def _commit(rep: Replica, t: float, emit: list[float], n: int, b: int, raw: np.n
     rep.nstep += n
     rep.last_dt = (emit[-1] - t) / n
     rep.clock = emit[-1]
+
+
+# ------------------------------------------------------------------------------------------------
+class RoundCache:
+    """Every request's rounds drawn ahead, CHUNK requests at a time: round r of request i is coded
+    P*_ir * 32 + K*_ir (the outcome at the full gamma; keyed draws, so exactly what
+    :meth:`ChainTable.sample` gives that round whenever it is taken). A request gets
+    ceil(1.3 T / (E[K] + 1)) + 4 rounds (T its output tokens, E[K] its chain's expectation at gamma);
+    a request that needs more (token budget trims) has them drawn when asked."""
+
+    def __init__(self, rep: Replica, gamma: int) -> None:
+        self.ledger, self.table, self.draws = rep.ledger, rep.table, rep.draws
+        self.gamma = gamma
+        self.width = min(gamma, self.table.max_gamma)
+        require(self.table.max_gamma < 32, "rounds are coded in 5 bits")
+        self.chunks: dict[int, tuple[list[int], list[int], np.ndarray]] = {}
+
+    def _outcomes(self, keys: np.ndarray, rounds: np.ndarray, chain: np.ndarray) -> np.ndarray:
+        w = self.width
+        u = self.draws.uniforms(keys, rounds, w)
+        filled = np.cumprod(u[0] < self.table.fill[chain, :w], axis=1)
+        p = filled.sum(axis=1)
+        k = np.cumprod((u[1] < self.table.accept[chain, :w]) & (filled > 0), axis=1).sum(axis=1)
+        return (p * 32 + k).astype(np.int16)
+
+    def _build(self, c: int) -> tuple[list[int], list[int], np.ndarray]:
+        L = self.ledger
+        lo, hi = c * CHUNK, min(L.n, (c + 1) * CHUNK)
+        chain, target = L.chain[lo:hi], L.target[lo:hi]
+        _, ek = self.table.expected(chain, np.full(hi - lo, self.width, dtype=np.int64))
+        count = np.minimum(np.ceil(1.3 * target / (ek + 1)).astype(np.int64) + 4, target + 1)
+        start = np.cumsum(count) - count
+        total = int(count.sum())
+        keys = np.repeat(L.key[lo:hi], count)
+        rounds = np.arange(total) - np.repeat(start, count)
+        codes = self._outcomes(keys, rounds, np.repeat(chain, count))
+        ent = (start.tolist(), count.tolist(), codes)
+        self.chunks[c] = ent
+        return ent
+
+    def rounds(self, rid: int, r0: int, limit: int = AHEAD) -> list[int]:
+        """Codes of request ``rid``'s rounds r0, r0 + 1, ... (at least one, at most ``limit``)."""
+        if self.width == 0:
+            return [0] * limit
+        c = rid // CHUNK
+        ent = self.chunks.get(c) or self._build(c)
+        i = rid - c * CHUNK
+        o, n = ent[0][i], ent[1][i]
+        if r0 < n:
+            return ent[2][o + r0:o + min(n, r0 + limit)].tolist()
+        L = self.ledger
+        return self._outcomes(np.full(limit, L.key[rid]), np.arange(r0, r0 + limit),
+                              np.full(limit, L.chain[rid])).tolist()
+
+
+def _pairwise_sum(v: list[float]) -> float:
+    """numpy's float64 sum of ``v`` to the last bit: left to right below 8 terms, numpy's own above."""
+    if len(v) < 8:
+        r = 0.0
+        for x in v:
+            r += x
+        return r
+    return float(np.array(v).sum())
+
+
+def scalar_step(cost: Any) -> Any:
+    """``cost.step_s`` as a plain function; for a roofline, :meth:`RooflineCost._step` with its constants
+    bound (same operations, same order: the same float)."""
+    if type(cost) is not RooflineCost:
+        return cost.step_s
+    m, hw = cost.model, cost.hw
+    m_kv, w_bytes = m.kv_bytes_per_token, m.weight_bytes
+    two_p, attn = 2 * m.params, 4 * m.layers * m.heads * m.head_dim
+    c_den, m_den = hw.peak_tflops * 1e12 * cost.eff_compute, hw.hbm_bandwidth_gb_s * 1e9 * cost.eff_memory
+    launch = hw.launch_overhead_s
+
+    def step_s(total_rows: int, batch: int, context: float) -> float:
+        rows, bt, ctx = max(1, total_rows), max(1, batch), max(0.0, context)
+        byt = w_bytes + bt * ctx * m_kv + rows * m_kv
+        flops = two_p * rows + attn * rows * ctx
+        return max(flops / c_den, byt / m_den) + launch
+
+    return step_s
+
+
+def _segment_small(rep: Replica, t: float, finished: list[int], bound: float, gam: int) -> list[int] | None:
+    """:func:`segment` in scalar Python, step by step over the bulk-drawn rounds (:class:`RoundCache`);
+    the run arrays are read once and written once."""
+    L, cfg, run, cost = rep.ledger, rep.cfg, rep.run, rep.cost
+    cache = L.round_cache
+    if cache is None or cache.gamma != gam or cache.table is not rep.table:
+        cache = L.round_cache = RoundCache(rep, gam)
+    rid = run["rid"].tolist()
+    b = len(rid)
+    out, tgt, ctx, last = run["out"].tolist(), run["target"].tolist(), run["ctx"].tolist(), run["last"].tolist()
+    nround = run["nround"].tolist()
+    pleft = run["pleft"].tolist() if cfg.chunked_prefill else None
+    pre_tokens = sum(pleft) if pleft is not None else 0
+    dec = [x == 0 for x in pleft] if pre_tokens else [True] * b
+    fresh = [x > 0 and o == 0 for x, o in zip(pleft, out)] if pre_tokens else None
+    codes = [cache.rounds(r, n) for r, n in zip(rid, nround)]  # a prefilling request decodes from step 1
+    pos = [0] * b
+    budget, kvb, bs, reserve = rep._budget, rep._kv_blocks, cfg.block_size, cfg.reserve_gamma
+    step_s = getattr(rep, "_scalar_step", None)
+    if step_s is None:
+        step_s = rep._scalar_step = scalar_step(cost)
+    draft_on = rep.drafter != "none" and gam > 0
+    flat_draft = (cost.model_free_draft_s if type(cost) is RooflineCost
+                  and not (cost.draft_model is not None and rep.drafter in ("model", "draft_model")) else None)
+    other = float(cost.other_s(b))
+    noise: list[float] = []
+    ctx_sum = sum(ctx)
+    gaps: list[float] = []
+    worst = [-math.inf] * b
+    com = [0] * b
+    gl = [0] * b
+    rows_sum = rounds = prop_sum = acc_sum = peak = 0
+    t_first = 0.0
+    tt = t
+    s = 0
+    while s < MAX_STEPS:
+        if s and tt >= bound:
+            break
+        nd = psum = asum = blocks = 0
+        short = False
+        for i in range(b):
+            if dec[i]:
+                cl = codes[i]
+                j = pos[i]
+                if j >= len(cl):
+                    short = True
+                    break
+                c = cl[j]
+                pf, kf = c >> 5, c & 31
+                rem = tgt[i] - out[i]
+                g = gam if gam < rem - 1 else (rem - 1 if rem > 1 else 0)
+                p = pf if pf < g else g
+                nd += 1
+                psum += p
+                asum += kf if kf < p else p
+                com[i] = kf + 1 if kf + 1 < rem else rem
+                gl[i] = g
+                need = ctx[i] + (g if reserve else p)
+            else:
+                need = ctx[i]
+            blocks += need if bs == 1 else -(-need // bs)
+        if short:
+            break
+        if budget is not None and (psum > budget - nd or (s == 0 and pre_tokens > budget - nd - psum)):
+            if s == 0:
+                return None
+            break
+        if kvb is not None and b > 1 and blocks > kvb:
+            if s == 0:
+                return None
+            break
+        rows = nd + psum + (pre_tokens if s == 0 else 0)
+        ctx_mean = ctx_sum / b
+        d_sum = 0.0
+        if draft_on and nd:
+            gs = [gl[i] for i in range(b) if dec[i]]
+            if max(gs) > 0:
+                if flat_draft is not None:
+                    d_sum = _pairwise_sum([flat_draft if g > 0 else 0.0 for g in gs])
+                else:
+                    price: dict[int, float] = {}
+                    for g in gs:
+                        if g > 0 and g not in price:
+                            price[g] = float(cost.draft_s(rep.drafter, g, ctx_mean))
+                    d_sum = _pairwise_sum([price[g] if g > 0 else 0.0 for g in gs])
+        f = float(step_s(max(rows, b), b, ctx_mean))
+        if rep._noise is not None:
+            if s >= len(noise):
+                noise.extend(rep.forward_noise(16, s) or [])
+            f *= noise[s]
+        tt = tt + d_sum + f + other
+        done = False
+        for i in range(b):
+            if dec[i]:
+                gp = tt - last[i]
+                gaps.append(gp)
+                if gp > worst[i]:
+                    worst[i] = gp
+                last[i] = tt
+                c = com[i]
+                out[i] += c
+                ctx[i] += c
+                ctx_sum += c
+                pos[i] += 1
+                done = done or out[i] >= tgt[i]
+            elif s == 0 and fresh is not None and fresh[i]:
+                t_first = tt
+                out[i] = 1
+                ctx[i] += 1
+                ctx_sum += 1
+                last[i] = tt
+                done = done or out[i] >= tgt[i]
+        rows_sum += rows
+        rounds += nd
+        prop_sum += psum
+        acc_sum += asum
+        if blocks > peak:
+            peak = blocks
+        s += 1
+        if s == 1 and pre_tokens:
+            dec = [True] * b
+        if done:
+            break
+    if s == 0:
+        return None
+    ids = run["rid"]
+    if gaps:
+        L.gaps.append(np.array(gaps, dtype=np.float32))
+        L.max_gap[ids] = np.maximum(L.max_gap[ids], worst)
+    steps_dec = np.array(pos)
+    if pre_tokens:
+        fr = np.array(fresh)
+        L.t_first[ids[fr]] = t_first
+        L.chunks[ids[fr]] = 1
+        run["pleft"] = np.zeros(b, dtype=np.int64)
+    L.chunks[ids] += steps_dec
+    run["out"] = np.array(out, dtype=np.int64)
+    run["ctx"] = np.array(ctx, dtype=np.int64)
+    run["last"] = np.array(last)
+    run["nround"] = run["nround"] + steps_dec
+    L.steps += s
+    L.fast_steps += s
+    L.fast_segments += 1
+    L.batch_sum += b * s
+    L.rows_sum += rows_sum
+    L.rounds += rounds
+    L.proposed_sum += prop_sum
+    L.accepted_sum += acc_sum
+    L.peak_kv_tokens = max(L.peak_kv_tokens, peak * bs)
+    rep.nstep += s
+    rep.last_dt = (tt - t) / s
+    rep.clock = tt
+    return rep.retire(finished)

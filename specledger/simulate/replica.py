@@ -94,6 +94,7 @@ class Ledger:
         self.peak_kv_tokens = 0
         self.fast_steps = 0  # steps priced by the event-skipping segments (fastpath), of ``steps``
         self.fast_segments = 0
+        self.round_cache: Any = None  # fastpath.RoundCache: requests' acceptance draws, drawn ahead in bulk
 
 
 _FIELDS = ("rid", "ctx", "out", "target", "chain", "last", "pleft", "key", "nround")
@@ -156,12 +157,13 @@ class Replica:
                          np.array([self.ledger.preemptions[rid]]))
         return s * self._noise(FixedDraw(float(u[0])))[1]
 
-    def forward_noise(self, n: int) -> list[float] | None:
-        """Forward multipliers of this replica's next ``n`` steps (keyed on (replica, step number)); None without noise."""
+    def forward_noise(self, n: int, ahead: int = 0) -> list[float] | None:
+        """Forward multipliers of this replica's steps ``ahead`` .. ``ahead + n - 1`` from now (keyed on
+        (replica, step number)); None without noise."""
         if self._noise is None:
             return None
-        u = keyed_stream(self.draws.seed, STREAM_STEP_JITTER, np.full(n, self.index),
-                         np.arange(self.nstep, self.nstep + n))
+        first = self.nstep + ahead
+        u = keyed_stream(self.draws.seed, STREAM_STEP_JITTER, np.full(n, self.index), np.arange(first, first + n))
         return [self._noise(FixedDraw(x))[0] for x in u.tolist()]
 
     # ----------------------------------------------------------------------------------------
