@@ -222,3 +222,15 @@ def test_round_cache_draws_what_sampling_draws(segment_kind):
         n = len(codes)
         p, k = t.sample(np.full(n, r.ledger.chain[rid]), np.full(n, 6), Draws(3), np.full(n, rid), np.arange(n))
         assert codes == (p * 32 + k).tolist()
+
+
+def test_segments_that_run_out_of_drawn_rounds(monkeypatch, segment_kind):
+    """A request whose rounds drawn ahead run out ends the segment (the next one draws more)."""
+    if segment_kind == "arrays":
+        pytest.skip("the array segments draw their own rounds")
+    monkeypatch.setattr(fastpath, "AHEAD", 3)
+    t = table(fill=0.8, out=(60, 200))
+    for c in (1, 3):
+        slow, fast = both(t, closed_loop(c), 12, LinearCost(), 8)
+        assert_same(slow, fast)
+        assert fast.ledger.fast_segments > fast.ledger.n * 3

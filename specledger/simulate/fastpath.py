@@ -296,8 +296,9 @@ class RoundCache:
         self.chunks[c] = ent
         return ent
 
-    def rounds(self, rid: int, r0: int, limit: int = AHEAD) -> list[int]:
-        """Codes of request ``rid``'s rounds r0, r0 + 1, ... (at least one, at most ``limit``)."""
+    def rounds(self, rid: int, r0: int, limit: int | None = None) -> list[int]:
+        """Codes of request ``rid``'s rounds r0, r0 + 1, ... (at least one, at most ``limit``, default AHEAD)."""
+        limit = limit or AHEAD
         if self.width == 0:
             return [0] * limit
         c = rid // CHUNK
