@@ -116,14 +116,14 @@ def _zero_padded_quantile(gaps: np.ndarray, zeros: int, p: float) -> float | Non
     return float(np.quantile(gaps, min(1.0, (rank - zeros) / max(1, gaps.size - 1))) * 1e3) if gaps.size else 0.0
 
 
-def _bound(reps: Sequence[Replica], rep: Replica, times: np.ndarray | None, nxt: int, n: int,
+def _bound(reps: Sequence[Replica], rep: Replica, times: list[float] | None, nxt: int, n: int,
            closed: bool) -> float:
     """Until when ``rep`` may run ahead (its steps must *start* before this): the next open-loop arrival
     (the loop hands it to the router before any step that starts at or after it). Closed loop with
     several replicas: also the earliest clock among the other busy replicas -- a finish there
     dispatches a request, and the router must see this replica as the step path leaves it then.
     Open-loop replicas meet only through the router at arrival times, so their order in between is free."""
-    bound = float(times[nxt]) if times is not None and nxt < n else math.inf
+    bound = times[nxt] if times is not None and nxt < n else math.inf
     if closed and len(reps) > 1:
         for r in reps:
             if r is not rep and r.has_work() and r.clock < bound:
@@ -182,7 +182,7 @@ def simulate(
         reps[pick(reps, rid) if replicas > 1 else 0].add(rid, t)
 
     nxt, done = 0, 0
-    times = arrivals.times
+    times = arrivals.times[:n_requests].tolist() if arrivals.times is not None else None  # floats: cheap to index
     if arrivals.closed:
         for _ in range(min(int(arrivals.concurrency or 1), n_requests)):
             dispatch(nxt, 0.0)

@@ -357,8 +357,17 @@ def _segment_small(rep: Replica, t: float, finished: list[int], bound: float, ga
     pre_tokens = sum(pleft) if pleft is not None else 0
     dec = [x == 0 for x in pleft] if pre_tokens else [True] * b
     fresh = [x > 0 and o == 0 for x, o in zip(pleft, out)] if pre_tokens else None
-    codes = [cache.rounds(r, n) for r, n in zip(rid, nround)]  # a prefilling request decodes from step 1
-    pos = [0] * b
+    # each request's drawn rounds, kept across segments (a prefilling request decodes from step 1)
+    held = rep.__dict__.setdefault("_held_rounds", {})
+    codes: list[list[int]] = []
+    pos: list[int] = []
+    for r, n in zip(rid, nround):
+        h = held.get(r)
+        if h is None or n - h[0] >= len(h[1]):
+            h = held[r] = (n, cache.rounds(r, n))
+        codes.append(h[1])
+        pos.append(n - h[0])
+    pos0 = pos.copy()
     budget, kvb, bs, reserve = rep._budget, rep._kv_blocks, cfg.block_size, cfg.reserve_gamma
     step_s = getattr(rep, "_scalar_step", None)
     if step_s is None:
@@ -366,6 +375,11 @@ def _segment_small(rep: Replica, t: float, finished: list[int], bound: float, ga
     draft_on = rep.drafter != "none" and gam > 0
     flat_draft = (cost.model_free_draft_s if type(cost) is RooflineCost
                   and not (cost.draft_model is not None and rep.drafter in ("model", "draft_model")) else None)
+    flat_sums = None
+    if flat_draft is not None:  # numpy's sum of k equal prices (below 8 terms: left to right; zeros add nothing)
+        flat_sums = [0.0]
+        for _ in range(7):
+            flat_sums.append(flat_sums[-1] + flat_draft)
     other = float(cost.other_s(b))
     noise: list[float] = []
     ctx_sum = sum(ctx)
@@ -377,10 +391,11 @@ def _segment_small(rep: Replica, t: float, finished: list[int], bound: float, ga
     t_first = 0.0
     tt = t
     s = 0
+    done = False
     while s < MAX_STEPS:
         if s and tt >= bound:
             break
-        nd = psum = asum = blocks = 0
+        nd = psum = asum = blocks = npos = 0
         short = False
         for i in range(b):
             if dec[i]:
@@ -399,6 +414,8 @@ def _segment_small(rep: Replica, t: float, finished: list[int], bound: float, ga
                 asum += kf if kf < p else p
                 com[i] = kf + 1 if kf + 1 < rem else rem
                 gl[i] = g
+                if g:
+                    npos += 1
                 need = ctx[i] + (g if reserve else p)
             else:
                 need = ctx[i]
@@ -416,9 +433,11 @@ def _segment_small(rep: Replica, t: float, finished: list[int], bound: float, ga
         rows = nd + psum + (pre_tokens if s == 0 else 0)
         ctx_mean = ctx_sum / b
         d_sum = 0.0
-        if draft_on and nd:
-            gs = [gl[i] for i in range(b) if dec[i]]
-            if max(gs) > 0:
+        if draft_on and npos:
+            if flat_sums is not None and nd < 8:
+                d_sum = flat_sums[npos]
+            else:
+                gs = [gl[i] for i in range(b) if dec[i]]
                 if flat_draft is not None:
                     d_sum = _pairwise_sum([flat_draft if g > 0 else 0.0 for g in gs])
                 else:
@@ -468,10 +487,14 @@ def _segment_small(rep: Replica, t: float, finished: list[int], bound: float, ga
     if s == 0:
         return None
     ids = run["rid"]
+    steps_dec = np.array(pos) - pos0
+    if done:
+        for i in range(b):
+            if out[i] >= tgt[i]:
+                held.pop(rid[i], None)
     if gaps:
         L.gaps.append(np.array(gaps, dtype=np.float32))
         L.max_gap[ids] = np.maximum(L.max_gap[ids], worst)
-    steps_dec = np.array(pos)
     if pre_tokens:
         fr = np.array(fresh)
         L.t_first[ids[fr]] = t_first
@@ -494,4 +517,4 @@ def _segment_small(rep: Replica, t: float, finished: list[int], bound: float, ga
     rep.nstep += s
     rep.last_dt = (tt - t) / s
     rep.clock = tt
-    return rep.retire(finished)
+    return rep.retire(finished) if done else finished
