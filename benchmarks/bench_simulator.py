@@ -1,7 +1,7 @@
 """The serving simulator against real serving runs on this machine, and its speed.
 
 Default: runs a real serving sweep here (plain and ngram γ=1,2,4,8 at concurrency 1, 4, 16, two
-repeats, the same prompts for every setting; ~7-10 minutes on 2 quiet cores), then simulates every
+repeats (``--repeats``), the same prompts for every setting; ~4 minutes a repeat on 2 quiet cores), then simulates every
 point -- same prompts, same order, same load -- with acceptance from the run's per-prompt chains and
 step costs fitted on the run's *other* repeat (leave-one-repeat-out), and prints per load and
 setting real vs simulated throughput, TPOT P50, TTFT P50 and ITL P99 with the error and whether it is
@@ -29,13 +29,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ["sweep", "--experiment", "serving", "--categories", "code-edit,dialogue", "--n", "4",
-         "--concurrencies", "1,4,16", "--repeats", "2", "--serving-drafters", "ngram:1,ngram:2,ngram:4,ngram:8"]
+         "--concurrencies", "1,4,16", "--serving-drafters", "ngram:1,ngram:2,ngram:4,ngram:8"]
 LLAMA_8B = {"params": 8.03e9, "layers": 32, "heads": 32, "kv_heads": 8, "head_dim": 128, "dtype": "bfloat16",
             "name": "llama-3-8b (config figures)"}
 
 
-def real_sweep(out: Path) -> Path:
-    cmd = [str(ROOT / ".venv" / "bin" / "specledger"), *SWEEP, "--out", str(out)]
+def real_sweep(out: Path, repeats: int) -> Path:
+    cmd = [str(ROOT / ".venv" / "bin" / "specledger"), *SWEEP, "--repeats", str(repeats), "--out", str(out)]
     print("real serving sweep:", " ".join(cmd), flush=True)
     t = time.perf_counter()
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
@@ -119,6 +119,8 @@ def main() -> None:
     ap.add_argument("--from", dest="from_", type=Path, help="an existing `sweep --experiment serving` run")
     ap.add_argument("--out", type=Path, help="where the real sweep goes (default runs/bench-simulator-<time>)")
     ap.add_argument("--profile", type=Path, help="a calibrated cost profile instead of the leave-one-out fit")
+    ap.add_argument("--repeats", type=int, default=2, help="repeats of the real sweep (each point is simulated "
+                    "with step costs fitted on the others)")
     ap.add_argument("--seeds", type=int, default=16, help="simulations per point (acceptance draws)")
     ap.add_argument("--requests", type=int, default=1_000_000, help="requests for the speed test (0: skip)")
     ap.add_argument("--concurrency", type=int, default=256, help="speed test: closed-loop concurrency")
@@ -132,7 +134,8 @@ def main() -> None:
 
     print("command: flock /tmp/specledger-bench.lock .venv/bin/python benchmarks/bench_simulator.py "
           + " ".join(sys.argv[1:]))
-    run_dir = args.from_ or real_sweep(args.out or ROOT / "runs" / time.strftime("bench-simulator-%Y%m%d-%H%M%S"))
+    run_dir = args.from_ or real_sweep(args.out or ROOT / "runs" / time.strftime("bench-simulator-%Y%m%d-%H%M%S"),
+                                        args.repeats)
     run = load_run(run_dir)
     t = time.perf_counter()
     res = validate(run, cost=load_cost(args.profile) if args.profile else None, seeds=args.seeds)
