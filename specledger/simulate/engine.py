@@ -116,19 +116,51 @@ def _zero_padded_quantile(gaps: np.ndarray, zeros: int, p: float) -> float | Non
     return float(np.quantile(gaps, min(1.0, (rank - zeros) / max(1, gaps.size - 1))) * 1e3) if gaps.size else 0.0
 
 
-def _bound(reps: Sequence[Replica], rep: Replica, times: list[float] | None, nxt: int, n: int,
-           closed: bool) -> float:
+def _bound(reps: Sequence[Replica], rep: Replica, t_next: float, closed: bool) -> float:
     """Until when ``rep`` may run ahead (its steps must *start* before this): the next open-loop arrival
-    (the loop hands it to the router before any step that starts at or after it). Closed loop with
-    several replicas: also the earliest clock among the other busy replicas -- a finish there
+    ``t_next`` (the loop hands it to the router before any step that starts at or after it). Closed loop
+    with several replicas: also the earliest clock among the other busy replicas -- a finish there
     dispatches a request, and the router must see this replica as the step path leaves it then.
     Open-loop replicas meet only through the router at arrival times, so their order in between is free."""
-    bound = times[nxt] if times is not None and nxt < n else math.inf
+    bound = t_next
     if closed and len(reps) > 1:
         for r in reps:
             if r is not rep and r.has_work() and r.clock < bound:
                 bound = r.clock
     return bound
+
+
+class Feed:
+    """The requests not yet handed to a replica (request ids in order): open-loop arrival times, or the
+    closed loop's clients, each sending its next request when one of theirs finishes. A lone replica's
+    fast path (:func:`specledger.simulate.fastpath.segment`) takes arrivals from it directly."""
+
+    def __init__(self, ledger: Ledger, reps: Sequence[Replica], pick: Router, arrivals: Arrivals, n: int) -> None:
+        self.ledger, self.reps, self.pick, self.n = ledger, reps, pick, n
+        self.closed = arrivals.closed
+        self.times = arrivals.times[:n].tolist() if arrivals.times is not None else None  # floats: cheap to index
+        self.nxt = 0  # the next request id to hand out
+        self.done = 0  # requests finished
+
+    def next_time(self) -> float:
+        """The next open-loop arrival (inf when none is left or the loop is closed)."""
+        return self.times[self.nxt] if self.times is not None and self.nxt < self.n else math.inf
+
+    def dispatch(self, t: float) -> None:
+        """Hand the next request, arriving at ``t``, to the replica the router picks."""
+        rid = self.nxt
+        self.nxt += 1
+        self.ledger.arrival[rid] = t
+        reps = self.reps
+        reps[self.pick(reps, rid) if len(reps) > 1 else 0].add(rid, t)
+
+    def finish(self, finished: list[int], t: float) -> None:
+        """Requests finished at ``t``: counted; in a closed loop each client sends its next one now."""
+        self.done += len(finished)
+        if self.closed:
+            for _ in finished:
+                if self.nxt < self.n:
+                    self.dispatch(t)
 
 
 def simulate(
@@ -176,41 +208,29 @@ def simulate(
     rng = np.random.default_rng(seed)
     reps = [Replica(i, cfg, cost, table, plan, name, ledger, rng, jitter, draws) for i in range(replicas)]
     pick = router or round_robin()
-
-    def dispatch(rid: int, t: float) -> None:
-        ledger.arrival[rid] = t
-        reps[pick(reps, rid) if replicas > 1 else 0].add(rid, t)
-
-    nxt, done = 0, 0
-    times = arrivals.times[:n_requests].tolist() if arrivals.times is not None else None  # floats: cheap to index
+    feed = Feed(ledger, reps, pick, arrivals, n_requests)
     if arrivals.closed:
         for _ in range(min(int(arrivals.concurrency or 1), n_requests)):
-            dispatch(nxt, 0.0)
-            nxt += 1
-    while done < n_requests:
+            feed.dispatch(0.0)
+    while feed.done < n_requests:
         if replicas == 1:
             rep = reps[0] if reps[0].has_work() else None
         else:
             busy = [r for r in reps if r.has_work()]
             rep = min(busy, key=lambda r: r.clock) if busy else None
-        t_min = rep.clock if rep is not None else (float(times[nxt]) if times is not None and nxt < n_requests
-                                                    else math.inf)
-        if times is not None and nxt < n_requests and times[nxt] <= t_min:
-            while nxt < n_requests and times[nxt] <= t_min:
-                dispatch(nxt, float(times[nxt]))
-                nxt += 1
+        t_next = feed.next_time()
+        t_min = rep.clock if rep is not None else t_next
+        if t_next <= t_min and t_next < math.inf:
+            while feed.next_time() <= t_min:
+                feed.dispatch(feed.next_time())
             continue
         if rep is None:  # nothing to do and nothing arriving: cannot happen with n_requests left
             break
         if fast:
-            finished = rep.advance(_bound(reps, rep, times, nxt, n_requests, arrivals.closed))
+            finished = rep.advance(_bound(reps, rep, t_next, arrivals.closed), feed if replicas == 1 else None)
         else:
             finished = rep.step()
-        done += len(finished)
-        if arrivals.closed:
-            for _ in finished:
-                if nxt < n_requests:
-                    dispatch(nxt, rep.clock)
-                    nxt += 1
+        feed.finish(finished, rep.clock)
+    done = feed.done
     makespan = float(np.nanmax(ledger.t_last)) if done else 0.0
     return SimResult(ledger, makespan, replicas, arrivals.label)

@@ -40,6 +40,7 @@ from specledger.errors import require
 from specledger.simulate.hardware import RooflineCost
 
 if TYPE_CHECKING:
+    from specledger.simulate.engine import Feed
     from specledger.simulate.replica import Replica
 
 MIN_STEPS, MAX_STEPS = 2, 256
@@ -97,17 +98,22 @@ def horizon(rep: Replica, t: float, bound: float, rem: np.ndarray, gamma: int) -
     return int(min(MAX_STEPS, max(MIN_STEPS, n + 2)))
 
 
-def segment(rep: Replica, t: float, finished: list[int], bound: float) -> list[int] | None:
+def segment(rep: Replica, t: float, finished: list[int], bound: float, feed: Feed | None = None) -> list[int] | None:
     """Run the replica's steps from clock ``t`` (admission done) up to the next event at once; returns
     ``finished`` extended by the requests finished, or None when the segment does not apply (see the
     module docstring) -- then nothing has changed. Small batches (<= SMALL_BATCH) go through
     :func:`_segment_small` (scalar Python over bulk-drawn rounds: numpy's per-call overhead dominates
-    there), larger ones through the array version."""
+    there), larger ones through the array version; a lone replica with chunked prefill and a small
+    batch runs on through arrivals and finishes (:func:`_run_alone`)."""
     plan, table, cfg = rep.plan, rep.table, rep.cfg
     if plan.static is None or table.deterministic or rep.policies is not None:
         return None
     b = int(rep.run["rid"].shape[0])
-    if b == 0 or (rep.waiting and b < cfg.max_num_seqs):
+    if b == 0:
+        return None
+    if feed is not None and cfg.chunked_prefill and b <= SMALL_BATCH and not finished:
+        return _run_alone(rep, t, feed, int(plan.static))
+    if rep.waiting and b < cfg.max_num_seqs:
         return None
     if b <= SMALL_BATCH:
         return _segment_small(rep, t, finished, bound, int(plan.static))
@@ -518,3 +524,260 @@ def _segment_small(rep: Replica, t: float, finished: list[int], bound: float, ga
     rep.last_dt = (tt - t) / s
     rep.clock = tt
     return rep.retire(finished) if done else finished
+
+
+def _run_alone(rep: Replica, t: float, feed: Feed, gam: int) -> list[int] | None:
+    """A lone replica with chunked prefill, step after step in scalar Python while its batch stays small:
+    before each step it does what the simulation loop and :meth:`Replica._admit` do (take the arrivals
+    up to its clock from ``feed``, jump to the next one when idle, admit waiting requests while a slot
+    and the KV budget allow -- a preempted one with its prompt and tokens to recompute), then prices
+    and commits the step as :meth:`Replica._step_at` does, and hands finished requests to ``feed`` at
+    the step's end (a closed loop's client sends its next request then). It stops -- writing its
+    state back to the run arrays -- when nothing is left, and before a step it cannot take here: a
+    prompt that does not fit the step's token budget whole, a token budget that trims proposals, a KV
+    reservation that preempts, a batch grown past SMALL_BATCH; that step is then the step path's
+    (:meth:`Replica._step_at`, admission already done). Returns None (nothing done) when the very
+    first step is such a step, else the ids finished and not yet handed to ``feed`` (those of a last
+    step-path step)."""
+    L, cfg, run, cost = rep.ledger, rep.cfg, rep.run, rep.cost
+    cache = L.round_cache
+    if cache is None or cache.gamma != gam or cache.table is not rep.table:
+        cache = L.round_cache = RoundCache(rep, gam)
+    held = rep.__dict__.setdefault("_held_rounds", {})
+    prompt_of, target_of, out_of, last_of, nround_of = L.prompt, L.target, L.out, L.t_last, L.nround
+    rid = run["rid"].tolist()
+    out, tgt, ctx, last = run["out"].tolist(), run["target"].tolist(), run["ctx"].tolist(), run["last"].tolist()
+    pleft, nround = run["pleft"].tolist(), run["nround"].tolist()
+    b = len(rid)
+    codes: list[list[int]] = []
+    base: list[int] = []
+    for r, n in zip(rid, nround):
+        h = held.get(r)
+        if h is None or n - h[0] >= len(h[1]):
+            h = held[r] = (n, cache.rounds(r, n))
+        codes.append(h[1])
+        base.append(h[0])
+    worst = [-math.inf] * b
+    chn = [0] * b
+    budget, kvb, bs, reserve, max_seqs = rep._budget, rep._kv_blocks, cfg.block_size, cfg.reserve_gamma, cfg.max_num_seqs
+    step_s = getattr(rep, "_scalar_step", None)
+    if step_s is None:
+        step_s = rep._scalar_step = scalar_step(cost)
+    draft_on = rep.drafter != "none" and gam > 0
+    flat_draft = (cost.model_free_draft_s if type(cost) is RooflineCost
+                  and not (cost.draft_model is not None and rep.drafter in ("model", "draft_model")) else None)
+    flat_sums = None
+    if flat_draft is not None:
+        flat_sums = [0.0]
+        for _ in range(7):
+            flat_sums.append(flat_sums[-1] + flat_draft)
+    others: dict[int, float] = rep.__dict__.setdefault("_other_s", {})
+    noise: list[float] = []
+    ctx_sum = sum(ctx)
+    gaps: list[float] = []
+    waiting = rep.waiting
+    times, n_req = feed.times, feed.n
+    rows_sum = rounds = prop_sum = acc_sum = peak = batch_sum = 0
+    tt = t
+    s = 0
+    fallback = False  # stop before a step the step path must take
+
+    while True:
+        if s:  # what the simulation loop and the admission do before every step but the first
+            if not b and not waiting:
+                if times is None or feed.nxt >= n_req:
+                    break
+                a0 = times[feed.nxt]
+                while feed.nxt < n_req and times[feed.nxt] <= a0:
+                    feed.dispatch(times[feed.nxt])
+                if tt < a0:
+                    tt = a0
+            if times is not None:
+                while feed.nxt < n_req and times[feed.nxt] <= tt:
+                    feed.dispatch(times[feed.nxt])
+            if waiting and b < max_seqs:
+                reserved = 0
+                if kvb is not None:
+                    for c in ctx:
+                        reserved += c if bs == 1 else -(-c // bs)
+                while waiting and b < max_seqs:
+                    r = waiting[0]
+                    o = int(out_of[r])
+                    c = int(prompt_of[r]) + o
+                    need = c + 1 if bs == 1 else -(-(c + 1) // bs)
+                    if kvb is not None and reserved + need > kvb and b > 0:
+                        break
+                    waiting.popleft()
+                    reserved += need
+                    nr = int(nround_of[r])
+                    h = held.get(r)
+                    if h is None or nr - h[0] >= len(h[1]):
+                        h = held[r] = (nr, cache.rounds(r, nr))
+                    rid.append(r)
+                    out.append(o)
+                    tgt.append(int(target_of[r]))
+                    ctx.append(c)
+                    last.append(float(last_of[r]))
+                    pleft.append(c if o == 0 else c - 1)
+                    nround.append(nr)
+                    codes.append(h[1])
+                    base.append(h[0])
+                    worst.append(-math.inf)
+                    chn.append(0)
+                    ctx_sum += c
+                    b += 1
+                if b > SMALL_BATCH:
+                    fallback = True
+                    break
+        # the step: what each request proposes, accepts and commits
+        nd = psum = asum = blocks = npos = pre_tokens = 0
+        com = [0] * b
+        gl = [0] * b
+        for i in range(b):
+            if pleft[i]:
+                pre_tokens += pleft[i]
+                need = ctx[i]
+            else:
+                j = nround[i] - base[i]
+                cl = codes[i]
+                if j >= len(cl):
+                    r = rid[i]
+                    cl = codes[i] = cache.rounds(r, nround[i])
+                    held[r] = (nround[i], cl)
+                    base[i] = nround[i]
+                    j = 0
+                c = cl[j]
+                pf, kf = c >> 5, c & 31
+                rem = tgt[i] - out[i]
+                g = gam if gam < rem - 1 else (rem - 1 if rem > 1 else 0)
+                p = pf if pf < g else g
+                nd += 1
+                psum += p
+                asum += kf if kf < p else p
+                com[i] = kf + 1 if kf + 1 < rem else rem
+                gl[i] = g
+                if g:
+                    npos += 1
+                need = ctx[i] + (g if reserve else p)
+            blocks += need if bs == 1 else -(-need // bs)
+        if budget is not None and (psum > budget - nd or pre_tokens > budget - nd - psum):
+            fallback = True
+        elif kvb is not None and b > 1 and blocks > kvb:
+            fallback = True
+        if fallback:
+            if s == 0:
+                return None
+            break
+        rows = nd + psum + pre_tokens
+        ctx_mean = ctx_sum / b
+        d_sum = 0.0
+        if draft_on and npos:
+            if flat_sums is not None and nd < 8:
+                d_sum = flat_sums[npos]
+            else:
+                gs = [gl[i] for i in range(b) if not pleft[i]]
+                if flat_draft is not None:
+                    d_sum = _pairwise_sum([flat_draft if g > 0 else 0.0 for g in gs])
+                else:
+                    price: dict[int, float] = {}
+                    for g in gs:
+                        if g > 0 and g not in price:
+                            price[g] = float(cost.draft_s(rep.drafter, g, ctx_mean))
+                    d_sum = _pairwise_sum([price[g] if g > 0 else 0.0 for g in gs])
+        f = float(step_s(max(rows, b), b, ctx_mean))
+        if rep._noise is not None:
+            if s >= len(noise):
+                noise.extend(rep.forward_noise(16, len(noise)) or [])
+            f *= noise[s]
+        other = others.get(b)
+        if other is None:
+            other = others[b] = float(cost.other_s(b))
+        tt = tt + d_sum + f + other
+        # commit
+        done = False
+        for i in range(b):
+            if pleft[i]:  # its prompt is in: a fresh request's first token leaves now
+                pleft[i] = 0
+                if out[i] == 0:
+                    L.t_first[rid[i]] = tt
+                    out[i] = 1
+                    ctx[i] += 1
+                    ctx_sum += 1
+                    last[i] = tt
+                    chn[i] += 1
+                    if tgt[i] <= 1:
+                        done = True
+            else:
+                gp = tt - last[i]
+                gaps.append(gp)
+                if gp > worst[i]:
+                    worst[i] = gp
+                last[i] = tt
+                c = com[i]
+                out[i] += c
+                ctx[i] += c
+                ctx_sum += c
+                nround[i] += 1
+                chn[i] += 1
+                if out[i] >= tgt[i]:
+                    done = True
+        rows_sum += rows
+        batch_sum += b
+        rounds += nd
+        prop_sum += psum
+        acc_sum += asum
+        if blocks > peak:
+            peak = blocks
+        s += 1
+        if done:  # finished requests leave; the feed counts them (a closed loop sends the next ones)
+            fin = []
+            keep = []
+            for i in range(b):
+                if out[i] >= tgt[i]:
+                    r = rid[i]
+                    fin.append(r)
+                    out_of[r] = out[i]
+                    last_of[r] = last[i]
+                    if worst[i] > L.max_gap[r]:
+                        L.max_gap[r] = worst[i]
+                    L.chunks[r] += chn[i]
+                    held.pop(r, None)
+                    ctx_sum -= ctx[i]
+                else:
+                    keep.append(i)
+            rid, out, tgt, ctx, last, pleft, nround, codes, base, worst, chn = (
+                [x[i] for i in keep] for x in (rid, out, tgt, ctx, last, pleft, nround, codes, base, worst, chn))
+            b = len(rid)
+            feed.finish(fin, tt)
+        if len(gaps) >= 1 << 16:
+            L.gaps.append(np.array(gaps, dtype=np.float32))
+            gaps = []
+    # write the state back
+    if gaps:
+        L.gaps.append(np.array(gaps, dtype=np.float32))
+    ids = np.array(rid, dtype=np.int64)
+    if b:
+        L.max_gap[ids] = np.maximum(L.max_gap[ids], worst)
+        L.chunks[ids] += np.array(chn, dtype=np.int64)
+    run["rid"] = ids
+    run["out"] = np.array(out, dtype=np.int64)
+    run["target"] = np.array(tgt, dtype=np.int64)
+    run["ctx"] = np.array(ctx, dtype=np.int64)
+    run["last"] = np.array(last, dtype=np.float64)
+    run["pleft"] = np.array(pleft, dtype=np.int64)
+    run["nround"] = np.array(nround, dtype=np.int64)
+    run["chain"] = L.chain[ids]
+    run["key"] = L.key[ids]
+    L.steps += s
+    L.fast_steps += s
+    L.fast_segments += 1
+    L.batch_sum += batch_sum
+    L.rows_sum += rows_sum
+    L.rounds += rounds
+    L.proposed_sum += prop_sum
+    L.accepted_sum += acc_sum
+    L.peak_kv_tokens = max(L.peak_kv_tokens, peak * bs)
+    rep.nstep += s
+    rep.last_dt = (tt - t) / s
+    rep.clock = tt
+    return rep._step_at(tt, []) if fallback else []

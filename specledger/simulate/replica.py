@@ -221,14 +221,16 @@ class Replica:
         t, finished = self._admit(self.clock)
         return self._step_at(t, finished)
 
-    def advance(self, bound: float = math.inf) -> list[int]:
+    def advance(self, bound: float = math.inf, feed: Any = None) -> list[int]:
         """Advance one step, or -- where :func:`specledger.simulate.fastpath.segment` applies -- every
         step up to the next event at once: the steps that start before ``bound`` (the next arrival the
         router must place), up to and including the first in which a request finishes. The outcome is
-        the one :meth:`step` called that many times gives. Returns the finished ids."""
+        the one :meth:`step` called that many times gives. A lone replica is given the ``feed``
+        (:class:`specledger.simulate.engine.Feed`) and may take arrivals and report finishes itself.
+        Returns the finished ids not yet reported to the feed."""
         t, finished = self._admit(self.clock)
         if self.running:
-            done = segment(self, t, finished, bound)
+            done = segment(self, t, finished, bound, feed)
             if done is not None:
                 return done
         return self._step_at(t, finished)
