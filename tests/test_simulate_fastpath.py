@@ -234,3 +234,43 @@ def test_segments_that_run_out_of_drawn_rounds(monkeypatch, segment_kind):
         slow, fast = both(t, closed_loop(c), 12, LinearCost(), 8)
         assert_same(slow, fast)
         assert fast.ledger.fast_segments > fast.ledger.n * 3
+
+
+def chunked(**kw):
+    return ServerConfig(**{"max_num_seqs": 8, "chunked_prefill": True, "max_num_batched_tokens": 2048, **kw})
+
+
+def test_lone_replica_runs_through_arrivals_and_finishes(segment_kind):
+    """One replica, chunked prefill, light load: a handful of fast-path calls serve every request."""
+    slow, fast = both(table(fill=0.8), poisson(2.0, 300, seed=11), 300, NoisyCost(d=1e-4), config=chunked())
+    assert_same(slow, fast)
+    if segment_kind == "scalar":
+        assert fast.ledger.fast_segments < 10 and fast.ledger.fast_steps == fast.ledger.steps
+
+
+@pytest.mark.parametrize("c", [1, 5, 12])
+def test_lone_replica_closed_loop(c):
+    assert_same(*both(table(fill=0.8), closed_loop(c), 150, NoisyCost(), config=chunked(max_num_seqs=8)))
+
+
+def test_lone_replica_readmits_preempted_requests():
+    cfg = chunked(max_num_seqs=12, kv_budget_tokens=1100, block_size=16)
+    slow, fast = both(table(n=10, out=(60, 120), prompt=(100, 150), fill=0.8), closed_loop(12), 60, LinearCost(),
+                      config=cfg)
+    assert slow.metrics()["preemptions"] > 0
+    assert_same(slow, fast)
+
+
+def test_lone_replica_hands_big_batches_and_long_prompts_to_the_step_path(monkeypatch):
+    monkeypatch.setattr(fastpath, "SMALL_BATCH", 3)  # a burst grows the batch past it
+    arr = replay(np.concatenate([np.linspace(0, 1, 20), np.linspace(3, 3.1, 10), np.linspace(6, 9, 20)]))
+    cfg = chunked(max_num_batched_tokens=160)  # prompts of 50..200 tokens: some take two steps
+    slow, fast = both(table(fill=0.8), arr, 50, LinearCost(), config=cfg)
+    assert_same(slow, fast)
+    assert 0 < fast.ledger.fast_steps < fast.ledger.steps
+
+
+def test_lone_replica_with_reserved_gamma_and_tight_kv_on_poisson():
+    cfg = chunked(max_num_seqs=6, kv_budget_tokens=900, block_size=16, reserve_gamma=True)
+    assert_same(*both(table(n=8, out=(40, 90), prompt=(100, 200), fill=0.9), poisson(8.0, 120, seed=12), 120,
+                      NoisyCost(), 6, config=cfg))
