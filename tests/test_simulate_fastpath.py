@@ -183,7 +183,7 @@ def test_roofline_h200_like_the_benchmark():
     t = table(n=30, fill=0.8, out=(50, 400), prompt=(100, 2000))
     slow, fast = both(t, poisson(20.0, 300, seed=9), 300, cost, drafter="ngram", config=cfg)
     assert_same(slow, fast)
-    assert fast.ledger.fast_steps > 0.8 * fast.ledger.steps
+    assert fast.ledger.fast_steps > 0.6 * fast.ledger.steps
     assert_same(*both(t, closed_loop(64), 300, cost, drafter="ngram", config=cfg))
 
 

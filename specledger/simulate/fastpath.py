@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 MIN_STEPS, MAX_STEPS = 2, 256
 SMALL_BATCH = 24  # up to this many running requests a segment is priced in scalar Python
 CHUNK = 4096  # requests whose rounds are drawn together (RoundCache)
+KEEP_CHUNKS = 4  # chunks kept behind the newest one
 AHEAD = 64  # rounds of a request handed to one segment at most
 
 
@@ -129,6 +130,9 @@ def _segment_arrays(rep: Replica, t: float, finished: list[int], bound: float, g
     pre = pleft > 0
     npre = int(np.count_nonzero(pre)) if cfg.chunked_prefill else 0
     rem0 = target - out0
+    L = rep.ledger
+    if L.rounds and float(rem0.min()) * L.rounds <= L.accepted_sum + L.rounds:
+        return None  # someone is expected to finish in this very step: one step is the step path's job
     S = horizon(rep, t, bound, rem0, gam)
     cols = np.arange(S)
     if npre:
@@ -299,6 +303,8 @@ class RoundCache:
         rounds = np.arange(total) - np.repeat(start, count)
         codes = self._outcomes(keys, rounds, np.repeat(chain, count))
         ent = (start.tolist(), count.tolist(), codes)
+        for old in [k for k in self.chunks if k < c - KEEP_CHUNKS]:  # requests long gone (redrawn if ever asked)
+            del self.chunks[old]
         self.chunks[c] = ent
         return ent
 
@@ -559,10 +565,18 @@ def _run_alone(rep: Replica, t: float, feed: Feed, gam: int) -> list[int] | None
         base.append(h[0])
     worst = [-math.inf] * b
     chn = [0] * b
+    columns = (rid, out, tgt, ctx, last, pleft, nround, codes, base, worst, chn)  # one running request per index
     budget, kvb, bs, reserve, max_seqs = rep._budget, rep._kv_blocks, cfg.block_size, cfg.reserve_gamma, cfg.max_num_seqs
     step_s = getattr(rep, "_scalar_step", None)
     if step_s is None:
         step_s = rep._scalar_step = scalar_step(cost)
+    roof = type(cost) is RooflineCost  # its forward inlined below (scalar_step's operations, in its order)
+    if roof:
+        m, hw = cost.model, cost.hw
+        m_kv, w_bytes = m.kv_bytes_per_token, m.weight_bytes
+        two_p, attn = 2 * m.params, 4 * m.layers * m.heads * m.head_dim
+        c_den, m_den = hw.peak_tflops * 1e12 * cost.eff_compute, hw.hbm_bandwidth_gb_s * 1e9 * cost.eff_memory
+        launch = hw.launch_overhead_s
     draft_on = rep.drafter != "none" and gam > 0
     flat_draft = (cost.model_free_draft_s if type(cost) is RooflineCost
                   and not (cost.draft_model is not None and rep.drafter in ("model", "draft_model")) else None)
@@ -684,7 +698,14 @@ def _run_alone(rep: Replica, t: float, feed: Feed, gam: int) -> list[int] | None
                         if g > 0 and g not in price:
                             price[g] = float(cost.draft_s(rep.drafter, g, ctx_mean))
                     d_sum = _pairwise_sum([price[g] if g > 0 else 0.0 for g in gs])
-        f = float(step_s(max(rows, b), b, ctx_mean))
+        rb = rows if rows > b else b
+        if roof:  # rb >= b >= 1 and ctx_mean >= 0: the roofline's clamps change nothing
+            byt = w_bytes + b * ctx_mean * m_kv + rb * m_kv
+            flops = two_p * rb + attn * rb * ctx_mean
+            x, y = flops / c_den, byt / m_den
+            f = (x if x >= y else y) + launch
+        else:
+            f = float(step_s(rb, b, ctx_mean))
         if rep._noise is not None:
             if s >= len(noise):
                 noise.extend(rep.forward_noise(16, len(noise)) or [])
@@ -731,7 +752,6 @@ def _run_alone(rep: Replica, t: float, feed: Feed, gam: int) -> list[int] | None
         s += 1
         if done:  # finished requests leave; the feed counts them (a closed loop sends the next ones)
             fin = []
-            keep = []
             for i in range(b):
                 if out[i] >= tgt[i]:
                     r = rid[i]
@@ -743,15 +763,15 @@ def _run_alone(rep: Replica, t: float, feed: Feed, gam: int) -> list[int] | None
                     L.chunks[r] += chn[i]
                     held.pop(r, None)
                     ctx_sum -= ctx[i]
-                else:
-                    keep.append(i)
-            rid, out, tgt, ctx, last, pleft, nround, codes, base, worst, chn = (
-                [x[i] for i in keep] for x in (rid, out, tgt, ctx, last, pleft, nround, codes, base, worst, chn))
+            for i in range(b - 1, -1, -1):  # in place, from the back
+                if out[i] >= tgt[i]:
+                    for x in columns:
+                        del x[i]
             b = len(rid)
             feed.finish(fin, tt)
-        if len(gaps) >= 1 << 16:
-            L.gaps.append(np.array(gaps, dtype=np.float32))
-            gaps = []
+            if len(gaps) >= 1 << 16:
+                L.gaps.append(np.array(gaps, dtype=np.float32))
+                gaps = []
     # write the state back
     if gaps:
         L.gaps.append(np.array(gaps, dtype=np.float32))
