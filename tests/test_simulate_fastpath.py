@@ -162,8 +162,10 @@ def test_keyed_per_prompt_and_request(per):
     assert_same(*both(table(), poisson(4.0, 80, seed=6), 80, LinearCost(), order=order, per=per))
 
 
-def test_plain_decoding():
-    slow, fast = both(table(), poisson(4.0, 100, seed=7), 100, LinearCost(), 0)
+@pytest.mark.parametrize("chunk", [False, True])
+def test_plain_decoding(chunk):
+    slow, fast = both(table(), poisson(4.0, 100, seed=7), 100, LinearCost(), 0,
+                      config=ServerConfig(max_num_seqs=8, chunked_prefill=chunk))
     assert_same(slow, fast)
     assert fast.ledger.fast_steps > 0.5 * fast.ledger.steps
 

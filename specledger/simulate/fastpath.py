@@ -590,25 +590,29 @@ def _run_alone(rep: Replica, t: float, feed: Feed, gam: int) -> list[int] | None
     ctx_sum = sum(ctx)
     gaps: list[float] = []
     waiting = rep.waiting
-    times, n_req = feed.times, feed.n
     rows_sum = rounds = prop_sum = acc_sum = peak = batch_sum = 0
     tt = t
     s = 0
     fallback = False  # stop before a step the step path must take
 
+    t_arr = feed.next_time()  # the next open-loop arrival
+    noise_on = rep._noise is not None
+    com = [0] * (b + SMALL_BATCH + 1)  # per running request in the step: tokens committed, gamma
+    gl = com.copy()
     while True:
         if s:  # what the simulation loop and the admission do before every step but the first
             if not b and not waiting:
-                if times is None or feed.nxt >= n_req:
+                if t_arr == math.inf:
                     break
-                a0 = times[feed.nxt]
-                while feed.nxt < n_req and times[feed.nxt] <= a0:
-                    feed.dispatch(times[feed.nxt])
+                a0 = t_arr
+                while t_arr <= a0:
+                    feed.dispatch(t_arr)
+                    t_arr = feed.next_time()
                 if tt < a0:
                     tt = a0
-            if times is not None:
-                while feed.nxt < n_req and times[feed.nxt] <= tt:
-                    feed.dispatch(times[feed.nxt])
+            while t_arr <= tt:
+                feed.dispatch(t_arr)
+                t_arr = feed.next_time()
             if waiting and b < max_seqs:
                 reserved = 0
                 if kvb is not None:
@@ -645,8 +649,6 @@ def _run_alone(rep: Replica, t: float, feed: Feed, gam: int) -> list[int] | None
                     break
         # the step: what each request proposes, accepts and commits
         nd = psum = asum = blocks = npos = pre_tokens = 0
-        com = [0] * b
-        gl = [0] * b
         for i in range(b):
             if pleft[i]:
                 pre_tokens += pleft[i]
@@ -706,7 +708,7 @@ def _run_alone(rep: Replica, t: float, feed: Feed, gam: int) -> list[int] | None
             f = (x if x >= y else y) + launch
         else:
             f = float(step_s(rb, b, ctx_mean))
-        if rep._noise is not None:
+        if noise_on:
             if s >= len(noise):
                 noise.extend(rep.forward_noise(16, len(noise)) or [])
             f *= noise[s]
