@@ -171,10 +171,14 @@ def test_plain_decoding(chunk):
 
 
 def test_one_token_requests_and_gamma_beyond_the_table():
-    t = table(out=(1, 4))
-    for chunked in (False, True):
-        assert_same(*both(t, poisson(10.0, 80, seed=8), 80, LinearCost(), 20,
-                          config=ServerConfig(max_num_seqs=4, chunked_prefill=chunked)))
+    short = table(out=(1, 4))
+    mixed = table(out=(20, 60))
+    mixed.output_tokens[::3] = 1  # a one-token request among long ones: it finishes at its admission
+    cases = ((short, poisson(10.0, 80, seed=8)), (short, closed_loop(1)), (short, closed_loop(3)),
+             (mixed, closed_loop(3)))
+    for chunk in (False, True):
+        for t, arr in cases:
+            assert_same(*both(t, arr, 80, LinearCost(), 20, config=ServerConfig(max_num_seqs=4, chunked_prefill=chunk)))
 
 
 def test_roofline_h200_like_the_benchmark():
@@ -233,9 +237,11 @@ def test_segments_that_run_out_of_drawn_rounds(monkeypatch, segment_kind):
     monkeypatch.setattr(fastpath, "AHEAD", 3)
     t = table(fill=0.8, out=(60, 200))
     for c in (1, 3):
-        slow, fast = both(t, closed_loop(c), 12, LinearCost(), 8)
-        assert_same(slow, fast)
-        assert fast.ledger.fast_segments > fast.ledger.n * 3
+        for replicas in (1, 2):  # a lone replica draws more as it goes; two end their segments
+            slow, fast = both(t, closed_loop(c), 12, LinearCost(), 8, replicas=replicas)
+            assert_same(slow, fast)
+            if replicas == 2:
+                assert fast.ledger.fast_segments > fast.ledger.n * 3
 
 
 def chunked(**kw):

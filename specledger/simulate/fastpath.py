@@ -112,9 +112,9 @@ def segment(rep: Replica, t: float, finished: list[int], bound: float, feed: Fee
     b = int(rep.run["rid"].shape[0])
     if b == 0:
         return None
-    if feed is not None and cfg.chunked_prefill and b <= SMALL_BATCH and not finished:
-        return _run_alone(rep, t, feed, int(plan.static))
-    if rep.waiting and b < cfg.max_num_seqs:
+    if feed is not None and b <= SMALL_BATCH:
+        return _run_alone(rep, t, finished, feed, int(plan.static))
+    if (rep.waiting and b < cfg.max_num_seqs) or finished:  # requests finished at admission leave with this step
         return None
     if b <= SMALL_BATCH:
         return _segment_small(rep, t, finished, bound, int(plan.static))
@@ -532,7 +532,7 @@ def _segment_small(rep: Replica, t: float, finished: list[int], bound: float, ga
     return rep.retire(finished) if done else finished
 
 
-def _run_alone(rep: Replica, t: float, feed: Feed, gam: int) -> list[int] | None:
+def _run_alone(rep: Replica, t: float, finished: list[int], feed: Feed, gam: int) -> list[int] | None:
     """A lone replica with chunked prefill, step after step in scalar Python while its batch stays small:
     before each step it does what the simulation loop and :meth:`Replica._admit` do (take the arrivals
     up to its clock from ``feed``, jump to the next one when idle, admit waiting requests while a slot
@@ -599,8 +599,11 @@ def _run_alone(rep: Replica, t: float, feed: Feed, gam: int) -> list[int] | None
     noise_on = rep._noise is not None
     com = [0] * (b + SMALL_BATCH + 1)  # per running request in the step: tokens committed, gamma
     gl = com.copy()
+    chunked = cfg.chunked_prefill
+    pending = finished  # finished at admission (one-token requests without chunked prefill): reported with the step
+    admit = False  # the caller has admitted for the first step
     while True:
-        if s:  # what the simulation loop and the admission do before every step but the first
+        if admit:  # what the simulation loop and the admission do before every step but the first
             if not b and not waiting:
                 if t_arr == math.inf:
                     break
@@ -627,6 +630,22 @@ def _run_alone(rep: Replica, t: float, feed: Feed, gam: int) -> list[int] | None
                         break
                     waiting.popleft()
                     reserved += need
+                    if chunked:  # its prompt goes in with the step (a preempted one recomputes all but a token)
+                        pl = c if o == 0 else c - 1
+                    elif o == 0:  # prefilled now, one after another: the first token leaves when it ends
+                        pl = 0
+                        tt += rep._prefill_s(c, r)
+                        L.t_first[r] = last_of[r] = tt
+                        out_of[r] = L.chunks[r] = o = 1
+                        if target_of[r] <= 1:
+                            pending.append(r)
+                            continue
+                        c += 1
+                    else:  # recomputed after a preemption: KV for all but the last committed token
+                        pl = 0
+                        dt = rep._prefill_s(c - 1, r)
+                        tt += dt
+                        L.recompute_s[r] += dt
                     nr = int(nround_of[r])
                     h = held.get(r)
                     if h is None or nr - h[0] >= len(h[1]):
@@ -636,7 +655,7 @@ def _run_alone(rep: Replica, t: float, feed: Feed, gam: int) -> list[int] | None
                     tgt.append(int(target_of[r]))
                     ctx.append(c)
                     last.append(float(last_of[r]))
-                    pleft.append(c if o == 0 else c - 1)
+                    pleft.append(pl)
                     nround.append(nr)
                     codes.append(h[1])
                     base.append(h[0])
@@ -647,6 +666,11 @@ def _run_alone(rep: Replica, t: float, feed: Feed, gam: int) -> list[int] | None
                 if b > SMALL_BATCH:
                     fallback = True
                     break
+            if not b:  # every request admitted has finished already (at the end of its prefill)
+                feed.finish(pending, tt)
+                pending = []
+                continue
+        admit = True
         # the step: what each request proposes, accepts and commits
         nd = psum = asum = blocks = npos = pre_tokens = 0
         for i in range(b):
@@ -752,6 +776,9 @@ def _run_alone(rep: Replica, t: float, feed: Feed, gam: int) -> list[int] | None
         if blocks > peak:
             peak = blocks
         s += 1
+        if pending and not done:
+            feed.finish(pending, tt)
+            pending = []
         if done:  # finished requests leave; the feed counts them (a closed loop sends the next ones)
             fin = []
             for i in range(b):
@@ -770,6 +797,9 @@ def _run_alone(rep: Replica, t: float, feed: Feed, gam: int) -> list[int] | None
                     for x in columns:
                         del x[i]
             b = len(rid)
+            if pending:
+                fin = pending + fin
+                pending = []
             feed.finish(fin, tt)
             if len(gaps) >= 1 << 16:
                 L.gaps.append(np.array(gaps, dtype=np.float32))
@@ -802,4 +832,4 @@ def _run_alone(rep: Replica, t: float, feed: Feed, gam: int) -> list[int] | None
     rep.nstep += s
     rep.last_dt = (tt - t) / s
     rep.clock = tt
-    return rep._step_at(tt, []) if fallback else []
+    return rep._step_at(tt, pending) if fallback else []
