@@ -20,13 +20,28 @@ trim or preempt: the step path prices them). Each step s costs, as :meth:`Replic
     sum_i draft_s(gamma_is, C_s) + step_s(max(R_s, B), B, C_s) x jitter_s + other_s(B)
     R_s = sum_i (P_is + 1) (+ the prompts prefilled in step 0),  C_s = sum_i context_is / B
 
-with the same float operations in the same order (the emission clock is a left-to-right sum), so the
-ledger is the step path's to the last bit (gap entries are appended per segment, step-major).
+with the same float operations in the same order (the emission clock is a left-to-right sum; a sum
+over requests is numpy's pairwise sum, :func:`_pairwise_sum`), so the ledger is the step path's to
+the last bit (gap entries are appended per segment, step-major).
+
+Three ways to run a segment, all with that outcome:
+
+* :func:`_run_alone` -- one replica and a small batch (<= SMALL_BATCH running): scalar Python step
+  after step over rounds drawn ahead in bulk (:class:`RoundCache`), doing itself, before each step,
+  what the simulation loop and the admission do (arrivals from the engine's :class:`Feed`, admission
+  with prefill or chunked prefill, finishes handed back to the feed, a closed loop's next request).
+  It runs on through arrivals and finishes and hands one step to the step path only when it must
+  (a token budget that trims or does not take a prompt whole, a KV reservation that preempts, a batch
+  past SMALL_BATCH). At light load one call serves the whole run.
+* :func:`_segment_small` -- several replicas, small batch: the same scalar loop, but only up to the
+  next event (``bound``: the next arrival; in a closed loop also the earliest other busy replica).
+* :func:`_segment_arrays` -- a large batch: requests x steps arrays, only where more than one step
+  is expected before the first finish (else the step path is cheaper).
 
 Applies when: gamma is one static value; the table is sampled (not ``deterministic``); the batch is
-not empty; nothing can be admitted (the queue is empty or every slot is taken); requests prefilling
-(chunked prefill) complete their prompts in step 0. Anything else returns None: the caller takes one
-ordinary step.
+not empty. The bounded segments also need: nothing can be admitted (the queue is empty or every slot
+is taken) and nobody finished at admission; requests prefilling (chunked prefill) complete their
+prompts in step 0. Anything else returns None: the caller takes one ordinary step.
 """
 
 from __future__ import annotations

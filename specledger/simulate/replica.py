@@ -17,8 +17,14 @@ with numpy arrays over the running batch instead of per-token events:
      exceeds the budget the most recently admitted request is preempted (its tokens kept; it waits
      at the front and is recomputed);
   5. the step costs sum_i draft_s(gamma_i) + step_s(rows, B, mean context) + other_s(B) (the forward
-     and each prefill times the profile's measured noise when it has some: ``cost.jitter``); every
-     decoding request emits min(K + 1, remaining) tokens at the step's end.
+     and each prefill times the profile's measured noise when it has some: ``cost.jitter``, fed a
+     keyed uniform -- :func:`~specledger.simulate.chains.keyed_stream` on (replica, its step number)
+     for the forward, (request, its admission number) for a prefill -- so a step's noise does not
+     depend on how the steps are computed); every decoding request emits min(K + 1, remaining) tokens
+     at the step's end.
+
+:meth:`Replica.advance` takes the steps up to the next event at once where it can
+(:mod:`specledger.simulate.fastpath`, the same outcome); :meth:`Replica.step` takes one.
 
 Chunked prefill (vLLM v1): admission costs nothing by itself; a prefilling request holds its slot
 and prompt KV and takes prefill tokens from what the step's token budget leaves after the decode
