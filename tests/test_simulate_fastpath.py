@@ -282,3 +282,13 @@ def test_lone_replica_with_reserved_gamma_and_tight_kv_on_poisson():
     cfg = chunked(max_num_seqs=6, kv_budget_tokens=900, block_size=16, reserve_gamma=True)
     assert_same(*both(table(n=8, out=(40, 90), prompt=(100, 200), fill=0.9), poisson(8.0, 120, seed=12), 120,
                       NoisyCost(), 6, config=cfg))
+
+
+def test_roofline_with_a_draft_model():
+    """The draft model's price depends on the step's mean context: the segments price it per step."""
+    draft = ModelConfig(1.2e9, 16, 32, 8, 64, name="1b")
+    cost = roofline("h100", ModelConfig(8.03e9, 32, 32, 8, 128, name="8b"), draft_model=draft)
+    t = table(n=30, fill=0.8, out=(50, 300), prompt=(100, 1500))
+    for cfg in (ServerConfig(max_num_seqs=32), ServerConfig(max_num_seqs=32, chunked_prefill=True)):
+        for arr in (poisson(15.0, 200, seed=13), closed_loop(30)):
+            assert_same(*both(t, arr, 200, cost, 3, drafter="model", config=cfg))

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from specledger.errors import require
-from specledger.simulate.hardware import RooflineCost
+from specledger.simulate.hardware import DRAFT_MODEL_DRAFTERS, RooflineCost
 
 if TYPE_CHECKING:
     from specledger.simulate.engine import Feed
@@ -91,7 +91,7 @@ def draft_costs(cost: Any, drafter: str, gammas: np.ndarray, context: np.ndarray
     """Drafting time of every request in every step: ``draft_s(drafter, gamma[s, i], context[s])``
     where gamma > 0, else 0 (shape of ``gammas``: steps x requests)."""
     out = np.zeros(gammas.shape)
-    if type(cost) is RooflineCost and not (cost.draft_model is not None and drafter in ("model", "draft_model")):
+    if type(cost) is RooflineCost and not (cost.draft_model is not None and drafter in DRAFT_MODEL_DRAFTERS):
         out[gammas > 0] = cost.model_free_draft_s  # a model-free drafter: one price per round
         return out
     ctx = context.tolist()
@@ -401,7 +401,7 @@ def _segment_small(rep: Replica, t: float, finished: list[int], bound: float, ga
         step_s = rep._scalar_step = scalar_step(cost)
     draft_on = rep.drafter != "none" and gam > 0
     flat_draft = (cost.model_free_draft_s if type(cost) is RooflineCost
-                  and not (cost.draft_model is not None and rep.drafter in ("model", "draft_model")) else None)
+                  and not (cost.draft_model is not None and rep.drafter in DRAFT_MODEL_DRAFTERS) else None)
     flat_sums = None
     if flat_draft is not None:  # numpy's sum of k equal prices (below 8 terms: left to right; zeros add nothing)
         flat_sums = [0.0]
@@ -594,7 +594,7 @@ def _run_alone(rep: Replica, t: float, finished: list[int], feed: Feed, gam: int
         launch = hw.launch_overhead_s
     draft_on = rep.drafter != "none" and gam > 0
     flat_draft = (cost.model_free_draft_s if type(cost) is RooflineCost
-                  and not (cost.draft_model is not None and rep.drafter in ("model", "draft_model")) else None)
+                  and not (cost.draft_model is not None and rep.drafter in DRAFT_MODEL_DRAFTERS) else None)
     flat_sums = None
     if flat_draft is not None:
         flat_sums = [0.0]
