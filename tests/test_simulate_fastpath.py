@@ -292,3 +292,16 @@ def test_roofline_with_a_draft_model():
     for cfg in (ServerConfig(max_num_seqs=32), ServerConfig(max_num_seqs=32, chunked_prefill=True)):
         for arr in (poisson(15.0, 200, seed=13), closed_loop(30)):
             assert_same(*both(t, arr, 200, cost, 3, drafter="model", config=cfg))
+
+
+@pytest.mark.parametrize("chunk", [False, True])
+def test_replicas_run_on_through_finishes_until_the_next_arrival(chunk, segment_kind):
+    cfg = ServerConfig(max_num_seqs=6, chunked_prefill=chunk, kv_budget_tokens=1500, block_size=16)
+    t = table(n=12, fill=0.8, out=(20, 120), prompt=(50, 300))
+    t.output_tokens[::4] = 1
+    slow, fast = both(t, poisson(12.0, 200, seed=14), 200, NoisyCost(), replicas=3, router=least_outstanding(),
+                      config=cfg)
+    assert_same(slow, fast)
+    assert slow.metrics()["preemptions"] > 0
+    if segment_kind == "scalar":
+        assert fast.ledger.fast_steps > 0.3 * fast.ledger.steps

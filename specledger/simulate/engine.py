@@ -227,7 +227,7 @@ def simulate(
         if rep is None:  # nothing to do and nothing arriving: cannot happen with n_requests left
             break
         if fast:
-            finished = rep.advance(_bound(reps, rep, t_next, arrivals.closed), feed if replicas == 1 else None)
+            finished = rep.advance(_bound(reps, rep, t_next, arrivals.closed), feed)
         else:
             finished = rep.step()
         feed.finish(finished, rep.clock)

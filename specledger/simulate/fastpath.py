@@ -127,8 +127,8 @@ def segment(rep: Replica, t: float, finished: list[int], bound: float, feed: Fee
     b = int(rep.run["rid"].shape[0])
     if b == 0:
         return None
-    if feed is not None and b <= SMALL_BATCH:
-        return _run_alone(rep, t, finished, feed, int(plan.static))
+    if feed is not None and b <= SMALL_BATCH and (len(feed.reps) == 1 or not feed.closed):
+        return _run_alone(rep, t, finished, feed, int(plan.static), bound)
     if (rep.waiting and b < cfg.max_num_seqs) or finished:  # requests finished at admission leave with this step
         return None
     if b <= SMALL_BATCH:
@@ -547,7 +547,8 @@ def _segment_small(rep: Replica, t: float, finished: list[int], bound: float, ga
     return rep.retire(finished) if done else finished
 
 
-def _run_alone(rep: Replica, t: float, finished: list[int], feed: Feed, gam: int) -> list[int] | None:
+def _run_alone(rep: Replica, t: float, finished: list[int], feed: Feed, gam: int,
+               bound: float = math.inf) -> list[int] | None:
     """A lone replica with chunked prefill, step after step in scalar Python while its batch stays small:
     before each step it does what the simulation loop and :meth:`Replica._admit` do (take the arrivals
     up to its clock from ``feed``, jump to the next one when idle, admit waiting requests while a slot
@@ -559,7 +560,11 @@ def _run_alone(rep: Replica, t: float, finished: list[int], feed: Feed, gam: int
     reservation that preempts, a batch grown past SMALL_BATCH; that step is then the step path's
     (:meth:`Replica._step_at`, admission already done). Returns None (nothing done) when the very
     first step is such a step, else the ids finished and not yet handed to ``feed`` (those of a last
-    step-path step)."""
+    step-path step).
+
+    One of several replicas (open loop only): the same, without taking arrivals (the router places
+    them), up to the first step that starts at or after ``bound`` (the next arrival); finishes are
+    only counted there, so it runs on through them."""
     L, cfg, run, cost = rep.ledger, rep.cfg, rep.run, rep.cost
     cache = L.round_cache
     if cache is None or cache.gamma != gam or cache.table is not rep.table:
@@ -610,7 +615,8 @@ def _run_alone(rep: Replica, t: float, finished: list[int], feed: Feed, gam: int
     s = 0
     fallback = False  # stop before a step the step path must take
 
-    t_arr = feed.next_time()  # the next open-loop arrival
+    lone = len(feed.reps) == 1
+    t_arr = feed.next_time() if lone else math.inf  # the next open-loop arrival this loop takes
     noise_on = rep._noise is not None
     com = [0] * (b + SMALL_BATCH + 1)  # per running request in the step: tokens committed, gamma
     gl = com.copy()
@@ -619,6 +625,8 @@ def _run_alone(rep: Replica, t: float, finished: list[int], feed: Feed, gam: int
     admit = False  # the caller has admitted for the first step
     while True:
         if admit:  # what the simulation loop and the admission do before every step but the first
+            if tt >= bound and not lone:
+                break
             if not b and not waiting:
                 if t_arr == math.inf:
                     break
