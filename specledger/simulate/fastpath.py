@@ -26,7 +26,7 @@ the last bit (gap entries are appended per segment, step-major).
 
 Three ways to run a segment, all with that outcome:
 
-* :func:`_run_alone` -- one replica and a small batch (<= SMALL_BATCH running): scalar Python step
+* :func:`_run_scalar` -- one replica and a small batch (<= SMALL_BATCH running): scalar Python step
   after step over rounds drawn ahead in bulk (:class:`RoundCache`), doing itself, before each step,
   what the simulation loop and the admission do (arrivals from the engine's :class:`Feed`, admission
   with prefill or chunked prefill, finishes handed back to the feed, a closed loop's next request).
@@ -118,21 +118,18 @@ def segment(rep: Replica, t: float, finished: list[int], bound: float, feed: Fee
     """Run the replica's steps from clock ``t`` (admission done) up to the next event at once; returns
     ``finished`` extended by the requests finished, or None when the segment does not apply (see the
     module docstring) -- then nothing has changed. Small batches (<= SMALL_BATCH) go through
-    :func:`_segment_small` (scalar Python over bulk-drawn rounds: numpy's per-call overhead dominates
-    there), larger ones through the array version; a lone replica with chunked prefill and a small
-    batch runs on through arrivals and finishes (:func:`_run_alone`)."""
+    :func:`_run_scalar` (scalar Python over bulk-drawn rounds: numpy's per-call overhead dominates
+    there), larger ones through :func:`_segment_arrays`."""
     plan, table, cfg = rep.plan, rep.table, rep.cfg
     if plan.static is None or table.deterministic or rep.policies is not None:
         return None
     b = int(rep.run["rid"].shape[0])
     if b == 0:
         return None
-    if feed is not None and b <= SMALL_BATCH and (len(feed.reps) == 1 or not feed.closed):
-        return _run_alone(rep, t, finished, feed, int(plan.static), bound)
+    if feed is not None and b <= SMALL_BATCH:
+        return _run_scalar(rep, t, finished, feed, int(plan.static), bound)
     if (rep.waiting and b < cfg.max_num_seqs) or finished:  # requests finished at admission leave with this step
         return None
-    if b <= SMALL_BATCH:
-        return _segment_small(rep, t, finished, bound, int(plan.static))
     return _segment_arrays(rep, t, finished, bound, int(plan.static))
 
 
@@ -369,187 +366,9 @@ def scalar_step(cost: Any) -> Any:
     return step_s
 
 
-def _segment_small(rep: Replica, t: float, finished: list[int], bound: float, gam: int) -> list[int] | None:
-    """:func:`segment` in scalar Python, step by step over the bulk-drawn rounds (:class:`RoundCache`);
-    the run arrays are read once and written once."""
-    L, cfg, run, cost = rep.ledger, rep.cfg, rep.run, rep.cost
-    cache = L.round_cache
-    if cache is None or cache.gamma != gam or cache.table is not rep.table:
-        cache = L.round_cache = RoundCache(rep, gam)
-    rid = run["rid"].tolist()
-    b = len(rid)
-    out, tgt, ctx, last = run["out"].tolist(), run["target"].tolist(), run["ctx"].tolist(), run["last"].tolist()
-    nround = run["nround"].tolist()
-    pleft = run["pleft"].tolist() if cfg.chunked_prefill else None
-    pre_tokens = sum(pleft) if pleft is not None else 0
-    dec = [x == 0 for x in pleft] if pre_tokens else [True] * b
-    fresh = [x > 0 and o == 0 for x, o in zip(pleft, out)] if pre_tokens else None
-    # each request's drawn rounds, kept across segments (a prefilling request decodes from step 1)
-    held = rep.__dict__.setdefault("_held_rounds", {})
-    codes: list[list[int]] = []
-    pos: list[int] = []
-    for r, n in zip(rid, nround):
-        h = held.get(r)
-        if h is None or n - h[0] >= len(h[1]):
-            h = held[r] = (n, cache.rounds(r, n))
-        codes.append(h[1])
-        pos.append(n - h[0])
-    pos0 = pos.copy()
-    budget, kvb, bs, reserve = rep._budget, rep._kv_blocks, cfg.block_size, cfg.reserve_gamma
-    step_s = getattr(rep, "_scalar_step", None)
-    if step_s is None:
-        step_s = rep._scalar_step = scalar_step(cost)
-    draft_on = rep.drafter != "none" and gam > 0
-    flat_draft = (cost.model_free_draft_s if type(cost) is RooflineCost
-                  and not (cost.draft_model is not None and rep.drafter in DRAFT_MODEL_DRAFTERS) else None)
-    flat_sums = None
-    if flat_draft is not None:  # numpy's sum of k equal prices (below 8 terms: left to right; zeros add nothing)
-        flat_sums = [0.0]
-        for _ in range(7):
-            flat_sums.append(flat_sums[-1] + flat_draft)
-    other = float(cost.other_s(b))
-    noise: list[float] = []
-    ctx_sum = sum(ctx)
-    gaps: list[float] = []
-    worst = [-math.inf] * b
-    com = [0] * b
-    gl = [0] * b
-    rows_sum = rounds = prop_sum = acc_sum = peak = 0
-    t_first = 0.0
-    tt = t
-    s = 0
-    done = False
-    while s < MAX_STEPS:
-        if s and tt >= bound:
-            break
-        nd = psum = asum = blocks = npos = 0
-        short = False
-        for i in range(b):
-            if dec[i]:
-                cl = codes[i]
-                j = pos[i]
-                if j >= len(cl):
-                    short = True
-                    break
-                c = cl[j]
-                pf, kf = c >> 5, c & 31
-                rem = tgt[i] - out[i]
-                g = gam if gam < rem - 1 else (rem - 1 if rem > 1 else 0)
-                p = pf if pf < g else g
-                nd += 1
-                psum += p
-                asum += kf if kf < p else p
-                com[i] = kf + 1 if kf + 1 < rem else rem
-                gl[i] = g
-                if g:
-                    npos += 1
-                need = ctx[i] + (g if reserve else p)
-            else:
-                need = ctx[i]
-            blocks += need if bs == 1 else -(-need // bs)
-        if short:
-            break
-        if budget is not None and (psum > budget - nd or (s == 0 and pre_tokens > budget - nd - psum)):
-            if s == 0:
-                return None
-            break
-        if kvb is not None and b > 1 and blocks > kvb:
-            if s == 0:
-                return None
-            break
-        rows = nd + psum + (pre_tokens if s == 0 else 0)
-        ctx_mean = ctx_sum / b
-        d_sum = 0.0
-        if draft_on and npos:
-            if flat_sums is not None and nd < 8:
-                d_sum = flat_sums[npos]
-            else:
-                gs = [gl[i] for i in range(b) if dec[i]]
-                if flat_draft is not None:
-                    d_sum = _pairwise_sum([flat_draft if g > 0 else 0.0 for g in gs])
-                else:
-                    price: dict[int, float] = {}
-                    for g in gs:
-                        if g > 0 and g not in price:
-                            price[g] = float(cost.draft_s(rep.drafter, g, ctx_mean))
-                    d_sum = _pairwise_sum([price[g] if g > 0 else 0.0 for g in gs])
-        f = float(step_s(max(rows, b), b, ctx_mean))
-        if rep._noise is not None:
-            if s >= len(noise):
-                noise.extend(rep.forward_noise(16, s) or [])
-            f *= noise[s]
-        tt = tt + d_sum + f + other
-        done = False
-        for i in range(b):
-            if dec[i]:
-                gp = tt - last[i]
-                gaps.append(gp)
-                if gp > worst[i]:
-                    worst[i] = gp
-                last[i] = tt
-                c = com[i]
-                out[i] += c
-                ctx[i] += c
-                ctx_sum += c
-                pos[i] += 1
-                done = done or out[i] >= tgt[i]
-            elif s == 0 and fresh is not None and fresh[i]:
-                t_first = tt
-                out[i] = 1
-                ctx[i] += 1
-                ctx_sum += 1
-                last[i] = tt
-                done = done or out[i] >= tgt[i]
-        rows_sum += rows
-        rounds += nd
-        prop_sum += psum
-        acc_sum += asum
-        if blocks > peak:
-            peak = blocks
-        s += 1
-        if s == 1 and pre_tokens:
-            dec = [True] * b
-        if done:
-            break
-    if s == 0:
-        return None
-    ids = run["rid"]
-    steps_dec = np.array(pos) - pos0
-    if done:
-        for i in range(b):
-            if out[i] >= tgt[i]:
-                held.pop(rid[i], None)
-    if gaps:
-        L.gaps.append(np.array(gaps, dtype=np.float32))
-        L.max_gap[ids] = np.maximum(L.max_gap[ids], worst)
-    if pre_tokens:
-        fr = np.array(fresh)
-        L.t_first[ids[fr]] = t_first
-        L.chunks[ids[fr]] = 1
-        run["pleft"] = np.zeros(b, dtype=np.int64)
-    L.chunks[ids] += steps_dec
-    run["out"] = np.array(out, dtype=np.int64)
-    run["ctx"] = np.array(ctx, dtype=np.int64)
-    run["last"] = np.array(last)
-    run["nround"] = run["nround"] + steps_dec
-    L.steps += s
-    L.fast_steps += s
-    L.fast_segments += 1
-    L.batch_sum += b * s
-    L.rows_sum += rows_sum
-    L.rounds += rounds
-    L.proposed_sum += prop_sum
-    L.accepted_sum += acc_sum
-    L.peak_kv_tokens = max(L.peak_kv_tokens, peak * bs)
-    rep.nstep += s
-    rep.last_dt = (tt - t) / s
-    rep.clock = tt
-    return rep.retire(finished) if done else finished
-
-
-def _run_alone(rep: Replica, t: float, finished: list[int], feed: Feed, gam: int,
+def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, gam: int,
                bound: float = math.inf) -> list[int] | None:
-    """A lone replica with chunked prefill, step after step in scalar Python while its batch stays small:
+    """A lone replica, step after step in scalar Python while its batch stays small:
     before each step it does what the simulation loop and :meth:`Replica._admit` do (take the arrivals
     up to its clock from ``feed``, jump to the next one when idle, admit waiting requests while a slot
     and the KV budget allow -- a preempted one with its prompt and tokens to recompute), then prices
@@ -562,9 +381,10 @@ def _run_alone(rep: Replica, t: float, finished: list[int], feed: Feed, gam: int
     first step is such a step, else the ids finished and not yet handed to ``feed`` (those of a last
     step-path step).
 
-    One of several replicas (open loop only): the same, without taking arrivals (the router places
-    them), up to the first step that starts at or after ``bound`` (the next arrival); finishes are
-    only counted there, so it runs on through them."""
+    One of several replicas: the same, without taking arrivals (the router places them), up to the
+    first step that starts at or after ``bound`` (the next arrival; in a closed loop also the earliest
+    clock of the other busy replicas). Open loop: finishes are only counted, so it runs on through
+    them; closed loop: a finish sends a request the router places, so it stops after the first."""
     L, cfg, run, cost = rep.ledger, rep.cfg, rep.run, rep.cost
     cache = L.round_cache
     if cache is None or cache.gamma != gam or cache.table is not rep.table:
@@ -616,6 +436,7 @@ def _run_alone(rep: Replica, t: float, finished: list[int], feed: Feed, gam: int
     fallback = False  # stop before a step the step path must take
 
     lone = len(feed.reps) == 1
+    stop_at_finish = feed.closed and not lone
     t_arr = feed.next_time() if lone else math.inf  # the next open-loop arrival this loop takes
     noise_on = rep._noise is not None
     com = [0] * (b + SMALL_BATCH + 1)  # per running request in the step: tokens committed, gamma
@@ -690,6 +511,8 @@ def _run_alone(rep: Replica, t: float, finished: list[int], feed: Feed, gam: int
                     fallback = True
                     break
             if not b:  # every request admitted has finished already (at the end of its prefill)
+                if stop_at_finish:
+                    break
                 feed.finish(pending, tt)
                 pending = []
                 continue
@@ -800,6 +623,8 @@ def _run_alone(rep: Replica, t: float, finished: list[int], feed: Feed, gam: int
             peak = blocks
         s += 1
         if pending and not done:
+            if stop_at_finish:
+                break
             feed.finish(pending, tt)
             pending = []
         if done:  # finished requests leave; the feed counts them (a closed loop sends the next ones)
@@ -823,6 +648,9 @@ def _run_alone(rep: Replica, t: float, finished: list[int], feed: Feed, gam: int
             if pending:
                 fin = pending + fin
                 pending = []
+            if stop_at_finish:  # the router must see this replica as it is now: the caller reports them
+                pending = fin
+                break
             feed.finish(fin, tt)
             if len(gaps) >= 1 << 16:
                 L.gaps.append(np.array(gaps, dtype=np.float32))
@@ -855,4 +683,4 @@ def _run_alone(rep: Replica, t: float, finished: list[int], feed: Feed, gam: int
     rep.nstep += s
     rep.last_dt = (tt - t) / s
     rep.clock = tt
-    return rep._step_at(tt, pending) if fallback else []
+    return rep._step_at(tt, pending) if fallback else pending
