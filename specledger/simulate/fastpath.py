@@ -24,22 +24,23 @@ with the same float operations in the same order (the emission clock is a left-t
 over requests is numpy's pairwise sum, :func:`_pairwise_sum`), so the ledger is the step path's to
 the last bit (gap entries are appended per segment, step-major).
 
-Three ways to run a segment, all with that outcome:
+Two ways to run a segment, both with that outcome:
 
-* :func:`_run_scalar` -- one replica and a small batch (<= SMALL_BATCH running): scalar Python step
-  after step over rounds drawn ahead in bulk (:class:`RoundCache`), doing itself, before each step,
-  what the simulation loop and the admission do (arrivals from the engine's :class:`Feed`, admission
-  with prefill or chunked prefill, finishes handed back to the feed, a closed loop's next request).
-  It runs on through arrivals and finishes and hands one step to the step path only when it must
-  (a token budget that trims or does not take a prompt whole, a KV reservation that preempts, a batch
-  past SMALL_BATCH). At light load one call serves the whole run.
-* :func:`_segment_small` -- several replicas, small batch: the same scalar loop, but only up to the
-  next event (``bound``: the next arrival; in a closed loop also the earliest other busy replica).
-* :func:`_segment_arrays` -- a large batch: requests x steps arrays, only where more than one step
-  is expected before the first finish (else the step path is cheaper).
+* :func:`_run_scalar` -- a small batch (<= SMALL_BATCH running): scalar Python step after step over
+  rounds drawn ahead in bulk (:class:`RoundCache`), doing itself, before each step, what the
+  simulation loop and the admission do (admission with prefill or chunked prefill; a lone replica
+  also takes its arrivals from the engine's :class:`~specledger.simulate.engine.Feed` and hands
+  finishes back, so a closed loop's next request joins at once). A lone replica runs on through
+  arrivals and finishes -- at light load one call serves the whole run; one of several stops before
+  the first step that starts at or after ``bound`` (the router places the next arrival) and, in a
+  closed loop, after its first finish. It hands a step to the step path only when it must (a token
+  budget that trims or does not take a prompt whole, a KV reservation that preempts, a batch grown
+  past SMALL_BATCH).
+* :func:`_segment_arrays` -- a large batch: requests x steps arrays up to the first finish, only
+  where more than one step is expected before it (else the step path is cheaper).
 
 Applies when: gamma is one static value; the table is sampled (not ``deterministic``); the batch is
-not empty. The bounded segments also need: nothing can be admitted (the queue is empty or every slot
+not empty. The array segments also need: nothing can be admitted (the queue is empty or every slot
 is taken) and nobody finished at admission; requests prefilling (chunked prefill) complete their
 prompts in step 0. Anything else returns None: the caller takes one ordinary step.
 """
@@ -62,7 +63,7 @@ MIN_STEPS, MAX_STEPS = 2, 256
 SMALL_BATCH = 24  # up to this many running requests a segment is priced in scalar Python
 CHUNK = 4096  # requests whose rounds are drawn together (RoundCache)
 KEEP_CHUNKS = 4  # chunks kept behind the newest one
-AHEAD = 64  # rounds of a request handed to one segment at most
+AHEAD = 64  # rounds of a request fetched from the RoundCache at once
 
 
 def step_costs(cost: Any, rows: np.ndarray, batch: int, context: np.ndarray) -> np.ndarray:
