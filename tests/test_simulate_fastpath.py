@@ -302,3 +302,16 @@ def test_replicas_run_on_through_finishes_until_the_next_arrival(chunk, segment_
     assert slow.metrics()["preemptions"] > 0
     if segment_kind == "scalar":
         assert fast.ledger.fast_steps > 0.3 * fast.ledger.steps
+
+
+@pytest.mark.parametrize("chunk", [False, True])
+def test_batch_size_schedule(chunk, segment_kind):
+    """gamma from the batch size (the engine's "batch" policy): the scalar loop asks it per step."""
+    cfg = ServerConfig(max_num_seqs=12, chunked_prefill=chunk)
+    for arr in (poisson(6.0, 150, seed=15), closed_loop(10)):
+        slow, fast = both(table(fill=0.8), arr, 150, LinearCost(d=1e-4), "batch", config=cfg)
+        assert_same(slow, fast)
+        if segment_kind == "scalar":
+            assert fast.ledger.fast_steps == fast.ledger.steps
+    L = slow.ledger
+    assert 0 < L.proposed_sum < 3 * L.rounds  # c=10: mostly gamma 2 (8 <= batch < 16)

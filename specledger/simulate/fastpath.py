@@ -122,13 +122,15 @@ def segment(rep: Replica, t: float, finished: list[int], bound: float, feed: Fee
     :func:`_run_scalar` (scalar Python over bulk-drawn rounds: numpy's per-call overhead dominates
     there), larger ones through :func:`_segment_arrays`."""
     plan, table, cfg = rep.plan, rep.table, rep.cfg
-    if plan.static is None or table.deterministic or rep.policies is not None:
+    if not plan.vectorised or table.deterministic or rep.policies is not None:
         return None
     b = int(rep.run["rid"].shape[0])
     if b == 0:
         return None
     if feed is not None and b <= SMALL_BATCH:
-        return _run_scalar(rep, t, finished, feed, int(plan.static), bound)
+        return _run_scalar(rep, t, finished, feed, bound)
+    if plan.static is None:  # the batch-size schedule: gamma changes with the batch
+        return None
     if (rep.waiting and b < cfg.max_num_seqs) or finished:  # requests finished at admission leave with this step
         return None
     return _segment_arrays(rep, t, finished, bound, int(plan.static))
@@ -367,8 +369,7 @@ def scalar_step(cost: Any) -> Any:
     return step_s
 
 
-def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, gam: int,
-               bound: float = math.inf) -> list[int] | None:
+def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, bound: float = math.inf) -> list[int] | None:
     """A lone replica, step after step in scalar Python while its batch stays small:
     before each step it does what the simulation loop and :meth:`Replica._admit` do (take the arrivals
     up to its clock from ``feed``, jump to the next one when idle, admit waiting requests while a slot
@@ -387,9 +388,16 @@ def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, gam: in
     clock of the other busy replicas). Open loop: finishes are only counted, so it runs on through
     them; closed loop: a finish sends a request the router places, so it stops after the first."""
     L, cfg, run, cost = rep.ledger, rep.cfg, rep.run, rep.cost
+    plan = rep.plan
+    gam = plan.static
+    gammas: dict[int, int] = rep.__dict__.setdefault("_gammas", {})  # decoding requests -> the plan's gamma
+    if gam is None and not gammas:  # the batch-size schedule: every gamma it may ask
+        zeros = np.zeros(cfg.max_num_seqs, dtype=np.int64)
+        gammas.update((k, int(plan.choose(k, zeros[:k], None)[0])) for k in range(1, cfg.max_num_seqs + 1))
+    g_max = gam if gam is not None else max(gammas.values())
     cache = L.round_cache
-    if cache is None or cache.gamma != gam or cache.table is not rep.table:
-        cache = L.round_cache = RoundCache(rep, gam)
+    if cache is None or cache.gamma != g_max or cache.table is not rep.table:
+        cache = L.round_cache = RoundCache(rep, g_max)  # drawn at the largest gamma: prefix-consistent
     held = rep.__dict__.setdefault("_held_rounds", {})
     prompt_of, target_of, out_of, last_of, nround_of = L.prompt, L.target, L.out, L.t_last, L.nround
     rid = run["rid"].tolist()
@@ -418,7 +426,7 @@ def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, gam: in
         two_p, attn = 2 * m.params, 4 * m.layers * m.heads * m.head_dim
         c_den, m_den = hw.peak_tflops * 1e12 * cost.eff_compute, hw.hbm_bandwidth_gb_s * 1e9 * cost.eff_memory
         launch = hw.launch_overhead_s
-    draft_on = rep.drafter != "none" and gam > 0
+    draft_on = rep.drafter != "none" and g_max > 0
     flat_draft = (cost.model_free_draft_s if type(cost) is RooflineCost
                   and not (cost.draft_model is not None and rep.drafter in DRAFT_MODEL_DRAFTERS) else None)
     flat_sums = None
@@ -427,6 +435,7 @@ def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, gam: in
         for _ in range(7):
             flat_sums.append(flat_sums[-1] + flat_draft)
     others: dict[int, float] = rep.__dict__.setdefault("_other_s", {})
+    n_pre = sum(1 for x in pleft if x)  # requests prefilling (chunked prefill)
     noise: list[float] = []
     ctx_sum = sum(ctx)
     gaps: list[float] = []
@@ -477,6 +486,8 @@ def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, gam: in
                     reserved += need
                     if chunked:  # its prompt goes in with the step (a preempted one recomputes all but a token)
                         pl = c if o == 0 else c - 1
+                        if pl:
+                            n_pre += 1
                     elif o == 0:  # prefilled now, one after another: the first token leaves when it ends
                         pl = 0
                         tt += rep._prefill_s(c, r)
@@ -520,6 +531,8 @@ def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, gam: in
         admit = True
         # the step: what each request proposes, accepts and commits
         nd = psum = asum = blocks = npos = pre_tokens = 0
+        if plan.static is None and b > n_pre:
+            gam = gammas[b - n_pre]
         for i in range(b):
             if pleft[i]:
                 pre_tokens += pleft[i]
@@ -538,10 +551,11 @@ def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, gam: in
                 rem = tgt[i] - out[i]
                 g = gam if gam < rem - 1 else (rem - 1 if rem > 1 else 0)
                 p = pf if pf < g else g
+                k = kf if kf < p else p
                 nd += 1
                 psum += p
-                asum += kf if kf < p else p
-                com[i] = kf + 1 if kf + 1 < rem else rem
+                asum += k
+                com[i] = k + 1 if k + 1 < rem else rem
                 gl[i] = g
                 if g:
                     npos += 1
@@ -615,6 +629,7 @@ def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, gam: in
                 chn[i] += 1
                 if out[i] >= tgt[i]:
                     done = True
+        n_pre = 0  # every prompt in this step is in
         rows_sum += rows
         batch_sum += b
         rounds += nd
