@@ -390,7 +390,7 @@ def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, bound: 
     L, cfg, run, cost = rep.ledger, rep.cfg, rep.run, rep.cost
     plan = rep.plan
     gam = plan.static
-    gammas: dict[int, int] = rep.__dict__.setdefault("_gammas", {})  # decoding requests -> the plan's gamma
+    gammas = rep.fast_gammas
     if gam is None and not gammas:  # the batch-size schedule: every gamma it may ask
         zeros = np.zeros(cfg.max_num_seqs, dtype=np.int64)
         gammas.update((k, int(plan.choose(k, zeros[:k], None)[0])) for k in range(1, cfg.max_num_seqs + 1))
@@ -398,7 +398,7 @@ def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, bound: 
     cache = L.round_cache
     if cache is None or cache.gamma != g_max or cache.table is not rep.table:
         cache = L.round_cache = RoundCache(rep, g_max)  # drawn at the largest gamma: prefix-consistent
-    held = rep.__dict__.setdefault("_held_rounds", {})
+    held = rep.fast_rounds
     prompt_of, target_of, out_of, last_of, nround_of = L.prompt, L.target, L.out, L.t_last, L.nround
     rid = run["rid"].tolist()
     out, tgt, ctx, last = run["out"].tolist(), run["target"].tolist(), run["ctx"].tolist(), run["last"].tolist()
@@ -416,9 +416,9 @@ def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, bound: 
     chn = [0] * b
     columns = (rid, out, tgt, ctx, last, pleft, nround, codes, base, worst, chn)  # one running request per index
     budget, kvb, bs, reserve, max_seqs = rep._budget, rep._kv_blocks, cfg.block_size, cfg.reserve_gamma, cfg.max_num_seqs
-    step_s = getattr(rep, "_scalar_step", None)
+    step_s = rep.fast_step_s
     if step_s is None:
-        step_s = rep._scalar_step = scalar_step(cost)
+        step_s = rep.fast_step_s = scalar_step(cost)
     roof = type(cost) is RooflineCost  # its forward inlined below (scalar_step's operations, in its order)
     if roof:
         m, hw = cost.model, cost.hw
@@ -434,7 +434,7 @@ def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, bound: 
         flat_sums = [0.0]
         for _ in range(7):
             flat_sums.append(flat_sums[-1] + flat_draft)
-    others: dict[int, float] = rep.__dict__.setdefault("_other_s", {})
+    others = rep.fast_other_s
     n_pre = sum(1 for x in pleft if x)  # requests prefilling (chunked prefill)
     noise: list[float] = []
     ctx_sum = sum(ctx)

@@ -130,6 +130,12 @@ class Replica:
         self._noise = noise if noise is not None and jitter else None
         self.nstep = 0  # steps this replica has run (the key of its forward jitter)
         self.last_dt = 0.0  # duration of its latest step (the fast path's horizon guess)
+        # the fast path's caches (fastpath._run_scalar): each request's drawn rounds (first round, codes),
+        # the plan's gamma per decoding batch size, other_s per batch size, step_s as a plain function
+        self.fast_rounds: dict[int, tuple[int, list[int]]] = {}
+        self.fast_gammas: dict[int, int] = {}
+        self.fast_other_s: dict[int, float] = {}
+        self.fast_step_s: Any = None
 
     # ----------------------------------------------------------------------------------------
     @property
