@@ -4,7 +4,9 @@ Events are steps, not tokens: the loop always advances the busy replica whose cl
 after handing the router every arrival up to that clock (an idle replica's clock jumps to its
 next arrival). Closed loop: the ``concurrency`` clients send their next request at the moment one
 of theirs finishes. A request joins its replica's queue at arrival and is admitted at the next
-step boundary, as in the engine.
+step boundary, as in the engine. ``fast`` (default): a replica takes every step up to its next event
+at once where it can (:mod:`specledger.simulate.fastpath`; a lone replica at light load runs through
+arrivals and finishes in one go) -- the outcome of stepping, to the last bit.
 
 Figures (same definitions as :func:`specledger.analysis.metrics.latency_stats`):
 throughput = output tokens / makespan (0 -> last token); TTFT = first token - arrival; TPOT =
