@@ -11,8 +11,9 @@ steps with a calibrated cost profile instead of the leave-one-out fit.
 
 Speed: 1,000,000 requests through one simulated replica kept full (closed loop at concurrency 256: an
 8B Llama-style model on an H200 roofline, labelled as assumed; the run's measured ngram chains; vLLM-like
-settings), timed on this machine; then a tenth as many at a light Poisson load, where batches are small
-and the simulator's cost per request is highest (it costs per *step*, ~steps = requests x rounds / batch).
+settings), timed on this machine; then as many at a light Poisson load, where batches are small and a
+step-by-step simulator pays most per request (~steps = requests x rounds / batch); then a tenth as many at
+that load stepped one step at a time and event-skipped, side by side (same figures, the time ratio).
 
 Run it alone (it times things):
     flock /tmp/specledger-bench.lock .venv/bin/python benchmarks/bench_simulator.py
@@ -87,8 +88,9 @@ def print_validation(res: dict) -> None:
     print("cost:", "; ".join(sorted(set(res["cost_source"].values()))))
 
 
-def speed(run, n: int, concurrency: int | None, rate: float | None) -> dict:
-    """Wall time to simulate ``n`` requests on one replica: closed loop at ``concurrency`` or Poisson ``rate``."""
+def speed(run, n: int, concurrency: int | None, rate: float | None, fast: bool = True) -> dict:
+    """Wall time to simulate ``n`` requests on one replica: closed loop at ``concurrency`` or Poisson ``rate``;
+    ``fast=False``: one step at a time (the reference the event-skipping path is tested against)."""
     from specledger.simulate.arrivals import closed_loop, poisson
     from specledger.simulate.engine import simulate
     from specledger.simulate.hardware import model_config_from_dict, roofline
@@ -101,14 +103,17 @@ def speed(run, n: int, concurrency: int | None, rate: float | None) -> dict:
                        block_size=16, chunked_prefill=True)
     arr = closed_loop(concurrency) if concurrency else poisson(rate or 1.0, n, seed=0)
     t = time.perf_counter()
-    m = simulate(table, arr, n, cost, 4, "ngram", cfg, seed=0).metrics()
+    res = simulate(table, arr, n, cost, 4, "ngram", cfg, seed=0, fast=fast)
     wall = time.perf_counter() - t
+    m = res.metrics()
     return {**m, "requests": n, "load": arr.label, "simulated_makespan_s": m["wall_s"], "wall_s": wall,
-            "requests_per_s": n / wall, "steps_per_s": m["steps"] / wall, "cost": cost.source}
+            "requests_per_s": n / wall, "steps_per_s": m["steps"] / wall, "cost": cost.source, "fast": fast,
+            "fast_steps": int(res.ledger.fast_steps)}
 
 
 def print_speed(s: dict) -> None:
-    print(f"  {s['requests']:,} requests at {s['load']} in {s['wall_s']:.1f} s ({s['requests_per_s']:,.0f} req/s; "
+    how = f"event skipping ({s['fast_steps']:,} of the steps taken on the fast path)" if s["fast"] else "step by step"
+    print(f"  {how}: {s['requests']:,} requests at {s['load']} in {s['wall_s']:.1f} s ({s['requests_per_s']:,.0f} req/s; "
           f"{s['steps']:,} steps at {s['steps_per_s']:,.0f} steps/s, mean batch {s['mean_batch']:.1f}; simulated "
           f"{s['simulated_makespan_s']:,.0f} s of serving: {s['throughput_tok_s']:,.0f} tok/s, TPOT P50 "
           f"{s['tpot_p50_ms']:.1f} ms, ITL P99 {s['itl_p99_ms']:.1f} ms)")
@@ -147,9 +152,17 @@ def main() -> None:
               "prefill 8192 tokens/step, KV blocks of 16, ngram γ=4 with this run's chains):")
         s = speed(run, args.requests, args.concurrency, None)
         print_speed(s)
-        light = speed(run, max(1, args.requests // 10), None, args.light_rate)
+        light = speed(run, args.requests, None, args.light_rate)
         print_speed(light)
-        out["speed"] = {"saturated": s, "light": light}
+        # side by side: a tenth of the requests at the light load, stepped one step at a time and event-skipped
+        tenth = max(1, args.requests // 10)
+        ref, fast = speed(run, tenth, None, args.light_rate, fast=False), speed(run, tenth, None, args.light_rate)
+        print_speed(ref)
+        print_speed(fast)
+        keys = ("tokens", "simulated_makespan_s", "ttft_p50_ms", "tpot_p50_ms", "itl_p99_ms", "steps", "preemptions")
+        print(f"  event skipping is {ref['wall_s'] / fast['wall_s']:.1f}x faster than stepping at that load; "
+              f"identical figures: {all(ref[k] == fast[k] for k in keys)}")
+        out["speed"] = {"saturated": s, "light": light, "light_step_by_step": ref, "light_event_skipping": fast}
     (Path(run_dir) / "bench_simulator.json").write_text(json.dumps(out, indent=1, default=str), encoding="utf-8")
     print(f"wrote {Path(run_dir) / 'bench_simulator.json'}")
 
