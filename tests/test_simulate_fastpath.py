@@ -12,7 +12,7 @@ from specledger.simulate.arrivals import closed_loop, poisson, replay
 from specledger.simulate.chains import ChainTable, Draws, keyed_stream
 from specledger.simulate.cluster import least_outstanding
 from specledger.simulate.engine import round_robin, simulate
-from specledger.simulate.fastpath import _pairwise_sum, _roofline_step, draft_costs, scalar_step, step_costs
+from specledger.simulate.fastpath import _pairwise_sum, draft_costs, scalar_step, step_costs
 from specledger.simulate.hardware import ModelConfig, roofline
 from specledger.simulate.profile import fit_serving_cost
 from specledger.simulate.replica import ServerConfig
@@ -196,9 +196,10 @@ def test_roofline_h200_like_the_benchmark():
 def test_vectorised_costs_match_the_scalar_ones():
     cost = roofline("h100", ModelConfig(8.03e9, 32, 32, 8, 128),)
     rows, ctx = np.array([1, 5, 40, 3000]), np.array([0.0, 17.5, 900.25, 4000.0])
-    np.testing.assert_array_equal(_roofline_step(cost, rows, 7, ctx), [cost.step_s(r, 7, c) for r, c in zip(rows, ctx)])
-    np.testing.assert_array_equal(step_costs(cost, rows, 7, ctx), step_costs(LinearCost(), rows, 7, ctx) * 0
-                                  + [cost.step_s(int(r), 7, c) for r, c in zip(rows, ctx)])
+    np.testing.assert_array_equal(cost.step_s_many(rows, 7, ctx), [cost.step_s(r, 7, c) for r, c in zip(rows, ctx)])
+    np.testing.assert_array_equal(step_costs(cost, rows, 7, ctx), [cost.step_s(int(r), 7, c) for r, c in zip(rows, ctx)])
+    step = scalar_step(cost)
+    assert [step(int(r), 7, c) for r, c in zip(rows, ctx)] == [cost.step_s(int(r), 7, c) for r, c in zip(rows, ctx)]
     g = np.array([[0, 1, 4], [2, 2, 0]])
     lin = LinearCost(d=1e-3)
     np.testing.assert_array_equal(draft_costs(lin, "ngram", g, ctx[:2]), g * 1e-3)

@@ -74,19 +74,7 @@ def step_costs(cost: Any, rows: np.ndarray, batch: int, context: np.ndarray) -> 
     many = getattr(cost, "step_s_many", None)
     if many is not None:
         return np.asarray(many(rows, batch, context), dtype=np.float64)
-    if type(cost) is RooflineCost:
-        return _roofline_step(cost, np.maximum(rows, 1), max(1, batch), np.maximum(context, 0.0))
     return np.array([cost.step_s(r, batch, c) for r, c in zip(rows.tolist(), context.tolist())], dtype=np.float64)
-
-
-def _roofline_step(cost: RooflineCost, rows: np.ndarray, batch: int, context: np.ndarray) -> np.ndarray:
-    """:meth:`RooflineCost._step` on arrays (tests check it against the scalar one)."""
-    m, hw = cost.model, cost.hw
-    m_kv = m.kv_bytes_per_token
-    byt = m.weight_bytes + batch * context * m_kv + rows * m_kv
-    flops = 2 * m.params * rows + 4 * m.layers * m.heads * m.head_dim * rows * context
-    return np.maximum(flops / (hw.peak_tflops * 1e12 * cost.eff_compute),
-                      byt / (hw.hbm_bandwidth_gb_s * 1e9 * cost.eff_memory)) + hw.launch_overhead_s
 
 
 def draft_costs(cost: Any, drafter: str, gammas: np.ndarray, context: np.ndarray) -> np.ndarray:
@@ -351,21 +339,14 @@ def _pairwise_sum(v: list[float]) -> float:
 
 
 def scalar_step(cost: Any) -> Any:
-    """``cost.step_s`` as a plain function; for a roofline, :meth:`RooflineCost._step` with its constants
-    bound (same operations, same order: the same float)."""
+    """``cost.step_s`` as a plain function; for a roofline, :meth:`RooflineTerms.time` of the target with
+    the roofline's clamps (same operations, same order: the same float)."""
     if type(cost) is not RooflineCost:
         return cost.step_s
-    m, hw = cost.model, cost.hw
-    m_kv, w_bytes = m.kv_bytes_per_token, m.weight_bytes
-    two_p, attn = 2 * m.params, 4 * m.layers * m.heads * m.head_dim
-    c_den, m_den = hw.peak_tflops * 1e12 * cost.eff_compute, hw.hbm_bandwidth_gb_s * 1e9 * cost.eff_memory
-    launch = hw.launch_overhead_s
+    time = cost.terms().time
 
     def step_s(total_rows: int, batch: int, context: float) -> float:
-        rows, bt, ctx = max(1, total_rows), max(1, batch), max(0.0, context)
-        byt = w_bytes + bt * ctx * m_kv + rows * m_kv
-        flops = two_p * rows + attn * rows * ctx
-        return max(flops / c_den, byt / m_den) + launch
+        return time(max(1, total_rows), max(1, batch), max(0.0, context))
 
     return step_s
 
@@ -420,13 +401,11 @@ def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, bound: 
     step_s = rep.fast_step_s
     if step_s is None:
         step_s = rep.fast_step_s = scalar_step(cost)
-    roof = type(cost) is RooflineCost  # its forward inlined below (scalar_step's operations, in its order)
+    roof = type(cost) is RooflineCost  # RooflineTerms.time inlined below (its operations, in its order)
     if roof:
-        m, hw = cost.model, cost.hw
-        m_kv, w_bytes = m.kv_bytes_per_token, m.weight_bytes
-        two_p, attn = 2 * m.params, 4 * m.layers * m.heads * m.head_dim
-        c_den, m_den = hw.peak_tflops * 1e12 * cost.eff_compute, hw.hbm_bandwidth_gb_s * 1e9 * cost.eff_memory
-        launch = hw.launch_overhead_s
+        k = cost.terms()
+        m_kv, w_bytes, two_p, attn = k.kv, k.weights, k.flops_row, k.flops_attn
+        c_den, m_den, launch = k.compute, k.memory, k.launch
     draft_on = rep.drafter != "none" and g_max > 0
     flat_draft = (cost.model_free_draft_s if type(cost) is RooflineCost
                   and not (cost.draft_model is not None and rep.drafter in DRAFT_MODEL_DRAFTERS) else None)

@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from specledger.errors import SpecLedgerError, require
 from specledger.rundir import read_json
 
@@ -130,6 +132,35 @@ def hardware(name: str) -> Hardware:
     return HARDWARE[key]
 
 
+@dataclass(frozen=True)
+class RooflineTerms:
+    """One model's roofline constants on one machine: for R rows of B requests at mean context C,
+
+        T = max((flops_row * R + flops_attn * R * C) / compute, (weights + B * C * kv + R * kv) / memory) + launch
+
+    flops_row = 2 P, flops_attn = 4 L H d_h, kv = m_KV, compute / memory = the assumed-efficient peaks.
+    :meth:`time` (floats) and :meth:`times` (arrays) do the same operations in the same order, so a
+    simulator that prices steps one at a time or many at once gets the same floats."""
+
+    weights: float
+    kv: float
+    flops_row: float
+    flops_attn: float
+    compute: float
+    memory: float
+    launch: float
+
+    def time(self, rows: float, batch: float, context: float) -> float:
+        byt = self.weights + batch * context * self.kv + rows * self.kv
+        flops = self.flops_row * rows + self.flops_attn * rows * context
+        return max(flops / self.compute, byt / self.memory) + self.launch
+
+    def times(self, rows: np.ndarray, batch: float, context: np.ndarray) -> np.ndarray:
+        byt = self.weights + batch * context * self.kv + rows * self.kv
+        flops = self.flops_row * rows + self.flops_attn * rows * context
+        return np.maximum(flops / self.compute, byt / self.memory) + self.launch
+
+
 @dataclass
 class RooflineCost:
     """A CostModel-compatible profile (duck-typed: prefill_s, round_s, step_s, draft_s, other_s)."""
@@ -143,21 +174,33 @@ class RooflineCost:
     other_per_request_s: float = 2e-5
     draft_model: ModelConfig | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    _terms: dict[ModelConfig, RooflineTerms] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def source(self) -> str:
         return (f"roofline {self.hw.name} x {self.model.name or 'model'} (assumed efficiency: memory "
                 f"{self.eff_memory:.0%}, compute {self.eff_compute:.0%}; not measured)")
 
+    def terms(self, m: ModelConfig | None = None) -> RooflineTerms:
+        """The roofline constants of ``m`` (default: the target) on this machine."""
+        m = m or self.model
+        cached = self._terms.get(m)
+        if cached is not None:
+            return cached
+        cached = self._terms[m] = RooflineTerms(m.weight_bytes, m.kv_bytes_per_token, 2 * m.params, 4 * m.layers * m.heads * m.head_dim,
+                             self.hw.peak_tflops * 1e12 * self.eff_compute,
+                             self.hw.hbm_bandwidth_gb_s * 1e9 * self.eff_memory, self.hw.launch_overhead_s)
+        return cached
+
     def _step(self, m: ModelConfig, rows: float, batch: float, context: float) -> float:
-        m_kv = m.kv_bytes_per_token
-        byt = m.weight_bytes + batch * context * m_kv + rows * m_kv
-        flops = 2 * m.params * rows + 4 * m.layers * m.heads * m.head_dim * rows * context
-        return max(flops / (self.hw.peak_tflops * 1e12 * self.eff_compute),
-                   byt / (self.hw.hbm_bandwidth_gb_s * 1e9 * self.eff_memory)) + self.hw.launch_overhead_s
+        return self.terms(m).time(rows, batch, context)
 
     def step_s(self, total_rows: int, batch: int, context: float) -> float:
         return self._step(self.model, max(1, total_rows), max(1, batch), max(0.0, context))
+
+    def step_s_many(self, rows: np.ndarray, batch: int, context: np.ndarray) -> np.ndarray:
+        """:meth:`step_s` for many steps of one batch size at once (the same floats)."""
+        return self.terms().times(np.maximum(rows, 1), max(1, batch), np.maximum(context, 0.0))
 
     def round_s(self, rows: int, context: float) -> float:
         return self.step_s(rows, 1, context)
