@@ -40,8 +40,7 @@ def table(n=20, seed=0, fill=1.0, **kw):
 class NoisyCost(LinearCost):
     """LinearCost with a profile's jitter: forward x (0.8 + 0.4 u), prefill x (0.9 + 0.2 u)."""
 
-    def jitter(self, rng):
-        u = rng.random()
+    def jitter(self, u):
         return 0.8 + 0.4 * u, 0.9 + 0.2 * u
 
 

@@ -44,6 +44,11 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
+def _unit(h: np.ndarray) -> np.ndarray:
+    """The top 53 bits of uint64 hashes as floats in [0, 1)."""
+    return (h >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
 def keyed_uniforms(seed: int, keys: np.ndarray, rounds: np.ndarray, width: int) -> np.ndarray:
     """U[0] (fill) and U[1] (accept) of shape (2, b, width) in [0, 1): element (w, i, j) depends only on
     (seed, keys[i], rounds[i], j, w) -- never on b, width or the other rows."""
@@ -53,8 +58,7 @@ def keyed_uniforms(seed: int, keys: np.ndarray, rounds: np.ndarray, width: int) 
         base = _mix(_mix(np.full(k.shape, seed, dtype=np.uint64) * _GOLDEN + k) + r * _GOLDEN)
         pos = (np.arange(2 * width, dtype=np.uint64) + np.uint64(1)) * _GOLDEN
         h = _mix(base[:, None] + pos[None, :])
-    u = (h >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
-    return u.reshape(k.shape[0], width, 2).transpose(2, 0, 1)
+    return _unit(h).reshape(k.shape[0], width, 2).transpose(2, 0, 1)
 
 
 @dataclass(frozen=True)
@@ -202,13 +206,18 @@ class ChainTable:
             u = draws.uniforms(keys, rounds, g)  # type: ignore[arg-type]
         else:
             u = draws.random((2, b, g))
-        ok = u[0] < self.fill[idx, :g]
-        if int(gamma.min()) < g:  # ragged gammas: positions beyond a request's own gamma are not proposed
-            ok &= np.arange(g)[None, :] < gamma[:, None]
-        filled = np.cumprod(ok, axis=1)
-        proposed = filled.sum(axis=1)
-        accepted = np.cumprod((u[1] < self.accept[idx, :g]) & (filled > 0), axis=1).sum(axis=1)
-        return proposed.astype(np.int64), accepted.astype(np.int64)
+        p_full, k_full = self.full_outcomes(idx, u)
+        proposed = np.minimum(p_full, gamma)  # positions beyond a request's own gamma are not proposed
+        return proposed.astype(np.int64), np.minimum(k_full, proposed).astype(np.int64)
+
+    def full_outcomes(self, idx: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(P*, K*) when asked every one of the w = u.shape[-1] positions: P* = consecutive fills
+        (U[0] < q), K* = consecutive accepts (U[1] < a) among them. ``idx``: chain rows of any shape;
+        ``u``: (2, *idx.shape, w). At a gamma g < w the outcome is (min(P*, g), min(K*, min(P*, g)))."""
+        w = u.shape[-1]
+        filled = np.cumprod(u[0] < self.fill[idx, :w], axis=-1)
+        accepted = np.cumprod((u[1] < self.accept[idx, :w]) & (filled > 0), axis=-1)
+        return filled.sum(axis=-1), accepted.sum(axis=-1)
 
 
 #: streams of :func:`keyed_stream` (distinct from the acceptance draws of :func:`keyed_uniforms`)
@@ -226,4 +235,4 @@ def keyed_stream(seed: int, stream: int, keys: np.ndarray, counters: np.ndarray)
         c = np.asarray(counters, dtype=np.int64).astype(np.uint64)
         s = _mix(_mix(np.full(k.shape, seed, dtype=np.uint64)) + np.uint64(stream))
         h = _mix(_mix(s + k * _GOLDEN) + c * _GOLDEN)
-    return (h >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+    return _unit(h)

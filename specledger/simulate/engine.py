@@ -207,8 +207,7 @@ def simulate(
         name = "none"
     draws = Draws(seed, per)
     ledger = Ledger(table, order, per)
-    rng = np.random.default_rng(seed)
-    reps = [Replica(i, cfg, cost, table, plan, name, ledger, rng, jitter, draws) for i in range(replicas)]
+    reps = [Replica(i, cfg, cost, table, plan, name, ledger, jitter, draws) for i in range(replicas)]
     pick = router or round_robin()
     feed = Feed(ledger, reps, pick, arrivals, n_requests)
     if arrivals.closed:

@@ -152,10 +152,7 @@ def _segment_arrays(rep: Replica, t: float, finished: list[int], bound: float, g
     if w > 0:
         rounds = run["nround"][:, None] + (cols[None, :] if start is None else cols[None, :] - start[:, None])
         u = rep.draws.uniforms(np.repeat(run["key"], S), rounds.ravel(), w).reshape(2, b, S, w)
-        chain = run["chain"]
-        filled = np.cumprod(u[0] < table.fill[chain, None, :w], axis=2)
-        pfull = filled.sum(axis=2)
-        kfull = np.cumprod((u[1] < table.accept[chain, None, :w]) & (filled > 0), axis=2).sum(axis=2)
+        pfull, kfull = table.full_outcomes(run["chain"][:, None], u)
     else:
         pfull = kfull = np.zeros((b, S), dtype=np.int64)
     raw = kfull + 1
@@ -288,11 +285,7 @@ class RoundCache:
         self.chunks: dict[int, tuple[list[int], list[int], np.ndarray]] = {}
 
     def _outcomes(self, keys: np.ndarray, rounds: np.ndarray, chain: np.ndarray) -> np.ndarray:
-        w = self.width
-        u = self.draws.uniforms(keys, rounds, w)
-        filled = np.cumprod(u[0] < self.table.fill[chain, :w], axis=1)
-        p = filled.sum(axis=1)
-        k = np.cumprod((u[1] < self.table.accept[chain, :w]) & (filled > 0), axis=1).sum(axis=1)
+        p, k = self.table.full_outcomes(chain, self.draws.uniforms(keys, rounds, self.width))
         return (p * 32 + k).astype(np.int16)
 
     def _build(self, c: int) -> tuple[list[int], list[int], np.ndarray]:

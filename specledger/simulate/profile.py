@@ -150,10 +150,10 @@ class ServingCost:
     forward_ratios: list[float] = field(default_factory=list)  # t / median at the same work, 101 quantiles
     prefill_ratios: list[float] = field(default_factory=list)
 
-    def jitter(self, rng: np.random.Generator) -> tuple[float, float]:
-        """(forward, prefill) multipliers drawn from the measured / fitted ratios (1 without them): the
-        machine's own step-time noise, so tails (ITL P99, stalls) are not those of a perfectly steady machine."""
-        u = rng.random()
+    def jitter(self, u: float) -> tuple[float, float]:
+        """(forward, prefill) multipliers at quantile ``u`` in [0, 1) of the measured ratios (1 without them):
+        the machine's own step-time noise, so tails (ITL P99, stalls) are not those of a perfectly steady
+        machine. The simulator passes a keyed uniform (:func:`specledger.simulate.chains.keyed_stream`)."""
         f = float(np.interp(u, _Q, self.forward_ratios)) if self.forward_ratios else 1.0
         p = float(np.interp(u, _Q, self.prefill_ratios)) if self.prefill_ratios else 1.0
         return f, p

@@ -110,10 +110,9 @@ class Replica:
     """One server: a waiting queue and a running batch (arrays in admission order)."""
 
     def __init__(self, index: int, cfg: ServerConfig, cost: Any, table: ChainTable, plan: GammaPlan,
-                 drafter: str, ledger: Ledger, rng: np.random.Generator, jitter: bool = True,
-                 draws: Draws | None = None) -> None:
+                 drafter: str, ledger: Ledger, jitter: bool = True, draws: Draws | None = None) -> None:
         self.index, self.cfg, self.cost, self.table, self.plan = index, cfg, cost, table, plan
-        self.drafter, self.ledger, self.rng = drafter, ledger, rng
+        self.drafter, self.ledger = drafter, ledger
         self.draws = draws or Draws()
         self.clock = 0.0
         self.waiting: deque[int] = deque()
@@ -126,7 +125,7 @@ class Replica:
         self._budget = cfg.budget()
         # a fitted profile whose prefill depends on the server's slot count (profile.ServingCost)
         self._slots_kw = {"slots": cfg.max_num_seqs} if getattr(cost, "slot_dependent_prefill", False) else {}
-        noise = getattr(cost, "jitter", None)  # a measured profile's step-time noise, if it has one
+        noise = getattr(cost, "jitter", None)  # a measured profile's step-time noise (u -> multipliers), if any
         self._noise = noise if noise is not None and jitter else None
         self.nstep = 0  # steps this replica has run (the key of its forward jitter)
         self.last_dt = 0.0  # duration of its latest step (the fast path's horizon guess)
@@ -167,7 +166,7 @@ class Replica:
             return s
         u = keyed_stream(self.draws.seed, STREAM_PREFILL_JITTER, np.array([rid]),
                          np.array([self.ledger.preemptions[rid]]))
-        return s * self._noise(FixedDraw(float(u[0])))[1]
+        return s * self._noise(float(u[0]))[1]
 
     def forward_noise(self, n: int, ahead: int = 0) -> list[float] | None:
         """Forward multipliers of this replica's steps ``ahead`` .. ``ahead + n - 1`` from now (keyed on
@@ -176,7 +175,7 @@ class Replica:
             return None
         first = self.nstep + ahead
         u = keyed_stream(self.draws.seed, STREAM_STEP_JITTER, np.full(n, self.index), np.arange(first, first + n))
-        return [self._noise(FixedDraw(x))[0] for x in u.tolist()]
+        return [self._noise(x)[0] for x in u.tolist()]
 
     # ----------------------------------------------------------------------------------------
     def _admit(self, t: float) -> tuple[float, list[int]]:
@@ -387,17 +386,6 @@ class Replica:
         if self.policies is not None:
             self._parked.update(zip(gone.tolist(), self.policies[keep_n:]))
             self.policies = self.policies[:keep_n]
-
-
-class FixedDraw:
-    """A stand-in Generator whose ``random()`` returns one given uniform: feeds a keyed uniform to a
-    profile's ``jitter(rng)`` (which draws once per step)."""
-
-    def __init__(self, u: float) -> None:
-        self.u = u
-
-    def random(self, size: Any = None) -> Any:
-        return self.u if size is None else np.full(size, self.u)
 
 
 def _trim(prop: np.ndarray, cap: int) -> np.ndarray:
