@@ -125,7 +125,7 @@ def simulate(
     from specledger.simulate.cluster import router as make_router
     from specledger.simulate.engine import simulate as run_sim
     from specledger.simulate.replica import ServerConfig
-    from specledger.simulate.source import acceptance_table, load_run, tables_per_gamma
+    from specledger.simulate.source import load_run, tables_per_gamma
 
     concs = _csv(concurrency, int, "--concurrency", "1,4,16")
     rates = _csv(rate, float, "--rate", "2,8")
@@ -151,7 +151,7 @@ def simulate(
     settings: list[int | str] = [0] + [g for g in gammas if g != 0]
     max_g = max([16, *[g for g in gammas if isinstance(g, int)]])
     tables = {g: t for g, (t, _) in tables_per_gamma(run.records, drafter, settings, max_g, chains).items()}
-    table, _ = acceptance_table(run.records, drafter, max_g)  # pooled: capacity plan and crossover map
+    table = tables[0]  # plain's table is the pooled one: the capacity plan and crossover map use it
 
     def shape(t: Any) -> Any:
         if acceptance != "spread":

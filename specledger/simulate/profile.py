@@ -95,9 +95,7 @@ def local_noise_quantiles(records: Sequence[RequestRecord], steps: Sequence[Step
     by_step = {(s.key, s.t_forward): s for s in steps}
     out: list[np.ndarray] = []
     for r in records:
-        e = r.extra
-        point = (e.get("kind"), e.get("load"), e.get("setting"), e.get("repeat", 0), e.get("source"),
-                 e.get("concurrency"))
+        point = _point(r)
         x = []
         for rd in r.rounds:
             st = by_step.get((point, rd.t_verify))
@@ -204,12 +202,17 @@ class Step:
     key: Any = None
 
 
+def _point(r: RequestRecord) -> tuple:
+    """The serving point (and repeat) a record was served in: its steps are those of that point."""
+    e = r.extra
+    return (e.get("kind"), e.get("load"), e.get("setting"), e.get("repeat", 0), e.get("source"), e.get("concurrency"))
+
+
 def steps_from_records(records: Iterable[RequestRecord]) -> list[Step]:
     """Rebuild the batched engine's steps: rounds of one point and repeat that share ``t_verify``."""
     groups: dict[tuple, list[tuple[RequestRecord, int]]] = defaultdict(list)
     for r in records:
-        point = (r.extra.get("kind"), r.extra.get("load"), r.extra.get("setting"), r.extra.get("repeat", 0),
-                 r.extra.get("source"), r.extra.get("concurrency"))
+        point = _point(r)
         for i, rd in enumerate(r.rounds):
             groups[(point, rd.t_verify)].append((r, i))
     steps = []
@@ -246,16 +249,14 @@ def fit_serving_cost(records: Sequence[RequestRecord], source: str = "") -> Serv
     steps = steps_from_records(records)
     forward = robust_fit(FORWARD_TERMS, [forward_features(s.rows, s.batch, s.context) for s in steps],
                          [s.t_forward for s in steps])
-    pre = [r for r in records if r.t_prefill > 0]
-    slots = [record_slots(r) for r in pre]
-    if len({s for s in slots if s is not None}) >= 2:
-        pre = [r for r, s in zip(pre, slots) if s is not None]
-        prefill = robust_fit((*PREFILL_TERMS, SLOT_TERM),
-                             [slot_prefill_features(r.prompt_tokens, record_slots(r) or 1) for r in pre],
-                             [r.t_prefill for r in pre])
+    pre = [(r, record_slots(r)) for r in records if r.t_prefill > 0]
+    if len({s for _, s in pre if s is not None}) >= 2:
+        pre = [(r, s) for r, s in pre if s is not None]
+        prefill = robust_fit((*PREFILL_TERMS, SLOT_TERM), [slot_prefill_features(r.prompt_tokens, s) for r, s in pre],
+                             [r.t_prefill for r, _ in pre])
     else:
-        prefill = robust_fit(PREFILL_TERMS, [prefill_features(r.prompt_tokens) for r in pre],
-                             [r.t_prefill for r in pre])
+        prefill = robust_fit(PREFILL_TERMS, [prefill_features(r.prompt_tokens) for r, _ in pre],
+                             [r.t_prefill for r, _ in pre])
     draft: dict[str, Part] = {}
     for d in sorted({r.drafter for r in records} - {"none"}):
         xs, ys = [], []
@@ -272,7 +273,7 @@ def fit_serving_cost(records: Sequence[RequestRecord], source: str = "") -> Serv
     ov_y = [max(0.0, s.wall - s.t_forward - s.t_draft - s.prefill_s) for s in walls]  # type: ignore[operator]
     overhead = robust_fit(OVERHEAD_TERMS, [{"1": 1.0, "B": float(s.batch)} for s in walls], ov_y)
     f_ratio = local_noise_quantiles(records, steps, forward)
-    p_ratio = noise_quantiles([r.t_prefill for r in pre], [(r.prompt_tokens, record_slots(r)) for r in pre])
+    p_ratio = noise_quantiles([r.t_prefill for r, _ in pre], [(r.prompt_tokens, s) for r, s in pre])
     return ServingCost(source or f"fitted from {len(steps)} batched steps of a serving run", forward, prefill,
                        overhead, draft, {"steps": len(steps), "requests": len(records),
                                          "forward_rms_ms": 1e3 * (forward.rms_s or math.nan)}, f_ratio, p_ratio)
