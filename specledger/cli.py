@@ -31,6 +31,7 @@ def _root() -> None:
 def _register() -> None:
     from specledger.bench.cli import run
     from specledger.bench.sweep_cli import sweep
+    from specledger.cost.cli import cost
     from specledger.engine.cli import generate
     from specledger.ledger.cli import ledger
     from specledger.predict.cli import calibrate, predict
@@ -47,6 +48,7 @@ def _register() -> None:
     app.command("import-vllm-bench")(import_vllm_bench)
     app.command("report")(report)
     app.command("calibrate")(calibrate)
+    app.command("cost")(cost)
     app.command("predict")(predict)
     app.command("serve")(serve)
     app.command("simulate")(simulate)

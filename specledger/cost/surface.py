@@ -111,7 +111,7 @@ def along(axis: Sequence[float], x: float, values: np.ndarray, dists: np.ndarray
         if t == 0.0:
             v, d = values[j - 1], dists[j - 1]
         else:
-            v = (1.0 - t) * values[j - 1] + t * values[j]
+            v = values[j - 1] + t * (values[j] - values[j - 1])  # exact where the two are equal
             d = np.maximum(dists[j - 1], dists[j])
     return v, d + doublings(x + offset, axis[0] + offset, axis[-1] + offset)
 

@@ -20,14 +20,17 @@ without decoding and is left at 0 (say so in ``source``) — a run's traces supp
 
 from __future__ import annotations
 
+import os
 import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from specledger.cost.surface import CostSurface, SurfacePoint
 from specledger.predict.costmodel import (
     BEGIN_TERMS,
     DRAFT_TERMS,
@@ -41,12 +44,16 @@ from specledger.predict.costmodel import (
     forward_features,
     prefill_features,
 )
+from specledger.rundir import write_text_atomic
 
 ROWS = (1, 2, 3, 5, 9, 17)
 BATCHES = (2, 4, 8)
 PER_REQUEST_ROWS = (1, 3, 5)
 CONTEXTS = (64, 256, 1024, 2048)
 PROMPTS = (16, 64, 256, 512, 1024)
+#: rows per request timed by :func:`measure_rows_axis`: every γ + 1 up to 33 where the cost may step
+#: (powers of two and the row after each), enough to see the verify premium of many candidates
+ROWS_AXIS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 16, 17, 24, 25, 32, 33)
 
 
 def _timer(device: str) -> Callable[..., float]:
@@ -158,6 +165,64 @@ def fit_points(points: dict[str, Any], source: str) -> CostModel:
                      {"points": points, "other": "not measured by calibrate (0); a run's traces fit it"})
 
 
+def surface_from_points(points: dict[str, Any] | Sequence[dict[str, float]], source: str) -> CostSurface:
+    """The measured forwards of a calibration as a :class:`CostSurface`: ``points`` is :func:`measure`'s
+    dict (its ``solo`` and ``batched`` lists) or a list of ``{"rows", "batch", "context", "seconds"}`` with
+    ``rows`` the step's total rows (batch x rows per request), as :func:`measure` records them."""
+    pts = list(points.get("solo", [])) + list(points.get("batched", [])) if isinstance(points, dict) else list(points)
+    return CostSurface([SurfacePoint(int(p["batch"]), int(p["rows"]) // int(p["batch"]), int(p["context"]),
+                                     float(p["seconds"]), int(p.get("repeats", 1))) for p in pts], source)
+
+
+def measure_rows_axis(
+    model: Any,
+    contexts: Sequence[int],
+    rows: Sequence[int] = ROWS_AXIS,
+    repeats: int = 3,
+    interleaved: bool = True,
+    device: str = "cpu",
+) -> CostSurface:
+    """Time solo forwards of ``rows`` rows at each context (batch 1): the rows axis a forecast of many
+    candidates needs, measured where it is needed instead of extrapolated from the γ a run used.
+
+    One untimed warm-up pass over every point, then ``repeats`` timed passes. ``interleaved``: each pass
+    visits every point once (round-robin), so drift of the machine (clock, another process) hits every
+    point alike instead of whole points; else each point's repeats run back to back. The price of a point is
+    the median of its repeats. Contexts that do not fit the model (context + max rows > max_seq_len) are
+    left out; none fitting is a quarter of max_seq_len. About 3 contexts x 18 rows x 3 repeats forwards.
+    On cuda the model must already be there and the call made under ``torch.device(device)``, as
+    :func:`calibrate` does."""
+    cfg = model.config
+    top = max(rows)
+    ctxs = [c for c in contexts if c + top + 1 <= cfg.max_seq_len] or [max(cfg.max_seq_len // 4, 0)]
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    grid = [(c, r) for c in ctxs for r in rows]
+    inputs = {r: torch.tensor([[(7 * i + 3) % cfg.vocab_size for i in range(r)]]) for r in rows}
+    samples: dict[tuple[int, int], list[float]] = {g: [] for g in grid}
+    with torch.inference_mode():
+        cache = model.new_cache(min(cfg.max_seq_len, max(ctxs) + top + 1))
+
+        def once(c: int, r: int) -> float:
+            t0 = time.perf_counter()
+            model(inputs[r], c, cache)
+            sync()
+            return time.perf_counter() - t0
+
+        for c, r in grid:  # warm-up (kernel / primitive creation)
+            once(c, r)
+        if interleaved:
+            for _ in range(repeats):
+                for c, r in grid:
+                    samples[(c, r)].append(once(c, r))
+        else:
+            for c, r in grid:
+                samples[(c, r)] = [once(c, r) for _ in range(repeats)]
+    order = "interleaved" if interleaved else "back to back"
+    source = (f"rows axis measured on {platform.processor() or platform.machine()} ({device}, solo, {repeats} "
+              f"repeats {order}, median, {time.strftime('%Y-%m-%dT%H:%M:%S%z')})")
+    return CostSurface([SurfacePoint(1, r, c, statistics.median(samples[(c, r)]), repeats) for c, r in grid], source)
+
+
 def check_device(device: str) -> None:
     """``cpu``, or ``cuda[:N]`` where torch sees a CUDA device; anything else is a one-line error."""
     from specledger.errors import SpecLedgerError
@@ -167,6 +232,26 @@ def check_device(device: str) -> None:
             raise SpecLedgerError(f"--device {device}: torch sees no CUDA device here; use --device cpu")
     elif device != "cpu":
         raise SpecLedgerError(f"unknown --device {device!r}; use cpu (or cuda where torch sees one)")
+
+
+def surface_path(out: str | os.PathLike) -> Path:
+    """Where :func:`write_calibration` puts the surface beside a cost model JSON: ``NAME.surface.json``."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}.surface.json")
+
+
+def write_calibration(cost: CostModel, out: str | os.PathLike) -> CostSurface:
+    """Write a calibration: ``out`` ending in ``.jsonl`` gets the surface in the import format (what
+    ``calibrate --device cuda --out gpu.jsonl`` makes for ``calibrate --import`` elsewhere); any other
+    ``out`` gets the cost model JSON and its forward points as a surface profile at :func:`surface_path`.
+    Returns the surface."""
+    surface = surface_from_points(cost.meta["points"], cost.source)
+    if str(out).endswith(".jsonl"):
+        write_text_atomic(out, surface.to_jsonl())
+    else:
+        cost.save(out)
+        surface.save(surface_path(out))
+    return surface
 
 
 def calibrate(

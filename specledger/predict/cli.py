@@ -12,19 +12,39 @@ from specledger.errors import SpecLedgerError
 
 
 def calibrate(
-    out: Annotated[Path, typer.Option(help="Where to write the cost model (JSON).")] = Path("cost_model.json"),
+    out: Annotated[Path, typer.Option(help="Where to write the cost model (JSON; its forward points go to "
+                                           "NAME.surface.json beside it), or the surface alone in the import "
+                                           "format when it ends in .jsonl.")] = Path("cost_model.json"),
+    import_: Annotated[Path | None, typer.Option("--import", help="A measured surface in the import format (JSON "
+                                                                  "Lines: batch, q, ctx, ms): write it as a "
+                                                                  "surface profile to --out, no model load.")]
+    = None,
     target: Annotated[str | None, typer.Option(help="GGUF file or HF model dir (default: bundled SmolLM2-135M).")] = None,
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
     device: Annotated[str, typer.Option(help="cpu, or cuda where torch sees one.")] = "cpu",
     repeats: Annotated[int, typer.Option(help="Timed repeats per grid point (median).")] = 3,
     contexts: Annotated[str, typer.Option(help="Comma-separated context lengths of the grid.")] = "64,256,1024,2048",
 ) -> None:
-    """Measure the cost surface (rows x context x batch, prefill, drafting) on this machine, about a minute."""
+    """Measure the cost surface (rows x context x batch, prefill, drafting) on this machine, about a minute;
+    or, with --import, turn a surface measured elsewhere (e.g. on a GPU) into a profile."""
     from rich.console import Console
+
+    if import_ is not None:
+        from specledger.cost.surface import CostSurface
+
+        surface = CostSurface.from_jsonl(import_)
+        if str(out).endswith(".jsonl"):
+            from specledger.rundir import write_text_atomic
+
+            write_text_atomic(out, surface.to_jsonl())
+        else:
+            surface.save(out)
+        Console().print(f"{surface!r}\nwrote {out}")
+        return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from specledger.predict.calibrate import calibrate as run_calibration
-    from specledger.predict.calibrate import check_device, grid_size
+    from specledger.predict.calibrate import check_device, grid_size, surface_path, write_calibration
 
     try:
         ctxs = [int(c) for c in contexts.split(",") if c.strip()]
@@ -41,13 +61,13 @@ def calibrate(
         task = bar.add_task("calibrating", total=grid_size(ctxs))
         cost = run_calibration(target, dtype, device, ctxs, repeats,
                                progress=lambda msg: bar.update(task, advance=1, description=msg))
-    cost.save(out)
+    write_calibration(cost, out)
     console.print(f"{cost.source}")
     for rows in (1, 5, 9):
         console.print(f"  round rows={rows} ctx=1024: {cost.round_s(rows, 1024) * 1e3:.2f} ms "
                       f"(± {cost.round_sd(rows, 1024) * 1e3:.2f})")
     console.print(f"  prefill 512 tokens: {cost.prefill_s(512) * 1e3:.1f} ms")
-    console.print(f"wrote {out}")
+    console.print(f"wrote {out}" + ("" if str(out).endswith(".jsonl") else f" and {surface_path(out)}"))
 
 
 def predict(

@@ -25,6 +25,9 @@ Three sources, each labelled in every output (``source``):
 
 * a cost model file (``specledger calibrate`` / a run's ``cost_model.json``), read with
   :class:`specledger.predict.costmodel.CostModel`, or a file this module wrote (``kind: serving-fit``);
+* a measured cost surface (``specledger calibrate --import``, ``kind: cost-surface``, or the import-format
+  ``.jsonl`` itself), priced by :class:`specledger.cost.serving.SurfaceCost` (its source states what the
+  surface does not measure);
 * a roofline (:mod:`specledger.simulate.hardware`), never measured and said so.
 """
 
@@ -280,13 +283,22 @@ def fit_serving_cost(records: Sequence[RequestRecord], source: str = "") -> Serv
 
 
 def load_cost(path: str | Path) -> Any:
-    """A cost file: this module's ``serving-fit``, a roofline profile, or a predict CostModel JSON."""
+    """A cost file: this module's ``serving-fit``, a roofline profile, a measured cost surface (``kind:
+    cost-surface``, or an import-format ``.jsonl``; priced by :class:`specledger.cost.serving.SurfaceCost`),
+    or a predict CostModel JSON."""
+    from specledger.cost.serving import SurfaceCost
+    from specledger.cost.surface import KIND as SURFACE_KIND
+    from specledger.cost.surface import CostSurface
     from specledger.rundir import read_json
 
     p = Path(path)
     require(p.is_file(), f"cost profile not found: {p}; run `specledger calibrate --out {p}` or give --hardware")
+    if p.suffix == ".jsonl":
+        return SurfaceCost(CostSurface.from_jsonl(p))
     d = read_json(p, "give a cost profile JSON (`specledger calibrate --out FILE`)")
     require(isinstance(d, dict), f"{p} is not a cost profile (a JSON object); re-run `specledger calibrate`")
+    if d.get("kind") == SURFACE_KIND:
+        return SurfaceCost(CostSurface.from_dict(d, str(p)))
     if d.get("kind") == "serving-fit":
         return ServingCost.from_dict(d)
     if d.get("kind") == "roofline":
