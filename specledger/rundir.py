@@ -34,6 +34,7 @@ from specledger.errors import SpecLedgerError, SpecLedgerWarning
 
 TRACE_NAME = "traces.jsonl"
 META_NAME = "run.json"
+SURFACE_KEY = "cost_surface"  # run.json: the verify cost surface measured at the run's start (specledger.cost)
 SUMMARY_NAME = "summary.json"
 HTML_NAME = "report.html"
 QUANT_JSON = "quantization.json"

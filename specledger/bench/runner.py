@@ -27,6 +27,7 @@ from specledger.errors import SpecLedgerError, SpecLedgerWarning, require
 from specledger.rundir import (
     EXPERIMENT_KEY,
     META_NAME,
+    SURFACE_KEY,
     TRACE_NAME,
     append_records,
     read_json,
@@ -160,6 +161,25 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def surface_contexts(prompt_lengths: Sequence[int], max_tokens: int, limit: int) -> list[int]:
+    """Three contexts spanning the rounds of a run: the shortest prompt, the median prompt + half the
+    output, the longest prompt + the whole output (within the model's context)."""
+    lo, hi = min(prompt_lengths), max(prompt_lengths) + max_tokens
+    mid = sorted(prompt_lengths)[len(prompt_lengths) // 2] + max_tokens // 2
+    return sorted({min(c, limit) for c in (lo, mid, hi)})
+
+
+def measure_run_surface(engine: Any, prompt_lengths: Sequence[int], max_tokens: int, repeats: int = 3) -> Any:
+    """The verify cost surface this run's forecasts use: solo forwards of 1..33 rows at the run's contexts,
+    interleaved and repeated (:func:`specledger.predict.calibrate.measure_rows_axis`), measured at start."""
+    from specledger.predict.calibrate import ROWS_AXIS, measure_rows_axis
+
+    limit = engine.max_context - max(ROWS_AXIS) - 1
+    surface = measure_rows_axis(engine.model, surface_contexts(prompt_lengths, max_tokens, limit), repeats=repeats)
+    surface.source = f"measured at the start of the run ({surface.source})"
+    return surface
+
+
 def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
@@ -226,7 +246,8 @@ def run(
         "drafters": drafter_info,
         "workload_warnings": warnings,
         "skipped_prompts": skipped,
-        "prompts": {pid: {"category": it.category, "prompt_tokens": len(encoded[pid])} for pid, it in by_id.items()},
+        "prompts": {pid: {"category": it.category, "prompt_tokens": len(encoded[pid]), "token_ids": encoded[pid]}
+                    for pid, it in by_id.items()},
     }
     if resume and meta_path.exists():
         old = read_json(meta_path, f"restart the run with another --out instead of --resume {run_dir}")
@@ -235,6 +256,12 @@ def run(
         meta["started"] = old.get("started", meta["started"])
     elif not resume and trace_path.exists() and trace_path.stat().st_size:
         raise SpecLedgerError(f"{run_dir} already holds a run; use --resume {run_dir} or another --out")
+    if resume and meta_path.exists() and old.get(SURFACE_KEY):
+        meta[SURFACE_KEY] = old[SURFACE_KEY]
+    else:
+        if progress:
+            progress(0, 1, "measuring the verify cost surface (rows 1-33)")
+        meta[SURFACE_KEY] = measure_run_surface(engine, [len(v) for v in encoded.values()], plan.max_tokens).to_dict()
     write_json_atomic(meta_path, meta)
     if resume and (removed := repair_tail(trace_path)):
         warn(f"{trace_path}: removed the torn last line ({removed} bytes) the interruption left; "

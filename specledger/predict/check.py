@@ -23,7 +23,8 @@ import numpy as np
 from specledger.engine.trace import RequestRecord
 from specledger.predict.acceptance import AcceptanceModel
 from specledger.predict.costmodel import fit_cost_model
-from specledger.predict.predict import predict_category
+from specledger.predict.predict import predict_category, request_noise
+from specledger.predict.replay import run_forecast_inputs
 
 
 def usable(records: Iterable[RequestRecord], temperature: float | None = None) -> list[RequestRecord]:
@@ -62,11 +63,17 @@ def predict_held_out(
     gamma: int,
     max_tokens: int | None = None,
     n_boot: int = 0,
+    meta: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Fit on ``train`` only, predict ``drafter`` at ``gamma`` for each category of ``test`` (its records of
-    that setting and plain decoding), and compare. ``train`` must not contain that setting."""
+    that setting and plain decoding), and compare. ``train`` must not contain that setting. ``meta`` (the
+    run's ``run.json``) brings the measured surface and the prompts' token ids (replay); the replayed
+    outputs are the *plain* records of ``train``."""
     assert not any(r.drafter == drafter and r.gamma == gamma for r in train), "fitted on the γ under test"
-    cost = fit_cost_model(train, source="fitted without the held-out setting", n_boot=10 if n_boot else 0)
+    surface, replay = run_forecast_inputs(train, meta)
+    cost = fit_cost_model(train, source="fitted without the held-out setting", n_boot=10 if n_boot else 0,
+                          surface=surface)
+    noise = request_noise(cost, train) if n_boot else None
     acc = AcceptanceModel.from_records(train)
     if max_tokens is not None:
         for cat in acc.categories():
@@ -89,7 +96,8 @@ def predict_held_out(
         keep = {c.prompt_id for c in chains}
         spec_kept = [r for r in spec_by_cat[cat] if _pid(r) in keep]
         measured = measured_speedup(spec_kept, [r for r in plain_by_cat[cat] if _pid(r) in keep])
-        pred = predict_category(cost, acc, cat, drafter, gamma, chains=chains, n_boot=n_boot)
+        pred = predict_category(cost, acc, cat, drafter, gamma, chains=chains, n_boot=n_boot, replay=replay,
+                                noise=noise)
         if pred is None or not math.isfinite(measured):
             continue
         rows.append({
@@ -102,6 +110,13 @@ def predict_held_out(
             "predicted_speedup": pred.predicted_speedup,
             "interval": pred.interval,
             "abs_error": abs(pred.predicted_speedup - measured) / measured,
+            "covered": bool(pred.interval[0] <= measured <= pred.interval[1]) if n_boot else None,
+            "acceptance_source": pred.extra.get("acceptance_source"),
+            "predicted_el": pred.extra.get("el"),
+            "measured_el": _measured_el(spec_kept),
+            "predicted_t_round_ms": pred.extra.get("t_round_ms"),
+            "measured_t_round_ms": 1e3 * sum(rd.t_round for r in spec_kept for rd in r.rounds)
+            / max(sum(len(r.rounds) for r in spec_kept), 1),
             # the timing-free half of the model: rounds per request follow from acceptance, fill and length
             "predicted_rounds_per_request": pred.rounds_per_request,
             "measured_rounds_per_request": float(np.mean([len(r.rounds) for r in spec_kept])),
@@ -109,16 +124,26 @@ def predict_held_out(
     return rows
 
 
+def _measured_el(records: Sequence[RequestRecord]) -> float | None:
+    """Tokens committed per round over the records' rounds (truncated rounds included, as forecasts count them)."""
+    n = sum(len(r.rounds) for r in records)
+    return sum(rd.committed for r in records for rd in r.rounds) / n if n else None
+
+
 def summarize_errors(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     errs = [r["abs_error"] for r in rows if r.get("abs_error") is not None and math.isfinite(r["abs_error"])]
+    cov = [r["covered"] for r in rows if r.get("covered") is not None]
     return {
         "median_abs_error": float(np.median(errs)) if errs else None,
         "p90_abs_error": float(np.percentile(errs, 90)) if errs else None,
+        "max_abs_error": float(np.max(errs)) if errs else None,
         "n": len(errs),
+        "interval_coverage": float(np.mean(cov)) if cov else None,
     }
 
 
-def leave_one_gamma_out(records: Iterable[RequestRecord], max_tokens: int | None = None) -> dict[str, Any]:
+def leave_one_gamma_out(records: Iterable[RequestRecord], max_tokens: int | None = None,
+                        meta: dict[str, Any] | None = None, n_boot: int = 0) -> dict[str, Any]:
     """The run's self-check (see module docstring): rows, median and P90 absolute relative error."""
     recs = usable(records)
     gammas: dict[str, set[int]] = defaultdict(set)
@@ -131,7 +156,7 @@ def leave_one_gamma_out(records: Iterable[RequestRecord], max_tokens: int | None
             continue
         for g in sorted(gammas[drafter]):
             train = [r for r in recs if not (r.drafter == drafter and r.gamma == g)]
-            rows += predict_held_out(train, recs, drafter, g, max_tokens)
+            rows += predict_held_out(train, recs, drafter, g, max_tokens, n_boot=n_boot, meta=meta)
     out: dict[str, Any] = {"rows": rows, **summarize_errors(rows),
                            "method": "leave one gamma out: fit cost and acceptance without it, predict it, compare "
                                      "end-to-end speed-ups on the same prompts",
@@ -144,10 +169,11 @@ def leave_one_gamma_out(records: Iterable[RequestRecord], max_tokens: int | None
 def run_prediction_check(records: Iterable[RequestRecord], meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """:func:`leave_one_gamma_out` of a run directory's records, with the run's max_tokens from ``run.json``."""
     max_tokens = ((meta or {}).get("config") or {}).get("max_tokens")
-    return leave_one_gamma_out(records, max_tokens if isinstance(max_tokens, int) else None)
+    return leave_one_gamma_out(records, max_tokens if isinstance(max_tokens, int) else None, meta)
 
 
-def scenario_predictions(records: Iterable[RequestRecord], check: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
+def scenario_predictions(records: Iterable[RequestRecord], check: dict[str, Any],
+                         meta: dict[str, Any] | None = None) -> dict[tuple, dict[str, Any]]:
     """{(category, temperature, drafter, gamma): {"speedup", "kind"}}: the end-to-end model's speed-up of
     every measured static-γ setting of the check's temperature — held out (fitted without that γ, from
     ``check``) where the drafter ran two or more γ's, in sample (fitted on everything) otherwise."""
@@ -162,7 +188,8 @@ def scenario_predictions(records: Iterable[RequestRecord], check: dict[str, Any]
     missing = [s for s in settings if (s[0], temp, s[1], s[2]) not in out]
     if not missing or not any(r.drafter == "none" for r in recs):
         return out
-    cost = fit_cost_model(recs, n_boot=0)
+    surface, replay = run_forecast_inputs(recs, meta)
+    cost = fit_cost_model(recs, n_boot=0, surface=surface)
     acc = AcceptanceModel.from_records(recs)
     from specledger.predict.gamma import infer_max_tokens
 
@@ -175,7 +202,7 @@ def scenario_predictions(records: Iterable[RequestRecord], check: dict[str, Any]
         chains = [c for c in acc.requests(cat, drafter) if c.prompt_id in plain_prompts[cat] and g in c.gammas]
         for c in chains:
             c.max_tokens = max_tokens if c.max_tokens is None else c.max_tokens
-        p = predict_category(cost, acc, cat, drafter, g, chains=chains, n_boot=0) if chains else None
+        p = predict_category(cost, acc, cat, drafter, g, chains=chains, n_boot=0, replay=replay) if chains else None
         if p is not None:
             out[(cat, temp, drafter, g)] = {"speedup": p.predicted_speedup, "kind": "in sample"}
     return out

@@ -81,7 +81,7 @@ def predict(
 ) -> None:
     """Predict end-to-end speed-up and tokens/s per category for a configuration that was not run
     (from the run's lowest-temperature requests)."""
-    from specledger.predict.predict import predict_run
+    from specledger.predict.predict import predict_run, request_noise
     from specledger.predict.rundata import load_run_models
 
     if gamma < 1:
@@ -99,7 +99,8 @@ def predict(
         if unknown:
             raise SpecLedgerError(f"unknown categories {', '.join(unknown)}; the run has "
                                   f"{', '.join(models.acceptance.categories())}")
-    preds = predict_run(models.cost, models.acceptance, drafter, gamma, max_tokens, cats)
+    preds = predict_run(models.cost, models.acceptance, drafter, gamma, max_tokens, cats,
+                        replay=models.replay, noise=request_noise(models.cost, models.records))
     if as_json:
         print(json.dumps([p.to_dict() for p in preds], indent=1))
         return
@@ -116,4 +117,7 @@ def predict(
                   f"{p.predicted_speedup:.3f}", f"{p.interval[0]:.3f} - {p.interval[1]:.3f}")
     console.print(t)
     console.print(f"cost model: {models.cost.source}")
-    console.print(f"assumption: {models.acceptance.assumption}")
+    for p in preds[:1]:
+        console.print(f"assumption: {p.assumption}")
+        for term, where in p.extra["term_sources"].items():
+            console.print(f"  {term}: {where}")

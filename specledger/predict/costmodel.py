@@ -4,7 +4,13 @@ Every part is a linear model with **non-negative** coefficients on non-negative,
 features, so each is monotone by construction (more rows, more context, more candidates never
 cost less) and a round with candidates never costs less than a plain step:
 
-    forward (one target forward; solo round = batch 1):
+    forward (one target forward; solo round = batch 1), with a measured surface (the normal case: every
+    ``specledger run`` measures the rows axis at start, :mod:`specledger.cost.surface`):
+      T_s(R, B, c) = s · Σ(R, B, c)                            (Σ: the measured surface, interpolated;
+                                                               s: one level factor fitted on the run's rounds)
+    so the *shape* in rows (what verifying more candidates costs) is measured side by side, never
+    extrapolated from the γ's a run happened to use; the level s follows the machine during the run.
+    Without a surface (old runs, a bare trace):
       T_s(R, B, c) = f0 + f_s·[R > B] + f_r·(R − B − 1)⁺ + f_b·(B − 1) + f_c·B·c + f_rc·(R − B)·c
       (the first candidate row is priced apart: a one-row forward may cost what a two-row one does)
       round_s(rows, c) = T_s(rows, 1, c)                      (rows = γ + 1, c = context length)
@@ -33,10 +39,12 @@ from typing import Any
 import numpy as np
 from scipy.optimize import nnls
 
+from specledger.cost.surface import CostSurface
 from specledger.engine.trace import RequestRecord, RoundRecord
 from specledger.errors import SpecLedgerError
 
 FORWARD_TERMS = ("1", "spec", "rows", "batch", "ctx", "rows_ctx")
+SURFACE_TERMS = ("surface",)  # T_s = s · Σ(R, B, c) when a measured surface prices the forward
 PREFILL_TERMS = ("1", "P", "P2")
 DRAFT_TERMS = ("1", "g", "ctx", "g_ctx")
 OTHER_TERMS = ("1", "L", "ctx", "out")
@@ -181,6 +189,18 @@ class CostModel:
     other: dict[str, Part] = field(default_factory=dict)
     begin: dict[str, Part] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    surface: CostSurface | None = None  # measured forward shape; forward then has SURFACE_TERMS
+
+    def forward_x(self, total_rows: float, batch: float, context: float) -> dict[str, float]:
+        """Features of one forward for :attr:`forward`: the surface's seconds, or the linear form's features."""
+        if self.surface is not None:
+            return {"surface": self.surface.step_s(total_rows, batch, context)}
+        return forward_features(total_rows, batch, context)
+
+    def forward_vector(self, total_rows: float, batch: float, context: float) -> np.ndarray:
+        """:meth:`forward_x` as an array in the order of ``forward.terms``."""
+        x = self.forward_x(total_rows, batch, context)
+        return np.array([x[t] for t in self.forward.terms])
 
     # -- the contract (specledger/notes PERFMODEL_API) ------------------------------------
     def prefill_s(self, prompt_tokens: int) -> float:
@@ -195,7 +215,7 @@ class CostModel:
         """One packed forward over ``total_rows`` rows of ``batch`` requests at mean context ``context``."""
         if batch < 1 or total_rows < batch:
             raise ValueError(f"a step needs total_rows >= batch >= 1, got rows={total_rows} batch={batch}")
-        return self.forward.value(forward_features(total_rows, batch, context))
+        return self.forward.value(self.forward_x(total_rows, batch, context))
 
     def draft_s(self, drafter: str, gamma: int, context: float = 0.0) -> float:
         """One request's drafting time in one round asking ``gamma`` candidates (0 when gamma = 0)."""
@@ -219,7 +239,7 @@ class CostModel:
 
     # -- uncertainty -------------------------------------------------------------------------
     def round_sd(self, rows: int, context: float) -> float:
-        return self.forward.sd(forward_features(rows, 1, context))
+        return self.forward.sd(self.forward_x(rows, 1, context))
 
     def prefill_sd(self, prompt_tokens: int) -> float:
         return self.prefill.sd(prefill_features(prompt_tokens))
@@ -236,7 +256,7 @@ class CostModel:
         return CostModel(self.source, draw(self.forward), draw(self.prefill),
                          {k: draw(v) for k, v in self.draft.items()},
                          {k: draw(v) for k, v in self.other.items()},
-                         {k: draw(v) for k, v in self.begin.items()}, dict(self.meta))
+                         {k: draw(v) for k, v in self.begin.items()}, dict(self.meta), self.surface)
 
     # -- persistence ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -255,6 +275,7 @@ class CostModel:
             "other": {k: v.to_dict() for k, v in self.other.items()},
             "begin": {k: v.to_dict() for k, v in self.begin.items()},
             "meta": self.meta,
+            "surface": self.surface.to_dict() if self.surface is not None else None,
         }
 
     @classmethod
@@ -268,6 +289,7 @@ class CostModel:
                 other={k: Part.from_dict(v) for k, v in d.get("other", {}).items()},
                 begin={k: Part.from_dict(v) for k, v in d.get("begin", {}).items()},
                 meta=dict(d.get("meta", {})),
+                surface=CostSurface.from_dict(d["surface"]) if d.get("surface") else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SpecLedgerError(f"malformed cost model ({exc}); re-run `specledger calibrate`") from None
@@ -349,10 +371,12 @@ def fit_prefill_begin(records: Sequence[RequestRecord], n_boot: int = 30) -> tup
     return prefill, begin
 
 
-def fit_cost_model(records: Iterable[RequestRecord], source: str = "", n_boot: int = 30) -> CostModel:
+def fit_cost_model(records: Iterable[RequestRecord], source: str = "", n_boot: int = 30,
+                   surface: CostSurface | None = None) -> CostModel:
     """Fit every part from a run's traces (all drafters share the target forward and prefill).
 
-    Forward: every solo round's ``t_verify`` against rows = proposed + 1 and its context.
+    Forward: every solo round's ``t_verify`` against rows = proposed + 1 and its context: with a
+    ``surface``, one level factor s (t_verify ≈ s · Σ(rows, 1, c), robust NNLS); else the linear form.
     Prefill and begin: one joint fit over every request's time outside its rounds
     (:func:`fit_prefill_begin`); with no plain request, the prefill is fitted on all requests and
     begin on the non-negative rest.
@@ -362,9 +386,14 @@ def fit_cost_model(records: Iterable[RequestRecord], source: str = "", n_boot: i
     if not records:
         raise SpecLedgerError("no requests to fit a cost model on; run `specledger run` first")
     solo = [r for r in records if all(rd.batch_size <= 1 for rd in r.rounds)]
-    forward = _fit_by(solo, FORWARD_TERMS, lambda rd: True,
-                      lambda rd, r: forward_features(rd.proposed + 1, 1, rd.context_len),
-                      lambda rd: rd.t_verify, n_boot) or Part.zero(FORWARD_TERMS)
+    if surface is not None:
+        forward = _fit_by(solo, SURFACE_TERMS, lambda rd: True,
+                          lambda rd, r: {"surface": surface.round_s(rd.proposed + 1, rd.context_len)},
+                          lambda rd: rd.t_verify, n_boot) or Part(list(SURFACE_TERMS), [1.0])
+    else:
+        forward = _fit_by(solo, FORWARD_TERMS, lambda rd: True,
+                          lambda rd, r: forward_features(rd.proposed + 1, 1, rd.context_len),
+                          lambda rd: rd.t_verify, n_boot) or Part.zero(FORWARD_TERMS)
     begin: dict[str, Part] = {}
     if any(r.drafter == "none" for r in records):
         prefill, begin = fit_prefill_begin(records, n_boot)
@@ -391,5 +420,7 @@ def fit_cost_model(records: Iterable[RequestRecord], source: str = "", n_boot: i
             resid = [max(outside_rounds(r) - prefill.value(prefill_features(r.prompt_tokens)), 0.0) for r in recs]
             begin[d] = fit_part(BEGIN_TERMS, [begin_features(r.prompt_tokens) for r in recs], resid,
                                 [r.request_id for r in recs], n_boot)
+    draft_gammas = {d: sorted({int(rd.gamma) for r in records if r.drafter == d for rd in r.rounds if rd.gamma > 0})
+                    for d in draft}
     return CostModel(source or "fitted from traces", forward, prefill, draft, other, begin,
-                     {"requests": len(records)})
+                     {"requests": len(records), "draft_gammas": draft_gammas}, surface)

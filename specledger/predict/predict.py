@@ -26,16 +26,19 @@ range over a bootstrap of requests combined with draws of the cost model's coeff
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
+from specledger.engine.trace import RequestRecord, RoundRecord
 from specledger.predict.acceptance import AcceptanceModel, RequestChain
-from specledger.predict.costmodel import DRAFT_TERMS, FORWARD_TERMS, OTHER_TERMS, CostModel
+from specledger.predict.costmodel import DRAFT_TERMS, FORWARD_TERMS, OTHER_TERMS, CostModel, forward_features
+from specledger.predict.replay import REPLAY_ASSUMPTION, Replayer
 
-N_F, N_D, N_O = len(FORWARD_TERMS), len(DRAFT_TERMS), len(OTHER_TERMS)
+N_D, N_O = len(DRAFT_TERMS), len(OTHER_TERMS)
 
 
 def round_distribution(gamma: int, a: Sequence[float], f: Sequence[float]) -> np.ndarray:
@@ -54,6 +57,15 @@ def round_distribution(gamma: int, a: Sequence[float], f: Sequence[float]) -> np
     return joint
 
 
+ForwardX = Callable[[int, float], np.ndarray]  # (rows, context) -> forward features of one solo round
+
+
+def legacy_forward(rows: int, context: float) -> np.ndarray:
+    """The linear form's forward features of a solo round (no measured surface)."""
+    x = forward_features(rows, 1, context)
+    return np.array([x[t] for t in FORWARD_TERMS])
+
+
 def expected_features(
     gamma: int,
     a: Sequence[float],
@@ -62,17 +74,19 @@ def expected_features(
     round_tokens: int,
     prefill_tokens: int = 1,
     max_tokens: int | None = None,
+    forward: ForwardX = legacy_forward,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Expected summed (forward, draft, other) feature vectors over a request's rounds, and the expected
     number of rounds (see module docstring). ``a`` and ``f`` need ``gamma`` positions.
 
-    Per state the features are exact expectations (every feature is linear in p, [p > 0] or L at a
-    fixed context): forward [1, Pr(p>0), E[(p−1)⁺], 0, c, E[p]·c], draft [1, g, c, g·c] (0 when
-    g = 0), other [1, E[L], c, output so far]."""
+    Per state the features are exact expectations at a fixed context: forward Σ_p Pr(p)·forward(p + 1, c)
+    (the measured surface, or the linear form's features), draft [1, g, c, g·c] (0 when g = 0),
+    other [1, E[L], c, output so far]."""
     n_tot = int(round_tokens)
     m = int(max_tokens) if max_tokens is not None else prefill_tokens + n_tot
-    cache: dict[int, tuple[float, float, np.ndarray]] = {}
-    v = np.zeros((n_tot + 1, N_F + N_D + N_O + 1))  # [forward | draft | other | rounds]
+    cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    n_f = len(forward(1, float(prompt_tokens)))
+    v = np.zeros((n_tot + 1, n_f + N_D + N_O + 1))  # [forward | draft | other | rounds]
     ks = np.arange(max(gamma, 0) + 1)
     for n in range(1, n_tot + 1):
         done = prefill_tokens + n_tot - n
@@ -80,19 +94,18 @@ def expected_features(
         g = max(min(gamma, m - done - 1), 0)
         if g not in cache:
             joint = round_distribution(g, a, f)
-            pr_p = joint.sum(axis=1)
-            cache[g] = (float(pr_p[1:].sum()), float(pr_p @ np.arange(g + 1)), joint.sum(axis=0))
-        p_any, e_p, pr_k = cache[g]
+            cache[g] = (joint.sum(axis=1), joint.sum(axis=0))
+        pr_p, pr_k = cache[g]
         lc = np.minimum(ks[: g + 1] + 1, n)
-        x = np.zeros(N_F + N_D + N_O + 1)
-        x[:N_F] = (1.0, p_any, e_p - p_any, 0.0, c, e_p * c)  # E[(p - 1)+] = E[p] - Pr(p > 0)
+        x = np.zeros(n_f + N_D + N_O + 1)
+        x[:n_f] = sum(pr * forward(p + 1, c) for p, pr in enumerate(pr_p) if pr > 0)
         if g > 0:
-            x[N_F:N_F + N_D] = (1.0, g, c, g * c)
-        x[N_F + N_D:N_F + N_D + N_O] = (1.0, float(pr_k @ lc), c, float(done))
+            x[n_f:n_f + N_D] = (1.0, g, c, g * c)
+        x[n_f + N_D:n_f + N_D + N_O] = (1.0, float(pr_k @ lc), c, float(done))
         x[-1] = 1.0
         v[n] = x + pr_k @ v[n - lc]
     out = v[n_tot]
-    return out[:N_F], out[N_F:N_F + N_D], out[N_F + N_D:N_F + N_D + N_O], float(out[-1])
+    return out[:n_f], out[n_f:n_f + N_D], out[n_f + N_D:n_f + N_D + N_O], float(out[-1])
 
 
 @dataclass
@@ -108,6 +121,7 @@ class RequestPlan:
     draft: np.ndarray
     other: np.ndarray
     rounds: float
+    gamma: int = 0
 
     def seconds(self, cost: CostModel) -> float:
         """T = T_p(P) + T_b(P) + Σ rounds."""
@@ -126,8 +140,38 @@ class RequestPlan:
         return t
 
 
+def solo_forward(cost: CostModel) -> ForwardX:
+    """``cost``'s forward features of a solo round, memoised per (rows, context) (surface look-ups)."""
+    memo: dict[tuple[int, float], np.ndarray] = {}
+
+    def fwd(rows: int, context: float) -> np.ndarray:
+        key = (rows, context)
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = cost.forward_vector(rows, 1, context)
+        return hit
+
+    return fwd
+
+
+def plan_from_rounds(prompt_id: str, prompt_tokens: int, output_tokens: int, drafter: str,
+                     rounds: Sequence[RoundRecord], forward: ForwardX) -> RequestPlan:
+    """The features of a request whose rounds are known (replayed, or a measured record's own):
+    Σ over rounds of forward(proposed + 1, c), draft [1, g, c, g·c] where g > 0, other [1, L, c, output so far]."""
+    n_f = len(forward(1, float(prompt_tokens)))
+    vf, vd, vo = np.zeros(n_f), np.zeros(N_D), np.zeros(N_O)
+    for rd in rounds:
+        c = float(rd.context_len)
+        vf += forward(rd.proposed + 1, c)
+        if rd.gamma > 0:
+            vd += (1.0, rd.gamma, c, rd.gamma * c)
+        vo += (1.0, rd.committed, c, c - prompt_tokens)
+    return RequestPlan(prompt_id, prompt_tokens, output_tokens, sum(rd.committed for rd in rounds),
+                       drafter, vf, vd, vo, float(len(rounds)), max((rd.gamma for rd in rounds), default=0))
+
+
 def plan_request(req: RequestChain, drafter: str, gamma: int, acc: AcceptanceModel | None = None,
-                 max_tokens: int | None = None, pooled: Any = None) -> RequestPlan:
+                 max_tokens: int | None = None, pooled: Any = None, forward: ForwardX = legacy_forward) -> RequestPlan:
     """The expected features of ``req`` decoded by ``drafter`` at ``gamma`` (γ = 0: plain decoding).
 
     ``max_tokens`` other than the run's: a request cut by length at the run's budget is assumed to go
@@ -147,9 +191,9 @@ def plan_request(req: RequestChain, drafter: str, gamma: int, acc: AcceptanceMod
         a, f = acc.request_chain(req, gamma, pooled)
     else:
         a, f = [0.0] * max(gamma, 1), [0.0] * max(gamma, 1)
-    vf, vd, vo, r = expected_features(gamma, a, f, req.prompt_tokens, n_rounds_tok, e, m)
+    vf, vd, vo, r = expected_features(gamma, a, f, req.prompt_tokens, n_rounds_tok, e, m, forward)
     return RequestPlan(req.prompt_id, req.prompt_tokens, n_out, n_rounds_tok, drafter if gamma > 0 else "none",
-                       vf, vd, vo, r)
+                       vf, vd, vo, r, gamma)
 
 
 @dataclass
@@ -174,6 +218,44 @@ class Prediction:
         return {**d, **extra}
 
 
+def request_noise(cost: CostModel, records: Sequence[RequestRecord]) -> dict[str, np.ndarray]:
+    """Per drafter, every solo request's measured total time over the cost model's price of its own rounds,
+    divided by their median: the machine's request-to-request noise that a measured speed-up carries
+    (the model's bias is not in it; the point forecast stays the model's)."""
+    fwd = solo_forward(cost)
+    ratios: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        if not r.rounds or any(rd.batch_size > 1 for rd in r.rounds):
+            continue
+        plan = plan_from_rounds(r.prompt_id, r.prompt_tokens, r.output_tokens, r.drafter, r.rounds, fwd)
+        t = plan.seconds(cost)
+        if t > 0 and r.total_time > 0:
+            ratios[r.drafter].append(r.total_time / t)
+    return {d: np.asarray(v) / float(np.median(v)) for d, v in ratios.items() if len(v) >= 3}
+
+
+def term_sources(cost: CostModel, spec: Sequence[RequestPlan], replayed: bool) -> dict[str, str]:
+    """Where each term of a forecast comes from: measured, interpolated, extrapolated or assumed."""
+    gamma = max((p.gamma for p in spec), default=0)
+    ctx = float(np.median([p.prompt_tokens for p in spec])) if spec else 0.0
+    out: dict[str, str] = {}
+    if cost.surface is not None:
+        lk = cost.surface.lookup(gamma + 1, 1, ctx)
+        out["verify"] = (f"{lk.source} (surface at {gamma + 1} rows, context {ctx:.0f}: ±{100 * lk.rel_sd:.0f} %), "
+                         f"level fitted on the run's rounds")
+    else:
+        out["verify"] = "fitted linear form in rows (no measured surface: extrapolated beyond the run's γ's)"
+    dg = (cost.meta.get("draft_gammas") or {}).get(spec[0].drafter if spec else "", [])
+    if dg:
+        out["draft"] = "fitted" if min(dg) <= gamma <= max(dg) else f"extrapolated (linear in γ from γ {dg})"
+    else:
+        out["draft"] = "fitted" if cost.draft else "assumed 0"
+    out["other"] = "fitted on the run's rounds (per committed token and context)"
+    out["prefill"] = "fitted on the run's requests"
+    out["acceptance"] = "measured (exact replay)" if replayed else "measured chains; assumed beyond the measured depth"
+    return out
+
+
 def predict_category(
     cost: CostModel,
     acc: AcceptanceModel,
@@ -184,14 +266,30 @@ def predict_category(
     chains: Sequence[RequestChain] | None = None,
     n_boot: int = 200,
     seed: int = 0,
+    replay: Replayer | None = None,
+    noise: dict[str, np.ndarray] | None = None,
 ) -> Prediction | None:
-    """Predicted end-to-end S and tokens/s of ``drafter`` at ``gamma`` on the category's measured prompts."""
+    """Predicted end-to-end S and tokens/s of ``drafter`` at ``gamma`` on the category's measured prompts.
+
+    Rounds: replayed exactly (:mod:`specledger.predict.replay`) where ``replay`` can (greedy, a drafter
+    without a network, the run's max_tokens), else expected from the acceptance chains. The 5-95 %
+    interval combines draws of the cost model's coefficients, the measured request-to-request noise
+    (``noise``, :func:`request_noise`: each request's time times a drawn ratio, plain and speculative
+    alike) and, for chain forecasts, a bootstrap over prompts (the chains are estimates; replayed
+    rounds are not)."""
     reqs = list(chains) if chains is not None else acc.requests(category, drafter)
     if not reqs:
         return None
+    fwd = solo_forward(cost)
+    replayed = replay.rounds(drafter, gamma) if replay is not None and gamma > 0 and \
+        replay.can(drafter, max_tokens) else {}
     pooled = acc.pooled(category, drafter, max(gamma, 1))
-    spec = [plan_request(r, drafter, gamma, acc, max_tokens, pooled) for r in reqs]
-    plain = [plan_request(r, "none", 0, None, max_tokens) for r in reqs]
+    spec = [plan_from_rounds(r.prompt_id, r.prompt_tokens, replay.output_tokens(r.prompt_id), drafter,
+                             replayed[r.prompt_id], fwd)
+            if r.prompt_id in replayed and replay is not None
+            else plan_request(r, drafter, gamma, acc, max_tokens, pooled, fwd) for r in reqs]
+    plain = [plan_request(r, "none", 0, None, max_tokens, forward=fwd) for r in reqs]
+    n_replayed = sum(r.prompt_id in replayed for r in reqs)
     tokens = np.array([p.output_tokens for p in spec], dtype=float)
     ts = np.array([p.seconds(cost) for p in spec])
     tp = np.array([p.seconds(cost) for p in plain])
@@ -199,17 +297,27 @@ def predict_category(
     tps = float(tokens.sum() / ts.sum()) if ts.sum() > 0 else math.nan
     n_rounds = sum(p.rounds for p in spec)
     rng = np.random.default_rng(seed)
+    noise = noise or {}
+    eps_s, eps_p = noise.get(drafter), noise.get("none")
     s_draws, v_draws = [], []
+    n = len(reqs)
     for _ in range(n_boot):
-        idx = rng.integers(0, len(reqs), len(reqs))
+        idx = np.arange(n) if n_replayed == n else rng.integers(0, n, n)
         c = cost.perturbed(rng)
         ts_b = np.array([spec[i].seconds(c) for i in idx])
         tp_b = np.array([plain[i].seconds(c) for i in idx])
+        if eps_s is not None:
+            ts_b = ts_b * rng.choice(eps_s, n)
+        if eps_p is not None:
+            tp_b = tp_b * rng.choice(eps_p, n)
         if ts_b.sum() > 0:
             s_draws.append(tp_b.sum() / ts_b.sum())
             v_draws.append(tokens[idx].sum() / ts_b.sum())
     interval = [float(np.percentile(s_draws, 5)), float(np.percentile(s_draws, 95))] if s_draws else [s, s]
     v_int = [float(np.percentile(v_draws, 5)), float(np.percentile(v_draws, 95))] if v_draws else [tps, tps]
+    assumption = acc.assumption if n_replayed < n else REPLAY_ASSUMPTION
+    if 0 < n_replayed < n:
+        assumption = f"{n_replayed} of {n} requests: {REPLAY_ASSUMPTION}; the rest: {acc.assumption}"
     return Prediction(
         category=category,
         drafter=drafter,
@@ -220,35 +328,38 @@ def predict_category(
         tokens_per_s_interval=v_int,
         requests=len(reqs),
         rounds_per_request=float(np.mean([p.rounds for p in spec])),
-        assumption=acc.assumption,
+        assumption=assumption,
         cost_source=cost.source,
         extra={
             "predicted_plain_tokens_per_s": float(tokens.sum() / tp.sum()) if tp.sum() > 0 else None,
             "el": sum(p.round_tokens for p in spec) / n_rounds if n_rounds > 0 else None,
             "t_round_ms": 1e3 * sum(p.round_seconds(cost) for p in spec) / n_rounds if n_rounds > 0 else None,
+            "acceptance_source": "replayed" if n_replayed == n else ("chains" if not n_replayed else "mixed"),
+            "term_sources": term_sources(cost, spec, replayed=n_replayed == n),
         },
     )
 
 
 def predict_run(cost: CostModel, acc: AcceptanceModel, drafter: str, gamma: int,
                 max_tokens: int | None = None, categories: Sequence[str] | None = None,
-                n_boot: int = 200) -> list[Prediction]:
+                n_boot: int = 200, replay: Replayer | None = None,
+                noise: dict[str, np.ndarray] | None = None) -> list[Prediction]:
     """One prediction per category that has measured requests of ``drafter``."""
     out = []
     for cat in categories or acc.categories():
-        p = predict_category(cost, acc, cat, drafter, gamma, max_tokens, n_boot=n_boot)
+        p = predict_category(cost, acc, cat, drafter, gamma, max_tokens, n_boot=n_boot, replay=replay, noise=noise)
         if p is not None:
             out.append(p)
     return out
 
 
 def gamma_curve(cost: CostModel, acc: AcceptanceModel, category: str, drafter: str, max_gamma: int,
-                chains: Sequence[RequestChain] | None = None) -> list[dict[str, Any]]:
+                chains: Sequence[RequestChain] | None = None, replay: Replayer | None = None) -> list[dict[str, Any]]:
     """Predicted end-to-end S(γ) for γ = 0..max_gamma (γ = 0: plain decoding, S = 1), with E[L] per round
     and the mean round time; positions beyond the measured ones follow ``acc.assumption``."""
     curve: list[dict[str, Any]] = []
     for g in range(0, max_gamma + 1):
-        p = predict_category(cost, acc, category, drafter, g, chains=chains, n_boot=0)
+        p = predict_category(cost, acc, category, drafter, g, chains=chains, n_boot=0, replay=replay)
         if p is None:
             break
         curve.append({"gamma": g, "el": p.extra["el"], "t_round_ms": p.extra["t_round_ms"],

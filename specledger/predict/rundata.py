@@ -11,6 +11,7 @@ from specledger.errors import SpecLedgerError
 from specledger.predict.acceptance import AcceptanceModel
 from specledger.predict.check import usable
 from specledger.predict.costmodel import CostModel, Part, fit_cost_model
+from specledger.predict.replay import Replayer, run_forecast_inputs
 
 COST_NAME = "cost_model.json"
 
@@ -22,6 +23,7 @@ class RunModels:
     acceptance: AcceptanceModel
     max_tokens: int | None
     meta: dict[str, Any]
+    replay: Replayer | None = None
 
 
 def _is_zero(p: Part | None) -> bool:
@@ -39,7 +41,7 @@ def with_fallback(cost: CostModel, fallback: CostModel) -> CostModel:
 
     return CostModel(f"{cost.source}; missing parts from {fallback.source}", cost.forward, cost.prefill,
                      merge(cost.draft, fallback.draft), merge(cost.other, fallback.other),
-                     merge(cost.begin, fallback.begin), dict(cost.meta))
+                     merge(cost.begin, fallback.begin), dict(cost.meta), cost.surface)
 
 
 def load_run_models(run_dir: str | Path, cost_path: str | Path | None = None) -> RunModels:
@@ -55,19 +57,20 @@ def load_run_models(run_dir: str | Path, cost_path: str | Path | None = None) ->
     if not records:
         raise SpecLedgerError(f"{d}: no solo, static-gamma requests to predict from; run `specledger run` first")
     max_tokens = (meta.get("config") or {}).get("max_tokens")
+    surface, replay = run_forecast_inputs(records, meta)
     fitted: CostModel | None = None
     if cost_path is not None:
         cost = CostModel.load(cost_path)
-        fitted = fit_cost_model(records, source=f"fitted from {d.name}")
+        fitted = fit_cost_model(records, source=f"fitted from {d.name}", surface=surface)
         cost = with_fallback(cost, fitted)
     elif (d / COST_NAME).exists():
         cost = CostModel.load(d / COST_NAME)
     else:
-        cost = fit_cost_model(records, source=f"fitted from {d.name}")
+        cost = fit_cost_model(records, source=f"fitted from {d.name}", surface=surface)
     acc = AcceptanceModel.from_records(records)
     if isinstance(max_tokens, int):
         for cat in acc.categories():
             for drafter in acc.drafters():
                 for c in acc.requests(cat, drafter):
                     c.max_tokens = max_tokens
-    return RunModels(records, cost, acc, max_tokens if isinstance(max_tokens, int) else None, meta)
+    return RunModels(records, cost, acc, max_tokens if isinstance(max_tokens, int) else None, meta, replay)

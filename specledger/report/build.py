@@ -107,7 +107,7 @@ def summarize(
     records = main_records(all_records)
     analysis = analyze_run(records, n_resamples=n_resamples, seed=seed)
     check = run_prediction_check(records, meta)
-    predicted = scenario_predictions(records, check)
+    predicted = scenario_predictions(records, check, meta)
     groups = group_scenarios(records)
     by_label = {k.label: k for k in groups}
     run_memory = _run_memory(meta)
@@ -195,15 +195,19 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
     )
 
 
-def _write_cost_model(run_dir: Path, records: Sequence[RequestRecord]) -> None:
-    """``cost_model.json``: the run's cost model fitted from its main-job traces (specledger.predict)."""
+def _write_cost_model(run_dir: Path, records: Sequence[RequestRecord], meta: dict[str, Any]) -> None:
+    """``cost_model.json``: the run's cost model fitted from its main-job traces on the verify surface
+    measured at its start (specledger.predict)."""
     from specledger.predict.check import usable
     from specledger.predict.costmodel import fit_cost_model
+    from specledger.predict.replay import run_forecast_inputs
     from specledger.predict.rundata import COST_NAME
 
     solo = usable(main_records(records))
     if solo:
-        fit_cost_model(solo, source=f"fitted from {run_dir.name}/{TRACE_NAME}").save(run_dir / COST_NAME)
+        surface, _ = run_forecast_inputs(solo, meta)
+        fit_cost_model(solo, source=f"fitted from {run_dir.name}/{TRACE_NAME}",
+                       surface=surface).save(run_dir / COST_NAME)
 
 
 def build_report(
@@ -218,7 +222,7 @@ def build_report(
     summary["run_dir"] = str(run_dir)
     html = render_html(summary, title=str(meta.get("name") or run_dir.name))
     write_json_atomic(run_dir / SUMMARY_NAME, summary)
-    _write_cost_model(run_dir, records)
+    _write_cost_model(run_dir, records, meta)
     html_path = run_dir / HTML_NAME
     write_text_atomic(html_path, html)
     return summary, html_path
