@@ -38,7 +38,8 @@ def _gammas(text: str) -> list[int | str]:
 
 
 def resolve_cost(run: Any, profile: Path | None, hardware: str | None, model_config: Path | None,
-                 eff_memory: float, eff_compute: float, draft_model_config: Path | None = None) -> Any:
+                 eff_memory: float, eff_compute: float, draft_model_config: Path | None = None,
+                 roofline_terms: str = "graphs") -> Any:
     """--profile FILE, or --hardware with --model-config [--draft-model-config] (roofline), or the run's own costs."""
     from specledger.simulate.profile import fit_serving_cost, load_cost
 
@@ -56,7 +57,7 @@ def resolve_cost(run: Any, profile: Path | None, hardware: str | None, model_con
                 "head_dim, dtype; a Hugging Face config.json works)")
         draft = load_model_config(draft_model_config) if draft_model_config is not None else None
         return roofline(hardware, load_model_config(model_config), eff_memory, eff_compute,  # type: ignore[arg-type]
-                        draft_model=draft)
+                        draft_model=draft, terms=roofline_terms)
     if (run.path / "cost_model.json").is_file():
         return load_cost(run.path / "cost_model.json")
     serving = run.serving_records()
@@ -90,6 +91,8 @@ def simulate(
                                                                  "memory).")] = None,
     eff_memory: Annotated[float, typer.Option(help="Roofline: assumed fraction of peak bandwidth.")] = 0.7,
     eff_compute: Annotated[float, typer.Option(help="Roofline: assumed fraction of peak FLOP/s.")] = 0.5,
+    roofline_terms: Annotated[str, typer.Option(help="Roofline: bound (the pure roofline) | graphs (+ a CUDA-graph "
+                                                     "engine's overheads) | eager (+ PyTorch eager's).")] = "graphs",
     requests: Annotated[int, typer.Option(help="Requests per point.")] = 1000,
     replicas: Annotated[int, typer.Option(help="Replicas behind the router.")] = 1,
     router: Annotated[str, typer.Option(help="round_robin | least_outstanding")] = "least_outstanding",
@@ -147,7 +150,12 @@ def simulate(
     ctx_list = _csv(contexts, int, "--contexts", "512,2048,8192")
     require(not ctx_list or bool(concs), "a crossover map (--contexts) needs --concurrency levels")
     run = load_run(from_)
-    cost = resolve_cost(run, profile, hardware, model_config, eff_memory, eff_compute, draft_model_config)
+    if hardware is not None:
+        from specledger.simulate.hardware import overheads
+
+        overheads(roofline_terms)
+    cost = resolve_cost(run, profile, hardware, model_config, eff_memory, eff_compute, draft_model_config,
+                        roofline_terms)
     settings: list[int | str] = [0] + [g for g in gammas if g != 0]
     max_g = max([16, *[g for g in gammas if isinstance(g, int)]])
     tables = {g: t for g, (t, _) in tables_per_gamma(run.records, drafter, settings, max_g, chains).items()}

@@ -394,11 +394,8 @@ def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, bound: 
     step_s = rep.fast_step_s
     if step_s is None:
         step_s = rep.fast_step_s = scalar_step(cost)
-    roof = type(cost) is RooflineCost  # RooflineTerms.time inlined below (its operations, in its order)
-    if roof:
-        k = cost.terms()
-        m_kv, w_bytes, two_p, attn = k.kv, k.weights, k.flops_row, k.flops_attn
-        c_den, m_den, launch = k.compute, k.memory, k.launch
+    # a roofline: RooflineTerms.time itself (rb >= b >= 1 and ctx_mean >= 0, so its clamps change nothing)
+    roof_time = cost.terms().time if type(cost) is RooflineCost else None
     draft_on = rep.drafter != "none" and g_max > 0
     flat_draft = (cost.model_free_draft_s if type(cost) is RooflineCost
                   and not (cost.draft_model is not None and rep.drafter in DRAFT_MODEL_DRAFTERS) else None)
@@ -564,13 +561,7 @@ def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, bound: 
                             price[g] = float(cost.draft_s(rep.drafter, g, ctx_mean))
                     d_sum = _pairwise_sum([price[g] if g > 0 else 0.0 for g in gs])
         rb = rows if rows > b else b
-        if roof:  # rb >= b >= 1 and ctx_mean >= 0: the roofline's clamps change nothing
-            byt = w_bytes + b * ctx_mean * m_kv + rb * m_kv
-            flops = two_p * rb + attn * rb * ctx_mean
-            x, y = flops / c_den, byt / m_den
-            f = (x if x >= y else y) + launch
-        else:
-            f = float(step_s(rb, b, ctx_mean))
+        f = roof_time(rb, b, ctx_mean) if roof_time is not None else float(step_s(rb, b, ctx_mean))
         if noise_on:
             if s >= len(noise):
                 noise.extend(rep.forward_noise(16, len(noise)) or [])
