@@ -126,6 +126,7 @@ def simulate(
     from specledger.simulate.arrivals import closed_loop, poisson, replay_file
     from specledger.simulate.cluster import SLO, capacity_plan, crossover_map
     from specledger.simulate.cluster import router as make_router
+    from specledger.simulate.engine import break_even_verify_premium
     from specledger.simulate.engine import simulate as run_sim
     from specledger.simulate.replica import ServerConfig
     from specledger.simulate.source import load_run, tables_per_gamma
@@ -192,6 +193,7 @@ def simulate(
     for p in points:
         b = base[(p.get("concurrency"), p.get("rate"), p.get("replay"))]
         p["speedup"] = p["throughput_tok_s"] / b["throughput_tok_s"] if b["throughput_tok_s"] else None
+        p["break_even_verify_premium"] = break_even_verify_premium(p["speedup"], p)
     elapsed = time.perf_counter() - t0
 
     doc: dict[str, Any] = {
@@ -224,14 +226,17 @@ def simulate(
         return
     console = Console()
     console.print(f"[bold]specledger simulate[/] from {run.path} -- cost: {cost.source}")
-    tab = Table("load", "setting", "tok/s", "speed-up", "TPOT P50 ms", "TTFT P50 ms", "ITL P99 ms", "stall ms",
-                "preempt")
+    tab = Table("load", "setting", "tok/s", "speed-up", "verify x", "break-even x", "TPOT P50 ms", "TTFT P50 ms",
+                "ITL P99 ms", "stall ms", "preempt")
     for p in points:
         load = next(f"{k}={p[k]}" for k in ("concurrency", "rate", "replay") if k in p)
         tab.add_row(load, p["setting"], f"{p['throughput_tok_s']:.1f}", f"{p['speedup']:.3f}",
-                    _f(p["tpot_p50_ms"]), _f(p["ttft_p50_ms"]), _f(p["itl_p99_ms"]), _f(p["longest_stall_ms"]),
-                    str(p["preemptions"]))
+                    _f(p["verify_ratio"], 2), _f(p["break_even_verify_premium"], 2), _f(p["tpot_p50_ms"]),
+                    _f(p["ttft_p50_ms"]), _f(p["itl_p99_ms"]), _f(p["longest_stall_ms"]), str(p["preemptions"]))
     console.print(tab)
+    console.print("verify x: the verify step's cost over the same step without candidates, as priced here; "
+                  "break-even x: the value at which the speed-up would be 1.0 (hold it against your engine's "
+                  "measured T(γ+1 rows) / T(1 row)).")
     for row in doc.get("capacity_plan", []):
         console.print(f"rate {row['rate']:g}/s {row['setting']}: {row['replicas'] or '> 256'} replicas "
                       f"({row['slo']})")
@@ -240,5 +245,5 @@ def simulate(
     console.print(f"simulated in {elapsed:.1f} s" + (f"; wrote {out / SIMULATE_JSON}" if out else ""))
 
 
-def _f(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.1f}"
+def _f(x: float | None, digits: int = 1) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
