@@ -28,7 +28,7 @@ from specledger.probe.outputs import (
     write_vllm_bench_run,
 )
 from specledger.probe.records import ENDPOINT_DRAFTER, check_label
-from specledger.probe.vllm_bench import load_vllm_bench
+from specledger.probe.vllm_bench import load_vllm_bench_records, records_of
 from specledger.probe.workload import select_workload
 from specledger.rundir import HTML_NAME, META_NAME, PROBE_JSON, TRACE_NAME, VLLM_BENCH_JSON
 
@@ -64,16 +64,37 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         ("chunk ITL p50/p95/p99 (ms)", _pcts(summary.get("chunk_itl_ms"))),
         ("longest stall (ms)", _fmt(summary.get("longest_stall_ms"))),
         ("tokens per chunk", _fmt(summary.get("mean_tokens_per_chunk"))),
-    ]
+    ] + _optional_rows(summary)
 
 
-def spec_rows(spec: dict[str, Any] | None) -> list[tuple[str, str]]:
+def _optional_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """Rows only some sources have: goodput (vllm bench), llama.cpp's per-response draft counts."""
+    rows = []
+    if summary.get("request_goodput_req_s") is not None:
+        rows.append(("request goodput (req/s)", _fmt(summary["request_goodput_req_s"], 3)))
+    timings = summary.get("response_timings")
+    if timings:
+        rows.append((
+            "llama.cpp timings: accepted / drafted",
+            f"{_fmt(timings.get('num_accepted_tokens'), 0)} / {_fmt(timings.get('num_draft_tokens'), 0)}"
+            f" = {_fmt(timings.get('draft_acceptance_rate'), 3)} over {timings.get('responses')} responses",
+        ))
+    return rows
+
+
+NO_METRICS_REASON = "not measured (--no-metrics or no /metrics)"
+
+
+def spec_rows(spec: dict[str, Any] | None, missing: str = NO_METRICS_REASON) -> list[tuple[str, str]]:
+    """Spec-decode rows; ``missing`` says why there are none (it depends on where the figures come from)."""
     if not spec:
-        return [("spec decode", "not measured (--no-metrics or no /metrics)")]
+        return [("spec decode", missing)]
     rows = [("spec-decode source", _fmt(spec.get("source")))]
+    if spec.get("off"):
+        rows.append(("spec decode", "off (the server's gauges say so)"))
     for key, label in (
         ("num_drafts", "draft rounds"),
-        ("mean_acceptance_length", "mean acceptance length (1 + acc/drafts)"),
+        ("mean_acceptance_length", "pooled acceptance length (1 + Σacc/Σdrafts)"),
         ("draft_acceptance_rate", "draft acceptance rate (acc/draft tokens)"),
         ("sglang_accept_length", "SGLang accept length (gauge, bonus inside)"),
         ("sglang_accept_rate", "SGLang accept rate (gauge)"),
@@ -98,7 +119,8 @@ def render_report(
     per_column: dict[str, dict[str, str]] = {}
     warnings: list[tuple[str, str]] = []
     for name, report in columns.items():
-        rows = summary_rows(report["summary"]) + spec_rows(report.get("spec_decode"))
+        missing = report.get("spec_decode_note") or NO_METRICS_REASON
+        rows = summary_rows(report["summary"]) + spec_rows(report.get("spec_decode"), missing)
         per_column[name] = {label: value for label, value in rows if label != "warning"}
         warnings += [(name, value) for label, value in rows if label == "warning"]
         warnings += [(name, w) for w in report.get("warnings", [])]
@@ -229,31 +251,52 @@ def _without_results(full: dict[str, Any]) -> dict[str, Any]:
 
 
 def import_vllm_bench(
-    file: Annotated[Path, typer.Argument(help="JSON written by `vllm bench serve --save-result`")],
+    file: Annotated[Path, typer.Argument(help="JSON or JSON Lines written by `vllm bench serve --save-result`")],
     out: Annotated[
-        Path | None, typer.Option(help="Run folder: vllm_bench.json (normalised) + run.json, then the report")
+        Path | None,
+        typer.Option(help="Run folder: vllm_bench.json (normalised) + run.json, then the report; with several "
+                     "results, one folder per result (OUT/record-N)"),
+    ] = None,
+    record: Annotated[
+        int | None, typer.Option(help="Only result N (1-based) of a JSON Lines file")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the normalised summary as JSON")] = False,
 ) -> None:
-    """Read a `vllm bench serve` result and show it with the probe's figures and caveats."""
-    result = load_vllm_bench(file)
-    summary = result.summary()
-    document = vllm_bench_document(str(file), summary, result.model_dump())
-    html_path = None
+    """Read `vllm bench serve` results (one JSON, or JSON Lines of several runs) and show them with the
+    probe's figures and caveats."""
+    chosen = records_of(load_vllm_bench_records(file), record)
+    documents = []
+    for index, result in chosen:
+        source = f"{file}" if len(chosen) == 1 else f"{file}#{index}"
+        documents.append((index, result, vllm_bench_document(source, result.summary(), result.model_dump())))
+    written = []
     if out is not None:
-        write_vllm_bench_run(out, document, result.model_id)
         from specledger.report.build import build_report
 
-        html_path = build_report(out)[1]
+        for index, result, document in documents:
+            target = out if len(documents) == 1 else out / f"record-{index}"
+            write_vllm_bench_run(target, document, result.model_id)
+            written.append(build_report(target)[1])
     if as_json:
-        typer.echo(json.dumps(document["summary"], indent=2, default=str))
+        payload = [d["summary"] for _, _, d in documents]
+        typer.echo(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2, default=str))
         return
-    report = {"summary": summary, "spec_decode": summary["spec_decode"], "warnings": []}
-    title = f"vllm bench serve: {result.model_id or file.name}"
     console = Console()
-    render_report(console, title, {"vllm bench": report}, None)
-    ledger = document["acceptance_ledger"]
-    if ledger.get("el_from_per_position") is not None:
-        console.print(f"E[L] = 1 + Σ Pr(K ≥ i) from the per-position rates: {ledger['el_from_per_position']:.3f}")
-    if html_path is not None:
-        console.print(f"wrote {out / VLLM_BENCH_JSON}; report: {html_path}")
+    columns = {
+        f"result {index}" if len(documents) > 1 else "vllm bench": {
+            "summary": document["summary"],
+            "spec_decode": document["summary"]["spec_decode"],
+            "spec_decode_note": document["summary"].get("spec_decode_note"),
+            "warnings": [],
+        }
+        for index, _, document in documents
+    }
+    model = documents[0][1].model_id
+    render_report(console, f"vllm bench serve: {model or file.name}", columns, None)
+    for index, _, document in documents:
+        ledger = document["acceptance_ledger"]
+        if ledger.get("el_from_per_position") is not None:
+            console.print(f"result {index}: E[L] = 1 + Σ Pr(K ≥ i) from the per-position rates: "
+                          f"{ledger['el_from_per_position']:.3f}")
+    for html_path in written:
+        console.print(f"wrote {html_path.parent / VLLM_BENCH_JSON}; report: {html_path}")
