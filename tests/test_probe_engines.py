@@ -232,3 +232,83 @@ def test_tgi_generate_stream_event() -> None:
     assert chunk.kind == "delta" and chunk.text == " hi"
     special = interpret_event(SSEEvent(data='{"token":{"id":2,"text":"</s>","special":true}}'))
     assert special.text == ""
+
+
+# --- guidellm, inspect, import ---------------------------------------------------------------------
+
+
+def test_guidellm_report_maps_by_meaning() -> None:
+    from specledger.probe.guidellm import load_guidellm
+
+    raw, (sync, conc) = load_guidellm(DATA / "guidellm_report.json")
+    assert sync["strategy"] == "synchronous" and sync["requests_ok"] == 2 and sync["requests_failed"] == 1
+    assert sync["tpot_ms"]["p50"] == 5.2  # guidellm's inter_token_latency_ms is the probe's TPOT
+    assert sync["tpot_incl_ttft_ms"]["mean"] == 6.4 and sync["e2el_ms"]["mean"] == pytest.approx(610.0)
+    assert sync["mean_tokens_per_chunk"] == pytest.approx(192 / 80)  # pooled over per-request records
+    assert conc["ttft_ms"]["p99"] == pytest.approx(400.0) and sync["spec_decode"] is None
+
+
+@pytest.mark.parametrize(
+    ("name", "fmt", "engine"),
+    [
+        ("llamacpp_metrics.prom", "prometheus", "llama.cpp"),
+        ("sglang_metrics_off.prom", "prometheus", "sglang"),
+        ("tgi_metrics.prom", "prometheus", "tgi"),
+        ("llamacpp_reasoning_stream.sse", "sse", "llama.cpp"),
+        ("vllm_bench_append.jsonl", "vllm-bench", "vllm"),
+        ("guidellm_report.json", "guidellm", None),
+    ],
+)
+def test_inspect_sniffs_every_format(name: str, fmt: str, engine: str | None) -> None:
+    res = CliRunner().invoke(cli_app, ["inspect", str(DATA / name), "--json"])
+    assert res.exit_code == 0, res.output
+    found = json.loads(res.output)
+    assert found["format"] == fmt and found["engine"] == engine
+    assert "pooled acceptance length" in found["definitions"]
+    table = CliRunner().invoke(cli_app, ["inspect", str(DATA / name)], terminal_width=200)
+    assert table.exit_code == 0, table.output
+
+
+def test_inspect_lists_what_it_could_not_read(tmp_path: Path) -> None:
+    from specledger.probe.inspect_file import inspect_file
+
+    found = inspect_file(DATA / "llamacpp_metrics.prom")
+    assert found["spec_decode"]["mean_acceptance_length"] == pytest.approx(2.5)
+    assert any("not mapped" in line and "llamacpp:n_decode" in line for line in found["unread"])
+    sse = inspect_file(DATA / "llamacpp_reasoning_stream.sse")
+    assert sse["version"] == "b6100-abc1234" and sse["stream"]["mean_tokens_per_chunk"] == pytest.approx(3.0)
+    assert any("no arrival times" in line for line in sse["unread"])
+    path = tmp_path / "mixed.jsonl"
+    path.write_text('{"completed": 1, "endpoint_type": "x"}\n{"completed": "many"}\n')
+    mixed = inspect_file(path)
+    assert len(mixed["records"]) == 1 and any("line 2" in line for line in mixed["unread"])
+
+
+@pytest.mark.parametrize("content", [b"", b"\xff\xfe\x00binary", b"just some words\n", b"[1, 2]", b'{"a": '])
+def test_inspect_unreadable_file_is_one_line_exit_2(tmp_path: Path, content: bytes, capsys) -> None:
+    from specledger.cli import main
+
+    path = tmp_path / "f"
+    path.write_bytes(content)
+    with pytest.raises(SystemExit) as exc:
+        main(["inspect", str(path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_import_sniffs_guidellm_and_writes_run_dirs(tmp_path: Path) -> None:
+    out = tmp_path / "gl"
+    res = CliRunner().invoke(cli_app, ["import", str(DATA / "guidellm_report.json"), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.iterdir()) == ["record-1", "record-2"]
+    assert json.loads((out / "record-1" / "run.json").read_text())["kind"] == "guidellm"
+    page = (out / "record-2" / "report.html").read_text()
+    assert 'id="guidellm"' in page and "guidellm 0.8.1" in page
+    one = tmp_path / "one"
+    res = CliRunner().invoke(cli_app, ["import", str(DATA / "vllm_bench_append.jsonl"), "--record", "3",
+                                       "--out", str(one)])
+    assert res.exit_code == 0, res.output
+    assert json.loads((one / "run.json").read_text())["kind"] == "vllm-bench"
+    report = CliRunner().invoke(cli_app, ["report", str(out / "record-1")])
+    assert report.exit_code == 0 and "guidellm" in report.output
