@@ -35,7 +35,7 @@ def _register() -> None:
     from specledger.engine.cli import generate
     from specledger.ledger.cli import ledger
     from specledger.predict.cli import calibrate, predict
-    from specledger.probe.cli import import_vllm_bench, probe
+    from specledger.probe.cli import import_file, import_vllm_bench, inspect, probe
     from specledger.report.cli import report
     from specledger.serve.cli import serve
     from specledger.simulate.cli import simulate
@@ -46,6 +46,8 @@ def _register() -> None:
     app.command("generate")(generate)
     app.command("probe")(probe)
     app.command("import-vllm-bench")(import_vllm_bench)
+    app.command("import")(import_file)
+    app.command("inspect")(inspect)
     app.command("report")(report)
     app.command("calibrate")(calibrate)
     app.command("cost")(cost)

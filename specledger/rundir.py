@@ -43,11 +43,12 @@ SERVING_JSON = "serving.json"
 SIMULATE_JSON = "simulate.json"
 PROBE_JSON = "probe.json"
 VLLM_BENCH_JSON = "vllm_bench.json"
+GUIDELLM_JSON = "guidellm.json"
 #: side-experiment result files, by the key the summary files them under
 EXPERIMENT_FILES = {"quantization": QUANT_JSON, "policies": POLICIES_JSON, "serving": SERVING_JSON,
                     "simulate": SIMULATE_JSON}
 #: endpoint figures (``specledger probe`` / ``import-vllm-bench``): a folder with one of these is a run
-ENDPOINT_FILES = (PROBE_JSON, VLLM_BENCH_JSON)
+ENDPOINT_FILES = (PROBE_JSON, VLLM_BENCH_JSON, GUIDELLM_JSON)
 #: ``RequestRecord.extra`` key naming the side experiment (``specledger sweep``) a record belongs to;
 #: the main analysis leaves such records out
 EXPERIMENT_KEY = "experiment"
@@ -214,7 +215,7 @@ def append_records(path: str | os.PathLike, records: Iterable[RequestRecord]) ->
 
 
 __all__ = [
-    "EXPERIMENT_FILES", "EXPERIMENT_KEY", "ENDPOINT_FILES", "HTML_NAME", "META_NAME", "POLICIES_JSON", "PROBE_JSON",
+    "EXPERIMENT_FILES", "EXPERIMENT_KEY", "ENDPOINT_FILES", "GUIDELLM_JSON", "HTML_NAME", "META_NAME", "POLICIES_JSON", "PROBE_JSON",
     "QUANT_JSON", "SERVING_JSON", "SIMULATE_JSON", "SUMMARY_NAME", "TRACE_NAME", "VLLM_BENCH_JSON",
     "append_records", "json_safe", "read_json", "read_records", "repair_tail", "write_json_atomic",
     "write_text_atomic",

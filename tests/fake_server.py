@@ -184,9 +184,12 @@ def create_app(config: FakeServerConfig) -> tuple[FastAPI, list[ServedRequest]]:
 class FakeServer:
     """Run the fake app with uvicorn in a background thread on 127.0.0.1:<free port>."""
 
-    def __init__(self, config: FakeServerConfig | None = None) -> None:
+    def __init__(self, config: FakeServerConfig | None = None, app: FastAPI | None = None) -> None:
+        """``app`` replaces the fake app (e.g. one that replays an engine's fixtures)."""
         self.config = config or FakeServerConfig()
         self.app, self.log = create_app(self.config)
+        if app is not None:
+            self.app = app
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))

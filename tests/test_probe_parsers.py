@@ -384,3 +384,84 @@ def test_vllm_bench_fuzz_text(text: str) -> None:
         parse_vllm_bench_text(text)
     except SpecLedgerError:
         pass
+
+
+# --- every reader of issue 21, fuzzed: a SpecLedgerError (one line) or a result, never a traceback ---------
+
+from specledger.probe.guidellm import parse_guidellm  # noqa: E402
+from specledger.probe.inspect_file import READERS, sniff  # noqa: E402
+from specledger.probe.prometheus import EMPTY_SNAPSHOT, counter_rates  # noqa: E402
+from specledger.probe.vllm_bench import parse_vllm_bench_records  # noqa: E402
+
+
+def one_line_error(call) -> None:
+    try:
+        call()
+    except SpecLedgerError as exc:
+        assert "\n" not in str(exc) and str(exc)
+
+
+engine_line = st.builds(
+    lambda name, pos, value: f'{name}{{position="{pos}",dp_rank="0"}} {value}',
+    st.sampled_from([
+        "llamacpp:spec_decode_num_drafts_total", "llamacpp:spec_decode_num_accepted_tokens_per_pos_total",
+        "llamacpp:tokens_predicted_total", "llamacpp:tokens_predicted_seconds_total", "sglang:spec_accept_length",
+        "sglang:spec_accept_rate", "vllm:spec_decode_num_emitted_tokens_total", "tgi_request_duration_bucket",
+        "sglang:time_to_first_token_seconds_bucket", "vllm:spec_decode_num_accepted_tokens_total",
+    ]),
+    st.one_of(st.integers(-1, 70).map(str), st.text(alphabet="a1+Inf", max_size=3)),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(engine_line, max_size=8), st.lists(engine_line, max_size=8))
+def test_engine_readers_fuzz(before_lines: list[str], after_lines: list[str]) -> None:
+    def read() -> None:
+        before = parse_prometheus_text("\n".join(before_lines) + "\n")
+        after = parse_prometheus_text("\n".join(after_lines) + "\n")
+        spec_decode_figures(before, after)
+        latency_histogram_summaries(before, after)
+        counter_rates(EMPTY_SNAPSHOT, after)
+
+    one_line_error(read)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.one_of(
+        json_values,
+        st.fixed_dictionaries({"benchmarks": st.lists(json_values, max_size=3), "metadata": json_values}),
+        st.fixed_dictionaries({"benchmarks": st.lists(st.fixed_dictionaries({
+            "metrics": st.dictionaries(st.sampled_from(["request_totals", "time_to_first_token_ms",
+                                                        "inter_token_latency_ms", "output_tokens_per_iteration"]),
+                                       json_values, max_size=3),
+            "requests": json_values, "config": json_values, "duration": json_values}), min_size=1, max_size=2)}),
+    )
+)
+def test_guidellm_fuzz(obj: object) -> None:
+    one_line_error(lambda: parse_guidellm(obj))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(st.dictionaries(st.sampled_from(sorted(bench_sample()) + ["request_goodput:"]),
+                                          json_values, max_size=4).map(json.dumps), st.text(max_size=20)),
+                max_size=4))
+def test_vllm_bench_json_lines_fuzz(lines: list[str]) -> None:
+    one_line_error(lambda: parse_vllm_bench_records("\n".join(lines)))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(
+    st.text(max_size=200),
+    st.lists(st.one_of(json_values.map(json.dumps), st.just("[DONE]")), max_size=4).map(
+        lambda items: "".join(f"data: {i}\n\n" for i in items)),
+    st.fixed_dictionaries({"choices": st.just([{"delta": {"reasoning_content": "x"}}]), "timings": json_values,
+                           "token": json_values}).map(lambda o: f"data: {json.dumps(o)}\n\n"),
+))
+def test_inspect_readers_fuzz(text: str) -> None:
+    def read() -> None:
+        if text.strip():
+            READERS[sniff(text)](text)
+
+    one_line_error(read)

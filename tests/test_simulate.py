@@ -12,7 +12,7 @@ import pytest
 from specledger.simulate.arrivals import closed_loop, poisson
 from specledger.simulate.chains import ChainTable
 from specledger.simulate.cluster import SLO, capacity_plan, least_outstanding
-from specledger.simulate.engine import round_robin, simulate
+from specledger.simulate.engine import break_even_verify_premium, round_robin, simulate
 from specledger.simulate.hardware import ModelConfig, roofline
 from specledger.simulate.replica import ServerConfig, _trim
 
@@ -328,6 +328,17 @@ def test_cli_policy_only_and_roofline(run_dir, tmp_path, capsys):
     points = json.loads(out)
     assert [p["setting"] for p in points] == ["plain", "ngram γ=goodput"]
     assert points[0]["throughput_tok_s"] > 0
+    assert points[0]["break_even_verify_premium"] is None  # plain verifies nothing
+    assert points[1]["break_even_verify_premium"] is not None and points[1]["verify_ratio"] >= 1.0
+    code, out, err = _cli(["simulate", "--from", str(run_dir), "--concurrency", "2", "--gamma", "2",
+                           "--hardware", "h200", "--model-config", str(cfg), "--requests", "20",
+                           "--roofline-terms", "bound"], capsys)
+    assert code == 0, err
+    flat = " ".join(out.split())  # the console wraps lines
+    assert "break-even x:" in flat and "cost: roofline lower bound H200" in flat
+    code, out, err = _cli(["simulate", "--from", str(run_dir), "--concurrency", "2", "--hardware", "h200",
+                           "--model-config", str(cfg), "--roofline-terms", "fast"], capsys)
+    assert code == 2 and "bound, graphs, eager" in err and "Traceback" not in err
 
 
 def _serving_run(tmp_path: Path) -> Path:
@@ -385,3 +396,43 @@ def test_validation_against_a_serving_run_compares_every_point(tmp_path):
     again = load_cost(tmp_path / "profile.json")
     assert again.step_s(8, 2, 100) == pytest.approx(cost.step_s(8, 2, 100))
     assert cost.step_s(8, 2, 100) >= cost.step_s(2, 2, 100)
+
+
+# ---------------------------------------------------------------------------------- break-even verify premium
+class ScaledVerify:
+    """A cost whose forward costs ``x`` times as much whenever a request verifies candidates (rows > batch)."""
+
+    step_s_many = None  # not the inner cost's: every step through step_s
+
+    def __init__(self, cost, x):
+        self.inner, self.x = cost, x
+
+    def step_s(self, rows, batch, context):
+        t = self.inner.step_s(rows, batch, context)
+        return self.x * t if rows > batch else t
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("cost", [LinearCost(a=0.01, b=2e-4, c=1e-7, d=5e-4),
+                                  roofline("h200", ModelConfig(8.03e9, 32, 32, 8, 128, vocab=128256))],
+                         ids=["linear", "roofline"])
+@pytest.mark.parametrize("fast", [False, True])
+def test_break_even_premium_is_where_the_speedup_vanishes(cost, fast):
+    """Closed loop, one replica, no chunked prefill: the schedule does not depend on step times, so
+    re-running with the verify forwards scaled by x* gives a speed-up of exactly 1.0 (to rounding)."""
+    t = table(n=12, seed=3)
+    t.fill[:, 2:] = 0.8  # some rounds propose nothing: steps without candidates are not verify steps
+    cfg = ServerConfig(max_num_seqs=4)
+    plain = simulate(t, closed_loop(4), 60, cost, 0, config=cfg, fast=fast).metrics()
+    spec = simulate(t, closed_loop(4), 60, cost, 4, config=cfg, fast=fast).metrics()
+    s = spec["throughput_tok_s"] / plain["throughput_tok_s"]
+    premium = break_even_verify_premium(s, spec)
+    assert plain["verify_s"] == 0 and break_even_verify_premium(1.0, plain) is None
+    x = premium / spec["verify_ratio"]
+    assert x == pytest.approx(1 + (s - 1) * spec["wall_s"] / spec["verify_s"], rel=1e-12)
+    again = simulate(t, closed_loop(4), 60, ScaledVerify(cost, x), 4, config=cfg, fast=fast).metrics()
+    assert again["tokens"] == spec["tokens"] and again["steps"] == spec["steps"]
+    assert again["throughput_tok_s"] / plain["throughput_tok_s"] == pytest.approx(1.0, rel=1e-9)
+    assert again["verify_s"] == pytest.approx(x * spec["verify_s"], rel=1e-9)

@@ -11,7 +11,7 @@ from specledger.simulate import fastpath
 from specledger.simulate.arrivals import closed_loop, poisson, replay
 from specledger.simulate.chains import ChainTable, Draws, keyed_stream
 from specledger.simulate.cluster import least_outstanding
-from specledger.simulate.engine import round_robin, simulate
+from specledger.simulate.engine import break_even_verify_premium, round_robin, simulate
 from specledger.simulate.fastpath import _pairwise_sum, draft_costs, scalar_step, step_costs
 from specledger.simulate.hardware import ModelConfig, roofline
 from specledger.simulate.profile import fit_serving_cost
@@ -20,7 +20,8 @@ from tests.test_simulate import LinearCost, chains
 from tests.test_simulate_draws import _records
 
 LEDGER = ("t_first", "t_last", "out", "chunks", "preemptions", "max_gap", "recompute_s", "nround")
-COUNTERS = ("steps", "batch_sum", "rows_sum", "rounds", "proposed_sum", "accepted_sum", "peak_kv_tokens")
+COUNTERS = ("steps", "batch_sum", "rows_sum", "rounds", "proposed_sum", "accepted_sum", "peak_kv_tokens",
+            "verify_s", "verify_base_s")  # the floats too: to the last bit
 
 
 @pytest.fixture(autouse=True, params=["scalar", "arrays"])
@@ -189,6 +190,8 @@ def test_roofline_h200_like_the_benchmark():
     slow, fast = both(t, poisson(20.0, 300, seed=9), 300, cost, drafter="ngram", config=cfg)
     assert_same(slow, fast)
     assert fast.ledger.fast_steps > 0.6 * fast.ledger.steps
+    premium = [break_even_verify_premium(1.1, r.metrics()) for r in (slow, fast)]
+    assert premium[0] is not None and premium[0] == premium[1]  # the same floats, the same premium
     assert_same(*both(t, closed_loop(64), 300, cost, drafter="ngram", config=cfg))
 
 

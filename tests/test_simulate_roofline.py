@@ -1,11 +1,23 @@
-"""The roofline with a draft model: drafting priced as the draft model's steps, memory shared."""
+"""The roofline: its overhead terms (non-negative, monotone, the same floats one step or many at once), and
+with a draft model: drafting priced as the draft model's steps, memory shared."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from specledger.simulate.hardware import model_config_from_dict, roofline
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specledger.simulate.hardware import (
+    OVERHEADS,
+    VLLM_CAPTURE_SIZES,
+    Overheads,
+    RooflineCost,
+    model_config_from_dict,
+    roofline,
+)
 from specledger.simulate.profile import load_cost
 from tests.test_simulate import _cli, _record
 
@@ -56,3 +68,83 @@ def test_roofline_profile_round_trips_with_its_draft_model(tmp_path: Path):
     again = load_cost(tmp_path / "p.json")
     assert again.draft_s("model", 3, 100) == cost.draft_s("model", 3, 100)
     assert again.kv_budget_tokens() == cost.kv_budget_tokens()
+
+
+# ---------------------------------------------------------------------------------- the overhead terms
+def _only(name: str) -> list[Overheads]:
+    """The "graphs" overheads one term at a time (the others zero / off)."""
+    g = OVERHEADS["graphs"]
+    return [Overheads(f"{name}-launch", g.launch_s, g.kernels_per_layer),
+            Overheads(f"{name}-multi", g.launch_s, 0, g.multi_row_kernels),
+            Overheads(f"{name}-attn", eff_attn=g.eff_attn),
+            Overheads(f"{name}-logits", logit_bytes=g.logit_bytes),
+            Overheads(f"{name}-row", sample_row_s=g.sample_row_s),
+            Overheads(f"{name}-pad", capture_sizes=g.capture_sizes)]
+
+
+def test_each_overhead_is_non_negative_and_monotone():
+    m = model_config_from_dict(TARGET)
+    bound = roofline("h200", m, terms="bound")
+    grid_rows = [1, 2, 3, 5, 8, 9, 17, 64, 100, 256, 511, 513, 2000]
+    for o in [*_only("x"), OVERHEADS["graphs"], OVERHEADS["eager"]]:
+        c = RooflineCost(m, bound.hw, overheads=o)
+        for b in (1, 4, 64):
+            for ctx in (0.0, 512.0, 4096.0):
+                extra = [c.step_s(max(r, b), b, ctx) - bound.step_s(max(r, b), b, ctx) for r in grid_rows]
+                assert min(extra) >= 0, o.name  # every term only adds
+                ts = [c.step_s(max(r, b), b, ctx) for r in grid_rows]
+                assert ts == sorted(ts), o.name  # more rows never cost less
+            assert c.step_s(64, b, 4096) >= c.step_s(64, b, 512)  # more context never costs less
+    g = roofline("h200", m)
+    assert g.step_s(5, 4, 512) - g.step_s(4, 4, 512) >= g.terms().multi_row  # one request verifying: the q > 1 path
+    assert roofline("h200", m, terms="eager").step_s(1, 1, 0) > g.step_s(1, 1, 0)  # eager launches cost more
+
+
+def test_padding_rounds_rows_up_to_capture_sizes():
+    k = roofline("h200", model_config_from_dict(TARGET)).terms()
+    assert k.capture == VLLM_CAPTURE_SIZES
+    cases = {1: 1, 2: 2, 3: 4, 5: 8, 8: 8, 9: 16, 250: 256, 511: 512, 512: 512, 513: 513, 4000: 4000}
+    assert {r: k.pad(r) for r in cases} == cases
+    np.testing.assert_array_equal(k.pads(np.array(list(cases))), list(cases.values()))
+    # the matmuls see the padded rows: 3 rows cost what 4 do there (bar the per-row terms)
+    per_row = k.kv / k.memory + k.logits / k.memory + k.row_s
+    assert k.time(3, 1, 0.0) <= k.time(4, 1, 0.0) <= k.time(3, 1, 0.0) + per_row * 1.0001
+    assert roofline("h200", model_config_from_dict(TARGET), terms="bound").terms().pad(3) == 3
+
+
+def test_bound_is_the_pure_roofline_and_the_source_says_what_it_is():
+    m = model_config_from_dict(TARGET)
+    b, g = roofline("h200", m, terms="bound"), roofline("h200", m)
+    k = b.terms()
+    for r, bb, c in [(1, 1, 0.0), (7, 3, 333.3), (1024, 64, 512.0)]:
+        pure = max((k.flops_row * r + 4 * m.layers * m.heads * m.head_dim * r * c) / k.compute,
+                   (k.weights + bb * c * k.kv + r * k.kv) / k.memory) + k.launch
+        assert b.step_s(r, bb, c) == pure
+    assert b.source.startswith("roofline lower bound ") and "overheads" not in b.source
+    assert g.source.startswith("roofline lower bound + assumed overheads (graphs")
+
+
+@settings(max_examples=300, deadline=None)
+@given(terms=st.sampled_from(["bound", "graphs", "eager"]), batch=st.integers(1, 300),
+       extra=st.lists(st.integers(0, 5000), min_size=1, max_size=20),
+       ctx=st.lists(st.floats(0, 40000, allow_nan=False), min_size=20, max_size=20))
+def test_time_and_times_are_bit_identical(terms, batch, extra, ctx):
+    cost = roofline("h100", model_config_from_dict(TARGET), terms=terms, draft_model=model_config_from_dict(DRAFT))
+    rows = np.array(extra, dtype=np.int64) + batch
+    c = np.array(ctx[:rows.shape[0]])
+    for m in (cost.model, cost.draft_model):
+        k = cost.terms(m)
+        assert k.times(rows, batch, c).tolist() == [k.time(r, batch, x) for r, x in zip(rows.tolist(), c.tolist())]
+    assert cost.step_s_many(rows, batch, c).tolist() == [cost.step_s(r, batch, x) for r, x in zip(rows.tolist(),
+                                                                                             c.tolist())]
+
+
+def test_old_roofline_profiles_load_as_the_bound(tmp_path: Path):
+    cost = roofline("h200", model_config_from_dict(TARGET))
+    d = cost.to_dict()
+    (tmp_path / "new.json").write_text(json.dumps(d))
+    assert load_cost(tmp_path / "new.json").step_s(40, 8, 900) == cost.step_s(40, 8, 900)
+    del d["overheads"]
+    (tmp_path / "old.json").write_text(json.dumps(d))
+    assert load_cost(tmp_path / "old.json").step_s(40, 8, 900) == roofline("h200", model_config_from_dict(TARGET),
+                                                                          terms="bound").step_s(40, 8, 900)

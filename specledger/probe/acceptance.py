@@ -8,7 +8,8 @@ counted, is E[L] = 1 + sum_i r_i (:mod:`specledger.ledger.acceptance`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specledger.errors import SpecLedgerError
@@ -19,6 +20,24 @@ NO_ROUNDS_NOTE = (
     "are n/a); acceptance figures come from the server's /metrics counters, which are server-wide"
 )
 VLLM_BENCH_NOTE = "vllm bench serve reports aggregates only: no per-request rounds, so no round-level ledger"
+
+
+def per_position_mismatch(
+    mean_length: float | None, rates: Sequence[float], tolerance: float = 1e-3
+) -> str | None:
+    """The consistency check every server figure must pass: 1 + Σ_i Pr(K ≥ i) = 1 + accepted / drafts
+    (each accepted token sits at exactly one position). A message when they differ by more than
+    ``tolerance`` (counters: half a token per draft round; a saved file: rounding), else None."""
+    if mean_length is None or not rates or not all(math.isfinite(r) for r in rates):
+        return None
+    from_positions = 1.0 + math.fsum(rates)
+    if not math.isfinite(mean_length) or abs(from_positions - mean_length) <= tolerance:
+        return None
+    return (
+        f"inconsistent spec-decode figures: 1 + Σ per-position rates = {from_positions:.4f} but "
+        f"1 + accepted/drafts = {mean_length:.4f} (positions missing, or a data-parallel deployment "
+        "undercounting); the per-position rates are not the whole acceptance"
+    )
 
 
 def acceptance_ledger(spec: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -47,4 +66,4 @@ def acceptance_ledger(spec: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-__all__ = ["NO_ROUNDS_NOTE", "VLLM_BENCH_NOTE", "acceptance_ledger"]
+__all__ = ["NO_ROUNDS_NOTE", "VLLM_BENCH_NOTE", "acceptance_ledger", "per_position_mismatch"]

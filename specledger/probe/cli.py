@@ -1,4 +1,4 @@
-"""CLI verbs ``probe`` and ``import-vllm-bench`` (registered by specledger/cli.py): parse the flags,
+"""CLI verbs ``probe``, ``import-vllm-bench`` and ``import`` (registered by specledger/cli.py): parse the flags,
 call the library (:mod:`~specledger.probe.endpoint`, :mod:`~specledger.probe.workload`,
 :mod:`~specledger.probe.outputs`), print the tables.
 
@@ -20,17 +20,21 @@ from rich.table import Table
 
 from specledger.errors import SpecLedgerError
 from specledger.probe.endpoint import load_tokenizer, run_probe
+from specledger.probe.guidellm import guidellm_version, load_guidellm
 from specledger.probe.loadgen import LoadConfig
 from specledger.probe.outputs import (
+    GUIDELLM_KIND,
+    GUIDELLM_NOTE,
+    VLLM_BENCH_KIND,
     check_new_run_dir,
     vllm_bench_document,
+    write_import_run,
     write_probe_dir,
-    write_vllm_bench_run,
 )
 from specledger.probe.records import ENDPOINT_DRAFTER, check_label
-from specledger.probe.vllm_bench import load_vllm_bench
+from specledger.probe.vllm_bench import load_vllm_bench_records, records_of
 from specledger.probe.workload import select_workload
-from specledger.rundir import HTML_NAME, META_NAME, PROBE_JSON, TRACE_NAME, VLLM_BENCH_JSON
+from specledger.rundir import GUIDELLM_JSON, HTML_NAME, META_NAME, PROBE_JSON, TRACE_NAME, VLLM_BENCH_JSON
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -64,16 +68,37 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         ("chunk ITL p50/p95/p99 (ms)", _pcts(summary.get("chunk_itl_ms"))),
         ("longest stall (ms)", _fmt(summary.get("longest_stall_ms"))),
         ("tokens per chunk", _fmt(summary.get("mean_tokens_per_chunk"))),
-    ]
+    ] + _optional_rows(summary)
 
 
-def spec_rows(spec: dict[str, Any] | None) -> list[tuple[str, str]]:
+def _optional_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """Rows only some sources have: goodput (vllm bench), llama.cpp's per-response draft counts."""
+    rows = []
+    if summary.get("request_goodput_req_s") is not None:
+        rows.append(("request goodput (req/s)", _fmt(summary["request_goodput_req_s"], 3)))
+    timings = summary.get("response_timings")
+    if timings:
+        rows.append((
+            "llama.cpp timings: accepted / drafted",
+            f"{_fmt(timings.get('num_accepted_tokens'), 0)} / {_fmt(timings.get('num_draft_tokens'), 0)}"
+            f" = {_fmt(timings.get('draft_acceptance_rate'), 3)} over {timings.get('responses')} responses",
+        ))
+    return rows
+
+
+NO_METRICS_REASON = "not measured (--no-metrics or no /metrics)"
+
+
+def spec_rows(spec: dict[str, Any] | None, missing: str = NO_METRICS_REASON) -> list[tuple[str, str]]:
+    """Spec-decode rows; ``missing`` says why there are none (it depends on where the figures come from)."""
     if not spec:
-        return [("spec decode", "not measured (--no-metrics or no /metrics)")]
+        return [("spec decode", missing)]
     rows = [("spec-decode source", _fmt(spec.get("source")))]
+    if spec.get("off"):
+        rows.append(("spec decode", "off (the server's gauges say so)"))
     for key, label in (
         ("num_drafts", "draft rounds"),
-        ("mean_acceptance_length", "mean acceptance length (1 + acc/drafts)"),
+        ("mean_acceptance_length", "pooled acceptance length (1 + Σacc/Σdrafts)"),
         ("draft_acceptance_rate", "draft acceptance rate (acc/draft tokens)"),
         ("sglang_accept_length", "SGLang accept length (gauge, bonus inside)"),
         ("sglang_accept_rate", "SGLang accept rate (gauge)"),
@@ -98,7 +123,8 @@ def render_report(
     per_column: dict[str, dict[str, str]] = {}
     warnings: list[tuple[str, str]] = []
     for name, report in columns.items():
-        rows = summary_rows(report["summary"]) + spec_rows(report.get("spec_decode"))
+        missing = report.get("spec_decode_note") or NO_METRICS_REASON
+        rows = summary_rows(report["summary"]) + spec_rows(report.get("spec_decode"), missing)
         per_column[name] = {label: value for label, value in rows if label != "warning"}
         warnings += [(name, value) for label, value in rows if label == "warning"]
         warnings += [(name, w) for w in report.get("warnings", [])]
@@ -228,32 +254,155 @@ def _without_results(full: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def import_vllm_bench(
-    file: Annotated[Path, typer.Argument(help="JSON written by `vllm bench serve --save-result`")],
-    out: Annotated[
-        Path | None, typer.Option(help="Run folder: vllm_bench.json (normalised) + run.json, then the report")
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the normalised summary as JSON")] = False,
-) -> None:
-    """Read a `vllm bench serve` result and show it with the probe's figures and caveats."""
-    result = load_vllm_bench(file)
-    summary = result.summary()
-    document = vllm_bench_document(str(file), summary, result.model_dump())
-    html_path = None
+Imported = tuple[int, str | None, dict[str, Any]]  # (1-based index, model, import document)
+
+
+def _write_and_show(file: Path, documents: list[Imported], out: Path | None, as_json: bool, title: str,
+                    kind: str, filename: str) -> None:
+    """Write one run folder per document (OUT itself for one, OUT/record-N for several) and build its
+    report; print the summaries as JSON or as one table with a column per document."""
+    written = []
     if out is not None:
-        write_vllm_bench_run(out, document, result.model_id)
         from specledger.report.build import build_report
 
-        html_path = build_report(out)[1]
+        for index, model, document in documents:
+            target = out if len(documents) == 1 else out / f"record-{index}"
+            write_import_run(target, document, model, kind=kind, filename=filename)
+            written.append(build_report(target)[1])
     if as_json:
-        typer.echo(json.dumps(document["summary"], indent=2, default=str))
+        payload = [d["summary"] for _, _, d in documents]
+        typer.echo(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2, default=str))
         return
-    report = {"summary": summary, "spec_decode": summary["spec_decode"], "warnings": []}
-    title = f"vllm bench serve: {result.model_id or file.name}"
     console = Console()
-    render_report(console, title, {"vllm bench": report}, None)
-    ledger = document["acceptance_ledger"]
-    if ledger.get("el_from_per_position") is not None:
-        console.print(f"E[L] = 1 + Σ Pr(K ≥ i) from the per-position rates: {ledger['el_from_per_position']:.3f}")
-    if html_path is not None:
-        console.print(f"wrote {out / VLLM_BENCH_JSON}; report: {html_path}")
+    columns = {
+        f"result {index}" if len(documents) > 1 else kind: {
+            "summary": document["summary"],
+            "spec_decode": document["summary"].get("spec_decode"),
+            "spec_decode_note": document["summary"].get("spec_decode_note"),
+            "warnings": [],
+        }
+        for index, _, document in documents
+    }
+    render_report(console, f"{title}: {documents[0][1] or file.name}", columns, None)
+    for index, _, document in documents:
+        ledger = document["acceptance_ledger"]
+        if ledger.get("el_from_per_position") is not None:
+            console.print(f"result {index}: E[L] = 1 + Σ Pr(K ≥ i) from the per-position rates: "
+                          f"{ledger['el_from_per_position']:.3f}")
+    for html_path in written:
+        console.print(f"wrote {html_path.parent / filename}; report: {html_path}")
+
+
+def _source(file: Path, index: int, count: int) -> str:
+    return str(file) if count == 1 else f"{file}#{index}"
+
+
+OutOption = Annotated[
+    Path | None,
+    typer.Option(help="Run folder: the normalised import + run.json, then the report; with several results, "
+                 "one folder per result (OUT/record-N)"),
+]
+RecordOption = Annotated[int | None, typer.Option(help="Only result N (1-based) of a file that holds several")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the normalised summary as JSON")]
+
+
+def import_vllm_bench(
+    file: Annotated[Path, typer.Argument(help="JSON or JSON Lines written by `vllm bench serve --save-result`")],
+    out: OutOption = None,
+    record: RecordOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Read `vllm bench serve` results (one JSON, or JSON Lines of several runs) and show them with the
+    probe's figures and caveats."""
+    chosen = records_of(load_vllm_bench_records(file), record)
+    documents = [
+        (i, r.model_id, vllm_bench_document(_source(file, i, len(chosen)), r.summary(), r.model_dump()))
+        for i, r in chosen
+    ]
+    _write_and_show(file, documents, out, as_json, "vllm bench serve", VLLM_BENCH_KIND, VLLM_BENCH_JSON)
+
+
+def import_guidellm(file: Path, out: Path | None, record: int | None, as_json: bool) -> None:
+    """A guidellm report: one document (and run folder) per benchmark of the report."""
+    raw, summaries = load_guidellm(file)
+    version = guidellm_version(raw)
+    chosen = [(i, s) for i, s in enumerate(summaries, start=1) if record is None or i == record]
+    if not chosen:
+        raise SpecLedgerError(f"--record {record} is out of range: the report holds {len(summaries)} benchmark(s)")
+    model = (raw.get("config") or {}).get("model") if isinstance(raw.get("config"), dict) else None
+    documents = [
+        (i, model if isinstance(model, str) else None,
+         vllm_bench_document(_source(file, i, len(chosen)), s, {"benchmark_index": i - 1}, GUIDELLM_NOTE, version))
+        for i, s in chosen
+    ]
+    _write_and_show(file, documents, out, as_json, "guidellm", GUIDELLM_KIND, GUIDELLM_JSON)
+
+
+def import_file(
+    file: Annotated[Path, typer.Argument(help="A `vllm bench serve` result (JSON / JSON Lines) or a guidellm report")],
+    out: OutOption = None,
+    record: RecordOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Import a benchmark result file, whatever wrote it (the format is sniffed), into a run folder."""
+    from specledger.probe.inspect_file import read_text, sniff
+
+    kind = sniff(read_text(file))
+    if kind == "guidellm":
+        import_guidellm(file, out, record, as_json)
+    elif kind == "vllm-bench":
+        import_vllm_bench(file, out, record, as_json)
+    else:
+        raise SpecLedgerError(
+            f"{file} is a {kind} file, not a benchmark result; `specledger inspect {file}` shows what it holds"
+        )
+
+
+def inspect(
+    file: Annotated[Path, typer.Argument(help="/metrics dump, SSE capture, vllm bench result or guidellm report")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was found as JSON")] = False,
+) -> None:
+    """Show what a saved file holds: engine, spec-decode figures (with definitions), latency, tokens per
+    chunk, and one line per thing that could not be read."""
+    from specledger.probe.inspect_file import inspect_file
+
+    found = inspect_file(file)
+    if as_json:
+        typer.echo(json.dumps(found, indent=2, default=str))
+        return
+    console = Console()
+    console.print(f"{file}: {found['format']}; engine {found.get('engine') or 'not stated'}; "
+                  f"version {found.get('version') or 'not stated'}")
+    if found.get("records"):
+        columns = {f"result {i}": {"summary": r, "spec_decode": r.get("spec_decode"),
+                                   "spec_decode_note": r.get("spec_decode_note"), "warnings": []}
+                   for i, r in enumerate(found["records"], start=1)}
+        render_report(console, f"{found['format']} results", columns, None)
+    table = Table(title="what the file holds", show_header=False)
+    for label, value in _inspect_rows(found):
+        table.add_row(label, value)
+    if table.row_count:
+        console.print(table)
+    for term, meaning in found["definitions"].items():
+        console.print(f"[dim]{term}: {meaning}[/dim]")
+    for line in found["unread"]:
+        console.print(f"[yellow]not read:[/yellow] {line}")
+
+
+def _inspect_rows(found: dict[str, Any]) -> list[tuple[str, str]]:
+    """Rows of a dump or a stream capture (benchmark results are shown as a result table instead)."""
+    rows: list[tuple[str, str]] = []
+    if found["format"] == "prometheus":
+        rows += spec_rows(found.get("spec_decode"), "none in this dump")
+        for key, h in (found.get("latency") or {}).items():
+            rows.append((f"{key} ({h['metric']})",
+                         f"mean {_fmt(h['mean_s'], 4)} s, p50/p95/p99 {_fmt(h['p50_s'], 4)} / {_fmt(h['p95_s'], 4)}"
+                         f" / {_fmt(h['p99_s'], 4)} s over {_fmt(h['count'], 0)}: {h['definition']}"))
+        for label, rate in (found.get("rates") or {}).items():
+            rows.append((label, _fmt(rate["value"])))
+    elif found["format"] == "sse":
+        for key, value in found["stream"].items():
+            rows.append((key.replace("_", " "), _fmt(value) if not isinstance(value, list) else ", ".join(value)))
+        rows += _optional_rows({"response_timings": found.get("spec_decode")})
+    return [(label, value) for label, value in rows if label != "warning"] + [
+        ("warning", value) for label, value in rows if label == "warning"]

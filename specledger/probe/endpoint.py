@@ -16,8 +16,10 @@ from specledger.probe.metrics import speedup, summarize
 from specledger.probe.prometheus import (
     MetricsSnapshot,
     SpecDecodeCounters,
+    counter_rates,
     latency_histogram_summaries,
     parse_prometheus_text,
+    spec_counter_engine,
     spec_decode_figures,
 )
 
@@ -96,8 +98,12 @@ def probe_endpoint(
 def _counters(snapshot: MetricsSnapshot | None) -> dict[str, Any] | None:
     if snapshot is None:
         return None
-    c = SpecDecodeCounters.from_snapshot(snapshot)
+    engine = spec_counter_engine(snapshot)
+    if engine is None or engine.spec is None:
+        return None
+    c = SpecDecodeCounters.from_snapshot(snapshot, engine.spec)
     return {
+        "engine": engine.engine,
         "num_drafts": c.num_drafts,
         "num_draft_tokens": c.num_draft_tokens,
         "num_accepted_tokens": c.num_accepted_tokens,
@@ -141,6 +147,7 @@ def probe_endpoint_results(
         report["spec_decode"] = spec_decode_figures(before, after).to_dict()
         report["spec_decode_counters"] = {"before": _counters(before), "after": _counters(after)}
         report["server_histograms"] = latency_histogram_summaries(before, after)
+        report["server_rates"] = counter_rates(before, after)
     if report["summary"]["requests_ok"] == 0:
         first = next((r.error for r in run.results if r.error), "no request finished")
         warnings.append(f"every request failed; first error: {first}")

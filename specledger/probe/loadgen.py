@@ -7,8 +7,10 @@ the duration has elapsed; requests in flight finish, bounded by the request time
 * open loop: Poisson arrivals at ``rate`` req/s, exponential gaps from a seeded RNG.
 
 Every token-bearing SSE chunk is timed with ``time.perf_counter`` (seconds since the request
-was sent). A chunk bears tokens when its text delta is non-empty; role-only or usage-only
-chunks are not timed. Tokens per chunk come from ``tokenizer(delta_text)`` when given, else
+was sent). A chunk bears tokens when its text delta or its reasoning delta
+(``reasoning_content``) is non-empty; role-only or usage-only chunks are not timed. Reasoning text is
+kept apart (``reasoning_text``) from the answer (``output_text``); llama.cpp's per-response
+``timings`` (draft tokens proposed and accepted) are kept as ``server_timings``. Tokens per chunk come from ``tokenizer(delta_text)`` when given, else
 1 per chunk; when the server reports ``usage.completion_tokens`` (``stream_options:
 {"include_usage": true}``) and the per-chunk counts disagree with it, they are reconciled
 (:func:`reconcile_chunk_tokens`).
@@ -179,6 +181,8 @@ class RequestResult:
     saw_done: bool = False
     finish_reason: str | None = None
     prompt_id: str | None = None  # PromptItem.id of the item this request sent
+    reasoning_text: str = ""  # delta.reasoning_content, timed and counted like the answer
+    server_timings: dict[str, Any] | None = None  # llama.cpp's per-response ``timings``, last seen
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -263,8 +267,11 @@ async def send_one(
     sent = time.perf_counter()
     result.start_s = sent - run_start
     texts: list[str] = []
+    reasoning: list[str] = []
     try:
-        await asyncio.wait_for(_exchange(client, config, item, sent, result, texts, tokenizer), config.timeout_s)
+        await asyncio.wait_for(
+            _exchange(client, config, item, sent, result, (texts, reasoning), tokenizer), config.timeout_s
+        )
     except asyncio.TimeoutError:
         got = f"after {len(result.chunk_times)} token chunks" if result.status == 200 else "before any answer"
         result.error = f"TotalTimeout: no complete answer within {config.timeout_s:g} s ({got})"
@@ -274,6 +281,7 @@ async def send_one(
         result.error = f"{type(exc).__name__}: {exc}"
     result.end_s = time.perf_counter() - run_start
     result.output_text = "".join(texts)
+    result.reasoning_text = "".join(reasoning)
     _finish_counts(result, tokenizer)
     result.ok = result.error is None
     return result
@@ -294,7 +302,8 @@ async def _head(response: httpx.Response, limit: int = 4096) -> str:
 
 
 async def _exchange(client: httpx.AsyncClient, config: LoadConfig, item: PromptItem, sent: float,
-                    result: RequestResult, texts: list[str], tokenizer: Tokenizer | None) -> None:
+                    result: RequestResult, texts: tuple[list[str], list[str]],
+                    tokenizer: Tokenizer | None) -> None:
     """The request itself: status, content type, every chunk; sets ``result.error`` for a failure."""
     decoder = OpenAIStreamDecoder()
     async with client.stream("POST", config.endpoint, json=build_payload(config, item)) as response:
@@ -318,9 +327,10 @@ async def _exchange(client: httpx.AsyncClient, config: LoadConfig, item: PromptI
 
 
 def _consume(
-    chunks, now: float, result: RequestResult, texts: list[str], tokenizer: Tokenizer | None
+    chunks, now: float, result: RequestResult, texts: tuple[list[str], list[str]], tokenizer: Tokenizer | None
 ) -> bool:
-    """Record decoded chunks; True once the stream is over ([DONE] or an error)."""
+    """Record decoded chunks into ``texts`` = (answer, reasoning); True once the stream is over ([DONE]
+    or an error)."""
     for chunk in chunks:
         if chunk.kind == "error":
             result.error = chunk.error
@@ -332,13 +342,17 @@ def _consume(
             result.usage_completion_tokens = chunk.usage["completion_tokens"]
         if chunk.finish_reason:
             result.finish_reason = chunk.finish_reason
-        if chunk.text:
+        if chunk.timings is not None:
+            result.server_timings = chunk.timings
+        generated = chunk.generated
+        if generated:
             if result.ttft_s is None:
                 result.ttft_s = now
             result.chunk_times.append(now)
-            result.chunk_tokens.append(_count_tokens(tokenizer, chunk.text))
-            result.chunk_chars.append(len(chunk.text))
-            texts.append(chunk.text)
+            result.chunk_tokens.append(_count_tokens(tokenizer, generated))
+            result.chunk_chars.append(len(generated))
+            texts[0].append(chunk.text)
+            texts[1].append(chunk.reasoning)
     return False
 
 

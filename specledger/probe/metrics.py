@@ -25,7 +25,7 @@ Conventions (times in seconds inside, reported in ms):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specledger.analysis.metrics import chunk_gaps, token_gaps, tpot
@@ -72,6 +72,36 @@ def error_counts(results: Sequence[RequestResult]) -> dict[str, int]:
     return dict(kinds)
 
 
+def _count(timings: Mapping[str, Any], key: str) -> float | None:
+    value = timings.get(key)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+    return float(value) if ok else None
+
+
+def response_timings_figures(timings: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """llama.cpp's per-response ``timings`` pooled over responses; None when no response has ``draft_n``.
+
+    ``draft_acceptance_rate`` = Σ draft_n_accepted / Σ draft_n (pooled: every proposed token weighs the
+    same); ``mean_request_acceptance_rate`` = mean over responses of draft_n_accepted / draft_n (every
+    response weighs the same). llama.cpp does not report draft rounds per response, so no acceptance
+    length. These are this client's requests only, unlike the server-wide /metrics counters.
+    """
+    pairs = [(_count(t, "draft_n"), _count(t, "draft_n_accepted")) for t in timings]
+    pairs = [(n, a) for n, a in pairs if n is not None and a is not None and a <= n]
+    if not pairs:
+        return None
+    drafted, accepted = sum(n for n, _ in pairs), sum(a for _, a in pairs)
+    rates = [a / n for n, a in pairs if n > 0]
+    return {
+        "source": "llama.cpp response timings",
+        "responses": len(pairs),
+        "num_draft_tokens": drafted,
+        "num_accepted_tokens": accepted,
+        "draft_acceptance_rate": accepted / drafted if drafted > 0 else None,
+        "mean_request_acceptance_rate": sum(rates) / len(rates) if rates else None,
+    }
+
+
 def summarize(results: Sequence[RequestResult], wall_time_s: float) -> dict[str, Any]:
     """The probe summary: counts, throughput, TTFT/TPOT/ITL percentiles (ms), stalls, chunking."""
     ok = [r for r in results if r.ok]
@@ -103,6 +133,7 @@ def summarize(results: Sequence[RequestResult], wall_time_s: float) -> dict[str,
         "longest_stall_ms": 1000.0 * max(chk_itl) if chk_itl else None,
         "mean_tokens_per_chunk": total_tokens / total_chunks if total_chunks else None,
         "requests_without_done": sum(1 for r in ok if not r.saw_done),
+        "response_timings": response_timings_figures([r.server_timings for r in ok if r.server_timings]),
         "conventions": {
             "token_itl": "a chunk of n tokens after gap g contributes g then n-1 zeros",
             "chunk_itl": "one gap per token-bearing chunk after the first (vllm bench serve's ITL)",

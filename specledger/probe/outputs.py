@@ -32,6 +32,8 @@ from specledger.rundir import (
 )
 
 VLLM_BENCH_KIND = "vllm-bench"
+GUIDELLM_KIND = "guidellm"
+GUIDELLM_NOTE = "guidellm reports client-side aggregates and per-request totals only: no round-level ledger"
 
 
 def check_new_run_dir(out: Path) -> None:
@@ -91,29 +93,37 @@ def write_probe_run(out: Path, records: Sequence[RequestRecord], meta: Mapping[s
     write_json_atomic(out / META_NAME, dict(meta))
 
 
-def vllm_bench_document(source_file: str, summary: Mapping[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
-    """The normalised ``vllm_bench.json``: source, summary (probe keys) and the acceptance ledger."""
+def vllm_bench_document(
+    source_file: str, summary: Mapping[str, Any], raw: Mapping[str, Any], note: str = VLLM_BENCH_NOTE,
+    version: str | None = None,
+) -> dict[str, Any]:
+    """The normalised import document (``vllm_bench.json``, ``guidellm.json``): source, summary (probe
+    keys), the acceptance ledger, and the raw record."""
     return json_safe(
         {
             "source_file": source_file,
+            "version": version,
             "summary": dict(summary),
             "acceptance_ledger": acceptance_ledger(summary.get("spec_decode")),
-            "note": VLLM_BENCH_NOTE,
+            "note": note,
             "raw": dict(raw),
         }
     )
 
 
-def write_vllm_bench_run(out: Path, document: Mapping[str, Any], model: str | None) -> None:
-    """``out/vllm_bench.json`` and, unless the folder already has one, ``out/run.json`` (kind vllm-bench)."""
+def write_import_run(
+    out: Path, document: Mapping[str, Any], model: str | None, kind: str = VLLM_BENCH_KIND,
+    filename: str = VLLM_BENCH_JSON,
+) -> None:
+    """``out/<filename>`` and, unless the folder already has one, ``out/run.json`` (``kind``)."""
     out = Path(out)
-    write_json_atomic(out / VLLM_BENCH_JSON, document)
+    write_json_atomic(out / filename, document)
     meta_path = out / META_NAME
     if not meta_path.exists():
         write_json_atomic(
             meta_path,
             {
-                "kind": VLLM_BENCH_KIND,
+                "kind": kind,
                 "name": out.name,
                 "model": model or "",
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -121,6 +131,11 @@ def write_vllm_bench_run(out: Path, document: Mapping[str, Any], model: str | No
                 "note": document.get("note"),
             },
         )
+
+
+def write_vllm_bench_run(out: Path, document: Mapping[str, Any], model: str | None) -> None:
+    """``out/vllm_bench.json`` and, unless the folder already has one, ``out/run.json`` (kind vllm-bench)."""
+    write_import_run(out, document, model)
 
 
 def write_probe_dir(
@@ -168,6 +183,7 @@ __all__ = [
     "probe_run_meta",
     "vllm_bench_document",
     "write_probe_dir",
+    "write_import_run",
     "write_probe_run",
     "write_vllm_bench_run",
 ]

@@ -1,4 +1,4 @@
-"""Prometheus text exposition -> speculative-decoding and latency figures.
+"""Prometheus text exposition -> speculative-decoding and latency figures, for every engine.
 
 Parsing is delegated to ``prometheus_client.parser`` and wrapped so that malformed input
 raises :class:`SpecLedgerError` naming the offending line, never another exception.
@@ -17,7 +17,14 @@ Conventions (K = accepted candidates of a draft round, L = K + 1 committed token
   (:func:`specledger.ledger.acceptance.conditional_ratios`: as measured, None where undefined).
 * SGLang exposes gauges ``sglang:spec_accept_length`` (bonus token counted inside) and
   ``sglang:spec_accept_rate``: gauges are not deltas, so the after-scrape value is reported
-  and it describes the whole server, not this probe.
+  and it describes the whole server, not this probe. Both are 0 when speculation is off: read as
+  ``off``, never as a measured length of 0.
+* Consistency: 1 + Σ_i per_position_rates[i] must equal 1 + accepted / drafts (every accepted token
+  sits at one position); a gap larger than half a token per draft round is warned (positions missing
+  from the dump, or a data-parallel deployment whose per-position counters undercount).
+
+Which names each engine exports (vLLM v1 and v0, SGLang, llama.cpp, TGI) is the table of
+:mod:`specledger.probe.engines`; every reader here looks names up there.
 """
 
 from __future__ import annotations
@@ -30,20 +37,29 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specledger.errors import SpecLedgerError
 from specledger.ledger.acceptance import conditional_ratios
+from specledger.probe.acceptance import per_position_mismatch
+from specledger.probe.engines import (
+    ENGINES,
+    LATENCY_DEFINITIONS,
+    SGLANG,
+    VLLM,
+    EngineNames,
+    SpecCounterNames,
+    engines_in,
+)
 
 SERVER_WIDE_WARNING = (
     "server-wide counters: they include any other traffic the server handled during the probe window"
 )
+DUMP_WARNING = "one scrape: counters are totals since the server started, over all its traffic"
 
-VLLM_DRAFTS = "vllm:spec_decode_num_drafts"
-VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
-VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
-VLLM_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
-SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
-SGLANG_ACCEPT_RATE = "sglang:spec_accept_rate"
-
-TTFT_HISTOGRAM = "vllm:time_to_first_token_seconds"
-ITL_HISTOGRAMS = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+# Kept for callers that name vLLM's counters directly; every name lives in :mod:`specledger.probe.engines`.
+VLLM_DRAFTS = VLLM.spec.drafts
+VLLM_DRAFT_TOKENS = VLLM.spec.draft_tokens
+VLLM_ACCEPTED = VLLM.spec.accepted
+VLLM_ACCEPTED_PER_POS = VLLM.spec.accepted_per_pos
+SGLANG_ACCEPT_LENGTH = SGLANG.accept_length_gauge
+SGLANG_ACCEPT_RATE = SGLANG.accept_rate_gauge
 
 
 @dataclass(frozen=True)
@@ -63,6 +79,9 @@ class MetricsSnapshot:
 
     def names(self) -> set[str]:
         return {s.name for s in self.samples}
+
+
+EMPTY_SNAPSHOT = MetricsSnapshot(samples=())
 
 
 def _first_bad_line(text: str) -> tuple[int, str, str]:
@@ -121,15 +140,20 @@ def counter_by_label(snapshot: MetricsSnapshot, name: str, label: str) -> dict[s
     return out
 
 
+def gauge_values(snapshot: MetricsSnapshot, name: str) -> list[float]:
+    """The finite values of gauge ``name``, one per label set (e.g. per data-parallel rank)."""
+    return [s.value for s in snapshot.samples if s.name == name and math.isfinite(s.value)]
+
+
 def gauge_mean(snapshot: MetricsSnapshot, name: str) -> float | None:
     """Mean of gauge ``name`` across label sets (e.g. one per data-parallel rank); None if absent."""
-    values = [s.value for s in snapshot.samples if s.name == name and math.isfinite(s.value)]
+    values = gauge_values(snapshot, name)
     return math.fsum(values) / len(values) if values else None
 
 
 @dataclass(frozen=True)
 class SpecDecodeCounters:
-    """vLLM spec-decode counters of one scrape (summed across labels); None where absent."""
+    """Spec-decode counters of one scrape (summed across labels); None where absent."""
 
     num_drafts: float | None
     num_draft_tokens: float | None
@@ -137,25 +161,31 @@ class SpecDecodeCounters:
     accepted_per_pos: dict[int, float] = field(default_factory=dict)
 
     @classmethod
-    def from_snapshot(cls, snapshot: MetricsSnapshot) -> SpecDecodeCounters:
+    def from_snapshot(cls, snapshot: MetricsSnapshot, names: SpecCounterNames = VLLM.spec) -> SpecDecodeCounters:
         per_pos: dict[int, float] = {}
-        for position, value in counter_by_label(snapshot, VLLM_ACCEPTED_PER_POS, "position").items():
+        for position, value in counter_by_label(snapshot, names.accepted_per_pos, "position").items():
             try:
                 per_pos[int(position)] = value
             except ValueError:
                 raise SpecLedgerError(
-                    f"{VLLM_ACCEPTED_PER_POS} has a non-integer position label {position!r}"
+                    f"{names.accepted_per_pos} has a non-integer position label {position!r}"
                 ) from None
         return cls(
-            num_drafts=counter_total(snapshot, VLLM_DRAFTS),
-            num_draft_tokens=counter_total(snapshot, VLLM_DRAFT_TOKENS),
-            num_accepted_tokens=counter_total(snapshot, VLLM_ACCEPTED),
+            num_drafts=counter_total(snapshot, names.drafts),
+            num_draft_tokens=counter_total(snapshot, names.draft_tokens),
+            num_accepted_tokens=counter_total(snapshot, names.accepted),
             accepted_per_pos=per_pos,
         )
 
     @property
     def present(self) -> bool:
         return self.num_drafts is not None
+
+
+def spec_counter_engine(snapshot: MetricsSnapshot) -> EngineNames | None:
+    """The first engine (vLLM, then llama.cpp) whose spec-decode drafts counter ``snapshot`` holds."""
+    names = {_base_name(n) for n in snapshot.names()}
+    return next((e for e in ENGINES if e.spec is not None and e.spec.drafts in names), None)
 
 
 def _delta(before: float | None, after: float | None) -> float | None:
@@ -181,63 +211,137 @@ def counters_delta(before: SpecDecodeCounters, after: SpecDecodeCounters) -> Spe
 
 @dataclass
 class SpecDecodeFigures:
-    """Spec-decode figures for a probe window, with their provenance and caveats."""
+    """Spec-decode figures for a probe window, with their provenance and caveats.
 
-    source: str | None = None  # "vllm", "sglang" or None when the server exposes neither
+    Two acceptance lengths that users confuse: ``mean_acceptance_length`` is *pooled* over draft rounds
+    (1 + Σ accepted / Σ drafts, every round weighs the same); a per-request mean (the mean over requests of
+    each request's own 1 + accepted/drafts) weighs short requests as much as long ones, and differs.
+    """
+
+    source: str | None = None  # "vllm", "vllm v0", "llama.cpp", "sglang" or None when none is exposed
     num_drafts: float | None = None
     num_draft_tokens: float | None = None
     num_accepted_tokens: float | None = None
-    mean_acceptance_length: float | None = None  # 1 + accepted/drafts (bonus token counted)
+    mean_acceptance_length: float | None = None  # 1 + accepted/drafts (bonus token counted), pooled
     mean_accepted_per_draft: float | None = None  # accepted/drafts = E[K] (no bonus token)
     draft_acceptance_rate: float | None = None  # accepted/draft_tokens
     per_position_rates: list[float] = field(default_factory=list)  # Pr(K >= i+1)
     conditional_rates: list[float | None] = field(default_factory=list)  # a_{i+1}
     sglang_accept_length: float | None = None  # gauge, bonus token counted inside
     sglang_accept_rate: float | None = None  # gauge
+    off: bool = False  # the engine states that speculation is off (SGLang's zero gauges)
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
 
-def spec_decode_figures(before: MetricsSnapshot, after: MetricsSnapshot) -> SpecDecodeFigures:
-    """Spec-decode figures over the window between two scrapes (see module docstring)."""
-    figures = SpecDecodeFigures(warnings=[SERVER_WIDE_WARNING])
-    after_counters = SpecDecodeCounters.from_snapshot(after)
-    if after_counters.present:
-        figures.source = "vllm"
-        delta = counters_delta(SpecDecodeCounters.from_snapshot(before), after_counters)
-        figures.num_drafts = delta.num_drafts
-        figures.num_draft_tokens = delta.num_draft_tokens
-        figures.num_accepted_tokens = delta.num_accepted_tokens
-        values = [delta.num_drafts, delta.num_draft_tokens, delta.num_accepted_tokens]
-        values += list(delta.accepted_per_pos.values())
-        if any(v is not None and v < 0 for v in values):
-            figures.warnings.append("a counter went backwards between scrapes (server restarted?)")
-            return figures
-        drafts, accepted = delta.num_drafts or 0.0, delta.num_accepted_tokens
-        if drafts > 0 and accepted is not None:
-            figures.mean_accepted_per_draft = accepted / drafts
-            figures.mean_acceptance_length = 1.0 + accepted / drafts
-        if delta.num_draft_tokens and accepted is not None:
-            figures.draft_acceptance_rate = accepted / delta.num_draft_tokens
-        if drafts > 0 and delta.accepted_per_pos:
-            last = max(delta.accepted_per_pos)
-            rates = [delta.accepted_per_pos.get(p, 0.0) / drafts for p in range(last + 1)]
-            figures.per_position_rates = rates
-            figures.conditional_rates = conditional_ratios(rates)
-        if drafts == 0:
-            figures.warnings.append("no draft rounds during the probe window (spec decoding off or idle?)")
-    accept_length = gauge_mean(after, SGLANG_ACCEPT_LENGTH)
-    accept_rate = gauge_mean(after, SGLANG_ACCEPT_RATE)
-    if accept_length is not None or accept_rate is not None:
-        figures.source = figures.source or "sglang"
-        figures.sglang_accept_length = accept_length
-        figures.sglang_accept_rate = accept_rate
-        figures.warnings.append(
-            "SGLang spec_accept_length/spec_accept_rate are gauges (after-scrape value, server-wide, "
-            "not a delta); SGLang's accept length counts the bonus token inside"
+def _counter_figures(figures: SpecDecodeFigures, names: SpecCounterNames, before: MetricsSnapshot,
+                     after: MetricsSnapshot) -> None:
+    """Drafts, tokens, accepted and per-position rates from the counters' window delta."""
+    delta = counters_delta(SpecDecodeCounters.from_snapshot(before, names),
+                           SpecDecodeCounters.from_snapshot(after, names))
+    figures.num_drafts = delta.num_drafts
+    figures.num_draft_tokens = delta.num_draft_tokens
+    figures.num_accepted_tokens = delta.num_accepted_tokens
+    values = [delta.num_drafts, delta.num_draft_tokens, delta.num_accepted_tokens]
+    values += list(delta.accepted_per_pos.values())
+    if any(v is not None and v < 0 for v in values):
+        figures.warnings.append("a counter went backwards between scrapes (server restarted?)")
+        return
+    drafts, accepted = delta.num_drafts or 0.0, delta.num_accepted_tokens
+    if drafts > 0 and accepted is not None:
+        figures.mean_accepted_per_draft = accepted / drafts
+        figures.mean_acceptance_length = 1.0 + accepted / drafts
+    if delta.num_draft_tokens and accepted is not None:
+        figures.draft_acceptance_rate = accepted / delta.num_draft_tokens
+    per_pos = dict(delta.accepted_per_pos)
+    if names.trim_trailing_zero_positions:
+        while per_pos and per_pos[max(per_pos)] == 0:
+            del per_pos[max(per_pos)]
+    if drafts > 0 and per_pos:
+        last = max(per_pos)
+        missing = [p for p in range(last + 1) if p not in per_pos]
+        if missing:
+            figures.warnings.append(
+                f"{names.accepted_per_pos} lacks position(s) {', '.join(map(str, missing[:8]))}; counted as 0"
+            )
+        figures.per_position_rates = [per_pos.get(p, 0.0) / drafts for p in range(last + 1)]
+        figures.conditional_rates = conditional_ratios(figures.per_position_rates)
+        mismatch = per_position_mismatch(
+            figures.mean_acceptance_length, figures.per_position_rates, tolerance=0.5 / drafts
         )
+        if mismatch:
+            figures.warnings.append(mismatch)
+    if drafts == 0:
+        figures.warnings.append("no draft rounds in the window (spec decoding off or idle?)")
+
+
+def _legacy_vllm_figures(figures: SpecDecodeFigures, before: MetricsSnapshot, after: MetricsSnapshot) -> bool:
+    """vLLM v0: drafts = emitted - accepted (each round emits its accepted tokens plus one); True if found."""
+    emitted = _delta(counter_total(before, VLLM.legacy_emitted_counter),
+                     counter_total(after, VLLM.legacy_emitted_counter))
+    if emitted is None:
+        return False
+    figures.source = "vllm v0"
+    accepted = _delta(counter_total(before, VLLM.legacy_accepted), counter_total(after, VLLM.legacy_accepted))
+    tokens = _delta(counter_total(before, VLLM.legacy_draft_tokens), counter_total(after, VLLM.legacy_draft_tokens))
+    figures.num_accepted_tokens, figures.num_draft_tokens = accepted, tokens
+    if accepted is not None and emitted - accepted > 0 and accepted >= 0:
+        figures.num_drafts = emitted - accepted
+        figures.mean_accepted_per_draft = accepted / figures.num_drafts
+        figures.mean_acceptance_length = emitted / figures.num_drafts
+    if accepted is not None and tokens:
+        figures.draft_acceptance_rate = accepted / tokens
+    elif (gauge := gauge_mean(after, VLLM.legacy_acceptance_rate_gauge)) is not None:
+        figures.draft_acceptance_rate = gauge
+    figures.warnings.append("vLLM v0 counters: draft rounds derived as emitted - accepted tokens")
+    return True
+
+
+def _gauge_figures(figures: SpecDecodeFigures, engine: EngineNames, after: MetricsSnapshot) -> None:
+    """SGLang's gauges (after-scrape value). A rank that exports 0 is not speculating: SGLang's accept
+    length counts the bonus token, so a measured length is at least 1. All zero means off."""
+    lengths = gauge_values(after, engine.accept_length_gauge)
+    rates = gauge_values(after, engine.accept_rate_gauge)
+    if not lengths and not rates:
+        return
+    figures.source = figures.source or engine.engine
+    measured = [v for v in lengths if v > 0]
+    if not measured and not any(v > 0 for v in rates):
+        figures.off = True
+        figures.warnings.append(
+            f"{engine.accept_length_gauge} is 0: speculative decoding is off on this server (0 is SGLang's "
+            "'off', not a measured length: a measured length counts the bonus token, so it is at least 1)"
+        )
+        return
+    if any(v < 1 for v in measured):
+        figures.warnings.append(f"{engine.accept_length_gauge} below 1 on some rank: not a possible length")
+    figures.sglang_accept_length = math.fsum(measured) / len(measured) if measured else None
+    kept = [r for r, n in zip(rates, lengths) if n > 0] if len(rates) == len(lengths) else rates
+    figures.sglang_accept_rate = math.fsum(kept) / len(kept) if kept else None
+    figures.warnings.append(
+        "SGLang spec_accept_length/spec_accept_rate are gauges (after-scrape value, server-wide, "
+        "not a delta); SGLang's accept length counts the bonus token inside"
+    )
+    if len(measured) < len(lengths):
+        figures.warnings.append("ranks exporting spec_accept_length 0 (not speculating) are left out of the mean")
+
+
+def spec_decode_figures(
+    before: MetricsSnapshot, after: MetricsSnapshot, scope_warning: str = SERVER_WIDE_WARNING
+) -> SpecDecodeFigures:
+    """Spec-decode figures over the window between two scrapes (see module docstring), read with the
+    name tables of :mod:`specledger.probe.engines`: vLLM v1 or llama.cpp counters, else vLLM v0 counters;
+    SGLang gauges. Pass :data:`EMPTY_SNAPSHOT` as ``before`` to read one dump (totals since start)."""
+    figures = SpecDecodeFigures(warnings=[scope_warning])
+    engine = spec_counter_engine(after)
+    if engine is not None and engine.spec is not None:
+        figures.source = engine.engine
+        _counter_figures(figures, engine.spec, before, after)
+    else:
+        _legacy_vllm_figures(figures, before, after)
+    _gauge_figures(figures, SGLANG, after)
     if figures.source is None:
         figures.warnings.append("the server exposes no spec-decode metrics")
     return figures
@@ -322,21 +426,39 @@ def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> floa
 
 
 def latency_histogram_summaries(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str, dict]:
-    """TTFT and inter-token latency histogram deltas -> {mean, p50, p95, p99, count} in seconds."""
+    """Latency histogram deltas of every engine found in ``after`` -> {quantity: {metric, definition, count,
+    mean_s, p50_s, p95_s, p99_s}} (quantities of :data:`~specledger.probe.engines.LATENCY_DEFINITIONS`;
+    for each, the first name of the first engine that exports one)."""
     out: dict[str, dict] = {}
-    candidates = {"ttft": (TTFT_HISTOGRAM,), "itl": ITL_HISTOGRAMS}
-    for key, names in candidates.items():
-        for name in names:
-            after_hist = histogram_from_snapshot(after, name)
-            if after_hist is None:
+    for engine in engines_in(after.names()):
+        for key, names in engine.histograms.items():
+            for name in names:
+                after_hist = histogram_from_snapshot(after, name)
+                if key in out or after_hist is None:
+                    continue
+                delta = histogram_delta(histogram_from_snapshot(before, name), after_hist)
+                out[key] = {
+                    "metric": name,
+                    "definition": LATENCY_DEFINITIONS[key],
+                    "count": delta.count,
+                    "mean_s": delta.mean,
+                    **{f"p{int(q * 100)}_s": histogram_quantile(q, delta.buckets) for q in (0.5, 0.95, 0.99)},
+                    "approximate": "interpolated within histogram buckets; server-wide",
+                }
+    return out
+
+
+def counter_rates(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str, dict]:
+    """Rates the engines' counter pairs give over the window: Δnumerator / Δdenominator (llama.cpp's
+    tokens_predicted / tokens_predicted_seconds is the generation speed of one busy slot, not wall-clock
+    throughput); None where the denominator did not grow."""
+    out: dict[str, dict] = {}
+    for engine in engines_in(after.names()):
+        for label, numerator, denominator in engine.rates:
+            num = _delta(counter_total(before, numerator), counter_total(after, numerator))
+            den = _delta(counter_total(before, denominator), counter_total(after, denominator))
+            if num is None or den is None:
                 continue
-            delta = histogram_delta(histogram_from_snapshot(before, name), after_hist)
-            out[key] = {
-                "metric": name,
-                "count": delta.count,
-                "mean_s": delta.mean,
-                **{f"p{int(q * 100)}_s": histogram_quantile(q, delta.buckets) for q in (0.5, 0.95, 0.99)},
-                "approximate": "interpolated within histogram buckets; server-wide",
-            }
-            break
+            out[label] = {"numerator": numerator, "denominator": denominator,
+                          "value": num / den if den > 0 else None}
     return out

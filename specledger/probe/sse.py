@@ -11,7 +11,16 @@ by ``feed`` over the chunks followed by ``close`` are the same.
 :func:`interpret_event` maps one event of an OpenAI-compatible stream to a
 :class:`StreamChunk`: text delta (``choices[0].text`` for /v1/completions,
 ``choices[0].delta.content`` for /v1/chat/completions), ``usage`` when present, ``[DONE]``,
-or an error object for malformed JSON -- never an exception.
+or an error object for malformed JSON -- never an exception. Engine additions read too:
+
+* reasoning text, ``choices[0].delta.reasoning_content`` (llama.cpp with ``--reasoning-format``,
+  vLLM and SGLang reasoning parsers) or ``delta.reasoning`` (vLLM >= 0.10): generated tokens, so a
+  chunk that carries only reasoning is still a token-bearing chunk;
+* llama.cpp's per-response ``timings`` object (``tools/server/server.cpp``, ``result_timings``:
+  ``prompt_n``, ``predicted_n``, ``predicted_ms`` ..., and ``draft_n`` / ``draft_n_accepted`` when a
+  draft model runs), on the last chunk of a stream;
+* TGI's native ``/generate_stream`` events, ``{"token": {"text": ...}, "details": ...}``
+  (``router/src/lib.rs``, ``StreamResponse``).
 """
 
 from __future__ import annotations
@@ -139,6 +148,15 @@ class StreamChunk:
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
     error: str | None = None
+    reasoning: str = ""  # delta.reasoning_content / delta.reasoning
+    timings: dict[str, Any] | None = None  # llama.cpp's per-response timings
+    model: str | None = None
+    system_fingerprint: str | None = None  # llama.cpp: its build, e.g. "b6100-..."
+
+    @property
+    def generated(self) -> str:
+        """Every generated character of the chunk: reasoning then content."""
+        return self.reasoning + self.text
 
 
 def _error(message: str) -> StreamChunk:
@@ -167,26 +185,51 @@ def interpret_event(event: SSEEvent) -> StreamChunk:
     usage = obj.get("usage")
     if usage is not None and not isinstance(usage, dict):
         return _error("'usage' in stream chunk is not an object")
+    timings = obj.get("timings")
+    if timings is not None and not isinstance(timings, dict):
+        return _error("'timings' in stream chunk is not an object")
+    extras: dict[str, Any] = {
+        "timings": timings,
+        "model": obj.get("model") if isinstance(obj.get("model"), str) else None,
+        "system_fingerprint": fp if isinstance(fp := obj.get("system_fingerprint"), str) else None,
+    }
     choices = obj.get("choices")
+    if choices is None and isinstance(obj.get("token"), dict):
+        return _tgi_token(obj["token"], usage, extras)
     if choices is None or choices == []:
-        return StreamChunk(kind="usage", usage=usage) if usage else StreamChunk(kind="delta", usage=None)
+        if usage:
+            return StreamChunk(kind="usage", usage=usage, **extras)
+        return StreamChunk(kind="delta", usage=None, **extras)
     if not isinstance(choices, list) or not isinstance(choices[0], dict):
         return _error("'choices' in stream chunk is not a list of objects")
     choice = choices[0]
     text = choice.get("text")
+    reasoning: Any = ""
     if text is None:
         delta = choice.get("delta")
         if delta is not None and not isinstance(delta, dict):
             return _error("'choices[0].delta' in stream chunk is not an object")
-        text = (delta or {}).get("content")
-    if text is None:
-        text = ""
-    if not isinstance(text, str):
-        return _error("stream chunk text/content is not a string")
+        delta = delta or {}
+        text = delta.get("content")
+        reasoning = delta.get("reasoning_content")
+        reasoning = delta.get("reasoning") if reasoning is None else reasoning
+    text = "" if text is None else text
+    reasoning = "" if reasoning is None else reasoning
+    if not isinstance(text, str) or not isinstance(reasoning, str):
+        return _error("stream chunk text/content/reasoning_content is not a string")
     finish = choice.get("finish_reason")
     return StreamChunk(
-        kind="delta", text=text, usage=usage, finish_reason=finish if isinstance(finish, str) else None
+        kind="delta", text=text, usage=usage, finish_reason=finish if isinstance(finish, str) else None,
+        reasoning=reasoning, **extras,
     )
+
+
+def _tgi_token(token: dict[str, Any], usage: dict[str, Any] | None, extras: dict[str, Any]) -> StreamChunk:
+    """TGI ``/generate_stream``: one token per event; special tokens carry no text."""
+    text = token.get("text")
+    if not isinstance(text, str):
+        return _error("TGI stream 'token.text' is not a string")
+    return StreamChunk(kind="delta", text="" if token.get("special") is True else text, usage=usage, **extras)
 
 
 class OpenAIStreamDecoder:

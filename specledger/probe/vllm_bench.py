@@ -1,4 +1,4 @@
-"""Import a ``vllm bench serve --save-result`` JSON file.
+"""Import a ``vllm bench serve --save-result`` JSON file, or a JSON Lines file of several runs.
 
 Field names follow vLLM's ``vllm/benchmarks/serve.py`` (``benchmark()`` builds the result
 dict; ``process_one_metric`` adds ``mean_/median_/std_/p{P}_{ttft,tpot,itl,e2el}_ms``):
@@ -9,8 +9,11 @@ dict; ``process_one_metric`` adds ``mean_/median_/std_/p{P}_{ttft,tpot,itl,e2el}
   (unconditional Pr(K >= i+1)); all computed from /metrics deltas, hence server-wide,
 * vLLM's ITL is per streamed chunk (chunk-level), TPOT = (latency - ttft) / (output_len - 1).
 
-Unknown fields are kept (``model_extra``); every known field is optional; a wrong type
-raises SpecLedgerError naming the field.
+Older scripts (``benchmarks/benchmark_serving.py``, vLLM <= 0.9) write goodput under the key
+``"request_goodput:"`` (with a colon); it is read as ``request_goodput``. With ``--append-result``
+(or several runs saved to one file) the file is JSON Lines, one result per line
+(:func:`parse_vllm_bench_records`). Unknown fields are kept (``model_extra``); every known field is
+optional; a wrong type raises SpecLedgerError naming the field (and the line of a JSON Lines file).
 """
 
 from __future__ import annotations
@@ -25,8 +28,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 
 from specledger.errors import SpecLedgerError
 from specledger.ledger.acceptance import conditional_ratios
+from specledger.probe.acceptance import per_position_mismatch
 from specledger.probe.prometheus import SERVER_WIDE_WARNING
 
+OLD_GOODPUT_KEY = "request_goodput:"
+NO_SPEC_NOTE = (
+    "not in this file: no spec_decode_* fields (the server ran without speculative decoding, or vLLM "
+    "could not read its /metrics)"
+)
 _PERCENTILE_KEY = re.compile(r"^p(\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
 _INT_FIELDS = (
     "completed",
@@ -106,6 +115,17 @@ class VllmBenchResult(BaseModel):
             return int(value)
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_goodput_key(cls, data: Any) -> Any:
+        """benchmark_serving.py wrote ``"request_goodput:"``; the declared field wins when both are set."""
+        if isinstance(data, dict) and OLD_GOODPUT_KEY in data:
+            data = dict(data)
+            old = data.pop(OLD_GOODPUT_KEY)
+            if data.get("request_goodput") is None:
+                data["request_goodput"] = old
+        return data
+
     @model_validator(mode="after")
     def _extra_latency_fields_are_numbers(self) -> VllmBenchResult:
         for key, value in (self.model_extra or {}).items():
@@ -141,6 +161,10 @@ class VllmBenchResult(BaseModel):
         spec = None
         if self.spec_decode_acceptance_length is not None or self.spec_decode_num_drafts is not None:
             rate = self.spec_decode_acceptance_rate
+            drafts = self.spec_decode_num_drafts
+            mismatch = per_position_mismatch(
+                self.spec_decode_acceptance_length, rates, 0.5 / drafts if drafts else 1e-3
+            )
             spec = {
                 "source": "vllm bench serve",
                 "num_drafts": self.spec_decode_num_drafts,
@@ -153,6 +177,7 @@ class VllmBenchResult(BaseModel):
                 "warnings": [
                     SERVER_WIDE_WARNING,
                     "vLLM's acceptance rate is stored in percent; shown as a fraction",
+                    *([mismatch] if mismatch else []),
                 ],
             }
         return {
@@ -162,12 +187,14 @@ class VllmBenchResult(BaseModel):
             "wall_time_s": self.duration,
             "output_throughput_tok_s": self.output_throughput,
             "request_throughput_req_s": self.request_throughput,
+            "request_goodput_req_s": self.request_goodput,
             "total_output_tokens": self.total_output_tokens,
             "ttft_ms": latency("ttft"),
             "tpot_ms": latency("tpot"),
             "chunk_itl_ms": latency("itl"),
             "e2el_ms": latency("e2el"),
             "spec_decode": spec,
+            "spec_decode_note": None if spec else NO_SPEC_NOTE,
         }
 
 
@@ -193,14 +220,24 @@ def parse_vllm_bench(obj: Any, source: str = "vllm bench result") -> VllmBenchRe
         ) from None
 
 
-def load_vllm_bench(path: str | Path) -> VllmBenchResult:
-    """Read and validate a result file; unreadable or non-JSON -> SpecLedgerError."""
+def load_vllm_bench_records(path: str | Path) -> list[VllmBenchResult]:
+    """Every result of a file (one for JSON, one per line for JSON Lines); unreadable -> SpecLedgerError."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecLedgerError(f"cannot read vllm bench result {path}: {exc}") from None
-    return parse_vllm_bench_text(text, source=str(path))
+    return parse_vllm_bench_records(text, source=str(path))
+
+
+def load_vllm_bench(path: str | Path) -> VllmBenchResult:
+    """The single result of a file; a JSON Lines file of several runs -> SpecLedgerError naming --record."""
+    records = load_vllm_bench_records(path)
+    if len(records) > 1:
+        raise SpecLedgerError(
+            f"{path} holds {len(records)} results (JSON Lines); choose one with --record N (1-based)"
+        )
+    return records[0]
 
 
 def parse_vllm_bench_text(text: str, source: str = "vllm bench result") -> VllmBenchResult:
@@ -209,6 +246,36 @@ def parse_vllm_bench_text(text: str, source: str = "vllm bench result") -> VllmB
         obj = json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise SpecLedgerError(
-            f"{source} is not JSON ({exc}); pass a `vllm bench serve` result file"
+            f"{source} is not JSON ({exc}); pass a `vllm bench serve --save-result` file (JSON, or JSON Lines "
+            "with one result per line)"
         ) from None
     return parse_vllm_bench(obj, source=source)
+
+
+def parse_vllm_bench_records(text: str, source: str = "vllm bench result") -> list[VllmBenchResult]:
+    """One result (a JSON document) or several (JSON Lines: one object per non-blank line, as
+    ``--append-result`` writes); the error of a bad line names it."""
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        if len(lines) < 2 or not _is_json_object(lines[0][1]):
+            return [parse_vllm_bench_text(text, source)]  # not JSON Lines either: the document's error
+        return [parse_vllm_bench_text(line, f"{source} line {n}") for n, line in lines]
+    return [parse_vllm_bench(obj, source=source)]
+
+
+def _is_json_object(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
+def records_of(results: list[VllmBenchResult], record: int | None) -> list[tuple[int, VllmBenchResult]]:
+    """(1-based index, result) of every result, or of result ``record`` only."""
+    if record is None:
+        return list(enumerate(results, start=1))
+    if not 1 <= record <= len(results):
+        raise SpecLedgerError(f"--record {record} is out of range: the file holds {len(results)} result(s)")
+    return [(record, results[record - 1])]

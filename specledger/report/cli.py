@@ -128,7 +128,7 @@ def print_experiments(summary: dict[str, Any], console: Console | None = None) -
             console.print(f"  {p['goodput_vs_best_static']['statement']}")
     if experiments.get("serving"):
         print_serving(experiments["serving"], console)
-    if experiments.get("probe") or experiments.get("vllm_bench"):
+    if experiments.get("probe") or experiments.get("vllm_bench") or experiments.get("guidellm"):
         print_endpoint_figures(experiments, console)
 
 
@@ -245,9 +245,9 @@ def print_endpoint_figures(experiments: dict[str, Any], console: Console) -> Non
     """Endpoint figures of ``specledger probe`` / ``import-vllm-bench``: one row per endpoint (client-side
     throughput and latency, server-side acceptance from /metrics) and the server-wide warnings."""
     views = list((experiments.get("probe") or {}).get("endpoints") or [])
-    bench = experiments.get("vllm_bench")
-    if bench:
-        views.append({"role": "vllm bench", "url": bench.get("source_file"), **bench})
+    for key, role in (("vllm_bench", "vllm bench"), ("guidellm", "guidellm")):
+        if experiments.get(key):
+            views.append({"role": role, "url": experiments[key].get("source_file"), **experiments[key]})
     table = Table(title="endpoint figures (client-side timings, server-wide acceptance)", header_style="bold")
     for col in ("endpoint", "tok/s", "TTFT P99", "TPOT P50", "chunk ITL P99", "E[L] reported", "E[L] 1+ΣPr(K≥i)",
                 "a_i"):

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from specledger.probe.acceptance import NO_ROUNDS_NOTE, VLLM_BENCH_NOTE, acceptance_ledger
-from specledger.rundir import PROBE_JSON, VLLM_BENCH_JSON, json_safe, read_json
+from specledger.rundir import GUIDELLM_JSON, PROBE_JSON, VLLM_BENCH_JSON, json_safe, read_json
 
 _SUMMARY_KEYS = (
     "requests_ok",
@@ -23,6 +23,7 @@ _SUMMARY_KEYS = (
     "token_itl_ms",
     "chunk_itl_ms",
     "e2el_ms",
+    "tpot_incl_ttft_ms",
     "longest_stall_ms",
     "mean_tokens_per_chunk",
 )
@@ -53,7 +54,8 @@ def _endpoint_view(report: Mapping[str, Any], role: str) -> dict[str, Any]:
 
 def endpoint_experiments(run_dir: str | Path) -> dict[str, Any]:
     """The endpoint figures of ``run_dir`` for the report: ``{"probe": ...}`` from ``probe.json`` and
-    ``{"vllm_bench": ...}`` from ``vllm_bench.json`` (each only when present; per-request results dropped)."""
+    ``{"vllm_bench": ...}`` from ``vllm_bench.json`` and ``{"guidellm": ...}`` from ``guidellm.json`` (each only
+    when present; per-request results dropped)."""
     run_dir = Path(run_dir)
     out: dict[str, Any] = {}
     probe = _read_object(run_dir / PROBE_JSON)
@@ -62,16 +64,19 @@ def endpoint_experiments(run_dir: str | Path) -> dict[str, Any]:
         if isinstance(probe.get("baseline"), dict):
             views.append(_endpoint_view(probe["baseline"], "baseline"))
         out["probe"] = json_safe({"endpoints": views, "speedup": probe.get("speedup"), "note": NO_ROUNDS_NOTE})
-    bench = _read_object(run_dir / VLLM_BENCH_JSON)
-    if bench and isinstance(bench.get("summary"), dict):
+    for name, key in ((VLLM_BENCH_JSON, "vllm_bench"), (GUIDELLM_JSON, "guidellm")):
+        bench = _read_object(run_dir / name)
+        if not bench or not isinstance(bench.get("summary"), dict):
+            continue
         summary = bench["summary"]
-        out["vllm_bench"] = json_safe(
+        out[key] = json_safe(
             {
                 "source_file": bench.get("source_file"),
                 "summary": {k: summary.get(k) for k in _SUMMARY_KEYS},
                 "spec_decode": summary.get("spec_decode"),
                 "acceptance_ledger": bench.get("acceptance_ledger") or acceptance_ledger(summary.get("spec_decode")),
                 "note": bench.get("note") or VLLM_BENCH_NOTE,
+                "version": bench.get("version"),
             }
         )
     return out

@@ -38,7 +38,8 @@ def _gammas(text: str) -> list[int | str]:
 
 
 def resolve_cost(run: Any, profile: Path | None, hardware: str | None, model_config: Path | None,
-                 eff_memory: float, eff_compute: float, draft_model_config: Path | None = None) -> Any:
+                 eff_memory: float, eff_compute: float, draft_model_config: Path | None = None,
+                 roofline_terms: str = "graphs") -> Any:
     """--profile FILE, or --hardware with --model-config [--draft-model-config] (roofline), or the run's own costs."""
     from specledger.simulate.profile import fit_serving_cost, load_cost
 
@@ -56,7 +57,7 @@ def resolve_cost(run: Any, profile: Path | None, hardware: str | None, model_con
                 "head_dim, dtype; a Hugging Face config.json works)")
         draft = load_model_config(draft_model_config) if draft_model_config is not None else None
         return roofline(hardware, load_model_config(model_config), eff_memory, eff_compute,  # type: ignore[arg-type]
-                        draft_model=draft)
+                        draft_model=draft, terms=roofline_terms)
     if (run.path / "cost_model.json").is_file():
         return load_cost(run.path / "cost_model.json")
     serving = run.serving_records()
@@ -90,6 +91,8 @@ def simulate(
                                                                  "memory).")] = None,
     eff_memory: Annotated[float, typer.Option(help="Roofline: assumed fraction of peak bandwidth.")] = 0.7,
     eff_compute: Annotated[float, typer.Option(help="Roofline: assumed fraction of peak FLOP/s.")] = 0.5,
+    roofline_terms: Annotated[str, typer.Option(help="Roofline: bound (the pure roofline) | graphs (+ a CUDA-graph "
+                                                     "engine's overheads) | eager (+ PyTorch eager's).")] = "graphs",
     requests: Annotated[int, typer.Option(help="Requests per point.")] = 1000,
     replicas: Annotated[int, typer.Option(help="Replicas behind the router.")] = 1,
     router: Annotated[str, typer.Option(help="round_robin | least_outstanding")] = "least_outstanding",
@@ -123,6 +126,7 @@ def simulate(
     from specledger.simulate.arrivals import closed_loop, poisson, replay_file
     from specledger.simulate.cluster import SLO, capacity_plan, crossover_map
     from specledger.simulate.cluster import router as make_router
+    from specledger.simulate.engine import break_even_verify_premium
     from specledger.simulate.engine import simulate as run_sim
     from specledger.simulate.replica import ServerConfig
     from specledger.simulate.source import load_run, tables_per_gamma
@@ -147,7 +151,12 @@ def simulate(
     ctx_list = _csv(contexts, int, "--contexts", "512,2048,8192")
     require(not ctx_list or bool(concs), "a crossover map (--contexts) needs --concurrency levels")
     run = load_run(from_)
-    cost = resolve_cost(run, profile, hardware, model_config, eff_memory, eff_compute, draft_model_config)
+    if hardware is not None:
+        from specledger.simulate.hardware import overheads
+
+        overheads(roofline_terms)
+    cost = resolve_cost(run, profile, hardware, model_config, eff_memory, eff_compute, draft_model_config,
+                        roofline_terms)
     settings: list[int | str] = [0] + [g for g in gammas if g != 0]
     max_g = max([16, *[g for g in gammas if isinstance(g, int)]])
     tables = {g: t for g, (t, _) in tables_per_gamma(run.records, drafter, settings, max_g, chains).items()}
@@ -184,6 +193,7 @@ def simulate(
     for p in points:
         b = base[(p.get("concurrency"), p.get("rate"), p.get("replay"))]
         p["speedup"] = p["throughput_tok_s"] / b["throughput_tok_s"] if b["throughput_tok_s"] else None
+        p["break_even_verify_premium"] = break_even_verify_premium(p["speedup"], p)
     elapsed = time.perf_counter() - t0
 
     doc: dict[str, Any] = {
@@ -216,14 +226,17 @@ def simulate(
         return
     console = Console()
     console.print(f"[bold]specledger simulate[/] from {run.path} -- cost: {cost.source}")
-    tab = Table("load", "setting", "tok/s", "speed-up", "TPOT P50 ms", "TTFT P50 ms", "ITL P99 ms", "stall ms",
-                "preempt")
+    tab = Table("load", "setting", "tok/s", "speed-up", "verify x", "break-even x", "TPOT P50 ms", "TTFT P50 ms",
+                "ITL P99 ms", "stall ms", "preempt")
     for p in points:
         load = next(f"{k}={p[k]}" for k in ("concurrency", "rate", "replay") if k in p)
         tab.add_row(load, p["setting"], f"{p['throughput_tok_s']:.1f}", f"{p['speedup']:.3f}",
-                    _f(p["tpot_p50_ms"]), _f(p["ttft_p50_ms"]), _f(p["itl_p99_ms"]), _f(p["longest_stall_ms"]),
-                    str(p["preemptions"]))
+                    _f(p["verify_ratio"], 2), _f(p["break_even_verify_premium"], 2), _f(p["tpot_p50_ms"]),
+                    _f(p["ttft_p50_ms"]), _f(p["itl_p99_ms"]), _f(p["longest_stall_ms"]), str(p["preemptions"]))
     console.print(tab)
+    console.print("verify x: the verify step's cost over the same step without candidates, as priced here; "
+                  "break-even x: the value at which the speed-up would be 1.0 (hold it against your engine's "
+                  "measured T(γ+1 rows) / T(1 row)).")
     for row in doc.get("capacity_plan", []):
         console.print(f"rate {row['rate']:g}/s {row['setting']}: {row['replicas'] or '> 256'} replicas "
                       f"({row['slo']})")
@@ -232,5 +245,5 @@ def simulate(
     console.print(f"simulated in {elapsed:.1f} s" + (f"; wrote {out / SIMULATE_JSON}" if out else ""))
 
 
-def _f(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.1f}"
+def _f(x: float | None, digits: int = 1) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"

@@ -24,7 +24,7 @@ import numpy as np
 from specledger.errors import require
 from specledger.simulate.arrivals import closed_loop, poisson
 from specledger.simulate.chains import ChainTable
-from specledger.simulate.engine import Router, round_robin, simulate
+from specledger.simulate.engine import Router, break_even_verify_premium, round_robin, simulate
 from specledger.simulate.replica import Replica, ServerConfig
 
 
@@ -122,20 +122,22 @@ def with_context(table: ChainTable, context: int) -> ChainTable:
 def crossover_map(table: ChainTable, concurrencies: Sequence[int], contexts: Sequence[int], cost: Any,
                   settings: Sequence[int | str], config: ServerConfig, n_requests: int = 200,
                   seed: int = 0) -> list[dict[str, Any]]:
-    """Over load x context: each setting's throughput speed-up over plain and the best setting per cell."""
+    """Over load x context: each setting's throughput speed-up over plain, its break-even verify premium
+    (:func:`~specledger.simulate.engine.break_even_verify_premium`) and the best setting per cell."""
     cells = []
     for ctx in contexts:
         t = with_context(table, ctx)
         for c in concurrencies:
             cfg = dataclasses.replace(config, max_num_seqs=max(config.max_num_seqs, c))
             base = simulate(t, closed_loop(c), n_requests, cost, 0, config=cfg, seed=seed).metrics()
-            speed = {}
+            speed, premium = {}, {}
             for g in settings:
                 if g == 0:
                     continue
                 m = simulate(t, closed_loop(c), n_requests, cost, g, config=cfg, seed=seed).metrics()
                 speed[str(g)] = m["throughput_tok_s"] / base["throughput_tok_s"]
+                premium[str(g)] = break_even_verify_premium(speed[str(g)], m)
             best = max(speed, key=lambda k: speed[k], default=None)
-            cells.append({"context": ctx, "concurrency": c, "speedup": speed,
+            cells.append({"context": ctx, "concurrency": c, "speedup": speed, "break_even_verify_premium": premium,
                           "best": best if best is not None and speed[best] > 1.0 else "plain"})
     return cells

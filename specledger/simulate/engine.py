@@ -13,6 +13,9 @@ throughput = output tokens / makespan (0 -> last token); TTFT = first token - ar
 (last - first token) / (tokens - 1); chunk ITL = gaps between a request's emissions (what a
 streaming client waits); token ITL adds the zero gaps inside a chunk; longest stall = largest
 chunk gap. Little's law holds by construction: mean in-flight = arrival rate x mean latency.
+Verify cost: ``verify_ratio`` = V / V_1, the speculative steps' forward seconds over what the same
+forwards cost without their candidate rows (the verify premium the cost model assumed);
+:func:`break_even_verify_premium` turns a speed-up into the premium at which it would vanish.
 """
 
 from __future__ import annotations
@@ -94,7 +97,33 @@ class SimResult:
             "acceptance_rate": L.accepted_sum / L.proposed_sum if L.proposed_sum else None,
             "peak_kv_tokens": L.peak_kv_tokens,
             "replicas": self.replicas,
+            "verify_s": L.verify_s,
+            "verify_base_s": L.verify_base_s,
+            "verify_ratio": L.verify_s / L.verify_base_s if L.verify_base_s > 0 else None,
         }
+
+
+def break_even_verify_premium(speedup: float | None, m: dict[str, Any]) -> float | None:
+    """The verify premium r* = T(verify step) / T(the same step without candidates) at which this point's
+    throughput speed-up S over plain would fall to 1.0, all else held (``m``: the point's :meth:`SimResult.metrics`).
+
+    With C = replicas x makespan the replica-seconds, V = ``verify_s`` the forward seconds of the
+    speculative steps and V_1 = ``verify_base_s`` theirs without the candidate rows: scaling the verify
+    forwards by x makes C(x) = (C - V) + x V (the rest -- drafting, scheduling, prefill, plain steps,
+    idle -- held), so S(x) = S C / (C - V + x V); S(x*) = 1 gives
+
+        x* = 1 + (S - 1) C / V,     r* = x* V / V_1
+
+    (r* = x* times the ratio the cost model assumed, V / V_1). A user holds r* against their engine's
+    measured T(gamma + 1 rows) / T(1 row) without trusting the cost model: above r*, speculation loses.
+    Exact when the schedule does not depend on step times (one replica in a closed loop); otherwise
+    first-order (arrivals would meet a different batch). r* <= 0: no verify price makes it pay (the
+    drafting and other overheads alone cost the speed-up). None without speculative steps."""
+    if speedup is None or not m.get("verify_s") or not m.get("verify_base_s"):
+        return None
+    v, v1 = m["verify_s"], m["verify_base_s"]
+    x = 1.0 + (speedup - 1.0) * m["replicas"] * m["wall_s"] / v
+    return x * v / v1
 
 
 def _zero_padded_std(gaps: np.ndarray, zeros: int) -> float | None:
@@ -233,5 +262,7 @@ def simulate(
             finished = rep.step()
         feed.finish(finished, rep.clock)
     done = feed.done
+    ledger.verify_s = sum(r.verify_s for r in reps)  # replica by replica: the same floats on every path
+    ledger.verify_base_s = sum(r.verify_base_s for r in reps)
     makespan = float(np.nanmax(ledger.t_last)) if done else 0.0
     return SimResult(ledger, makespan, replicas, arrivals.label)

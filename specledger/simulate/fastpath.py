@@ -21,8 +21,9 @@ trim or preempt: the step path prices them). Each step s costs, as :meth:`Replic
     R_s = sum_i (P_is + 1) (+ the prompts prefilled in step 0),  C_s = sum_i context_is / B
 
 with the same float operations in the same order (the emission clock is a left-to-right sum; a sum
-over requests is numpy's pairwise sum, :func:`_pairwise_sum`), so the ledger is the step path's to
-the last bit (gap entries are appended per segment, step-major).
+over requests is numpy's pairwise sum, :func:`_pairwise_sum`; the replica's ``verify_s`` and
+``verify_base_s`` are left-to-right sums over its speculative steps, as the step path adds them), so
+the ledger is the step path's to the last bit (gap entries are appended per segment, step-major).
 
 Two ways to run a segment, both with that outcome:
 
@@ -200,6 +201,9 @@ def _segment_arrays(rep: Replica, t: float, finished: list[int], bound: float, g
     if npre:
         rows[0] += pre_tokens
     fwd = step_costs(rep.cost, np.maximum(rows, b), b, ctx_mean).tolist()
+    spec = np.flatnonzero(psum > 0)  # speculative steps: also priced without their candidate rows
+    base = dict(zip(spec.tolist(), step_costs(rep.cost, np.maximum(rows[spec] - psum[spec], b), b,
+                                              ctx_mean[spec]).tolist()))
     if rep.drafter != "none" and gam > 0:
         dcost = draft_costs(rep.cost, rep.drafter, np.ascontiguousarray(g.T), ctx_mean)
         draft = dcost.sum(axis=1).tolist()
@@ -217,6 +221,10 @@ def _segment_arrays(rep: Replica, t: float, finished: list[int], bound: float, g
         f = fwd[s] * noise[s] if noise is not None else fwd[s]
         tt = tt + draft[s] + f + other
         emit.append(tt)
+        f1 = base.get(s)
+        if f1 is not None:
+            rep.verify_s += f
+            rep.verify_base_s += f1 * noise[s] if noise is not None else f1
     n = len(emit)
     _commit(rep, t, emit, n, b, raw, cum, prop, acc, dec, rows, blocks, rem0, fresh, npre)
     return rep.retire(finished)
@@ -394,11 +402,8 @@ def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, bound: 
     step_s = rep.fast_step_s
     if step_s is None:
         step_s = rep.fast_step_s = scalar_step(cost)
-    roof = type(cost) is RooflineCost  # RooflineTerms.time inlined below (its operations, in its order)
-    if roof:
-        k = cost.terms()
-        m_kv, w_bytes, two_p, attn = k.kv, k.weights, k.flops_row, k.flops_attn
-        c_den, m_den, launch = k.compute, k.memory, k.launch
+    # a roofline: RooflineTerms.time itself (rb >= b >= 1 and ctx_mean >= 0, so its clamps change nothing)
+    roof_time = cost.terms().time if type(cost) is RooflineCost else None
     draft_on = rep.drafter != "none" and g_max > 0
     flat_draft = (cost.model_free_draft_s if type(cost) is RooflineCost
                   and not (cost.draft_model is not None and rep.drafter in DRAFT_MODEL_DRAFTERS) else None)
@@ -415,6 +420,7 @@ def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, bound: 
     gaps: list[float] = []
     waiting = rep.waiting
     rows_sum = rounds = prop_sum = acc_sum = peak = batch_sum = 0
+    verify_s, verify_base_s = rep.verify_s, rep.verify_base_s
     tt = t
     s = 0
     fallback = False  # stop before a step the step path must take
@@ -564,17 +570,16 @@ def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, bound: 
                             price[g] = float(cost.draft_s(rep.drafter, g, ctx_mean))
                     d_sum = _pairwise_sum([price[g] if g > 0 else 0.0 for g in gs])
         rb = rows if rows > b else b
-        if roof:  # rb >= b >= 1 and ctx_mean >= 0: the roofline's clamps change nothing
-            byt = w_bytes + b * ctx_mean * m_kv + rb * m_kv
-            flops = two_p * rb + attn * rb * ctx_mean
-            x, y = flops / c_den, byt / m_den
-            f = (x if x >= y else y) + launch
-        else:
-            f = float(step_s(rb, b, ctx_mean))
+        f = roof_time(rb, b, ctx_mean) if roof_time is not None else float(step_s(rb, b, ctx_mean))
         if noise_on:
             if s >= len(noise):
                 noise.extend(rep.forward_noise(16, len(noise)) or [])
             f *= noise[s]
+        if psum:  # a speculative step: also priced without its candidate rows
+            r1 = rows - psum if rows - psum > b else b
+            f1 = roof_time(r1, b, ctx_mean) if roof_time is not None else float(step_s(r1, b, ctx_mean))
+            verify_s += f
+            verify_base_s += f1 * noise[s] if noise_on else f1
         other = others.get(b)
         if other is None:
             other = others[b] = float(cost.other_s(b))
@@ -674,6 +679,7 @@ def _run_scalar(rep: Replica, t: float, finished: list[int], feed: Feed, bound: 
     L.proposed_sum += prop_sum
     L.accepted_sum += acc_sum
     L.peak_kv_tokens = max(L.peak_kv_tokens, peak * bs)
+    rep.verify_s, rep.verify_base_s = verify_s, verify_base_s
     rep.nstep += s
     rep.last_dt = (tt - t) / s
     rep.clock = tt

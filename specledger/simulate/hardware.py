@@ -1,16 +1,23 @@
 """Roofline cost profiles: a model config and a hardware table -> a CostModel-compatible object.
 
 For machines this one cannot reach, the simulator prices a step from first principles, labelled
-as such ("roofline (assumed efficiency ...)"), never as a measurement.
+as such ("roofline lower bound + assumed overheads (...)"), never as a measurement.
 
 One packed forward over R rows (tokens) for B requests at mean context C:
 
     bytes  = W + B * C * m_KV + R * m_KV            weights once, every request's KV read, new KV written
-    flops  = 2 * P_active * R + 4 * L * H * d_h * R * C   matmuls + attention (QK^T and PV)
+    flops  = 2 * P_active * pad(R) + 4 * L * H * d_h * (eff_compute / eff_attn) * R * C
     T_step = max(flops / (peak * eff_compute), bytes / (bandwidth * eff_memory)) + t_launch
+             + L * k * t_kernel                     kernel launches, k per layer
+             + [R > B] * L * k_multi * t_kernel     the q > 1 attention path (someone verifies several rows)
+             + R * (V * b_logit / (bandwidth * eff_memory) + t_row)   logits written and read, sampling per row
 
 with W the weight bytes, m_KV = 2 * L * H_kv * d_h * bytes-per-element the KV bytes per token,
-P the parameters, L layers, H query heads of d_h. Prefill of n tokens is one step with R = n,
+P the parameters, L layers, H query heads of d_h, V the vocabulary, pad(R) the smallest CUDA-graph
+capture size >= R (R itself above the largest). The first line is the pure roofline, a lower bound
+(``Overheads`` "bound" keeps only it); the others are what engines add on top of it, with defaults
+from public figures (:data:`OVERHEADS`, each cited there) -- still assumed, never measured here.
+Prefill of n tokens is one step with R = n,
 B = 1 and C = n / 2 (causal attention sees half the prompt on average). Drafting: model-free
 drafters (ngram, suffix) cost ``model_free_draft_s`` per round; the ``model`` drafter with a draft
 model config (``--draft-model-config``) costs, per request and round, ``gamma`` one-row steps of the
@@ -21,6 +28,7 @@ may use. ``other_s`` is the scheduler / sampling overhead per step, assumed.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +78,7 @@ class ModelConfig:
     head_dim: int
     dtype: str = "bfloat16"
     name: str = ""
+    vocab: int = 0  # logits per row (0: unknown, sampling's logits traffic left out)
 
     @property
     def bytes_per_element(self) -> float:
@@ -108,10 +117,12 @@ def model_config_from_dict(d: dict[str, Any], name: str = "") -> ModelConfig:
             dtype = str(d.get("torch_dtype") or d.get("dtype") or "bfloat16")
             return ModelConfig(params=float(d.get("params") or _hf_params(d)), layers=int(d["num_hidden_layers"]),
                                heads=heads, kv_heads=int(d.get("num_key_value_heads", heads)), head_dim=hd,
-                               dtype=dtype, name=name or str(d.get("_name_or_path", "")))
+                               dtype=dtype, name=name or str(d.get("_name_or_path", "")),
+                               vocab=int(d.get("vocab_size", 32000)))
         return ModelConfig(params=float(d["params"]), layers=int(d["layers"]), heads=int(d.get("heads", d["kv_heads"])),
                            kv_heads=int(d["kv_heads"]), head_dim=int(d["head_dim"]),
-                           dtype=str(d.get("dtype", "bfloat16")), name=name or str(d.get("name", "")))
+                           dtype=str(d.get("dtype", "bfloat16")), name=name or str(d.get("name", "")),
+                           vocab=int(d.get("vocab", 0)))
     except (KeyError, TypeError, ValueError) as exc:
         raise SpecLedgerError(f"model config lacks or mistypes {exc}; give params, layers, heads, kv_heads, "
                               "head_dim, dtype (or a Hugging Face config.json)") from None
@@ -132,13 +143,83 @@ def hardware(name: str) -> Hardware:
     return HARDWARE[key]
 
 
+#: vLLM's default CUDA-graph capture sizes (rows per step): 1, 2, 4, then every multiple of 8 up to 512
+#: (vLLM's ``CompilationConfig.cudagraph_capture_sizes`` default, ``max_capture_size`` 512 in v1; v0's
+#: ``_BATCH_SIZES_TO_CAPTURE`` was the same list up to 256). A step with more rows runs without a graph.
+VLLM_CAPTURE_SIZES: tuple[int, ...] = (1, 2, 4, *range(8, 513, 8))
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """What a real engine pays on top of the roofline, per step (see the module docstring's formula).
+
+    ``launch_s`` seconds per kernel launch, ``kernels_per_layer`` launches per decoder layer, and
+    ``multi_row_kernels`` extra launch-equivalents per layer when any request has more than one row
+    (the q > 1 attention path); ``eff_attn`` the fraction of peak FLOP/s attention reaches (None: the
+    matmuls' ``eff_compute``); ``logit_bytes`` bytes per row and vocabulary entry that sampling moves
+    (written, then read); ``sample_row_s`` a fixed cost per row (sampling / rejection bookkeeping);
+    ``capture_sizes`` the CUDA-graph shapes a step's rows round up to (empty: no padding)."""
+
+    name: str
+    launch_s: float = 0.0
+    kernels_per_layer: int = 0
+    multi_row_kernels: float = 0.0
+    eff_attn: float | None = None
+    logit_bytes: float = 0.0
+    sample_row_s: float = 0.0
+    capture_sizes: tuple[int, ...] = ()
+
+
+#: The overhead presets; each default is a public figure (or labelled an assumption where none is known).
+#:
+#: * ``bound`` -- the pure roofline: nothing on top. A lower bound for any engine.
+#: * ``graphs`` (the default) -- a vLLM-like engine with CUDA graphs:
+#:   - ``launch_s`` 1 us: NVIDIA's "Getting Started with CUDA Graphs" (A. Gray, NVIDIA developer blog,
+#:     2019) times a chain of short (~2.9 us) kernels at ~3.8 us each launched on a stream and ~3.4 us each
+#:     from a graph (V100), i.e. roughly 0.5-1 us of launch gap per kernel that graphs do not remove
+#:     (figures as recalled, not re-checked here); we take 1 us.
+#:   - ``kernels_per_layer`` 10: counted in vLLM's LlamaDecoderLayer (fused add+RMSNorm, QKV GEMM, RoPE,
+#:     KV-cache write, attention, O GEMM, fused add+RMSNorm, gate-up GEMM, SiLU-and-mul, down GEMM).
+#:   - ``multi_row_kernels`` 1: the varlen / prefill attention path (query-length metadata, masking or a
+#:     split-KV merge) priced as one more launch per layer -- an assumption: no public figure isolates it.
+#:   - ``eff_attn`` 0.35: FlashAttention-3 (Shah et al., 2024) reports FlashAttention-2 reaching only ~35%
+#:     of H100 peak (FA3 itself ~75%, 740 TFLOP/s fp16 at long sequences); verification's short query
+#:     tiles do worse, so 0.35 keeps the price a lower bound.
+#:   - ``logit_bytes`` 8: float32 logits (vLLM's sampler upcasts to fp32) written once and read once.
+#:   - ``sample_row_s`` 1 us: per-row sampling / rejection bookkeeping -- an assumption.
+#:   - ``capture_sizes``: :data:`VLLM_CAPTURE_SIZES`.
+#: * ``eager`` -- PyTorch eager (Hugging Face transformers-like), no graphs, no padding:
+#:   - ``launch_s`` 5 us: the low end of the ~5-10 us per-op framework overhead of eager PyTorch (Horace
+#:     He, "Making Deep Learning Go Brrrr From First Principles", 2022, the overhead section; PyTorch
+#:     profiler traces of small ops on A100/H100 show the same order).
+#:   - ``kernels_per_layer`` 40: counted in transformers' eager LlamaDecoderLayer (two unfused RMSNorms of
+#:     ~6 ops each, q/k/v/o and gate/up/down GEMMs, RoPE ~5 ops each for q and k, the cache concatenations,
+#:     repeat_kv copies, SDPA, activation, multiply, two residual adds, layout copies).
+#:   - the rest as ``graphs``.
+OVERHEADS: dict[str, Overheads] = {
+    "bound": Overheads("bound"),
+    "graphs": Overheads("graphs", 1e-6, 10, 1.0, 0.35, 8.0, 1e-6, VLLM_CAPTURE_SIZES),
+    "eager": Overheads("eager", 5e-6, 40, 1.0, 0.35, 8.0, 1e-6, ()),
+}
+
+
+def overheads(name: str) -> Overheads:
+    require(name in OVERHEADS, f"unknown roofline terms {name!r}; use one of {', '.join(OVERHEADS)}")
+    return OVERHEADS[name]
+
+
 @dataclass(frozen=True)
 class RooflineTerms:
     """One model's roofline constants on one machine: for R rows of B requests at mean context C,
 
-        T = max((flops_row * R + flops_attn * R * C) / compute, (weights + B * C * kv + R * kv) / memory) + launch
+        T = max((flops_row * pad(R) + flops_attn * R * C) / compute, (weights + B * C * kv + R * kv) / memory)
+            + launch + launches + [R > B] * multi_row + R * (logits / memory + row_s)
 
-    flops_row = 2 P, flops_attn = 4 L H d_h, kv = m_KV, compute / memory = the assumed-efficient peaks.
+    flops_row = 2 P, flops_attn = 4 L H d_h (eff_compute / eff_attn) (attention's FLOPs at the matmul
+    rate), kv = m_KV, compute / memory = the assumed-efficient peaks, launch the fixed per-step cost,
+    launches = L k t_kernel, multi_row = L k_multi t_kernel, logits = V b_logit bytes per row, row_s per
+    row, pad(R) the smallest of ``capture`` >= R (R above them all). With every overhead zero and no
+    capture sizes this is the pure roofline (``Overheads`` "bound"), operation for operation.
     :meth:`time` (floats) and :meth:`times` (arrays) do the same operations in the same order, so a
     simulator that prices steps one at a time or many at once gets the same floats."""
 
@@ -149,16 +230,37 @@ class RooflineTerms:
     compute: float
     memory: float
     launch: float
+    launches: float = 0.0
+    multi_row: float = 0.0
+    logits: float = 0.0
+    row_s: float = 0.0
+    capture: tuple[int, ...] = ()
+
+    def pad(self, rows: float) -> float:
+        """The smallest capture size >= rows; rows itself above the largest (or with none)."""
+        i = bisect_left(self.capture, rows)
+        return self.capture[i] if i < len(self.capture) else rows
+
+    def pads(self, rows: np.ndarray) -> np.ndarray:
+        """:meth:`pad` of every element."""
+        if not self.capture:
+            return rows
+        cap = np.asarray(self.capture)
+        i = np.searchsorted(cap, rows, side="left")
+        return np.where(i < cap.shape[0], cap[np.minimum(i, cap.shape[0] - 1)], rows)
 
     def time(self, rows: float, batch: float, context: float) -> float:
         byt = self.weights + batch * context * self.kv + rows * self.kv
-        flops = self.flops_row * rows + self.flops_attn * rows * context
-        return max(flops / self.compute, byt / self.memory) + self.launch
+        flops = self.flops_row * self.pad(rows) + self.flops_attn * rows * context
+        t = max(flops / self.compute, byt / self.memory) + self.launch
+        return t + self.launches + (self.multi_row if rows > batch else 0.0) + rows * (self.logits / self.memory + self.row_s)
 
     def times(self, rows: np.ndarray, batch: float, context: np.ndarray) -> np.ndarray:
         byt = self.weights + batch * context * self.kv + rows * self.kv
-        flops = self.flops_row * rows + self.flops_attn * rows * context
-        return np.maximum(flops / self.compute, byt / self.memory) + self.launch
+        flops = self.flops_row * self.pads(rows) + self.flops_attn * rows * context
+        t = np.maximum(flops / self.compute, byt / self.memory) + self.launch
+        return (t + self.launches + np.where(rows > batch, self.multi_row, 0.0)
+                + rows * (self.logits / self.memory + self.row_s))
 
 
 @dataclass
@@ -173,23 +275,39 @@ class RooflineCost:
     other_base_s: float = 3e-4
     other_per_request_s: float = 2e-5
     draft_model: ModelConfig | None = None
+    overheads: Overheads = OVERHEADS["graphs"]
     extra: dict[str, Any] = field(default_factory=dict)
     _terms: dict[ModelConfig, RooflineTerms] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def source(self) -> str:
-        return (f"roofline {self.hw.name} x {self.model.name or 'model'} (assumed efficiency: memory "
-                f"{self.eff_memory:.0%}, compute {self.eff_compute:.0%}; not measured)")
+        o = self.overheads
+        eff = (f"assumed efficiency: memory {self.eff_memory:.0%}, compute {self.eff_compute:.0%}; not measured")
+        if o.name == "bound":
+            return f"roofline lower bound {self.hw.name} x {self.model.name or 'model'} ({eff})"
+        return (f"roofline lower bound + assumed overheads ({o.name}: {o.launch_s * 1e6:g} us x "
+                f"{o.kernels_per_layer} kernels/layer, attention at {self.eff_attn:.0%} of peak, "
+                f"{'padded to CUDA-graph sizes, ' if o.capture_sizes else ''}sampling per row) "
+                f"{self.hw.name} x {self.model.name or 'model'} ({eff})")
+
+    @property
+    def eff_attn(self) -> float:
+        """Attention's fraction of peak FLOP/s: the overheads' ``eff_attn``, else the matmuls'."""
+        return self.overheads.eff_attn if self.overheads.eff_attn is not None else self.eff_compute
 
     def terms(self, m: ModelConfig | None = None) -> RooflineTerms:
-        """The roofline constants of ``m`` (default: the target) on this machine."""
+        """The roofline constants of ``m`` (default: the target) on this machine, with the overheads."""
         m = m or self.model
         cached = self._terms.get(m)
         if cached is not None:
             return cached
-        cached = self._terms[m] = RooflineTerms(m.weight_bytes, m.kv_bytes_per_token, 2 * m.params, 4 * m.layers * m.heads * m.head_dim,
-                             self.hw.peak_tflops * 1e12 * self.eff_compute,
-                             self.hw.hbm_bandwidth_gb_s * 1e9 * self.eff_memory, self.hw.launch_overhead_s)
+        o = self.overheads
+        cached = self._terms[m] = RooflineTerms(
+            m.weight_bytes, m.kv_bytes_per_token, 2 * m.params,
+            4 * m.layers * m.heads * m.head_dim * (self.eff_compute / self.eff_attn),
+            self.hw.peak_tflops * 1e12 * self.eff_compute, self.hw.hbm_bandwidth_gb_s * 1e9 * self.eff_memory,
+            self.hw.launch_overhead_s, m.layers * o.kernels_per_layer * o.launch_s,
+            m.layers * o.multi_row_kernels * o.launch_s, m.vocab * o.logit_bytes, o.sample_row_s, o.capture_sizes)
         return cached
 
     def _step(self, m: ModelConfig, rows: float, batch: float, context: float) -> float:
@@ -232,10 +350,14 @@ class RooflineCost:
                 "eff_memory": self.eff_memory, "eff_compute": self.eff_compute,
                 "model_free_draft_s": self.model_free_draft_s, "other_base_s": self.other_base_s,
                 "other_per_request_s": self.other_per_request_s,
-                "draft_model": asdict(self.draft_model) if self.draft_model else None}
+                "draft_model": asdict(self.draft_model) if self.draft_model else None,
+                "overheads": asdict(self.overheads)}
 
 
 def roofline(hw_name: str, model: ModelConfig, eff_memory: float = 0.7, eff_compute: float = 0.5,
-             draft_model: ModelConfig | None = None) -> RooflineCost:
+             draft_model: ModelConfig | None = None, terms: str = "graphs") -> RooflineCost:
+    """A roofline profile; ``terms``: "bound" (the pure roofline), "graphs" (default) or "eager"
+    (:data:`OVERHEADS`)."""
     require(0 < eff_memory <= 1 and 0 < eff_compute <= 1, "efficiency factors must lie in (0, 1]")
-    return RooflineCost(model, hardware(hw_name), eff_memory, eff_compute, draft_model=draft_model)
+    return RooflineCost(model, hardware(hw_name), eff_memory, eff_compute, draft_model=draft_model,
+                        overheads=overheads(terms))

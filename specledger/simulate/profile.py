@@ -302,11 +302,13 @@ def load_cost(path: str | Path) -> Any:
     if d.get("kind") == "serving-fit":
         return ServingCost.from_dict(d)
     if d.get("kind") == "roofline":
-        from specledger.simulate.hardware import Hardware, ModelConfig, RooflineCost
+        from specledger.simulate.hardware import Hardware, ModelConfig, Overheads, RooflineCost
 
+        o = d.get("overheads") or {"name": "bound"}  # a profile written before the overheads: the pure roofline
         return RooflineCost(ModelConfig(**d["model"]), Hardware(**d["hardware"]), d["eff_memory"], d["eff_compute"],
                             d["model_free_draft_s"], d["other_base_s"], d["other_per_request_s"],
-                            ModelConfig(**d["draft_model"]) if d.get("draft_model") else None)
+                            ModelConfig(**d["draft_model"]) if d.get("draft_model") else None,
+                            Overheads(**{**o, "capture_sizes": tuple(o.get("capture_sizes", ()))}))
     from specledger.predict.costmodel import CostModel
 
     return CostModel.from_dict(d)

@@ -21,7 +21,9 @@ with numpy arrays over the running batch instead of per-token events:
      keyed uniform -- :func:`~specledger.simulate.chains.keyed_stream` on (replica, its step number)
      for the forward, (request, its admission number) for a prefill -- so a step's noise does not
      depend on how the steps are computed); every decoding request emits min(K + 1, remaining) tokens
-     at the step's end.
+     at the step's end. A speculative step (some request proposed candidates, sum P > 0) adds its
+     forward to the replica's ``verify_s`` and step_s(rows - sum P, B, mean context), times the same
+     noise, to its ``verify_base_s`` (:func:`specledger.simulate.engine.break_even_verify_premium`).
 
 :meth:`Replica.advance` takes the steps up to the next event at once where it can
 (:mod:`specledger.simulate.fastpath`, the same outcome); :meth:`Replica.step` takes one.
@@ -98,6 +100,11 @@ class Ledger:
         self.accepted_sum = 0
         self.rounds = 0
         self.peak_kv_tokens = 0
+        # speculative steps (some request verifies candidates): their forward seconds, and what the same
+        # steps' forwards cost without the candidate rows (the break-even verify premium's V and V_1);
+        # each replica sums its own (its steps come in one order on every path), these are their totals
+        self.verify_s = 0.0
+        self.verify_base_s = 0.0
         self.fast_steps = 0  # steps priced by the event-skipping segments (fastpath), of ``steps``
         self.fast_segments = 0
         self.round_cache: Any = None  # fastpath.RoundCache: requests' acceptance draws, drawn ahead in bulk
@@ -129,6 +136,8 @@ class Replica:
         self._noise = noise if noise is not None and jitter else None
         self.nstep = 0  # steps this replica has run (the key of its forward jitter)
         self.last_dt = 0.0  # duration of its latest step (the fast path's horizon guess)
+        self.verify_s = 0.0  # its speculative steps' forward seconds (Ledger.verify_s: the replicas' total)
+        self.verify_base_s = 0.0  # and theirs without the candidate rows
         # the fast path's caches (fastpath._run_scalar): each request's drawn rounds (first round, codes),
         # the plan's gamma per decoding batch size, other_s per batch size, step_s as a plain function
         self.fast_rounds: dict[int, tuple[int, list[int]]] = {}
@@ -315,6 +324,11 @@ class Replica:
         noise = self.forward_noise(1)
         if noise is not None:
             t_fwd *= noise[0]
+        psum = int(prop.sum())
+        if psum:  # a speculative step: its forward, and the same step's without the candidate rows
+            t_base = float(cost.step_s(max(rows - psum, b), b, ctx_mean))
+            self.verify_s += t_fwd
+            self.verify_base_s += t_base * noise[0] if noise is not None else t_base
         self.nstep += 1
         t_other = float(cost.other_s(b))
         t_emit = t + float(t_draft_each.sum()) + t_fwd + t_other
@@ -349,7 +363,7 @@ class Replica:
         L.batch_sum += b
         L.rows_sum += rows
         L.rounds += nd
-        L.proposed_sum += int(prop.sum())
+        L.proposed_sum += psum
         L.accepted_sum += int(acc.sum())
         self.last_dt = t_emit - t
         self.clock = t_emit

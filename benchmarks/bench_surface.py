@@ -1,0 +1,97 @@
+"""How well does the cost surface predict forwards it was not given? Hold-out checks on measured H200 surfaces.
+
+For each import-format file (default: the two H200 measurements in ../shared/gpu, see its README), points
+are held out, a :class:`~specledger.cost.surface.CostSurface` is built from the rest, and the held-out
+points are predicted and compared with their measured medians:
+
+  (i)   leave one out, every interior point (one the reduced surface labels interpolated);
+  (ii)  rows extrapolation: every q = 16 held out (read from q <= 8);
+        context extrapolation: all of batch 64 at context 4096 held out;
+  (iii) batch interpolation: every batch 16 held out (between batches 4 and 64).
+
+Then the roofline-free ratio T(q) / T(1) measured per batch and context. Prints, asserts nothing.
+
+    .venv/bin/python benchmarks/bench_surface.py [FILE.jsonl ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+from specledger.cost.surface import CostSurface, SurfacePoint
+
+DEFAULT = [Path(__file__).resolve().parents[2] / "shared" / "gpu" / name
+           for name in ("h200-hf-eager-llama3-8b.jsonl", "h200-hf-eager-smollm2-135m.jsonl")]
+
+
+def hold_out(surface: CostSurface, held: Callable[[SurfacePoint], bool]) -> list[tuple[SurfacePoint, float, str]]:
+    """Build a surface without the points ``held`` selects; (point, predicted seconds, label) for each of them."""
+    keep = [p for p in surface.points if not held(p)]
+    out = [p for p in surface.points if held(p)]
+    reduced = CostSurface(keep, "held out")
+    return [(p, (look := reduced.lookup(p.rows, p.batch, p.context)).seconds, look.source) for p in out]
+
+
+def leave_one_out(surface: CostSurface) -> tuple[list[tuple[SurfacePoint, float, str]], int]:
+    """Every point predicted by a surface built without it; the interior ones (labelled interpolated) and
+    the count of boundary ones left out of the table (their reduced surface extrapolates)."""
+    rows = [hold_out(surface, lambda q, p=p: q == p)[0] for p in surface.points]
+    interior = [r for r in rows if r[2] == "interpolated"]
+    return interior, len(rows) - len(interior)
+
+
+def show(title: str, rows: list[tuple[SurfacePoint, float, str]]) -> None:
+    print(f"\n  {title}")
+    print(f"  {'batch':>5} {'q':>3} {'ctx':>5} {'measured ms':>11} {'predicted ms':>12} {'source':>13} {'error %':>8}")
+    errs = []
+    for p, pred, label in rows:
+        err = 100 * (pred - p.seconds) / p.seconds
+        errs.append(abs(err))
+        print(f"  {p.batch:>5} {p.rows:>3} {p.context:>5} {1e3 * p.seconds:>11.3f} {1e3 * pred:>12.3f} "
+              f"{label:>13} {err:>+8.1f}")
+    if errs:
+        print(f"  median |error| {statistics.median(errs):.1f} %, max |error| {max(errs):.1f} % ({len(errs)} points)")
+
+
+def ratios(surface: CostSurface) -> None:
+    """T(q) / T(1) at every measured (batch, context): the verify premium of q rows per request."""
+    qs = surface.rows_axis
+    print("\n  measured T(q) / T(1) per batch and context (raw medians)")
+    print(f"  {'batch':>5} {'ctx':>5} " + " ".join(f"{'q=' + str(q):>6}" for q in qs))
+    raw = {(p.batch, p.rows, p.context): p.seconds for p in surface.points}
+    for c in surface.contexts:
+        for b in surface.batches:
+            if (b, 1, c) not in raw:
+                continue
+            cells = [f"{raw[(b, q, c)] / raw[(b, 1, c)]:>6.2f}" if (b, q, c) in raw else f"{'-':>6}" for q in qs]
+            print(f"  {b:>5} {c:>5} " + " ".join(cells))
+
+
+def check(path: Path) -> None:
+    """Every hold-out of the module docstring on one import file, then its T(q) / T(1)."""
+    surface = CostSurface.from_jsonl(path)
+    print(f"\n=== {path.name}: {surface!r}")
+    interior, boundary = leave_one_out(surface)
+    show(f"(i) leave one out, every interior point ({boundary} boundary points would be extrapolated: left out)",
+         interior)
+    top = max(surface.rows_axis)
+    show(f"(ii-a) rows extrapolation: all q={top} held out", hold_out(surface, lambda p: p.rows == top))
+    big, far = max(surface.batches), max(surface.contexts)
+    show(f"(ii-b) context extrapolation: batch {big} at context {far} held out",
+         hold_out(surface, lambda p: p.batch == big and p.context == far))
+    show("(iii) batch interpolation: every batch 16 held out", hold_out(surface, lambda p: p.batch == 16))
+    ratios(surface)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("files", nargs="*", type=Path, default=DEFAULT)
+    for path in ap.parse_args().files:
+        check(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,314 @@
+"""Engines other than vLLM v1, read without loss: llama.cpp, SGLang, TGI and vLLM v0 metrics, llama.cpp
+streams, vLLM bench JSON Lines (issue 21). Fixtures in tests/data/engines are written by hand from each
+engine's documented format and source (see the README there), not captured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from fastapi.responses import PlainTextResponse, StreamingResponse
+from typer.testing import CliRunner
+
+from specledger.cli import app as cli_app
+from specledger.errors import SpecLedgerError
+from specledger.probe.acceptance import per_position_mismatch
+from specledger.probe.cli import spec_rows
+from specledger.probe.endpoint import probe_endpoint
+from specledger.probe.loadgen import LoadConfig, PromptItem
+from specledger.probe.metrics import response_timings_figures
+from specledger.probe.prometheus import (
+    DUMP_WARNING,
+    EMPTY_SNAPSHOT,
+    counter_rates,
+    latency_histogram_summaries,
+    parse_prometheus_text,
+    spec_decode_figures,
+)
+from specledger.probe.sse import OpenAIStreamDecoder, SSEEvent, interpret_event
+from specledger.probe.vllm_bench import load_vllm_bench, load_vllm_bench_records, parse_vllm_bench
+from tests.fake_server import FakeServer
+
+DATA = Path(__file__).parent / "data" / "engines"
+
+
+def dump(name: str):
+    return parse_prometheus_text((DATA / name).read_text())
+
+
+# --- llama.cpp ------------------------------------------------------------------------------
+
+
+def test_llamacpp_spec_counters_are_read() -> None:
+    fig = spec_decode_figures(EMPTY_SNAPSHOT, dump("llamacpp_metrics.prom"), DUMP_WARNING)
+    assert fig.source == "llama.cpp"
+    assert (fig.num_drafts, fig.num_draft_tokens, fig.num_accepted_tokens) == (200, 800, 300)
+    assert fig.mean_acceptance_length == pytest.approx(2.5)
+    assert fig.draft_acceptance_rate == pytest.approx(300 / 800)
+    # positions 4..63 are exported but all zero: trimmed, so gamma reads 4, not 64
+    assert fig.per_position_rates == pytest.approx([0.7, 0.45, 0.25, 0.1])
+    assert not any("no spec-decode" in w or "inconsistent" in w for w in fig.warnings)
+
+
+def test_llamacpp_throughput_counters() -> None:
+    rates = counter_rates(EMPTY_SNAPSHOT, dump("llamacpp_metrics.prom"))
+    assert rates["generation speed per slot (tok/s)"]["value"] == pytest.approx(100.0)
+    assert rates["prompt speed per slot (tok/s)"]["value"] == pytest.approx(2000.0)
+
+
+def stream_chunks(name: str):
+    decoder = OpenAIStreamDecoder()
+    return decoder.feed((DATA / name).read_bytes()) + decoder.close()
+
+
+def test_llamacpp_reasoning_stream_and_timings() -> None:
+    chunks = stream_chunks("llamacpp_reasoning_stream.sse")
+    assert "".join(c.reasoning for c in chunks) == "Let me think about 2+2."
+    assert "".join(c.text for c in chunks) == "4"
+    token_chunks = [c for c in chunks if c.generated]
+    assert len(token_chunks) == 3  # the two reasoning chunks are token-bearing
+    (timed,) = [c.timings for c in chunks if c.timings]
+    assert timed["draft_n"] == 12 and timed["draft_n_accepted"] == 7
+    assert chunks[0].system_fingerprint == "b6100-abc1234"
+    figures = response_timings_figures([timed, {"draft_n": 8, "draft_n_accepted": 1}, {"predicted_n": 3}])
+    assert figures["responses"] == 2 and figures["draft_acceptance_rate"] == pytest.approx(8 / 20)
+    assert figures["mean_request_acceptance_rate"] == pytest.approx((7 / 12 + 1 / 8) / 2)
+
+
+def llamacpp_app() -> FastAPI:
+    """Replays the llama.cpp fixtures: the stream for every request, and /metrics whose counters are the
+    fixture's times the number of requests served (so a probe window sees a delta)."""
+    app = FastAPI()
+    served = {"n": 0}
+    metrics_text = (DATA / "llamacpp_metrics.prom").read_text()
+    stream = (DATA / "llamacpp_reasoning_stream.sse").read_bytes()
+
+    def scaled(line: str) -> str:
+        if line.startswith("#") or not line.strip():
+            return line
+        name, value = line.rsplit(" ", 1)
+        return f"{name} {float(value) * served['n']}"
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"data": [{"id": "qwen3-8b"}]}
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse("\n".join(scaled(x) for x in metrics_text.splitlines()) + "\n")
+
+    @app.post("/v1/chat/completions")
+    async def chat() -> StreamingResponse:
+        served["n"] += 1
+        return StreamingResponse(iter([stream]), media_type="text/event-stream")
+
+    return app
+
+
+def test_probe_reads_llamacpp_metrics_and_timings_live() -> None:
+    with FakeServer(app=llamacpp_app()) as server:
+        config = LoadConfig(base_url="", model="", chat=True, concurrency=1, num_requests=2)
+        report = probe_endpoint(server.url, config, [PromptItem(prompt="2+2?")])
+    spec = report["spec_decode"]
+    assert spec["source"] == "llama.cpp" and spec["num_drafts"] == 400
+    assert spec["mean_acceptance_length"] == pytest.approx(2.5)
+    assert report["spec_decode_counters"]["after"]["engine"] == "llama.cpp"
+    summary = report["summary"]
+    assert summary["requests_ok"] == 2 and summary["response_timings"]["num_draft_tokens"] == 24
+    assert summary["mean_tokens_per_chunk"] is not None  # reasoning chunks are timed, not empty
+    (first,) = [r for r in report["results"] if r["index"] == 0]
+    assert first["reasoning_text"] == "Let me think about 2+2." and first["output_text"] == "4"
+    assert len(first["chunk_times"]) == 3
+    assert report["server_rates"]["generation speed per slot (tok/s)"]["value"] == pytest.approx(100.0)
+
+
+# --- SGLang, TGI, vLLM v0 ---------------------------------------------------------------------
+
+
+def test_sglang_zero_gauges_mean_off() -> None:
+    fig = spec_decode_figures(EMPTY_SNAPSHOT, dump("sglang_metrics_off.prom"))
+    assert fig.source == "sglang" and fig.off
+    assert fig.sglang_accept_length is None and fig.sglang_accept_rate is None
+    assert any("off" in w and "bonus token" in w for w in fig.warnings)
+    assert ("spec decode", "off (the server's gauges say so)") in spec_rows(fig.to_dict())
+
+
+def test_sglang_zero_rank_left_out_of_the_mean() -> None:
+    text = 'sglang:spec_accept_length{dp_rank="0"} 3.0\nsglang:spec_accept_length{dp_rank="1"} 0\n'
+    fig = spec_decode_figures(EMPTY_SNAPSHOT, parse_prometheus_text(text))
+    assert not fig.off and fig.sglang_accept_length == pytest.approx(3.0)
+
+
+def test_latency_histograms_of_every_engine() -> None:
+    sglang = latency_histogram_summaries(EMPTY_SNAPSHOT, dump("sglang_metrics_off.prom"))
+    assert sglang["ttft"]["metric"] == "sglang:time_to_first_token_seconds" and sglang["ttft"]["count"] == 100
+    assert sglang["itl"]["metric"] == "sglang:inter_token_latency_seconds"
+    assert sglang["itl"]["mean_s"] == pytest.approx(0.021) and "e2e" in sglang
+    tgi = latency_histogram_summaries(EMPTY_SNAPSHOT, dump("tgi_metrics.prom"))
+    assert tgi["tpot"]["metric"] == "tgi_request_mean_time_per_token_duration"
+    assert tgi["e2e"]["mean_s"] == pytest.approx(1.2) and "ttft" not in tgi
+    assert "one value per request" in tgi["tpot"]["definition"]
+
+
+def test_vllm_v0_counters() -> None:
+    fig = spec_decode_figures(EMPTY_SNAPSHOT, dump("vllm_v0_metrics.prom"))
+    assert fig.source == "vllm v0" and fig.num_drafts == 300
+    assert fig.mean_acceptance_length == pytest.approx(3.0) and fig.draft_acceptance_rate == pytest.approx(0.5)
+
+
+# --- consistency ----------------------------------------------------------------------------------
+
+
+def test_per_position_consistency_warns_on_missing_positions() -> None:
+    text = (
+        "vllm:spec_decode_num_drafts_total 100\nvllm:spec_decode_num_draft_tokens_total 300\n"
+        "vllm:spec_decode_num_accepted_tokens_total 150\n"
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 80\n'
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="2"} 20\n'
+    )
+    fig = spec_decode_figures(EMPTY_SNAPSHOT, parse_prometheus_text(text))
+    assert any("lacks position(s) 1" in w for w in fig.warnings)
+    assert any("inconsistent spec-decode figures" in w for w in fig.warnings)
+    assert per_position_mismatch(2.5, [0.8, 0.5, 0.2]) is None
+    assert per_position_mismatch(2.5, [0.8, 0.5]) is not None
+
+
+# --- vllm bench: JSON Lines, old goodput key, missing spec figures --------------------------------
+
+
+def test_vllm_bench_json_lines_records() -> None:
+    records = load_vllm_bench_records(DATA / "vllm_bench_append.jsonl")
+    assert [r.max_concurrency for r in records] == [1, 8, 16]
+    with pytest.raises(SpecLedgerError, match="holds 3 results .*--record N"):
+        load_vllm_bench(DATA / "vllm_bench_append.jsonl")
+    third = records[2].summary()["spec_decode"]
+    assert any("inconsistent spec-decode figures" in w for w in third["warnings"])
+    assert not any("inconsistent" in w for w in records[1].summary()["spec_decode"]["warnings"])
+
+
+def test_vllm_bench_json_lines_bad_line_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "runs.jsonl"
+    path.write_text('{"completed": 1}\n{"completed": 2}\n{oops\n')
+    with pytest.raises(SpecLedgerError, match="line 3 is not JSON.*JSON Lines"):
+        load_vllm_bench_records(path)
+
+
+def test_vllm_bench_old_goodput_key() -> None:
+    result = parse_vllm_bench({"completed": 3, "request_goodput:": 2.5})
+    assert result.request_goodput == 2.5 and "request_goodput:" not in (result.model_extra or {})
+    assert result.summary()["request_goodput_req_s"] == 2.5
+    assert parse_vllm_bench({"request_goodput": 1.0, "request_goodput:": 2.0}).request_goodput == 1.0
+
+
+def test_vllm_bench_without_spec_says_why_for_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "plain.json"
+    path.write_text(json.dumps({"completed": 4, "median_tpot_ms": 20.0}))
+    res = CliRunner().invoke(cli_app, ["import-vllm-bench", str(path)], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert "--no-metrics" not in res.output and "no spec_decode_* fields" in res.output
+
+
+def test_import_vllm_bench_json_lines_one_run_dir_per_record(tmp_path: Path) -> None:
+    src = DATA / "vllm_bench_append.jsonl"
+    out = tmp_path / "runs"
+    res = CliRunner().invoke(cli_app, ["import-vllm-bench", str(src), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.iterdir()) == ["record-1", "record-2", "record-3"]
+    doc = json.loads((out / "record-2" / "vllm_bench.json").read_text())
+    assert doc["summary"]["spec_decode"]["mean_acceptance_length"] == 2.5
+    assert doc["summary"]["request_goodput_req_s"] == 2.9
+    one = tmp_path / "one"
+    res = CliRunner().invoke(cli_app, ["import-vllm-bench", str(src), "--record", "2", "--out", str(one), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["spec_decode"]["num_drafts"] == 1000 and (one / "vllm_bench.json").is_file()
+    bad = CliRunner().invoke(cli_app, ["import-vllm-bench", str(src), "--record", "4"])
+    assert bad.exit_code != 0
+
+
+def test_tgi_generate_stream_event() -> None:
+    chunk = interpret_event(SSEEvent(data='{"token":{"id":5,"text":" hi","logprob":-0.1,"special":false}}'))
+    assert chunk.kind == "delta" and chunk.text == " hi"
+    special = interpret_event(SSEEvent(data='{"token":{"id":2,"text":"</s>","special":true}}'))
+    assert special.text == ""
+
+
+# --- guidellm, inspect, import ---------------------------------------------------------------------
+
+
+def test_guidellm_report_maps_by_meaning() -> None:
+    from specledger.probe.guidellm import load_guidellm
+
+    raw, (sync, conc) = load_guidellm(DATA / "guidellm_report.json")
+    assert sync["strategy"] == "synchronous" and sync["requests_ok"] == 2 and sync["requests_failed"] == 1
+    assert sync["tpot_ms"]["p50"] == 5.2  # guidellm's inter_token_latency_ms is the probe's TPOT
+    assert sync["tpot_incl_ttft_ms"]["mean"] == 6.4 and sync["e2el_ms"]["mean"] == pytest.approx(610.0)
+    assert sync["mean_tokens_per_chunk"] == pytest.approx(192 / 80)  # pooled over per-request records
+    assert conc["ttft_ms"]["p99"] == pytest.approx(400.0) and sync["spec_decode"] is None
+
+
+@pytest.mark.parametrize(
+    ("name", "fmt", "engine"),
+    [
+        ("llamacpp_metrics.prom", "prometheus", "llama.cpp"),
+        ("sglang_metrics_off.prom", "prometheus", "sglang"),
+        ("tgi_metrics.prom", "prometheus", "tgi"),
+        ("llamacpp_reasoning_stream.sse", "sse", "llama.cpp"),
+        ("vllm_bench_append.jsonl", "vllm-bench", "vllm"),
+        ("guidellm_report.json", "guidellm", None),
+    ],
+)
+def test_inspect_sniffs_every_format(name: str, fmt: str, engine: str | None) -> None:
+    res = CliRunner().invoke(cli_app, ["inspect", str(DATA / name), "--json"])
+    assert res.exit_code == 0, res.output
+    found = json.loads(res.output)
+    assert found["format"] == fmt and found["engine"] == engine
+    assert "pooled acceptance length" in found["definitions"]
+    table = CliRunner().invoke(cli_app, ["inspect", str(DATA / name)], terminal_width=200)
+    assert table.exit_code == 0, table.output
+
+
+def test_inspect_lists_what_it_could_not_read(tmp_path: Path) -> None:
+    from specledger.probe.inspect_file import inspect_file
+
+    found = inspect_file(DATA / "llamacpp_metrics.prom")
+    assert found["spec_decode"]["mean_acceptance_length"] == pytest.approx(2.5)
+    assert any("not mapped" in line and "llamacpp:n_decode" in line for line in found["unread"])
+    sse = inspect_file(DATA / "llamacpp_reasoning_stream.sse")
+    assert sse["version"] == "b6100-abc1234" and sse["stream"]["mean_tokens_per_chunk"] == pytest.approx(3.0)
+    assert any("no arrival times" in line for line in sse["unread"])
+    path = tmp_path / "mixed.jsonl"
+    path.write_text('{"completed": 1, "endpoint_type": "x"}\n{"completed": "many"}\n')
+    mixed = inspect_file(path)
+    assert len(mixed["records"]) == 1 and any("line 2" in line for line in mixed["unread"])
+
+
+@pytest.mark.parametrize("content", [b"", b"\xff\xfe\x00binary", b"just some words\n", b"[1, 2]", b'{"a": '])
+def test_inspect_unreadable_file_is_one_line_exit_2(tmp_path: Path, content: bytes, capsys) -> None:
+    from specledger.cli import main
+
+    path = tmp_path / "f"
+    path.write_bytes(content)
+    with pytest.raises(SystemExit) as exc:
+        main(["inspect", str(path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_import_sniffs_guidellm_and_writes_run_dirs(tmp_path: Path) -> None:
+    out = tmp_path / "gl"
+    res = CliRunner().invoke(cli_app, ["import", str(DATA / "guidellm_report.json"), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.iterdir()) == ["record-1", "record-2"]
+    assert json.loads((out / "record-1" / "run.json").read_text())["kind"] == "guidellm"
+    page = (out / "record-2" / "report.html").read_text()
+    assert 'id="guidellm"' in page and "guidellm 0.8.1" in page
+    one = tmp_path / "one"
+    res = CliRunner().invoke(cli_app, ["import", str(DATA / "vllm_bench_append.jsonl"), "--record", "3",
+                                       "--out", str(one)])
+    assert res.exit_code == 0, res.output
+    assert json.loads((one / "run.json").read_text())["kind"] == "vllm-bench"
+    report = CliRunner().invoke(cli_app, ["report", str(out / "record-1")])
+    assert report.exit_code == 0 and "guidellm" in report.output
