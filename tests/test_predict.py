@@ -223,3 +223,41 @@ def test_prefill_and_begin_are_fitted_jointly_on_every_request():
     spec_only = fit_cost_model([r for r in _prefill_run(0, 0.003, 0.0) if r.drafter != "none"], n_boot=0)
     assert spec_only.prefill_s(150) + spec_only.begin_s("ngram", 150) == pytest.approx(PREFILL * 150 + 0.003,
                                                                                          rel=0.02)
+
+
+# -- the measured surface prices the forward --------------------------------------------------------
+
+
+def _convex_surface(level: float = 1.0):
+    """A machine whose forward grows faster than linearly in rows beyond 5 (what linear extrapolation misses)."""
+    from specledger.cost.surface import CostSurface, SurfacePoint
+
+    def t(rows: int, ctx: int) -> float:
+        return level * (F0 + FR * (rows - 1) + 4 * FR * max(rows - 5, 0) ** 1.5 + FC * ctx)
+
+    return CostSurface([SurfacePoint(1, r, c, t(r, c)) for c in (0, 400) for r in (1, 2, 3, 5, 9, 17)], "test")
+
+
+def test_surface_level_is_fitted_on_the_run_and_prices_rows_it_never_ran():
+    """The run's rounds (γ ≤ 4: rows ≤ 5) fit only the level; the surface's shape prices 9 rows."""
+    surface = _convex_surface()
+    recs = synthetic_run(gammas=(2, 4), n_prompts=3)
+    cost = fit_cost_model(recs, n_boot=0, surface=surface)
+    assert cost.forward.terms == ["surface"] and cost.forward.coef[0] == pytest.approx(1.0, rel=0.05)
+    assert cost.round_s(9, 100) == pytest.approx(surface.round_s(9, 100), rel=0.05)
+    linear = fit_cost_model(recs, n_boot=0)
+    assert cost.round_s(9, 100) > 1.3 * linear.round_s(9, 100)  # linear extrapolation underprices it
+    assert all(cost.round_s(r + 1, 100) >= cost.round_s(r, 100) for r in range(1, 33))
+    restored = CostModel.from_dict(json.loads(json.dumps(cost.to_dict())))
+    assert restored.round_s(9, 100) == pytest.approx(cost.round_s(9, 100))
+
+
+def test_every_forecast_names_where_its_terms_come_from():
+    recs = synthetic_run(gammas=(2, 4), n_prompts=3)
+    cost = fit_cost_model(recs, n_boot=0, surface=_convex_surface())
+    acc = AcceptanceModel.from_records(recs)
+    inside = predict_category(cost, acc, "copy", "ngram", 4, n_boot=0).extra["term_sources"]
+    deep = predict_category(cost, acc, "copy", "ngram", 24, n_boot=0).extra["term_sources"]
+    assert inside["verify"].startswith("interpolated") or inside["verify"].startswith("measured")
+    assert deep["verify"].startswith("extrapolated") and deep["draft"].startswith("extrapolated")
+    assert "assumed beyond" in deep["acceptance"]

@@ -188,7 +188,8 @@ def measure_rows_axis(
     One untimed warm-up pass over every point, then ``repeats`` timed passes. ``interleaved``: each pass
     visits every point once (round-robin), so drift of the machine (clock, another process) hits every
     point alike instead of whole points; else each point's repeats run back to back. The price of a point is
-    the median of its repeats. Contexts that do not fit the model (context + max rows > max_seq_len) are
+    the fastest of its repeats: the least disturbed, so a busy moment of a shared machine cannot bend the
+    *shape* in rows (the run fits the level on its own rounds: ``CostModel``). Contexts that do not fit the model (context + max rows > max_seq_len) are
     left out; none fitting is a quarter of max_seq_len. About 3 contexts x 18 rows x 3 repeats forwards.
     On cuda the model must already be there and the call made under ``torch.device(device)``, as
     :func:`calibrate` does."""
@@ -219,8 +220,8 @@ def measure_rows_axis(
                 samples[(c, r)] = [once(c, r) for _ in range(repeats)]
     order = "interleaved" if interleaved else "back to back"
     source = (f"rows axis measured on {platform.processor() or platform.machine()} ({device}, solo, {repeats} "
-              f"repeats {order}, median, {time.strftime('%Y-%m-%dT%H:%M:%S%z')})")
-    return CostSurface([SurfacePoint(1, r, c, statistics.median(samples[(c, r)]), repeats) for c, r in grid], source)
+              f"repeats {order}, fastest, {time.strftime('%Y-%m-%dT%H:%M:%S%z')})")
+    return CostSurface([SurfacePoint(1, r, c, min(samples[(c, r)]), repeats) for c, r in grid], source)
 
 
 def check_device(device: str) -> None:

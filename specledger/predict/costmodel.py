@@ -194,6 +194,8 @@ class CostModel:
     def forward_x(self, total_rows: float, batch: float, context: float) -> dict[str, float]:
         """Features of one forward for :attr:`forward`: the surface's seconds, or the linear form's features."""
         if self.surface is not None:
+            if self.surface.batches == (1,):  # a solo surface: a packed step costs what its total rows cost solo
+                return {"surface": self.surface.round_s(max(total_rows, 1), context)}
             return {"surface": self.surface.step_s(total_rows, batch, context)}
         return forward_features(total_rows, batch, context)
 
