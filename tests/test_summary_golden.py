@@ -15,7 +15,8 @@ or proposal a time is charged to does.
 Left out of the comparison, because they are not a function of the run:
   - ``generated``, ``meta.started``: wall-clock timestamps;
   - ``run_dir``, ``meta.config.workload_file``: temporary paths;
-  - ``meta.machine``: the host (platform, CPU count, torch version and threads).
+  - ``meta.machine``: the host (platform, CPU count, torch version and threads);
+  - ``meta.cost_surface.source``: the host and time the verify surface was measured (its points are compared).
 Peak memory (``ru_maxrss``) is pinned to a constant by the test. Keys absent from the golden file
 may appear (other sections of the summary grow); every golden key must still be there and equal
 (floats to 1e-9 relative).
@@ -151,6 +152,8 @@ def _summary_view(summary: dict) -> dict:
     s = {k: v for k, v in summary.items() if k not in ("generated", "run_dir")}
     meta = {k: v for k, v in s.get("meta", {}).items() if k not in ("started", "machine")}
     meta["config"] = {k: v for k, v in meta.get("config", {}).items() if k != "workload_file"}
+    if isinstance(meta.get("cost_surface"), dict):  # its source names the host and the time it was measured
+        meta["cost_surface"] = {k: v for k, v in meta["cost_surface"].items() if k != "source"}
     s["meta"] = meta
     return s
 
