@@ -286,7 +286,7 @@ def predict_category(
     pooled = acc.pooled(category, drafter, max(gamma, 1))
     spec = [plan_from_rounds(r.prompt_id, r.prompt_tokens, replay.output_tokens(r.prompt_id), drafter,
                              replayed[r.prompt_id], fwd)
-            if r.prompt_id in replayed and replay is not None
+            if r.prompt_id in replayed
             else plan_request(r, drafter, gamma, acc, max_tokens, pooled, fwd) for r in reqs]
     plain = [plan_request(r, "none", 0, None, max_tokens, forward=fwd) for r in reqs]
     n_replayed = sum(r.prompt_id in replayed for r in reqs)
