@@ -133,7 +133,7 @@ def main() -> None:
                     help="speed test at light load: Poisson rate (req/s) for a tenth of the requests")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from specledger.simulate.profile import load_cost
+    from specledger.cost.pricer import load_pricer as load_cost
     from specledger.simulate.source import load_run
     from specledger.simulate.validate import validate
 
