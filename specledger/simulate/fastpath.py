@@ -53,8 +53,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specledger.errors import require
 from specledger.cost.pricer import step_s_each
+from specledger.errors import require
 from specledger.simulate.hardware import DRAFT_MODEL_DRAFTERS, RooflineCost
 
 if TYPE_CHECKING:

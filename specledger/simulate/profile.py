@@ -35,7 +35,6 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,7 +55,6 @@ from specledger.predict.costmodel import (
     prefill_features,
     slot_prefill_features,
 )
-
 
 
 def record_slots(r: RequestRecord) -> int | None:
