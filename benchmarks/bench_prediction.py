@@ -122,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="run directory (default: runs/bench-prediction-<time>)")
     ap.add_argument("--reuse", action="store_true", help="analyse an existing --out without measuring again")
     ap.add_argument("--no-lock", action="store_true", help="do not take /tmp/specledger-bench.lock")
+    ap.add_argument("--acceptance", choices=("replay", "chains"), default="replay",
+                    help="replay: greedy model-free rounds replayed exactly where possible (the default forecast); "
+                         "chains: the acceptance model alone (what sampled and model drafters get), to test it")
     args = ap.parse_args(argv)
     print("command: " + " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]))
 
@@ -149,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             run(out, plan, engine, progress=progress)
             print()
     meta = read_json(out / META_NAME)
+    if args.acceptance == "chains":
+        meta = {**meta, "prompts": {}}  # no token ids: no replayer, every forecast from the acceptance model
     records = usable(read_records(out / TRACE_NAME))
     max_tokens = (meta.get("config") or {}).get("max_tokens", args.max_tokens)
     results: dict[str, dict] = {}
