@@ -127,9 +127,9 @@ def simulate(
     from specledger.simulate.arrivals import closed_loop, poisson, replay_file
     from specledger.simulate.cluster import SLO, capacity_plan, crossover_map
     from specledger.simulate.cluster import router as make_router
-    from specledger.simulate.engine import break_even_verify_premium
-    from specledger.simulate.engine import simulate as run_sim
-    from specledger.simulate.replica import ServerConfig
+    from specledger.simulate.simulator import break_even_verify_premium
+    from specledger.simulate.simulator import simulate as run_sim
+    from specledger.simulate.state import ServerConfig
     from specledger.simulate.source import load_run, tables_per_gamma
 
     concs = _csv(concurrency, int, "--concurrency", "1,4,16")

@@ -39,6 +39,7 @@ class GammaPlan:
         self._batch: BatchScheduleGamma | None = make_policy(spec) if spec in STATELESS else None  # type: ignore[assignment]
         self._cost, self._step_cost = cost, None
         self._chain = AcceptanceChain() if spec == "goodput" else None
+        self._per_batch: dict[int, int] = {}
         if not self.vectorised:
             make_policy(spec)  # validate the name now: one-line error for an unknown policy
 
@@ -62,3 +63,10 @@ class GammaPlan:
         assert policies is not None
         return np.fromiter((p.choose(int(c), batch) for p, c in zip(policies, contexts)), dtype=np.int64,
                            count=batch)
+
+    def per_batch_size(self, max_batch: int) -> dict[int, int]:
+        """A vectorised plan's gamma for every decoding batch size 1..``max_batch``."""
+        if len(self._per_batch) < max_batch:
+            zeros = np.zeros(max_batch, dtype=np.int64)
+            self._per_batch.update((k, int(self.choose(k, zeros[:k], None)[0])) for k in range(1, max_batch + 1))
+        return self._per_batch
