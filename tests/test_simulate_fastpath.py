@@ -13,9 +13,9 @@ from specledger.simulate.chains import ChainTable, Draws, keyed_stream
 from specledger.simulate.cluster import least_outstanding
 from specledger.simulate.dispatch import round_robin
 from specledger.simulate.hardware import ModelConfig, roofline
-from specledger.simulate.profile import fit_serving_cost
 from specledger.simulate.pricing import draft_costs, scalar_step, step_costs
 from specledger.simulate.pricing import pairwise_sum as _pairwise_sum
+from specledger.simulate.profile import fit_serving_cost
 from specledger.simulate.simulator import break_even_verify_premium, simulate
 from specledger.simulate.state import ServerConfig
 from tests.test_simulate import LinearCost, chains

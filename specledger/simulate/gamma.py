@@ -14,9 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from specledger.engine.policy import AcceptanceChain, BatchScheduleGamma, GammaPolicy, make_policy
+from specledger.engine.policy import (
+    AcceptanceChain,
+    BatchScheduleGamma,
+    GammaPolicy,
+    make_policy,
+    parse_gamma_spec,
+)
 from specledger.engine.step_cost import StepCost
-from specledger.errors import require
 
 STATELESS = ("batch",)
 
@@ -30,18 +35,14 @@ class GammaPlan:
     """gamma for every running request of a step, from a static int or a policy name."""
 
     def __init__(self, spec: int | str, cost: Any = None) -> None:
-        if isinstance(spec, str) and spec.isdigit():
-            spec = int(spec)
+        spec = parse_gamma_spec(spec)
         self.spec = spec
         self.static = spec if isinstance(spec, int) else None
-        require(self.static is None or self.static >= 0, f"gamma must be >= 0, got {spec}")
         self.name = str(spec)
         self._batch: BatchScheduleGamma | None = make_policy(spec) if spec in STATELESS else None  # type: ignore[assignment]
         self._cost, self._step_cost = cost, None
         self._chain = AcceptanceChain() if spec == "goodput" else None
         self._per_batch: dict[int, int] = {}
-        if not self.vectorised:
-            make_policy(spec)  # validate the name now: one-line error for an unknown policy
 
     @property
     def vectorised(self) -> bool:

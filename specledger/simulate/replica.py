@@ -46,6 +46,7 @@ from specledger.simulate.gamma import GammaPlan
 from specledger.simulate.pricing import StepPrices
 from specledger.simulate.state import RunningBatch, ServerConfig, SimCounters
 
+
 class Admission(NamedTuple):
     """A waiting request taken into the batch (:meth:`Replica.admit_next`)."""
 
