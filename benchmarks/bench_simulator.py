@@ -106,10 +106,10 @@ def speed(run, n: int, concurrency: int | None, rate: float | None, fast: bool =
     """Wall time to simulate ``n`` requests on one replica: closed loop at ``concurrency`` or Poisson ``rate``;
     ``fast=False``: one step at a time (the reference the event-skipping path is tested against)."""
     from specledger.simulate.arrivals import closed_loop, poisson
-    from specledger.simulate.engine import simulate
     from specledger.simulate.hardware import model_config_from_dict, roofline
-    from specledger.simulate.replica import ServerConfig
+    from specledger.simulate.simulator import simulate
     from specledger.simulate.source import acceptance_table
+    from specledger.simulate.state import ServerConfig
 
     table, _ = acceptance_table(run.serving_records() or run.records, "ngram")
     cost = roofline("h200", model_config_from_dict(LLAMA_8B))

@@ -12,9 +12,11 @@ import pytest
 from specledger.simulate.arrivals import closed_loop, poisson
 from specledger.simulate.chains import ChainTable
 from specledger.simulate.cluster import SLO, capacity_plan, least_outstanding
-from specledger.simulate.engine import break_even_verify_premium, round_robin, simulate
+from specledger.simulate.dispatch import round_robin
 from specledger.simulate.hardware import ModelConfig, roofline
-from specledger.simulate.replica import ServerConfig, _trim
+from specledger.simulate.replica import _trim
+from specledger.simulate.simulator import break_even_verify_premium, simulate
+from specledger.simulate.state import ServerConfig
 
 
 class LinearCost:

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from specledger.engine.trace import RequestRecord, RoundRecord
 from specledger.simulate.arrivals import closed_loop
 from specledger.simulate.chains import ChainTable, Draws, keyed_uniforms
-from specledger.simulate.engine import simulate
 from specledger.simulate.profile import SLOT_TERM, fit_serving_cost
+from specledger.simulate.simulator import simulate
 from tests.test_simulate import LinearCost, chains
 
 

@@ -11,11 +11,13 @@ from specledger.simulate import fastpath
 from specledger.simulate.arrivals import closed_loop, poisson, replay
 from specledger.simulate.chains import ChainTable, Draws, keyed_stream
 from specledger.simulate.cluster import least_outstanding
-from specledger.simulate.engine import break_even_verify_premium, round_robin, simulate
-from specledger.simulate.fastpath import _pairwise_sum, draft_costs, scalar_step, step_costs
+from specledger.simulate.dispatch import round_robin
 from specledger.simulate.hardware import ModelConfig, roofline
+from specledger.simulate.pricing import draft_costs, scalar_step, step_costs
+from specledger.simulate.pricing import pairwise_sum as _pairwise_sum
 from specledger.simulate.profile import fit_serving_cost
-from specledger.simulate.replica import ServerConfig
+from specledger.simulate.simulator import break_even_verify_premium, simulate
+from specledger.simulate.state import ServerConfig
 from tests.test_simulate import LinearCost, chains
 from tests.test_simulate_draws import _records
 

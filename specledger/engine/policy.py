@@ -288,6 +288,20 @@ class GoodputGamma(GammaPolicy):
 
 
 POLICIES = ("static", "heuristic", "ema", "batch", "goodput")
+GAMMA_POLICIES = POLICIES[1:]  # the names a gamma spec may give (a static gamma is given as its integer)
+
+
+def parse_gamma_spec(spec: int | str, flag: str = "gamma") -> int | str:
+    """A gamma spec, as every front end takes it: an integer >= 0 (``4`` or ``"4"``) -> that int, or a
+    policy name (:data:`GAMMA_POLICIES`) -> the name; anything else is a one-line error naming ``flag``."""
+    if isinstance(spec, str) and spec.strip().isdigit():
+        return int(spec.strip())
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        require(spec >= 0, f"{flag} must be >= 0, got {spec}")
+        return spec
+    if isinstance(spec, str) and spec.strip() in GAMMA_POLICIES:
+        return spec.strip()
+    raise SpecLedgerError(f"{flag} must be an integer >= 0 or one of: {', '.join(GAMMA_POLICIES)}; got {spec!r}")
 
 
 def make_policy(spec: str | int, step_cost: Any = None, chain: AcceptanceChain | None = None) -> GammaPolicy:

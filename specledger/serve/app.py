@@ -35,7 +35,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from specledger.engine.decode import Emitted
-from specledger.engine.policy import POLICIES, AcceptanceChain, GammaPolicy, make_policy
+from specledger.engine.policy import AcceptanceChain, GammaPolicy, make_policy, parse_gamma_spec
 from specledger.engine.sampling import SamplingParams
 from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
@@ -66,7 +66,6 @@ log = logging.getLogger("specledger.serve")
 #: (prompt, messages) -> token ids; exactly one of the two is given (messages = chat template).
 PromptEncoder = Callable[[str | None, list[dict[str, str]] | None], list[int]]
 
-GAMMA_POLICIES = tuple(p for p in POLICIES if p != "static")
 HEURISTIC_MAX_GAMMA = 16
 CLIENT_CLOSED = 499  # nginx's "client closed request": nobody reads it, the access log does
 
@@ -82,19 +81,11 @@ def parse_gamma(gamma: int | str, step_cost: Any = None) -> Callable[[], int | G
     """A factory of the per-request gamma: an integer >= 0, or a policy name (a fresh instance per
     call: requests decode concurrently, so each needs its own policy state). ``step_cost`` (shared
     by every request) lets goodput plan batched steps with the measured forward cost."""
-    if isinstance(gamma, str) and gamma.strip().isdigit():
-        gamma = int(gamma)
-    if isinstance(gamma, int) and not isinstance(gamma, bool):
-        if gamma < 0:
-            raise SpecLedgerError(f"gamma must be >= 0, got {gamma}")
-        return lambda: gamma
-    if isinstance(gamma, str) and gamma in GAMMA_POLICIES:
-        name = gamma
-        chain = AcceptanceChain() if name == "goodput" else None  # shared: what earlier requests taught
-        return lambda: make_policy(name, step_cost=step_cost, chain=chain)
-    raise SpecLedgerError(
-        f"gamma must be an integer >= 0 or one of: {', '.join(GAMMA_POLICIES)}; got {gamma!r}"
-    )
+    spec = parse_gamma_spec(gamma)
+    if isinstance(spec, int):
+        return lambda: spec
+    chain = AcceptanceChain() if spec == "goodput" else None  # shared: what earlier requests taught
+    return lambda: make_policy(spec, step_cost=step_cost, chain=chain)
 
 
 def goodput_step_cost(engine: Any, gamma: int | str) -> Any:

@@ -23,16 +23,9 @@ def _csv(text: str, cast: Any, flag: str, example: str) -> list:
 
 
 def _gammas(text: str) -> list[int | str]:
-    from specledger.engine.policy import POLICIES
+    from specledger.engine.policy import parse_gamma_spec
 
-    out: list[int | str] = []
-    for x in (t.strip() for t in text.split(",") if t.strip()):
-        if x.isdigit():
-            out.append(int(x))
-        else:
-            require(x in POLICIES[1:], f"--gamma {x!r} is neither an integer >= 0 nor a policy "
-                    f"({', '.join(POLICIES[1:])})")
-            out.append(x)
+    out = [parse_gamma_spec(x, "--gamma") for x in (t.strip() for t in text.split(",") if t.strip())]
     require(bool(out), "--gamma is empty; give e.g. 4 or 1,2,4,goodput")
     return out
 
@@ -127,10 +120,10 @@ def simulate(
     from specledger.simulate.arrivals import closed_loop, poisson, replay_file
     from specledger.simulate.cluster import SLO, capacity_plan, crossover_map
     from specledger.simulate.cluster import router as make_router
-    from specledger.simulate.engine import break_even_verify_premium
-    from specledger.simulate.engine import simulate as run_sim
-    from specledger.simulate.replica import ServerConfig
+    from specledger.simulate.simulator import break_even_verify_premium
+    from specledger.simulate.simulator import simulate as run_sim
     from specledger.simulate.source import load_run, tables_per_gamma
+    from specledger.simulate.state import ServerConfig
 
     concs = _csv(concurrency, int, "--concurrency", "1,4,16")
     rates = _csv(rate, float, "--rate", "2,8")

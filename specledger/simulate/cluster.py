@@ -24,8 +24,10 @@ import numpy as np
 from specledger.errors import require
 from specledger.simulate.arrivals import closed_loop, poisson
 from specledger.simulate.chains import ChainTable
-from specledger.simulate.engine import Router, break_even_verify_premium, round_robin, simulate
-from specledger.simulate.replica import Replica, ServerConfig
+from specledger.simulate.dispatch import Router, round_robin
+from specledger.simulate.replica import Replica
+from specledger.simulate.simulator import break_even_verify_premium, simulate
+from specledger.simulate.state import ServerConfig
 
 
 def least_outstanding() -> Router:
@@ -123,7 +125,7 @@ def crossover_map(table: ChainTable, concurrencies: Sequence[int], contexts: Seq
                   settings: Sequence[int | str], config: ServerConfig, n_requests: int = 200,
                   seed: int = 0) -> list[dict[str, Any]]:
     """Over load x context: each setting's throughput speed-up over plain, its break-even verify premium
-    (:func:`~specledger.simulate.engine.break_even_verify_premium`) and the best setting per cell."""
+    (:func:`~specledger.simulate.simulator.break_even_verify_premium`) and the best setting per cell."""
     cells = []
     for ctx in contexts:
         t = with_context(table, ctx)

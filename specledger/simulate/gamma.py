@@ -14,9 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from specledger.engine.policy import AcceptanceChain, BatchScheduleGamma, GammaPolicy, make_policy
+from specledger.engine.policy import (
+    AcceptanceChain,
+    BatchScheduleGamma,
+    GammaPolicy,
+    make_policy,
+    parse_gamma_spec,
+)
 from specledger.engine.step_cost import StepCost
-from specledger.errors import require
 
 STATELESS = ("batch",)
 
@@ -30,17 +35,14 @@ class GammaPlan:
     """gamma for every running request of a step, from a static int or a policy name."""
 
     def __init__(self, spec: int | str, cost: Any = None) -> None:
-        if isinstance(spec, str) and spec.isdigit():
-            spec = int(spec)
+        spec = parse_gamma_spec(spec)
         self.spec = spec
         self.static = spec if isinstance(spec, int) else None
-        require(self.static is None or self.static >= 0, f"gamma must be >= 0, got {spec}")
         self.name = str(spec)
         self._batch: BatchScheduleGamma | None = make_policy(spec) if spec in STATELESS else None  # type: ignore[assignment]
         self._cost, self._step_cost = cost, None
         self._chain = AcceptanceChain() if spec == "goodput" else None
-        if not self.vectorised:
-            make_policy(spec)  # validate the name now: one-line error for an unknown policy
+        self._per_batch: dict[int, int] = {}
 
     @property
     def vectorised(self) -> bool:
@@ -62,3 +64,10 @@ class GammaPlan:
         assert policies is not None
         return np.fromiter((p.choose(int(c), batch) for p, c in zip(policies, contexts)), dtype=np.int64,
                            count=batch)
+
+    def per_batch_size(self, max_batch: int) -> dict[int, int]:
+        """A vectorised plan's gamma for every decoding batch size 1..``max_batch``."""
+        if len(self._per_batch) < max_batch:
+            zeros = np.zeros(max_batch, dtype=np.int64)
+            self._per_batch.update((k, int(self.choose(k, zeros[:k], None)[0])) for k in range(1, max_batch + 1))
+        return self._per_batch

@@ -23,10 +23,11 @@ with numpy arrays over the running batch instead of per-token events:
      depend on how the steps are computed); every decoding request emits min(K + 1, remaining) tokens
      at the step's end. A speculative step (some request proposed candidates, sum P > 0) adds its
      forward to the replica's ``verify_s`` and step_s(rows - sum P, B, mean context), times the same
-     noise, to its ``verify_base_s`` (:func:`specledger.simulate.engine.break_even_verify_premium`).
+     noise, to its ``verify_base_s`` (:func:`specledger.simulate.simulator.break_even_verify_premium`).
 
-:meth:`Replica.advance` takes the steps up to the next event at once where it can
-(:mod:`specledger.simulate.fastpath`, the same outcome); :meth:`Replica.step` takes one.
+:meth:`Replica.step` takes one step; :func:`specledger.simulate.fastpath.advance` takes the steps up to the
+next event at once where it can (the same outcome). The state is a :class:`~specledger.simulate.state.RunningBatch`,
+priced by the replica's :class:`~specledger.simulate.pricing.StepPrices`.
 
 Chunked prefill (vLLM v1): admission costs nothing by itself; a prefilling request holds its slot
 and prompt KV and takes prefill tokens from what the step's token budget leaves after the decode
@@ -35,121 +36,51 @@ rows (in admission order); its first token leaves at the end of the step that co
 
 from __future__ import annotations
 
-import math
 from collections import deque
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from specledger.simulate.chains import (
-    STREAM_PREFILL_JITTER,
-    STREAM_STEP_JITTER,
-    ChainTable,
-    Draws,
-    keyed_stream,
-)
-from specledger.simulate.fastpath import segment
+from specledger.simulate.chains import ChainTable, Draws
 from specledger.simulate.gamma import GammaPlan
+from specledger.simulate.pricing import StepPrices
+from specledger.simulate.state import RunningBatch, ServerConfig, SimCounters
 
 
-@dataclass(frozen=True)
-class ServerConfig:
-    """The scheduler's knobs (vLLM names where they exist)."""
+class Admission(NamedTuple):
+    """A waiting request taken into the batch (:meth:`Replica.admit_next`)."""
 
-    max_num_seqs: int = 8
-    max_num_batched_tokens: int | None = None  # rows per step: gamma + 1 per decoding request (+ prefill)
-    kv_budget_tokens: int | None = None  # None: unlimited
-    block_size: int = 1  # KV is reserved in blocks of this many tokens (vLLM: 16)
-    chunked_prefill: bool = False
-    reserve_gamma: bool = False  # reserve KV for the gamma asked (vLLM's lookahead slots), not what was proposed
-
-    def budget(self) -> int | None:
-        if self.max_num_batched_tokens is None and self.chunked_prefill:
-            return 2048
-        return self.max_num_batched_tokens
-
-
-class Ledger:
-    """Per-request outcome arrays shared by the replicas of one simulation (index = request id)."""
-
-    def __init__(self, table: ChainTable, order: np.ndarray, per: str = "request") -> None:
-        n = order.shape[0]
-        self.n = n
-        self.chain = order.astype(np.int64)
-        # what a request's acceptance draws are keyed on (chains.Draws): itself, or the measured prompt it replays
-        self.key = self.chain.copy() if per == "prompt" else np.arange(n, dtype=np.int64)
-        self.nround = np.zeros(n, dtype=np.int64)  # rounds decoded so far (kept across a preemption)
-        self.prompt = table.prompt_tokens[self.chain]
-        self.target = table.output_tokens[self.chain]
-        self.arrival = np.full(n, np.nan)
-        self.t_first = np.full(n, np.nan)
-        self.t_last = np.full(n, np.nan)
-        self.out = np.zeros(n, dtype=np.int64)
-        self.chunks = np.zeros(n, dtype=np.int64)
-        self.max_gap = np.zeros(n)
-        self.preemptions = np.zeros(n, dtype=np.int64)
-        self.recompute_s = np.zeros(n)
-        self.frac = np.zeros(n)
-        self.replica = np.full(n, -1, dtype=np.int64)
-        self.gaps: list[np.ndarray] = []
-        self.steps = 0
-        self.batch_sum = 0
-        self.rows_sum = 0
-        self.proposed_sum = 0
-        self.accepted_sum = 0
-        self.rounds = 0
-        self.peak_kv_tokens = 0
-        # speculative steps (some request verifies candidates): their forward seconds, and what the same
-        # steps' forwards cost without the candidate rows (the break-even verify premium's V and V_1);
-        # each replica sums its own (its steps come in one order on every path), these are their totals
-        self.verify_s = 0.0
-        self.verify_base_s = 0.0
-        self.fast_steps = 0  # steps priced by the event-skipping segments (fastpath), of ``steps``
-        self.fast_segments = 0
-        self.round_cache: Any = None  # fastpath.RoundCache: requests' acceptance draws, drawn ahead in bulk
-
-
-_FIELDS = ("rid", "ctx", "out", "target", "chain", "last", "pleft", "key", "nround")
+    clock: float  # the replica's clock after its prefill (unchanged with chunked prefill)
+    request: int
+    context: int  # its context once in the batch
+    prefill_left: int  # prompt tokens it still prefills in the steps (chunked prefill; else 0)
+    blocks: int  # KV blocks it reserves
+    finished: bool  # its one token left with its prefill: it does not join the batch
 
 
 class Replica:
-    """One server: a waiting queue and a running batch (arrays in admission order)."""
+    """One server: a waiting queue and a running batch."""
 
     def __init__(self, index: int, cfg: ServerConfig, cost: Any, table: ChainTable, plan: GammaPlan,
-                 drafter: str, ledger: Ledger, jitter: bool = True, draws: Draws | None = None) -> None:
+                 drafter: str, counters: SimCounters, jitter: bool = True, draws: Draws | None = None) -> None:
         self.index, self.cfg, self.cost, self.table, self.plan = index, cfg, cost, table, plan
-        self.drafter, self.ledger = drafter, ledger
+        self.drafter, self.counters = drafter, counters
         self.draws = draws or Draws()
+        self.prices = StepPrices(cost, drafter, cfg.max_num_seqs, index, self.draws.seed, jitter)
         self.clock = 0.0
         self.waiting: deque[int] = deque()
-        self.run = {f: np.zeros(0, dtype=np.float64 if f == "last" else np.int64) for f in _FIELDS}
+        self.batch = RunningBatch.empty()
         self.policies: list[Any] | None = None if plan.vectorised else []
         self._parked: dict[int, Any] = {}  # policies of preempted requests
-        self._prefill: dict[int, float] = {}
-        self._kv_blocks = (None if cfg.kv_budget_tokens is None
-                           else max(1, cfg.kv_budget_tokens // cfg.block_size))
-        self._budget = cfg.budget()
-        # a fitted profile whose prefill depends on the server's slot count (a serving fit, CostModel.slot_dependent_prefill)
-        self._slots_kw = {"slots": cfg.max_num_seqs} if getattr(cost, "slot_dependent_prefill", False) else {}
-        # a measured profile's step-time noise (u -> multipliers), if it carries one (CostModel.has_noise)
-        noise = getattr(cost, "jitter", None) if getattr(cost, "has_noise", True) else None
-        self._noise = noise if noise is not None and jitter else None
-        self.nstep = 0  # steps this replica has run (the key of its forward jitter)
-        self.last_dt = 0.0  # duration of its latest step (the fast path's horizon guess)
-        self.verify_s = 0.0  # its speculative steps' forward seconds (Ledger.verify_s: the replicas' total)
-        self.verify_base_s = 0.0  # and theirs without the candidate rows
-        # the fast path's caches (fastpath._run_scalar): each request's drawn rounds (first round, codes),
-        # the plan's gamma per decoding batch size, other_s per batch size, step_s as a plain function
-        self.fast_rounds: dict[int, tuple[int, list[int]]] = {}
-        self.fast_gammas: dict[int, int] = {}
-        self.fast_other_s: dict[int, float] = {}
-        self.fast_step_s: Any = None
+        self.kv_blocks_budget = cfg.kv_blocks_budget()
+        self.token_budget = cfg.budget()
+        self.steps_taken = 0  # steps this replica has run (the key of its forward noise)
+        self.last_dt = 0.0  # duration of its latest step (the fast path's guess of the steps ahead)
 
     # ----------------------------------------------------------------------------------------
     @property
     def running(self) -> int:
-        return int(self.run["rid"].shape[0])
+        return self.batch.size
 
     def outstanding(self) -> int:
         return len(self.waiting) + self.running
@@ -161,73 +92,60 @@ class Replica:
         if not self.has_work():
             self.clock = max(self.clock, t)
         self.waiting.append(rid)
-        self.ledger.replica[rid] = self.index
-
-    def _blocks(self, tokens: np.ndarray | int) -> Any:
-        b = self.cfg.block_size
-        return tokens if b == 1 else -(-tokens // b)
-
-    def _prefill_s(self, tokens: int, rid: int) -> float:
-        """Prefill time, times the profile's prefill noise keyed on (request, admission number)."""
-        s = self._prefill.get(tokens)
-        if s is None:
-            s = self._prefill[tokens] = float(self.cost.prefill_s(int(tokens), **self._slots_kw))
-        if self._noise is None:
-            return s
-        u = keyed_stream(self.draws.seed, STREAM_PREFILL_JITTER, np.array([rid]),
-                         np.array([self.ledger.preemptions[rid]]))
-        return s * self._noise(float(u[0]))[1]
+        self.counters.replica[rid] = self.index
 
     def forward_noise(self, n: int, ahead: int = 0) -> list[float] | None:
-        """Forward multipliers of this replica's steps ``ahead`` .. ``ahead + n - 1`` from now (keyed on
-        (replica, step number)); None without noise."""
-        if self._noise is None:
-            return None
-        first = self.nstep + ahead
-        u = keyed_stream(self.draws.seed, STREAM_STEP_JITTER, np.full(n, self.index), np.arange(first, first + n))
-        return [self._noise(x)[0] for x in u.tolist()]
+        """Forward multipliers of this replica's steps ``ahead`` .. ``ahead + n - 1`` from now; None without noise."""
+        return self.prices.forward_noise(self.steps_taken + ahead, n)
 
     # ----------------------------------------------------------------------------------------
-    def _admit(self, t: float) -> tuple[float, list[int]]:
+    def admit_next(self, t: float, running: int, reserved: int) -> Admission | None:
+        """Take the first waiting request if a slot is free (``running`` in the batch) and the KV budget holds
+        its committed context + 1 over the ``reserved`` blocks (the batch's contexts); None when it cannot.
+        Without chunked prefill its prefill runs now (a preempted request recomputes all but its last token)."""
+        if not self.waiting or running >= self.cfg.max_num_seqs:
+            return None
+        c, cfg = self.counters, self.cfg
+        rid = self.waiting[0]
+        out = int(c.out[rid])
+        ctx = int(c.prompt[rid]) + out
+        need = ctx + 1 if cfg.block_size == 1 else -(-(ctx + 1) // cfg.block_size)
+        if self.kv_blocks_budget is not None and reserved + need > self.kv_blocks_budget and running > 0:
+            return None
+        self.waiting.popleft()
+        if cfg.chunked_prefill:  # its prompt goes in with the steps (a preempted one recomputes all but a token)
+            return Admission(t, rid, ctx, ctx if out == 0 else ctx - 1, need, False)
+        if out == 0:  # first admission: prompt -> first token
+            t += self.prices.prefill(ctx, rid, int(c.preemptions[rid]))
+            c.t_first[rid] = c.t_last[rid] = t
+            c.out[rid], c.chunks[rid] = 1, 1
+            if c.target[rid] <= 1:
+                return Admission(t, rid, ctx, 0, need, True)
+            return Admission(t, rid, ctx + 1, 0, need, False)
+        dt = self.prices.prefill(ctx - 1, rid, int(c.preemptions[rid]))  # recompute after preemption
+        c.recompute_s[rid] += dt
+        return Admission(t + dt, rid, ctx, 0, need, False)
+
+    def admit(self, t: float) -> tuple[float, list[int]]:
         """Admit waiting requests; returns the clock after their prefills and the finished ids."""
         if not self.waiting:
             return t, []
-        L, cfg, run = self.ledger, self.cfg, self.run
-        n_run = self.running
-        reserved = int(self._blocks(run["ctx"]).sum()) if n_run else 0
-        new: list[tuple[int, int, int]] = []  # (rid, ctx, pleft)
+        running = self.running
+        reserved = int(self.cfg.blocks(self.batch.context).sum()) if running else 0
+        joined: list[Admission] = []
         finished: list[int] = []
-        while self.waiting and n_run + len(new) < cfg.max_num_seqs:
-            rid = self.waiting[0]
-            ctx = int(L.prompt[rid] + L.out[rid])
-            need = int(self._blocks(ctx + 1))
-            if self._kv_blocks is not None and reserved + need > self._kv_blocks and (n_run + len(new)) > 0:
-                break
-            self.waiting.popleft()
-            reserved += need
-            if cfg.chunked_prefill:
-                new.append((rid, ctx, ctx if L.out[rid] == 0 else ctx - 1))
-                continue
-            if L.out[rid] == 0:  # first admission: prompt -> first token
-                t += self._prefill_s(ctx, rid)
-                L.t_first[rid] = L.t_last[rid] = t
-                L.out[rid], L.chunks[rid] = 1, 1
-                if L.target[rid] <= 1:
-                    finished.append(rid)
-                    continue
-                new.append((rid, ctx + 1, 0))
-            else:  # recompute after preemption: KV for all but the last committed token
-                dt = self._prefill_s(ctx - 1, rid)
-                t += dt
-                L.recompute_s[rid] += dt
-                new.append((rid, ctx, 0))
-        if new:
-            ids = np.array([x[0] for x in new], dtype=np.int64)
-            add = {"rid": ids, "ctx": np.array([x[1] for x in new], dtype=np.int64), "out": L.out[ids],
-                   "target": L.target[ids], "chain": L.chain[ids], "last": L.t_last[ids],
-                   "pleft": np.array([x[2] for x in new], dtype=np.int64), "key": L.key[ids], "nround": L.nround[ids]}
-            for f in _FIELDS:
-                run[f] = np.concatenate([run[f], add[f]])
+        while (a := self.admit_next(t, running + len(joined), reserved)) is not None:
+            t = a.clock
+            reserved += a.blocks
+            if a.finished:
+                finished.append(a.request)
+            else:
+                joined.append(a)
+        if joined:
+            ids = np.array([a.request for a in joined], dtype=np.int64)
+            self.batch.extend(RunningBatch.joining(
+                self.counters, ids, np.array([a.context for a in joined], dtype=np.int64),
+                np.array([a.prefill_left for a in joined], dtype=np.int64)))
             if self.policies is not None:
                 self.policies.extend(self._policy_for(int(r)) for r in ids)
         return t, finished
@@ -239,60 +157,47 @@ class Replica:
     # ----------------------------------------------------------------------------------------
     def step(self) -> list[int]:
         """Advance one step from ``self.clock``; returns the ids of the requests finished in it."""
-        t, finished = self._admit(self.clock)
-        return self._step_at(t, finished)
+        t, finished = self.admit(self.clock)
+        return self.step_from(t, finished)
 
-    def advance(self, bound: float = math.inf, feed: Any = None) -> list[int]:
-        """Advance one step, or -- where :func:`specledger.simulate.fastpath.segment` applies -- every
-        step up to the next event at once: the steps that start before ``bound`` (the next arrival the
-        router must place), up to and including the first in which a request finishes. The outcome is
-        the one :meth:`step` called that many times gives. A lone replica is given the ``feed``
-        (:class:`specledger.simulate.engine.Feed`) and may take arrivals and report finishes itself.
-        Returns the finished ids not yet reported to the feed."""
-        t, finished = self._admit(self.clock)
-        if self.running:
-            done = segment(self, t, finished, bound, feed)
-            if done is not None:
-                return done
-        return self._step_at(t, finished)
-
-    def _step_at(self, t: float, finished: list[int]) -> list[int]:
+    def step_from(self, t: float, finished: list[int]) -> list[int]:
         """The step after admission (at clock ``t``): choose, sample, budget, KV, price, commit."""
-        L, cfg, cost = self.ledger, self.cfg, self.cost
+        c, cfg = self.counters, self.cfg
         b = self.running
         if b == 0:
             self.clock = t
             return finished
-        run = self.run
-        dec = run["pleft"] == 0 if cfg.chunked_prefill else None
+        run = self.batch
+        dec = run.prefill_left == 0 if cfg.chunked_prefill else None
         all_dec = dec is None or bool(dec.all())
         di: Any = slice(None) if all_dec else np.flatnonzero(dec)  # the decoding requests (a view when all are)
         nd = b if all_dec else di.shape[0]
-        remaining = run["target"][di] - run["out"][di]
+        remaining = run.target[di] - run.out[di]
         pols = self.policies if (self.policies is None or all_dec) else [self.policies[i] for i in di]
-        g = np.minimum(self.plan.choose(nd, run["ctx"][di], pols), remaining - 1) if nd else np.zeros(0, np.int64)
+        g = np.minimum(self.plan.choose(nd, run.context[di], pols), remaining - 1) if nd else np.zeros(0, np.int64)
         g = np.maximum(g, 0)
-        chain = run["chain"][di]
+        chain = run.chain[di]
         if self.table.deterministic and nd:
             ep, ek = self.table.expected(chain, g)
             prop = np.rint(ep).astype(np.int64)
-            rid = run["rid"][di]
-            acc_f = L.frac[rid] + ek
+            rid = run.request[di]
+            acc_f = c.frac[rid] + ek
             acc = np.minimum(np.floor(acc_f).astype(np.int64), prop)
-            L.frac[rid] = acc_f - acc
+            c.frac[rid] = acc_f - acc
         else:
-            prop, acc = self.table.sample(chain, g, self.draws, run["key"][di], run["nround"][di])
+            prop, acc = self.table.sample(chain, g, self.draws, run.draw_key[di], run.rounds_done[di])
         # per-step token budget: gamma + 1 rows per decoding request, trim the largest first
-        budget = self._budget
+        budget = self.token_budget
         if budget is not None and nd:
             prop = _trim(prop, budget - nd)
             acc = np.minimum(acc, prop)
         # KV reservation for candidates; preempt the newest admissions while over budget
-        need = run["ctx"].copy()
+        need = run.context.copy()
         need[di] += g if cfg.reserve_gamma else prop
-        blocks = self._blocks(need)
-        if self._kv_blocks is not None and b > 1 and int(blocks.sum()) > self._kv_blocks:
-            keep_n = max(1, int(np.searchsorted(np.cumsum(blocks), self._kv_blocks, side="right")))
+        blocks = cfg.blocks(need)
+        kvb = self.kv_blocks_budget
+        if kvb is not None and b > 1 and int(blocks.sum()) > kvb:
+            keep_n = max(1, int(np.searchsorted(np.cumsum(blocks), kvb, side="right")))
             if all_dec:
                 di = np.arange(b)
             elif dec is not None:
@@ -302,102 +207,89 @@ class Replica:
             sel = di < keep_n
             di, prop, acc, g, remaining = di[sel], prop[sel], acc[sel], g[sel], remaining[sel]
             nd = di.shape[0]
-            run = self.run
+            run = self.batch
             blocks = blocks[:keep_n]
-        L.peak_kv_tokens = max(L.peak_kv_tokens, int(blocks.sum()) * cfg.block_size)
+        c.peak_kv_tokens = max(c.peak_kv_tokens, int(blocks.sum()) * cfg.block_size)
         # prefill chunks (chunked prefill) from what the budget leaves
         pre_tokens = 0
         chunk = None
         if not all_dec:
             room = (budget if budget is not None else 1 << 60) - int(nd + prop.sum())
-            pleft = run["pleft"]
-            chunk = np.minimum(pleft, np.maximum(0, room - (np.cumsum(pleft) - pleft)))
+            left = run.prefill_left
+            chunk = np.minimum(left, np.maximum(0, room - (np.cumsum(left) - left)))
             pre_tokens = int(chunk.sum())
-        # cost of the step
-        ctx_mean = float(run["ctx"].sum()) / b
-        t_draft_each = np.zeros(nd)
-        if nd and self.drafter != "none" and g.max() > 0:
-            counts = np.bincount(g)
-            for gv in np.flatnonzero(counts[1:]) + 1:
-                t_draft_each[g == gv] = float(cost.draft_s(self.drafter, int(gv), ctx_mean))
+        # the step's price
+        ctx_mean = float(run.context.sum()) / b
+        t_draft_each = self.prices.draft_each(g, ctx_mean)
         rows = int(nd + prop.sum()) + pre_tokens
-        t_fwd = float(cost.step_s(max(rows, b), b, ctx_mean))
-        noise = self.forward_noise(1)
-        if noise is not None:
-            t_fwd *= noise[0]
         psum = int(prop.sum())
-        if psum:  # a speculative step: its forward, and the same step's without the candidate rows
-            t_base = float(cost.step_s(max(rows - psum, b), b, ctx_mean))
-            self.verify_s += t_fwd
-            self.verify_base_s += t_base * noise[0] if noise is not None else t_base
-        self.nstep += 1
-        t_other = float(cost.other_s(b))
-        t_emit = t + float(t_draft_each.sum()) + t_fwd + t_other
+        noise = self.forward_noise(1)
+        t_emit = self.prices.price_step(t, float(t_draft_each.sum()), rows, psum, b, ctx_mean,
+                                        noise[0] if noise is not None else None)
+        self.steps_taken += 1
         # commit
         committed = np.minimum(acc + 1, remaining)
-        rid_d = run["rid"][di]
-        gaps = t_emit - run["last"][di]
-        L.gaps.append(gaps.astype(np.float32))
-        L.max_gap[rid_d] = np.maximum(L.max_gap[rid_d], gaps)
-        L.chunks[rid_d] += 1
-        run["last"][di] = t_emit
-        run["out"][di] += committed
-        run["ctx"][di] += committed
-        run["nround"][di] += 1
+        rid_d = run.request[di]
+        gaps = t_emit - run.last_emit[di]
+        c.gaps.append(gaps.astype(np.float32))
+        c.max_gap[rid_d] = np.maximum(c.max_gap[rid_d], gaps)
+        c.chunks[rid_d] += 1
+        run.last_emit[di] = t_emit
+        run.out[di] += committed
+        run.context[di] += committed
+        run.rounds_done[di] += 1
         if self.policies is not None:
-            t_round = t_draft_each + t_fwd + t_other
+            t_round = t_draft_each + self.prices.last_forward_s + self.prices.other(b)
             pol = self.policies if all_dec else [self.policies[i] for i in di]
             for p, pp, kk, tr, td in zip(pol, prop.tolist(), acc.tolist(), t_round.tolist(), t_draft_each.tolist()):
                 p.observe(pp, kk, tr, t_draft=td)
         if chunk is not None:  # prefills that complete now
-            run["pleft"] = run["pleft"] - chunk
-            done_pre = np.flatnonzero((run["pleft"] == 0) & ~dec)
-            first = done_pre[run["out"][done_pre] == 0]
+            run.prefill_left = run.prefill_left - chunk
+            done_pre = np.flatnonzero((run.prefill_left == 0) & ~dec)
+            first = done_pre[run.out[done_pre] == 0]
             if first.size:
-                rid_f = run["rid"][first]
-                L.t_first[rid_f] = t_emit
-                L.chunks[rid_f] = 1
-                run["out"][first] = 1
-                run["ctx"][first] += 1
-                run["last"][first] = t_emit
-        L.steps += 1
-        L.batch_sum += b
-        L.rows_sum += rows
-        L.rounds += nd
-        L.proposed_sum += psum
-        L.accepted_sum += int(acc.sum())
+                rid_f = run.request[first]
+                c.t_first[rid_f] = t_emit
+                c.chunks[rid_f] = 1
+                run.out[first] = 1
+                run.context[first] += 1
+                run.last_emit[first] = t_emit
+        c.steps += 1
+        c.batch_sum += b
+        c.rows_sum += rows
+        c.rounds += nd
+        c.proposed_sum += psum
+        c.accepted_sum += int(acc.sum())
         self.last_dt = t_emit - t
         self.clock = t_emit
         return self.retire(finished)
 
     def retire(self, finished: list[int]) -> list[int]:
-        """Requests whose output is complete leave the batch (their figures go to the ledger); returns
+        """Requests whose output is complete leave the batch (their figures go to the counters); returns
         ``finished`` extended by their ids."""
-        run, L = self.run, self.ledger
-        done = run["out"] >= run["target"]
+        run, c = self.batch, self.counters
+        done = run.out >= run.target
         if done.any():
-            ids = run["rid"][done]
-            L.out[ids] = run["out"][done]
-            L.t_last[ids] = run["last"][done]
+            ids = run.request[done]
+            c.out[ids] = run.out[done]
+            c.t_last[ids] = run.last_emit[done]
             finished.extend(ids.tolist())
             keep = ~done
-            for f in _FIELDS:
-                run[f] = run[f][keep]
+            run.select(keep)
             if self.policies is not None:
                 self.policies = [p for p, k in zip(self.policies, keep.tolist()) if k]
         return finished
 
     def _preempt(self, keep_n: int) -> None:
         """Preempt running requests keep_n.. (the newest admissions); they wait at the front, tokens kept."""
-        L, run = self.ledger, self.run
-        gone = run["rid"][keep_n:]
-        L.out[gone] = run["out"][keep_n:]
-        L.t_last[gone] = run["last"][keep_n:]
-        L.nround[gone] = run["nround"][keep_n:]
-        L.preemptions[gone] += 1
+        c, run = self.counters, self.batch
+        gone = run.request[keep_n:]
+        c.out[gone] = run.out[keep_n:]
+        c.t_last[gone] = run.last_emit[keep_n:]
+        c.rounds_done[gone] = run.rounds_done[keep_n:]
+        c.preemptions[gone] += 1
         self.waiting.extendleft(reversed(gone.tolist()))  # to the front, the oldest admission first
-        for f in _FIELDS:
-            run[f] = run[f][:keep_n]
+        run.select(slice(None, keep_n))
         if self.policies is not None:
             self._parked.update(zip(gone.tolist(), self.policies[keep_n:]))
             self.policies = self.policies[:keep_n]

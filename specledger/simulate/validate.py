@@ -33,10 +33,10 @@ import numpy as np
 from specledger.analysis.metrics import latency_stats
 from specledger.errors import require
 from specledger.simulate.arrivals import closed_loop
-from specledger.simulate.engine import simulate
 from specledger.simulate.profile import fit_serving_cost
-from specledger.simulate.replica import ServerConfig
+from specledger.simulate.simulator import simulate
 from specledger.simulate.source import RunSource, plain_table, tables_per_gamma, workload_order
+from specledger.simulate.state import ServerConfig
 
 METRICS = ("throughput_tok_s", "tpot_p50_ms", "ttft_p50_ms", "itl_p99_ms")
 TOLERANCE = {"throughput_tok_s": 0.05, "tpot_p50_ms": 0.10, "ttft_p50_ms": 0.10, "itl_p99_ms": 0.15}

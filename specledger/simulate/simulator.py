@@ -5,7 +5,7 @@ after handing the router every arrival up to that clock (an idle replica's clock
 next arrival). Closed loop: the ``concurrency`` clients send their next request at the moment one
 of theirs finishes. A request joins its replica's queue at arrival and is admitted at the next
 step boundary, as in the engine. ``fast`` (default): a replica takes every step up to its next event
-at once where it can (:mod:`specledger.simulate.fastpath`; a lone replica at light load runs through
+at once where it can (:func:`specledger.simulate.fastpath.advance`; a lone replica at light load runs through
 arrivals and finishes in one go) -- the outcome of stepping, to the last bit.
 
 Figures (same definitions as :func:`specledger.analysis.metrics.latency_stats`):
@@ -21,85 +21,85 @@ forwards cost without their candidate rows (the verify premium the cost model as
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from specledger.analysis.metrics import MS, tpot
+from specledger.analysis.stats import distribution
 from specledger.errors import require
 from specledger.simulate.arrivals import Arrivals
 from specledger.simulate.chains import ChainTable, Draws
+from specledger.simulate.dispatch import Dispatcher, Router, round_robin
+from specledger.simulate.fastpath import advance
 from specledger.simulate.gamma import GammaPlan
-from specledger.simulate.replica import Ledger, Replica, ServerConfig
-
-Router = Callable[[Sequence[Replica], int], int]
-
-
-def round_robin() -> Router:
-    state = {"next": 0}
-
-    def pick(replicas: Sequence[Replica], rid: int) -> int:
-        i = state["next"] % len(replicas)
-        state["next"] += 1
-        return i
-
-    return pick
+from specledger.simulate.replica import Replica
+from specledger.simulate.state import ServerConfig, SimCounters
 
 
 @dataclass
 class SimResult:
-    ledger: Ledger
+    ledger: SimCounters  # what the simulation counted
     makespan: float
     replicas: int
     label: str = ""
 
     def metrics(self) -> dict[str, Any]:
-        L = self.ledger
-        ok = ~np.isnan(L.t_last)
-        tokens = int(L.out[ok].sum())
-        ttft = (L.t_first - L.arrival)[ok]
-        multi = ok & (L.out > 1)
-        tpot = (L.t_last[multi] - L.t_first[multi]) / (L.out[multi] - 1)
-        latency = (L.t_last - L.arrival)[ok]
-        gaps = np.concatenate(L.gaps) if L.gaps else np.zeros(0, dtype=np.float32)
+        """The point's figures. TTFT, TPOT and latency are :func:`specledger.analysis.metrics.tpot` per request,
+        summarised by :func:`specledger.analysis.stats.distribution` as the measured runs' figures are. The
+        inter-token gaps (one per chunk, ~10^8 at a million requests, float32) are summarised here, on arrays:
+        ``distribution`` would build a Python list of them; token ITL adds the zero gaps inside chunks that the
+        simulator does not keep one by one (:func:`_zero_padded_quantile`, :func:`_zero_padded_std`)."""
+        c = self.ledger
+        ok = ~np.isnan(c.t_last)
+        requests = int(ok.sum())
+        tokens = int(c.out[ok].sum())
+        ttft = distribution((c.t_first - c.arrival)[ok], MS)
+        per_token = [tpot(f, last, n) for f, last, n in zip(c.t_first[ok].tolist(), c.t_last[ok].tolist(),
+                                                             c.out[ok].tolist())]
+        tpots = distribution([x for x in per_token if x is not None], MS)
+        latency_s = (c.t_last - c.arrival)[ok]
+        latency = distribution(latency_s)  # seconds: its mean is reported in seconds, its quantiles in ms
+        gaps = np.concatenate(c.gaps) if c.gaps else np.zeros(0, dtype=np.float32)
         gaps64 = gaps.astype(np.float64)  # moments in float64: independent of the order gaps were appended
-        zeros = int(max(0, (L.out[ok] - L.chunks[ok]).sum()))
-        arr = L.arrival[ok]
+        zeros = int(max(0, (c.out[ok] - c.chunks[ok]).sum()))
+        arr = c.arrival[ok]
         span = float(arr.max() - arr.min()) if arr.size > 1 else 0.0
 
-        def q(x: np.ndarray, p: float) -> float | None:
-            return float(np.percentile(x, p) * 1e3) if x.size else None
+        def ms(x: float | int | None) -> float | None:
+            return None if x is None else x * MS
 
         return {
-            "requests": int(ok.sum()),
+            "requests": requests,
             "tokens": tokens,
             "wall_s": self.makespan,
             "throughput_tok_s": tokens / self.makespan if self.makespan > 0 else math.nan,
-            "request_rate_s": int(ok.sum()) / self.makespan if self.makespan > 0 else math.nan,
-            "ttft_p50_ms": q(ttft, 50), "ttft_p99_ms": q(ttft, 99),
-            "tpot_p50_ms": q(tpot, 50), "tpot_p99_ms": q(tpot, 99),
-            "itl_p50_ms": q(gaps, 50), "itl_p99_ms": q(gaps, 99),
-            "itl_std_ms": float(gaps64.std() * 1e3) if gaps.size else None,
+            "request_rate_s": requests / self.makespan if self.makespan > 0 else math.nan,
+            "ttft_p50_ms": ttft["p50"], "ttft_p99_ms": ttft["p99"],
+            "tpot_p50_ms": tpots["p50"], "tpot_p99_ms": tpots["p99"],
+            "itl_p50_ms": _gap_quantile(gaps, 50), "itl_p99_ms": _gap_quantile(gaps, 99),
+            "itl_std_ms": float(gaps64.std() * MS) if gaps.size else None,
             "itl_token_p99_ms": _zero_padded_quantile(gaps, zeros, 99),
             "itl_token_std_ms": _zero_padded_std(gaps, zeros),
-            "longest_stall_ms": float(gaps.max() * 1e3) if gaps.size else None,
-            "latency_p50_ms": q(latency, 50), "latency_p99_ms": q(latency, 99),
-            "mean_latency_s": float(latency.mean()) if latency.size else None,
-            "mean_in_flight": float(latency.sum() / self.makespan) if self.makespan > 0 else None,
+            "longest_stall_ms": float(gaps.max() * MS) if gaps.size else None,
+            "latency_p50_ms": ms(latency["p50"]), "latency_p99_ms": ms(latency["p99"]),
+            "mean_latency_s": latency["mean"],
+            "mean_in_flight": float(latency_s.sum() / self.makespan) if self.makespan > 0 else None,
             "offered_rate_s": (arr.size - 1) / span if span > 0 else None,
-            "preemptions": int(L.preemptions.sum()),
-            "recompute_s": float(L.recompute_s.sum()),
-            "steps": L.steps,
-            "mean_batch": L.batch_sum / L.steps if L.steps else None,
-            "mean_rows_per_step": L.rows_sum / L.steps if L.steps else None,
-            "el": (tokens - int(ok.sum())) / L.rounds if L.rounds else None,
-            "acceptance_rate": L.accepted_sum / L.proposed_sum if L.proposed_sum else None,
-            "peak_kv_tokens": L.peak_kv_tokens,
+            "preemptions": int(c.preemptions.sum()),
+            "recompute_s": float(c.recompute_s.sum()),
+            "steps": c.steps,
+            "mean_batch": c.batch_sum / c.steps if c.steps else None,
+            "mean_rows_per_step": c.rows_sum / c.steps if c.steps else None,
+            "el": (tokens - requests) / c.rounds if c.rounds else None,
+            "acceptance_rate": c.accepted_sum / c.proposed_sum if c.proposed_sum else None,
+            "peak_kv_tokens": c.peak_kv_tokens,
             "replicas": self.replicas,
-            "verify_s": L.verify_s,
-            "verify_base_s": L.verify_base_s,
-            "verify_ratio": L.verify_s / L.verify_base_s if L.verify_base_s > 0 else None,
+            "verify_s": c.verify_s,
+            "verify_base_s": c.verify_base_s,
+            "verify_ratio": c.verify_s / c.verify_base_s if c.verify_base_s > 0 else None,
         }
 
 
@@ -126,6 +126,11 @@ def break_even_verify_premium(speedup: float | None, m: dict[str, Any]) -> float
     return x * v / v1
 
 
+def _gap_quantile(gaps: np.ndarray, p: float) -> float | None:
+    """The p-th percentile of the chunk gaps, in ms (on their float32 array, as the figures always were)."""
+    return float(np.percentile(gaps, p) * MS) if gaps.size else None
+
+
 def _zero_padded_std(gaps: np.ndarray, zeros: int) -> float | None:
     """Standard deviation of token ITL (chunk gaps plus ``zeros`` zero gaps): sqrt(E[x^2] - E[x]^2)."""
     n = gaps.size + zeros
@@ -147,51 +152,18 @@ def _zero_padded_quantile(gaps: np.ndarray, zeros: int, p: float) -> float | Non
     return float(np.quantile(gaps, min(1.0, (rank - zeros) / max(1, gaps.size - 1))) * 1e3) if gaps.size else 0.0
 
 
-def _bound(reps: Sequence[Replica], rep: Replica, t_next: float, closed: bool) -> float:
-    """Until when ``rep`` may run ahead (its steps must *start* before this): the next open-loop arrival
+def _bound(replicas: Sequence[Replica], replica: Replica, t_next: float, closed: bool) -> float:
+    """Until when ``replica`` may run ahead (its steps must *start* before this): the next open-loop arrival
     ``t_next`` (the loop hands it to the router before any step that starts at or after it). Closed loop
     with several replicas: also the earliest clock among the other busy replicas -- a finish there
     dispatches a request, and the router must see this replica as the step path leaves it then.
     Open-loop replicas meet only through the router at arrival times, so their order in between is free."""
     bound = t_next
-    if closed and len(reps) > 1:
-        for r in reps:
-            if r is not rep and r.has_work() and r.clock < bound:
+    if closed and len(replicas) > 1:
+        for r in replicas:
+            if r is not replica and r.has_work() and r.clock < bound:
                 bound = r.clock
     return bound
-
-
-class Feed:
-    """The requests not yet handed to a replica (request ids in order): open-loop arrival times, or the
-    closed loop's clients, each sending its next request when one of theirs finishes. A lone replica's
-    fast path (:func:`specledger.simulate.fastpath.segment`) takes arrivals from it directly."""
-
-    def __init__(self, ledger: Ledger, reps: Sequence[Replica], pick: Router, arrivals: Arrivals, n: int) -> None:
-        self.ledger, self.reps, self.pick, self.n = ledger, reps, pick, n
-        self.closed = arrivals.closed
-        self.times = arrivals.times[:n].tolist() if arrivals.times is not None else None  # floats: cheap to index
-        self.nxt = 0  # the next request id to hand out
-        self.done = 0  # requests finished
-
-    def next_time(self) -> float:
-        """The next open-loop arrival (inf when none is left or the loop is closed)."""
-        return self.times[self.nxt] if self.times is not None and self.nxt < self.n else math.inf
-
-    def dispatch(self, t: float) -> None:
-        """Hand the next request, arriving at ``t``, to the replica the router picks."""
-        rid = self.nxt
-        self.nxt += 1
-        self.ledger.arrival[rid] = t
-        reps = self.reps
-        reps[self.pick(reps, rid) if len(reps) > 1 else 0].add(rid, t)
-
-    def finish(self, finished: list[int], t: float) -> None:
-        """Requests finished at ``t``: counted; in a closed loop each client sends its next one now."""
-        self.done += len(finished)
-        if self.closed:
-            for _ in finished:
-                if self.nxt < self.n:
-                    self.dispatch(t)
 
 
 def simulate(
@@ -235,34 +207,32 @@ def simulate(
     if plan.static == 0:
         name = "none"
     draws = Draws(seed, per)
-    ledger = Ledger(table, order, per)
-    reps = [Replica(i, cfg, cost, table, plan, name, ledger, jitter, draws) for i in range(replicas)]
-    pick = router or round_robin()
-    feed = Feed(ledger, reps, pick, arrivals, n_requests)
+    counters = SimCounters(table, order, per)
+    reps = [Replica(i, cfg, cost, table, plan, name, counters, jitter, draws) for i in range(replicas)]
+    pending = Dispatcher(counters, reps, router or round_robin(), arrivals, n_requests)
     if arrivals.closed:
         for _ in range(min(int(arrivals.concurrency or 1), n_requests)):
-            feed.dispatch(0.0)
-    while feed.done < n_requests:
+            pending.dispatch(0.0)
+    while pending.done < n_requests:
         if replicas == 1:
-            rep = reps[0] if reps[0].has_work() else None
+            replica = reps[0] if reps[0].has_work() else None
         else:
             busy = [r for r in reps if r.has_work()]
-            rep = min(busy, key=lambda r: r.clock) if busy else None
-        t_next = feed.next_time()
-        t_min = rep.clock if rep is not None else t_next
+            replica = min(busy, key=lambda r: r.clock) if busy else None
+        t_next = pending.next_time()
+        t_min = replica.clock if replica is not None else t_next
         if t_next <= t_min and t_next < math.inf:
-            while feed.next_time() <= t_min:
-                feed.dispatch(feed.next_time())
+            pending.dispatch_until(t_min)
             continue
-        if rep is None:  # nothing to do and nothing arriving: cannot happen with n_requests left
+        if replica is None:  # nothing to do and nothing arriving: cannot happen with n_requests left
             break
         if fast:
-            finished = rep.advance(_bound(reps, rep, t_next, arrivals.closed), feed)
+            finished = advance(replica, _bound(reps, replica, t_next, arrivals.closed), pending)
         else:
-            finished = rep.step()
-        feed.finish(finished, rep.clock)
-    done = feed.done
-    ledger.verify_s = sum(r.verify_s for r in reps)  # replica by replica: the same floats on every path
-    ledger.verify_base_s = sum(r.verify_base_s for r in reps)
-    makespan = float(np.nanmax(ledger.t_last)) if done else 0.0
-    return SimResult(ledger, makespan, replicas, arrivals.label)
+            finished = replica.step()
+        pending.finish(finished, replica.clock)
+    done = pending.done
+    counters.verify_s = sum(r.prices.verify_s for r in reps)  # replica by replica: the same floats on every path
+    counters.verify_base_s = sum(r.prices.verify_base_s for r in reps)
+    makespan = float(np.nanmax(counters.t_last)) if done else 0.0
+    return SimResult(counters, makespan, replicas, arrivals.label)

@@ -1,0 +1,74 @@
+"""Requests' acceptance rounds drawn ahead in bulk, for the scalar fast path
+(:func:`specledger.simulate.fastpath.run_small_batch`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specledger.errors import require
+from specledger.simulate.chains import ChainTable, Draws
+
+CHUNK = 4096  # requests whose rounds are drawn together
+KEEP_CHUNKS = 4  # chunks kept behind the newest one
+
+
+class RoundCache:
+    """Every request's rounds drawn ahead, CHUNK requests at a time: round r of request i is coded
+    P*_ir * 32 + K*_ir (the outcome at the full gamma; keyed draws, so exactly what
+    :meth:`ChainTable.sample` gives that round whenever it is taken). A request gets
+    ceil(1.3 T / (E[K] + 1)) + 4 rounds (T its output tokens, E[K] its chain's expectation at gamma);
+    a request that needs more (token budget trims) has them drawn when asked.
+
+    ``chain``, ``draw_key`` and ``target``: every simulated request's measured request, draw key and output
+    tokens (:class:`specledger.simulate.state.SimCounters`)."""
+
+    def __init__(self, table: ChainTable, draws: Draws, gamma: int, chain: np.ndarray, draw_key: np.ndarray,
+                 target: np.ndarray) -> None:
+        self.table, self.draws = table, draws
+        self.chain, self.draw_key, self.target = chain, draw_key, target
+        self.gamma = gamma
+        self.width = min(gamma, self.table.max_gamma)
+        require(self.table.max_gamma < 32, "rounds are coded in 5 bits")
+        self.chunks: dict[int, tuple[list[int], list[int], np.ndarray]] = {}
+        self.held: dict[int, tuple[int, list[int]]] = {}  # a running request's fetched rounds: (first, codes)
+
+    def _outcomes(self, keys: np.ndarray, rounds: np.ndarray, chain: np.ndarray) -> np.ndarray:
+        p, k = self.table.full_outcomes(chain, self.draws.uniforms(keys, rounds, self.width))
+        return (p * 32 + k).astype(np.int16)
+
+    def _build(self, c: int) -> tuple[list[int], list[int], np.ndarray]:
+        lo, hi = c * CHUNK, min(self.chain.shape[0], (c + 1) * CHUNK)
+        chain, target = self.chain[lo:hi], self.target[lo:hi]
+        _, ek = self.table.expected(chain, np.full(hi - lo, self.width, dtype=np.int64))
+        count = np.minimum(np.ceil(1.3 * target / (ek + 1)).astype(np.int64) + 4, target + 1)
+        start = np.cumsum(count) - count
+        total = int(count.sum())
+        keys = np.repeat(self.draw_key[lo:hi], count)
+        rounds = np.arange(total) - np.repeat(start, count)
+        codes = self._outcomes(keys, rounds, np.repeat(chain, count))
+        ent = (start.tolist(), count.tolist(), codes)
+        for old in [k for k in self.chunks if k < c - KEEP_CHUNKS]:  # requests long gone (redrawn if ever asked)
+            del self.chunks[old]
+        self.chunks[c] = ent
+        return ent
+
+    def rounds(self, request: int, first: int, limit: int) -> list[int]:
+        """Codes of request ``request``'s rounds first, first + 1, ... (at least one, at most ``limit``)."""
+        if self.width == 0:
+            return [0] * limit
+        c = request // CHUNK
+        ent = self.chunks.get(c) or self._build(c)
+        i = request - c * CHUNK
+        o, n = ent[0][i], ent[1][i]
+        if first < n:
+            return ent[2][o + first:o + min(n, first + limit)].tolist()
+        return self._outcomes(np.full(limit, self.draw_key[request]), np.arange(first, first + limit),
+                              np.full(limit, self.chain[request])).tolist()
+
+    def held_rounds(self, request: int, first: int, limit: int) -> tuple[int, list[int]]:
+        """The rounds fetched for ``request`` (the first one's index, their codes), fetched anew from round
+        ``first`` when those run out before it."""
+        h = self.held.get(request)
+        if h is None or first - h[0] >= len(h[1]):
+            h = self.held[request] = (first, self.rounds(request, first, limit))
+        return h
