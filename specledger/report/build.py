@@ -106,8 +106,9 @@ def summarize(
     all_records = list(records)
     records = main_records(all_records)
     analysis = analyze_run(records, n_resamples=n_resamples, seed=seed)
-    check = run_prediction_check(records, meta)
-    predicted = scenario_predictions(records, check, meta)
+    chains = [r for r in records if not r.tree_budget]  # the γ performance model is for chains
+    check = run_prediction_check(chains, meta)
+    predicted = scenario_predictions(chains, check, meta)
     groups = group_scenarios(records)
     by_label = {k.label: k for k in groups}
     run_memory = _run_memory(meta)
@@ -116,7 +117,7 @@ def summarize(
         if s.get("memory_bytes") is None and run_memory is not None:
             s["memory_bytes"] = run_memory
         gates = evaluate_gates(s, groups[key], groups.get(baseline_key(key), []), slo)
-        pred = predicted.get((key.category, float(key.temperature), key.drafter, key.gamma))
+        pred = None if key.tree_budget else predicted.get((key.category, float(key.temperature), key.drafter, key.gamma))
         s["predicted_speedup_e2e"] = pred["speedup"] if pred else None  # specledger.predict, end to end
         s["prediction_kind"] = pred["kind"] if pred else None
         s["gates"] = {name: gates[name].to_dict() for name in GATES}
@@ -185,6 +186,7 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
         cost_models=summary["cost_models"],
         optimal_gamma=summary["optimal_gamma"],
         prediction_check=summary.get("prediction_check"),
+        trees=summary.get("trees") or [],
         gate_names=GATES,
         status_class={"pass": "pass", "fail": "fail", NOT_ASSESSED: "na"},
         fmt=_fmt,
