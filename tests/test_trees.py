@@ -268,3 +268,28 @@ def test_bad_tree_budgets_are_one_line_errors(target):
     batch = BatchEngine(target, max_batch=2, capacity=64)
     with pytest.raises(SpecLedgerError, match="exceeds the cache's room"):
         batch.scheduler().add(BatchRequest([1, 2, 3], max_tokens=8, tree_budget=60), NgramDrafter())
+
+
+def test_a_run_with_tree_budgets_reports_the_tree_ledger(target, tmp_path):
+    from specledger.bench.runner import RunPlan, run
+    from specledger.report.build import build_report
+    from tests.conftest import CharLoaded
+
+    engine = Engine(target)
+    engine.loaded, engine.name = CharLoaded(), "tiny"
+    plan = RunPlan(categories=["random"], n_per_category=2, drafters=["suffix", "layerskip"], gammas=[3],
+                   model_gammas=None, max_tokens=16, layers="1", tree_budgets=[0, 6])
+    run(tmp_path / "r", plan, engine)
+    summary, html = build_report(tmp_path / "r")
+    budgets = sorted((s["drafter"], s["tree_budget"]) for s in summary["scenarios"])
+    assert budgets == [("layerskip", 0), ("layerskip", 6), ("suffix", 0), ("suffix", 6)]
+    assert all(b["drafter"] == "none" for b in summary["baselines"])
+    groups = {g["drafter"]: g for g in summary["trees"]}
+    grid = groups["layerskip"]["grid"]
+    assert [r["tree_budget"] for r in grid] == [0, 6]
+    assert grid[1]["el"] >= 1 and grid[1]["dp_el"] >= 1 and grid[1]["acceptance_by_depth"]
+    assert groups["layerskip"]["verify_cost"]["ms_per_row"] is not None
+    assert "plot-tree-0" in html.read_text()
+    with pytest.raises(SpecLedgerError, match="exceeds the cache's room"):
+        run(tmp_path / "bad", RunPlan(categories=["random"], n_per_category=1, drafters=["ngram"], gammas=[2],
+                                      max_tokens=8, tree_budgets=[0, 100_000]), engine)
