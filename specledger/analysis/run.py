@@ -22,6 +22,7 @@ from specledger.analysis.scenario import (
     shared_prompts,
 )
 from specledger.analysis.stats import paired_speedup_bootstrap
+from specledger.analysis.trees import analyze_trees
 from specledger.engine.trace import RequestRecord
 from specledger.rundir import json_safe
 
@@ -121,6 +122,8 @@ def optimal_gamma(
     ``predicted_best_gamma_among_run`` the argmax over the γ's the run measured (and plain decoding)."""
     from specledger.predict.gamma import end_to_end_curves
 
+    groups = {k: v for k, v in groups.items() if not k.tree_budget}  # chains' γ (trees: the "trees" section)
+    scenarios = [s for s in scenarios if not s.get("tree_budget")]
     curves = end_to_end_curves((r for recs in groups.values() for r in recs), surface, replay)
     by_drafter: dict[tuple, list[ScenarioKey]] = defaultdict(list)
     for key in groups:
@@ -185,9 +188,9 @@ def analyze_run(
         scenarios.append(s)
     drafter_rounds: dict[str, list] = defaultdict(list)
     for key, recs in groups.items():
-        if not key.is_baseline:
+        if not key.is_baseline and not key.tree_budget:  # chain cost models; trees: analyze_trees
             drafter_rounds[key.drafter].extend(all_rounds(recs))
-    cost = _run_cost(groups, surface)
+    cost = _run_cost({k: v for k, v in groups.items() if not k.tree_budget}, surface)  # chains; trees: analyze_trees
     models = {d: describe_cost(cost, d, rs) for d, rs in drafter_rounds.items()} if cost is not None else {}
     return json_safe(
         {
@@ -197,5 +200,6 @@ def analyze_run(
             "cost_models": models,
             "cost_points": {d: verify_points(cost, drafter_rounds[d]) for d in models} if cost is not None else {},
             "optimal_gamma": optimal_gamma(scenarios, groups, surface, replay),
+            **({"trees": trees} if (trees := analyze_trees(groups, scenarios)) else {}),
         }
     )  # type: ignore[return-value]

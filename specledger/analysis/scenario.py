@@ -22,6 +22,7 @@ class ScenarioKey:
     temperature: float
     drafter: str
     gamma: int | str  # static gamma, or the name of a per-round policy
+    tree_budget: int = 0  # token-tree nodes per round (0: chains)
 
     @property
     def is_baseline(self) -> bool:
@@ -36,7 +37,8 @@ class ScenarioKey:
     def label(self) -> str:
         if self.is_baseline:
             return f"{self.category} T={self.temperature:g} plain"
-        return f"{self.category} T={self.temperature:g} {self.drafter} γ={self.gamma}"
+        tree = f" tree={self.tree_budget}" if self.tree_budget else ""
+        return f"{self.category} T={self.temperature:g} {self.drafter} γ={self.gamma}{tree}"
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -44,6 +46,7 @@ class ScenarioKey:
             "temperature": self.temperature,
             "drafter": self.drafter,
             "gamma": self.gamma,
+            "tree_budget": self.tree_budget,
             "label": self.label,
         }
 
@@ -52,7 +55,8 @@ def key_of(record: RequestRecord) -> ScenarioKey:
     """The scenario a request belongs to; the baseline's gamma is normalised to 0."""
     drafter = record.drafter or BASELINE_DRAFTER
     gamma = 0 if drafter == BASELINE_DRAFTER else record.gamma
-    return ScenarioKey(record.category or "default", float(record.temperature), drafter, gamma)
+    tree = 0 if drafter == BASELINE_DRAFTER else int(getattr(record, "tree_budget", 0) or 0)
+    return ScenarioKey(record.category or "default", float(record.temperature), drafter, gamma, tree)
 
 
 def sort_key(key: ScenarioKey) -> tuple:
@@ -67,6 +71,7 @@ def sort_key(key: ScenarioKey) -> tuple:
         0 if numeric else 1,
         int(gamma) if numeric else 0,
         str(gamma),
+        key.tree_budget,
     )
 
 

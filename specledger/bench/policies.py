@@ -118,8 +118,10 @@ def run_policies(
     progress: Progress | None = None,
     layers: str | None = None,
     draft_path: str | None = None,
+    tree_budgets: Sequence[int] = (),
 ) -> dict[str, Any]:
-    """Plain, every static γ and every policy per prompt (interleaved); traces tagged
+    """Plain, every static γ (with every token-tree budget N > 0 of ``tree_budgets`` too: a setting
+    "γ=g tree=N", depth <= g) and every policy per prompt (interleaved); traces tagged
     ``extra.experiment = "policies"`` go to ``out_dir/traces.jsonl``, the table to ``policies.json``."""
     from specledger.engine.policy import make_policy
     from specledger.engine.sampling import SamplingParams
@@ -140,6 +142,12 @@ def run_policies(
     instances = {p: make_policy(p) for p in policies}  # one per experiment: learning carries over
     settings: list[tuple[str, str, Any, Any]] = [("plain", "plain", plain, 0)]
     settings += [(setting_name(g), "static", make, g) for g in static_gammas]
+    require(all(isinstance(b, int) and b >= 0 for b in tree_budgets), "tree budgets must be integers >= 0")
+    budget_of: dict[str, int] = {}
+    for g in static_gammas:
+        for b in sorted(set(tree_budgets) - {0}):
+            budget_of[f"{setting_name(g)} tree={b}"] = b
+            settings.append((f"{setting_name(g)} tree={b}", "tree", make, g))
     settings += [(p, "policy", make, instances[p]) for p in policies]
     # warm-up (discarded) with fresh drafters and static gammas only: policies learn from real requests
     for g in (0, max(static_gammas)):
@@ -154,7 +162,8 @@ def run_policies(
             if progress:
                 progress(done, total, f"policies {p.category} {name}")
             rec = engine.generate(list(p.ids), drafter=factory(), gamma=gamma, params=params,
-                                  max_tokens=max_tokens, request_id=f"policies|{p.id}|{name}")
+                                  max_tokens=max_tokens, request_id=f"policies|{p.id}|{name}",
+                                  tree_budget=budget_of.get(name, 0))
             tag(rec, p, POLICY_EXPERIMENT, name, kind=kind)
             append_records(out / TRACE_NAME, [rec])
             by_setting[name].append(rec)
@@ -166,6 +175,7 @@ def run_policies(
     rows = []
     for name, kind, _, gamma in settings:
         row = {"setting": name, "kind": kind, "gamma": gamma if isinstance(gamma, int) else name,
+               "tree_budget": budget_of.get(name, 0),
                **setting_figures(by_setting[name], base, n_resamples, seed)}
         row["correctness"] = identical(by_setting[name], base) if kind != "plain" else None
         if kind == "plain":
@@ -184,6 +194,7 @@ def run_policies(
         "dtype": engine.dtype,
         "drafter": drafter,
         "static_gammas": list(static_gammas),
+        "tree_budgets": sorted(set(tree_budgets) - {0}),
         "policies": list(policies),
         "max_tokens": max_tokens,
         "temperature": 0.0,

@@ -51,6 +51,8 @@ class RunPlan:
     #: Their rounds cost a draft pass per candidate, so the default run samples fewer of them.
     model_gammas: list[int] | None = field(default_factory=lambda: [2])
     temperatures: list[float] = field(default_factory=lambda: [0.0])
+    #: token-tree node budgets per round for every drafter x gamma (0 = a chain; a tree's depth <= gamma)
+    tree_budgets: list[int] = field(default_factory=lambda: [0])
     max_tokens: int = 40
     max_prompt_tokens: int = 1536
     seed: int = 0
@@ -69,6 +71,9 @@ class RunPlan:
         require(all(g >= 1 for g in self.gammas + (self.model_gammas or [])),
                 "gammas must be >= 1 (plain decoding is always run as the baseline)")
         require(all(t >= 0 for t in self.temperatures), "temperatures must be >= 0")
+        require(bool(self.tree_budgets) and all(isinstance(b, int) and b >= 0 for b in self.tree_budgets),
+                "--tree-budgets must be integers >= 1 (0 = chain), e.g. 0,8,16")
+        require(len(set(self.tree_budgets)) == len(self.tree_budgets), "--tree-budgets must be distinct")
         require(self.max_tokens >= 1, "--max-tokens must be >= 1")
         from specledger.engine.drafters.registry import DRAFTERS
 
@@ -95,10 +100,11 @@ class Job:
     drafter: str
     gamma: int
     temperature: float
+    tree_budget: int = 0
 
     @property
-    def key(self) -> tuple[str, str, int, float]:
-        return (self.prompt_id, self.drafter, self.gamma, round(self.temperature, 6))
+    def key(self) -> tuple[str, str, int, float, int]:
+        return (self.prompt_id, self.drafter, self.gamma, round(self.temperature, 6), self.tree_budget)
 
 
 def plan_jobs(prompt_ids: Sequence[str], plan: RunPlan) -> list[Job]:
@@ -109,15 +115,16 @@ def plan_jobs(prompt_ids: Sequence[str], plan: RunPlan) -> list[Job]:
             jobs.append(Job(pid, "none", 0, t))
             for d in plan.drafters:
                 for g in plan.gammas_for(d):
-                    jobs.append(Job(pid, d, g, t))
+                    for b in plan.tree_budgets:
+                        jobs.append(Job(pid, d, g, t, b))
     return jobs
 
 
-def done_keys(trace_path: Path) -> set[tuple[str, str, int, float]]:
+def done_keys(trace_path: Path) -> set[tuple[str, str, int, float, int]]:
     if not trace_path.exists():
         return set()
     return {
-        (r.prompt_id, r.drafter, int(r.gamma), round(r.temperature, 6))
+        (r.prompt_id, r.drafter, int(r.gamma), round(r.temperature, 6), int(r.tree_budget))
         for r in read_records(trace_path)
         if not r.extra.get(EXPERIMENT_KEY)  # sweep experiments share the folder, not the job list
     }
@@ -208,7 +215,7 @@ def run(
     skipped: list[str] = []
     for it in items:
         ids = encode_item(loaded, it)
-        if len(ids) > plan.max_prompt_tokens or len(ids) + plan.max_tokens > engine.max_context:
+        if len(ids) > plan.max_prompt_tokens or len(ids) + plan.max_tokens + max(plan.tree_budgets) > engine.max_context:
             skipped.append(f"{it.id}: prompt of {len(ids)} tokens is over --max-prompt-tokens {plan.max_prompt_tokens}")
             continue
         encoded[it.id] = ids
@@ -217,6 +224,9 @@ def run(
         path = str(plan.workload_file or "")
         for message in warnings + [f"skipped {m}" for m in skipped]:
             on_warning(message if path and message.startswith(path) else f"workload {path}: {message}".replace(" :", ":"))
+    room = engine.max_context - plan.max_tokens - 1
+    require(max(plan.tree_budgets) <= room, f"tree budget {max(plan.tree_budgets)} exceeds the cache's room "
+            f"({room} positions past max_tokens in a {engine.max_context}-token context); lower --tree-budgets")
     require(bool(by_id), "no workload item fits the prompt budget; raise --max-prompt-tokens")
 
     # One drafter instance per setting (drafter, gamma, temperature): a cross-request drafter
@@ -227,10 +237,10 @@ def run(
         layers = ",".join(map(str, make_drafter("layerskip", engine).layers))  # calibrate once
     if "layerskip" in plan.drafters:
         drafter_info["layerskip_layers"] = layers
-    drafters: dict[tuple[str, int, float], Any] = {}
+    drafters: dict[tuple[str, int, float, int], Any] = {}
 
     def drafter_for(job: Job) -> Any:
-        key = (job.drafter, job.gamma, job.temperature)
+        key = (job.drafter, job.gamma, job.temperature, job.tree_budget)
         if key not in drafters:
             drafters[key] = make_drafter(job.drafter, engine, layers=layers, draft_path=plan.draft)
         return drafters[key]
@@ -277,11 +287,13 @@ def run(
     for job in todo:
         item = by_id[job.prompt_id]
         if progress:
-            progress(finished, total, f"{item.category} {job.drafter} γ={job.gamma} T={job.temperature:g}")
+            tree = f" tree={job.tree_budget}" if job.tree_budget else ""
+            progress(finished, total, f"{item.category} {job.drafter} γ={job.gamma}{tree} T={job.temperature:g}")
         params = SamplingParams(temperature=job.temperature, seed=plan.seed)
         rec: RequestRecord = engine.generate(
             encoded[job.prompt_id], drafter=drafter_for(job), gamma=job.gamma, params=params,
-            max_tokens=plan.max_tokens, request_id=f"{job.prompt_id}|{job.drafter}|{job.gamma}|{job.temperature:g}",
+            max_tokens=plan.max_tokens, request_id=f"{job.prompt_id}|{job.drafter}|{job.gamma}|{job.temperature:g}"
+            + (f"|tree{job.tree_budget}" if job.tree_budget else ""), tree_budget=job.tree_budget,
         )
         rec.category = item.category
         rec.prompt_id = job.prompt_id

@@ -27,6 +27,8 @@ def sweep(
                                               "quant-self is degenerate on an int8 target.")] = "ngram",
     gamma: Annotated[int, typer.Option(help="Static gamma of the four-way's speculative settings.")] = 4,
     gammas: Annotated[str, typer.Option(help="Static gammas to compare the policies with.")] = "1,2,4,6,8",
+    tree_budgets: Annotated[str, typer.Option(help="policies: token-tree node budgets per round beside each "
+                                                   "static gamma (0 = chain only), e.g. 0,8,16.")] = "0",
     policies: Annotated[str, typer.Option(help="Dynamic policies: heuristic, ema, batch, goodput.")]
     = "heuristic,ema,goodput",
     out: Annotated[Path | None, typer.Option(help="Run directory (default: runs/sweep-<timestamp>).")] = None,
@@ -70,6 +72,8 @@ def sweep(
     require(max_tokens >= 1, "--max-tokens must be >= 1")
     static = parse_csv(gammas, int)
     names = parse_csv(policies)
+    budgets = parse_csv(tree_budgets, int)
+    require(all(b >= 0 for b in budgets), "--tree-budgets must be integers >= 1 (0 = chain), e.g. 0,8,16")
     require(bool(static) and all(g >= 1 for g in static), "--gammas must be integers >= 1, e.g. 1,2,4,6,8")
     for p in names:
         require(p in DYNAMIC, f"unknown policy {p!r}; choose from {', '.join(DYNAMIC)}")
@@ -89,7 +93,7 @@ def sweep(
         console.print(f"[yellow]warning:[/] {w}")
     run_dir.mkdir(parents=True, exist_ok=True)
     config = {"experiment": experiment, "categories": parse_csv(categories), "n": n, "max_tokens": max_tokens,
-              "drafter": drafter, "gamma": gamma, "gammas": static, "policies": names, "seed": seed,
+              "drafter": drafter, "gamma": gamma, "gammas": static, "tree_budgets": budgets, "policies": names, "seed": seed,
               "workload_file": str(workload) if workload else None}
     if serving:
         config["serving"] = {"concurrencies": conc_levels, "rates": rate_levels, "contexts": context_levels,
@@ -110,7 +114,7 @@ def sweep(
             run_quantization(engine, items, drafter=drafter, gamma=gamma, progress=progress, **common)
         if experiment in ("policies", "all"):
             run_policies(engine, items, drafter=drafter, static_gammas=static, policies=names, progress=progress,
-                         **common)
+                         tree_budgets=budgets, **common)
         if serving:
             run_serving(engine, items, drafters=spec_settings, concurrencies=conc_levels, rates=rate_levels,
                         context_lengths=context_levels, max_tokens=serving_max_tokens, out_dir=run_dir, seed=seed,

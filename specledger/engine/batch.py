@@ -54,9 +54,10 @@ import torch
 
 from specledger.engine.drafters.base import Drafter
 from specledger.engine.policy import GammaPolicy, as_policy
-from specledger.engine.request import Emitted, Request, StopReleaser, check_request
+from specledger.engine.request import Emitted, Request, StopReleaser, check_request, check_tree_budget
 from specledger.engine.sampling import SamplingParams
 from specledger.engine.trace import RequestRecord, RoundRecord
+from specledger.engine.tree import DraftTree
 from specledger.errors import require
 
 
@@ -71,6 +72,7 @@ class BatchRequest:
     prompt_id: str = ""
     stop: Sequence[str] = ()  # stop strings (need the engine's tokenizer)
     ignore_eos: bool = False
+    tree_budget: int = 0  # nodes per round of a token tree (0: chains); see engine/tree.py
 
 
 @dataclass
@@ -92,7 +94,7 @@ class _Live(Request):
     def __init__(self, ticket: int, req: BatchRequest, drafter: Drafter, policy: GammaPolicy,
                  eos: frozenset[int], releaser: StopReleaser, t_arrival: float) -> None:
         super().__init__(req.prompt, drafter, policy, req.params, req.max_tokens, eos, releaser, t_arrival,
-                         req.request_id, req.category, req.prompt_id)
+                         req.request_id, req.category, req.prompt_id, req.tree_budget)
         self.ticket, self.req = ticket, req
         self.slot = -1
         self.preemptions = 0
@@ -113,6 +115,8 @@ class _Plan:
     chunk: Emitted | None = None
     round: RoundRecord | None = None
     failure: RequestFailed | None = None
+    tree: DraftTree | None = None  # a tree round's proposal (``cand`` is its tokens)
+    path: list[int] | None = None  # its accepted path
 
 
 @dataclass
@@ -270,6 +274,8 @@ class BatchScheduler:
         engine = self.engine
         check_request(len(request.prompt), request.max_tokens, engine.capacity, "the slot capacity",
                       f"request {request.request_id}: " if request.request_id else "")
+        check_tree_budget(request.tree_budget, engine.capacity - len(request.prompt) - request.max_tokens,
+                          f"request {request.request_id}: " if request.request_id else "")
         stops = [s for s in request.stop if s]
         text = engine.decode_text if (self.stream_text or stops) and engine.tokenizer is not None else None
         releaser = StopReleaser(text, stops)
@@ -371,18 +377,28 @@ class BatchScheduler:
         for live in list(running):
             t0 = perf()
             try:
-                g = live.plan(b, engine.capacity)
-                cand, q = live.propose(g)
+                tree = None
+                if live.tree_budget:
+                    n, g = live.plan_tree(live.tree_budget, b, engine.capacity)
+                    tree = live.propose_tree(n, g)
+                    cand, q = tree.tokens, None
+                else:
+                    g = live.plan(b, engine.capacity)
+                    cand, q = live.propose(g)
             except Exception as exc:
                 self._retire(live, events, RequestFailed.of(exc, "drafting: "))
                 continue
-            plans.append(_Plan(live, cand, q, g, perf() - t0))
+            plans.append(_Plan(live, cand, q, g, perf() - t0, tree=tree))
         # per-step token budget: trim the longest proposals first
         if engine.step_budget:
             while sum(len(p.cand) + 1 for p in plans) > engine.step_budget:
                 p = max(plans, key=lambda x: len(x.cand))
                 if not p.cand:
                     break
+                if p.tree is not None:  # the last node in DFS preorder is a leaf
+                    p.tree = p.tree.trimmed(len(p.cand) - 1)
+                    p.cand = p.tree.tokens
+                    continue
                 p.cand = p.cand[:-1]
                 p.q = None if p.q is None else p.q[: len(p.cand)]
         # KV reservation for candidates; preempt the newest admissions if over budget
@@ -409,11 +425,18 @@ class BatchScheduler:
             p.rows = (len(tokens), len(tokens) + n)
             tokens += [context[-1]] + p.cand
             slots += [p.live.slot] * n
-            positions += range(len(context) - 1, len(context) - 1 + n)
+            if p.tree is not None:
+                positions += p.tree.positions(len(context) - 1)
+            else:
+                positions += range(len(context) - 1, len(context) - 1 + n)
+        branched = any(p.tree is not None and not p.tree.is_chain for p in plans)
         tf = perf()
         try:
             with torch.inference_mode():
-                logits = engine.model.forward_packed(tokens, slots, positions, engine.cache)
+                if branched:  # rows of trees: per-row k/v writes, the accepted paths compacted below
+                    logits, tree_kv = engine.model.forward_tree(tokens, slots, positions, engine.cache)
+                else:  # chains only (tree rounds that proposed a chain included): the chain pass
+                    logits = engine.model.forward_packed(tokens, slots, positions, engine.cache)
         except Exception as exc:  # not one request's fault: the whole step's requests fail
             for p in plans:
                 self._retire(p.live, events, RequestFailed.of(exc, f"packed forward of {len(plans)} requests: "))
@@ -424,7 +447,16 @@ class BatchScheduler:
         # each request verifies its rows, commits, applies stops
         for p in plans:
             try:
-                p.round = p.live.accept(logits[p.rows[0] : p.rows[1]], p.cand, p.q, p.g, p.t_draft, t_forward, b)
+                rows = logits[p.rows[0] : p.rows[1]]
+                if p.tree is not None:
+                    p.round, p.path = p.live.accept_tree(rows, p.tree, p.g, p.t_draft, t_forward, b,
+                                                         budget=p.live.tree_budget)
+                    if branched and p.path:
+                        with torch.inference_mode():
+                            engine.model.commit_tree_kv(engine.cache, p.live.slot, p.round.context_len,
+                                                        tree_kv, [p.rows[0] + i + 1 for i in p.path])
+                else:
+                    p.round = p.live.accept(rows, p.cand, p.q, p.g, p.t_draft, t_forward, b)
                 p.chunk = p.live.release()
             except Exception as exc:
                 p.failure = RequestFailed.of(exc, "verification: ")

@@ -54,7 +54,8 @@ def _layers_of(d) -> str | None:
 def generate(
     prompt: Annotated[str, typer.Option("--prompt", "-p", help="The user message (or raw text with --raw).")],
     drafter: Annotated[str, typer.Option(help="none | ngram | suffix | layerskip | quant-self | model")] = "ngram",
-    gamma: Annotated[int, typer.Option(help="Candidates per round (0 = plain decoding).")] = 4,
+    gamma: Annotated[int, typer.Option(help="Candidates per round (0 = plain decoding); a tree's depth limit.")] = 4,
+    tree_budget: Annotated[int, typer.Option(help="Token-tree nodes per round (0 = a chain of gamma).")] = 0,
     max_tokens: Annotated[int, typer.Option(help="Most tokens to generate.")] = 128,
     temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
     top_p: Annotated[float, typer.Option(help="Nucleus sampling mass (1 = off).")] = 1.0,
@@ -81,13 +82,16 @@ def generate(
 
     if gamma < 0:
         raise SpecLedgerError(f"--gamma must be >= 0, got {gamma}")
+    if tree_budget < 0:
+        raise SpecLedgerError(f"--tree-budget must be >= 1 (0 for chains), got {tree_budget}")
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     engine = build_engine(target, dtype)
     ids = engine.loaded.encode_prompt(prompt, chat=not raw)
     d = make_drafter(drafter, engine, layers=layers, draft_path=draft)
     kwargs = dict(max_tokens=max_tokens, params=params, stop=stop or [])
     record = None
-    for ev in engine.stream(ids, drafter=d, gamma=gamma if drafter != "none" else 0, **kwargs):
+    tb = tree_budget if drafter != "none" else 0
+    for ev in engine.stream(ids, drafter=d, gamma=gamma if drafter != "none" else 0, tree_budget=tb, **kwargs):
         if isinstance(ev, Emitted) and not as_json:
             sys.stdout.write(ev.text)
             sys.stdout.flush()
@@ -100,7 +104,7 @@ def generate(
         from specledger.predict.compare import compare_plain_spec
 
         again = lambda: make_drafter(drafter, engine, layers=layers or _layers_of(d), draft_path=draft)  # noqa: E731
-        comparison = compare_plain_spec(engine, ids, again, drafter, gamma, kwargs, repeats=repeats)
+        comparison = compare_plain_spec(engine, ids, again, drafter, gamma, kwargs, repeats=repeats, tree_budget=tb)
         record, plain = comparison.spec[-1], comparison.plain[-1]
     if trace is not None:
         append_records(trace, [r for r in (record, plain) if r is not None])

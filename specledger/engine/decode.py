@@ -28,7 +28,14 @@ import torch
 
 from specledger.engine.drafters.base import Drafter, NoDrafter
 from specledger.engine.policy import GammaPolicy, as_policy
-from specledger.engine.request import Emitted, Request, StopReleaser, check_request, cut_at_stop
+from specledger.engine.request import (
+    Emitted,
+    Request,
+    StopReleaser,
+    check_request,
+    check_tree_budget,
+    cut_at_stop,
+)
 from specledger.engine.sampling import SamplingParams
 from specledger.engine.trace import RequestRecord, RoundRecord
 
@@ -92,18 +99,22 @@ class Engine:
         stop: Sequence[str] = (),
         request_id: str | None = None,
         ignore_eos: bool = False,
+        tree_budget: int = 0,
     ) -> Iterator[Emitted | RoundRecord | RequestRecord]:
         """Decode one request, yielding ``Emitted`` chunks and ``RoundRecord`` s as they happen,
         then the final ``RequestRecord`` (which also holds every round). The round itself is
-        :class:`~specledger.engine.request.Request`'s; this loop runs its forward passes and clock."""
+        :class:`~specledger.engine.request.Request`'s; this loop runs its forward passes and clock.
+        ``tree_budget`` > 0: each round verifies a token tree of at most that many nodes (depth at
+        most gamma) in one pass and commits the accepted path's k/v in place; 0: chains."""
         self.check_prompt(prompt_ids, max_tokens)
+        check_tree_budget(tree_budget, self.max_context - len(prompt_ids) - max_tokens)
         policy = as_policy(gamma)
         policy.reset()
         perf, model = time.perf_counter, self.model
         req = Request(prompt_ids, drafter or NoDrafter(), policy, params, max_tokens,
                       frozenset() if ignore_eos else self.eos_token_ids,
                       StopReleaser(self.decode_text if self.tokenizer is not None else None, stop),
-                      perf(), request_id or uuid.uuid4().hex[:12])
+                      perf(), request_id or uuid.uuid4().hex[:12], tree_budget=tree_budget)
         cache = self.cache_for(len(req.prompt) + max_tokens + 1)
         capacity = cache.capacity
         req.start(model(torch.tensor([req.prompt]), 0, cache, last_only=True)[0, -1])
@@ -111,6 +122,28 @@ class Engine:
         chunk = req.release()
         if chunk is not None:
             yield req.stamp(chunk, perf())
+        while tree_budget and not req.stop_reason:
+            t0 = perf()
+            n, g = req.plan_tree(tree_budget, 1, capacity)
+            tree = req.propose_tree(n, g)
+            t1 = perf()
+            start = len(req.context) - 1
+            rows = [req.context[-1]] + tree.tokens
+            if tree.is_chain:  # the chain pass (fast, no k/v to compact)
+                logits = model(torch.tensor([rows]), start, cache)[0]
+                kv = None
+            else:
+                logits, kv = model.forward_tree(rows, [0] * len(rows), tree.positions(start), cache)
+            t2 = perf()
+            rd, path = req.accept_tree(logits, tree, g, t1 - t0, t2 - t1, budget=tree_budget)
+            if kv is not None:
+                model.commit_tree_kv(cache, 0, rd.context_len, kv, [i + 1 for i in path])
+            chunk = req.release()
+            t3 = perf()
+            req.close_round(t3 - t2)
+            if chunk is not None:
+                yield req.stamp(chunk, t3)
+            yield rd
         while not req.stop_reason:
             t0 = perf()
             g = req.plan(1, capacity)

@@ -329,6 +329,70 @@ class Block(nn.Module):
         return x + self.w2(F.silu(gate) * up)
 
 
+    def forward_tree(
+        self,
+        x: torch.Tensor,
+        kv_cache: torch.Tensor,
+        slots: list[int],
+        positions: list[int],
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        kv_out: torch.Tensor,
+    ) -> torch.Tensor:
+        """:meth:`forward_packed` for token trees (rows of each sequence in DFS preorder, a row's
+        position = start + its depth): each row writes its own k/v at (slot, position) just before
+        it attends over [0, position], so it sees exactly its root-to-node path (its ancestors were
+        the last rows written at the shallower positions). Every row's new k/v is also copied to
+        ``kv_out`` [2, M, nkv, hd] (the accepted path is committed from there)."""
+        _, m, _ = x.shape
+        hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv_heads
+        qkv = self.wqkv(rms_norm(x, self.attn_norm, self.eps)).view(1, m, nh + 2 * nkv, hd)
+        qkv = apply_rope(qkv, cos, sin)
+        new_kv = qkv[0, :, nh:].view(m, 2, nkv, hd)
+        kv_out.copy_(new_kv.transpose(0, 1))
+        group = nh // nkv
+        q = qkv[0, :, :nh].reshape(m, nkv, group, hd)
+        rows = []
+        for i in range(m):
+            s, p = slots[i], positions[i]
+            kv_cache[:, s, :, p] = new_kv[i]
+            rows.append(F.scaled_dot_product_attention(
+                q[i : i + 1].contiguous(), kv_cache[0, s : s + 1, :, : p + 1], kv_cache[1, s : s + 1, :, : p + 1]))
+        out = torch.cat(rows, dim=0).reshape(1, m, nh * hd)
+        x = x + self.wo(out)
+        gate_up = self.w13(rms_norm(x, self.mlp_norm, self.eps))
+        gate, up = gate_up.split((self.hidden_dim, self.hidden_dim), dim=-1)
+        return x + self.w2(F.silu(gate) * up)
+
+    def forward_masked(
+        self,
+        x: torch.Tensor,
+        kv_cache: torch.Tensor,
+        write_start: int,
+        key_len: int,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """Batch-1 rows written at slots ``write_start ..`` attending over slots [0, key_len) under a
+        boolean ``mask`` [group*T, key_len] (drafting a tree: not row-invariant, and need not be)."""
+        bsz, seq, _ = x.shape
+        hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv_heads
+        qkv = self.wqkv(rms_norm(x, self.attn_norm, self.eps)).view(bsz, seq, nh + 2 * nkv, hd)
+        qkv = apply_rope(qkv, cos, sin)
+        new_kv = qkv[:, :, nh:].view(bsz, seq, 2, nkv, hd).permute(2, 0, 3, 1, 4)
+        kv_cache[:, :, :, write_start : write_start + seq].copy_(new_kv)
+        group = nh // nkv
+        q = qkv[:, :, :nh].reshape(bsz, seq, nkv, group, hd).permute(0, 2, 3, 1, 4).reshape(bsz, nkv, group * seq, hd)
+        out = F.scaled_dot_product_attention(q, kv_cache[0, :, :, :key_len], kv_cache[1, :, :, :key_len],
+                                             attn_mask=mask)
+        out = out.view(bsz, nkv, group, seq, hd).permute(0, 3, 1, 2, 4).reshape(bsz, seq, nh * hd)
+        x = x + self.wo(out)
+        gate_up = self.w13(rms_norm(x, self.mlp_norm, self.eps))
+        gate, up = gate_up.split((self.hidden_dim, self.hidden_dim), dim=-1)
+        return x + self.w2(F.silu(gate) * up)
+
+
 class Transformer(nn.Module):
     """Llama decoder. ``forward`` returns float32 logits and writes k/v into the given cache."""
 
@@ -440,6 +504,62 @@ class Transformer(nn.Module):
             x = layer.forward_packed(x, cache.kv[i], slot_t, pos, cos, sin)
         if logit_rows is not None:
             x = x[:, list(logit_rows)]
+        return self.lm_head(rms_norm(x, self.norm, self.config.norm_eps)).float()[0]
+
+    def forward_tree(
+        self,
+        tokens: Sequence[int],
+        slots: Sequence[int],
+        positions: Sequence[int],
+        cache: KVCache,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One packed verify pass over token trees (and chains): rows as :meth:`forward_packed`, each
+        sequence's rows in DFS preorder at positions start + depth (see :mod:`specledger.engine.tree`).
+        Returns (float32 logits [M, V], the rows' new k/v [n_layers, 2, M, nkv, hd]); commit an
+        accepted path with :meth:`commit_tree_kv`. Each row is computed bit for bit like a plain
+        decode step of its root-to-node path."""
+        pos = torch.tensor(list(positions), dtype=torch.long)
+        if len(pos) and (int(pos.max()) >= cache.capacity or int(pos.min()) < 0):
+            raise SpecLedgerError(f"positions up to {int(pos.max())} do not fit the KV cache (capacity {cache.capacity})")
+        cfg = self.config
+        kv_out = torch.empty((cfg.n_layers, 2, len(pos), cfg.n_kv_heads, int(cfg.head_dim)), dtype=self.dtype)
+        cos, sin = self._rope_rows(pos)
+        slot_list, pos_list = [int(s) for s in slots], pos.tolist()
+        x = self.embed(torch.tensor([list(tokens)]))
+        for i, layer in enumerate(self.layers):
+            x = layer.forward_tree(x, cache.kv[i], slot_list, pos_list, cos, sin, kv_out[i])
+        return self.lm_head(rms_norm(x, self.norm, self.config.norm_eps)).float()[0], kv_out
+
+    @staticmethod
+    def commit_tree_kv(cache: KVCache, slot: int, start: int, kv: torch.Tensor, rows: Sequence[int]) -> None:
+        """Compact an accepted path in place: rows ``rows`` of a :meth:`forward_tree` pass's k/v go to
+        positions ``start, start + 1, ..`` of cache slot ``slot`` (every layer, one copy)."""
+        if rows:
+            idx = torch.tensor(list(rows), dtype=torch.long)
+            cache.kv[:, :, slot, :, start : start + len(rows)] = kv[:, :, idx].transpose(2, 3)
+
+    def forward_tree_draft(
+        self,
+        tokens: Sequence[int],
+        positions: Sequence[int],
+        write_start: int,
+        mask: torch.Tensor,
+        cache: KVCache,
+        layers: Sequence[int] | None = None,
+    ) -> torch.Tensor:
+        """Drafting a tree (batch-1 cache): rows ``tokens`` at RoPE ``positions`` write their k/v at
+        slots ``write_start ..`` and attend over slots [0, write_start + T) where ``mask`` [T, that]
+        allows (the context and the row's own ancestors). Float32 logits [T, V]."""
+        seq = len(tokens)
+        key_len = write_start + seq
+        if key_len > cache.capacity:
+            raise SpecLedgerError(f"a draft tree needs {key_len} positions; the draft cache holds {cache.capacity}")
+        cos, sin = self._rope_rows(torch.tensor(list(positions), dtype=torch.long))
+        group = self.config.n_heads // self.config.n_kv_heads
+        full_mask = mask.repeat(group, 1)
+        x = self.embed(torch.tensor([list(tokens)]))
+        for i in range(len(self.layers)) if layers is None else layers:
+            x = self.layers[i].forward_masked(x, cache.kv[i], write_start, key_len, cos, sin, full_mask)
         return self.lm_head(rms_norm(x, self.norm, self.config.norm_eps)).float()[0]
 
     def weight_bytes(self) -> int:

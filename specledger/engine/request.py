@@ -32,6 +32,7 @@ from specledger.engine.drafters.base import Drafter
 from specledger.engine.policy import GammaPolicy, StaticGamma
 from specledger.engine.sampling import SamplingParams, probs_from_logits
 from specledger.engine.trace import RequestRecord, RoundRecord
+from specledger.engine.tree import DraftTree, verify_tree_greedy, verify_tree_sampling
 from specledger.engine.verify import verify_greedy, verify_sampling
 from specledger.errors import SpecLedgerError, require
 
@@ -69,6 +70,17 @@ def cut_at_stop(new: list[int], n_out: int, max_tokens: int, eos: frozenset[int]
     elif len(new) == room and not reason:
         reason = "length"
     return new, reason
+
+
+def check_tree_budget(budget: int, room: int, who: str = "") -> None:
+    """A tree budget is 0 (chains) or 1..room, room = the cache positions a request leaves free."""
+    require(isinstance(budget, int) and not isinstance(budget, bool) and budget >= 0,
+            f"{who}tree budget must be an integer >= 1 (0 for chains), got {budget!r}")
+    if budget > room:
+        raise SpecLedgerError(
+            f"{who}tree budget {budget} exceeds the cache's room ({room} positions past prompt + max_tokens); "
+            "lower --tree-budget or --max-tokens"
+        )
 
 
 def gamma_label(policy: GammaPolicy) -> int | str:
@@ -164,8 +176,10 @@ class Request:
         request_id: str = "",
         category: str = "",
         prompt_id: str = "",
+        tree_budget: int = 0,
     ) -> None:
         self.prompt = [int(t) for t in prompt]
+        self.tree_budget = int(tree_budget)  # nodes per round (0: chains)
         self.drafter, self.policy, self.params = drafter, policy, params
         self.max_tokens, self.eos, self.releaser = max_tokens, eos, releaser
         self.t_arrival = t_arrival  # absolute perf_counter time; token times count from here
@@ -204,6 +218,41 @@ class Request:
         prop = self.drafter.propose(self.context, g, self.params, self.rng)
         cand = prop.tokens[:g]
         return cand, (prop.q[: len(cand)] if prop.q is not None else None)
+
+    def plan_tree(self, budget: int, batch_size: int, capacity: int) -> tuple[int, int]:
+        """(nodes, depth) for a tree round: the depth is :meth:`plan`'s gamma (the round's last token
+        is the bonus), the nodes at most ``budget`` and the cache's room past the context."""
+        g = self.plan(batch_size, capacity)
+        return (max(0, min(budget, capacity - len(self.context))) if g > 0 else 0), g
+
+    def propose_tree(self, nodes: int, depth: int) -> DraftTree:
+        """The drafter's tree, cut to ``nodes`` nodes and ``depth`` levels."""
+        if nodes <= 0 or depth <= 0:
+            return DraftTree()
+        tree = self.drafter.propose_tree(self.context, nodes, depth, self.params, self.rng)
+        return tree.trimmed(nodes, depth)
+
+    def accept_tree(self, logits: torch.Tensor, tree: DraftTree, g: int, t_draft: float, t_verify: float,
+                    batch_size: int = 1, budget: int = 0) -> tuple[RoundRecord, list[int]]:
+        """:meth:`accept` for a tree: ``logits`` [len(tree) + 1, V] for rows ``[context[-1]] + tree.tokens``.
+        Returns the round's record (proposed = nodes verified, accepted = the accepted path's length,
+        plus the tree's parents and the path) and the accepted path (node indices) whose k/v the
+        driver commits."""
+        p = self.params
+        if p.greedy:
+            path, new = verify_tree_greedy(logits, tree)
+        else:
+            path, new = verify_tree_sampling(probs_from_logits(logits, p), tree, self.rng)
+        kept, self.stop_reason = cut_at_stop(new, len(self.out), self.max_tokens, self.eos)
+        ctx_len = len(self.context)
+        self.out.extend(kept)
+        self.context.extend(kept)
+        self.drafter.commit(self.context)
+        rd = RoundRecord(self.drafter.name, g, len(tree), len(path), len(kept), len(kept) < len(new),
+                         t_draft, t_verify, 0.0, ctx_len, batch_size, tree_budget=budget,
+                         tree_parents=list(tree.parents), tree_path=list(path))
+        self.rounds.append(rd)
+        return rd, path
 
     def accept(self, logits: torch.Tensor, cand: list[int], q: Any, g: int, t_draft: float, t_verify: float,
                batch_size: int = 1) -> RoundRecord:
@@ -264,4 +313,5 @@ class Request:
             ttft=self.token_times[0] if self.token_times else last, total_time=last,
             token_times=self.token_times, chunks=self.chunks, rounds=self.rounds,
             category=self.category, prompt_id=self.prompt_id, model=model, dtype=dtype, extra=extra or {},
+            tree_budget=self.tree_budget,
         )

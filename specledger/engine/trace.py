@@ -49,6 +49,12 @@ class RoundRecord:
     t_other: float
     context_len: int  # tokens in the context when the round started (prompt + committed)
     batch_size: int = 1  # requests that drafted in the step (1 solo)
+    #: tree rounds only (absent from chain rounds' JSON): the node budget asked for, the verified
+    #: tree's parents (node i's parent, -1 the root; DFS preorder, see engine/tree.py; ``proposed``
+    #: = its node count) and the accepted path (node indices; ``accepted`` = its length)
+    tree_budget: int = 0
+    tree_parents: list[int] | None = None
+    tree_path: list[int] | None = None
 
     @property
     def t_round(self) -> float:
@@ -81,8 +87,16 @@ class RequestRecord:
     dtype: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
+    tree_budget: int = 0  # nodes per round asked for (0: chains); absent from chain records' JSON
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
+        d = asdict(self)
+        if not self.tree_budget:
+            del d["tree_budget"]
+        for r in d["rounds"]:
+            if r["tree_parents"] is None:
+                del r["tree_budget"], r["tree_parents"], r["tree_path"]
+        return json.dumps(d, separators=(",", ":"))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestRecord:

@@ -66,6 +66,7 @@ def compare_plain_spec(
     kwargs: dict[str, Any],
     repeats: int = 2,
     warmup_tokens: int = 8,
+    tree_budget: int = 0,
 ) -> Comparison:
     """Warm up both sides, then ``repeats`` interleaved (plain, speculative) pairs; ``make()`` builds a
     drafter (called per run for cross-request drafters, once otherwise)."""
@@ -76,7 +77,7 @@ def compare_plain_spec(
 
     warm = {**kwargs, "max_tokens": max(1, min(warmup_tokens, int(kwargs.get("max_tokens", warmup_tokens))))}
     engine.generate(prompt_ids, **warm)
-    engine.generate(prompt_ids, drafter=drafter(), gamma=gamma, **warm)
+    engine.generate(prompt_ids, drafter=drafter(), gamma=gamma, tree_budget=tree_budget, **warm)
     out = Comparison()
     for i in range(max(1, repeats)):
         order = ("plain", "spec") if i % 2 == 0 else ("spec", "plain")
@@ -85,7 +86,7 @@ def compare_plain_spec(
             if side == "plain":
                 got[side] = engine.generate(prompt_ids, **kwargs)
             else:
-                got[side] = engine.generate(prompt_ids, drafter=drafter(), gamma=gamma, **kwargs)
+                got[side] = engine.generate(prompt_ids, drafter=drafter(), gamma=gamma, tree_budget=tree_budget, **kwargs)
         out.plain.append(got["plain"])
         out.spec.append(got["spec"])
     return out

@@ -106,10 +106,11 @@ def summarize(
     slo = slo or SLO()
     all_records = list(records)
     records = main_records(all_records)
-    surface, replay = run_forecast_inputs(records, meta)  # the run's verify surface; exact replay of greedy rounds
+    chains = [r for r in records if not r.tree_budget]  # the γ performance model is for chains
+    surface, replay = run_forecast_inputs(chains, meta)  # the run's verify surface; exact replay of greedy rounds
     analysis = analyze_run(records, n_resamples=n_resamples, seed=seed, surface=surface, replay=replay)
-    check = run_prediction_check(records, meta)
-    predicted = scenario_predictions(records, check, meta)
+    check = run_prediction_check(chains, meta)
+    predicted = scenario_predictions(chains, check, meta)
     groups = group_scenarios(records)
     by_label = {k.label: k for k in groups}
     run_memory = _run_memory(meta)
@@ -118,7 +119,7 @@ def summarize(
         if s.get("memory_bytes") is None and run_memory is not None:
             s["memory_bytes"] = run_memory
         gates = evaluate_gates(s, groups[key], groups.get(baseline_key(key), []), slo)
-        pred = predicted.get((key.category, float(key.temperature), key.drafter, key.gamma))
+        pred = None if key.tree_budget else predicted.get((key.category, float(key.temperature), key.drafter, key.gamma))
         s["predicted_speedup_e2e"] = pred["speedup"] if pred else None  # specledger.predict, end to end
         s["prediction_kind"] = pred["kind"] if pred else None
         s["gates"] = {name: gates[name].to_dict() for name in GATES}
@@ -187,6 +188,7 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
         cost_models=summary["cost_models"],
         optimal_gamma=summary["optimal_gamma"],
         prediction_check=summary.get("prediction_check"),
+        trees=summary.get("trees") or [],
         gate_names=GATES,
         status_class={"pass": "pass", "fail": "fail", NOT_ASSESSED: "na"},
         fmt=_fmt,

@@ -26,7 +26,7 @@ def _static(scenarios: list[dict]) -> dict[str, list[dict]]:
     """Scenarios with an integer gamma, grouped by series (category, temperature, drafter), sorted by gamma."""
     out: dict[str, list[dict]] = {}
     for s in scenarios:
-        if isinstance(s["gamma"], int):
+        if isinstance(s["gamma"], int) and not s.get("tree_budget"):  # chains (trees: tree_heatmap)
             out.setdefault(_series_name(s), []).append(s)
     return {k: sorted(v, key=lambda s: s["gamma"]) for k, v in out.items()}
 
@@ -283,13 +283,34 @@ FIGURES = {
 }
 
 
+def tree_heatmap(group: dict) -> go.Figure:
+    """S over depth (γ) x node budget for one (category, temperature, drafter); budget 0 = the chain."""
+    depths = sorted({r["depth"] for r in group["grid"]})
+    budgets = sorted({r["tree_budget"] for r in group["grid"]})
+    z = [[next((r["speedup"] for r in group["grid"] if r["depth"] == d and r["tree_budget"] == b), None)
+          for b in budgets] for d in depths]
+    text = [[("" if v is None else f"{v:.2f}") for v in row] for row in z]
+    fig = go.Figure(go.Heatmap(z=z, x=[("chain" if b == 0 else f"{b} nodes") for b in budgets],
+                               y=[f"depth {d}" for d in depths], text=text, texttemplate="%{text}",
+                               colorscale="RdYlGn", zmid=1.0, colorbar={"title": "S"}))
+    fig.update_layout(title=f"S over depth × width: {group['category']} T={group['temperature']:g} {group['drafter']}",
+                      xaxis_title="node budget per round (width = nodes / depth)", yaxis_title="max depth (γ)",
+                      **LAYOUT)
+    return fig
+
+
 def figure_divs(summary: dict) -> dict[str, str]:
     """HTML ``<div>`` (+ its inline newPlot script) per figure id; no plotly.js included."""
     config = {"displaylogo": False, "responsive": True}
-    return {
+    out = {
         div_id: build(summary).to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=config)
         for div_id, build in FIGURES.items()
     }
+    for i, group in enumerate(summary.get("trees") or []):
+        div_id = f"plot-tree-{i}"
+        out[div_id] = tree_heatmap(group).to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
+                                                  config=config)
+    return out
 
 
 # ----------------------------------------------------------------------------- side experiments (sweep)

@@ -317,12 +317,15 @@ def create_app(
     retry_after_s: int = 1,
     keep_records: int = 10000,
     limits: Limits | None = None,
+    tree_budget: int = 0,
 ) -> FastAPI:
     """Build the app and start its engine worker thread.
 
     ``drafter``: a ready Drafter instance (else one is built from ``drafter_name`` with
     ``layers`` / ``draft_path``); drafter "none" means plain decoding (gamma 0).
     ``gamma``: candidates per round or a policy name ("heuristic"); one policy per request.
+    ``tree_budget``: token-tree nodes per round (0: chains; each request's tree is cut to the room
+    its prompt and max_tokens leave in the cache).
     ``max_batch``: requests decoded together (continuous batching); more wait in the queue
     (the server holds ``max_queue + max_batch`` requests in all, then 429).
     ``limits``: transport limits (:class:`~specledger.serve.hardening.Limits`); the body limit
@@ -345,9 +348,13 @@ def create_app(
     if getattr(drafter, "name", drafter_name) == "none":
         gamma = 0
     parse_gamma(gamma)  # fail at start-up, not per request
+    from specledger.engine.request import check_tree_budget
+
+    check_tree_budget(tree_budget, int(getattr(engine, "max_context", 2048)) - 2)
     name = model_name or getattr(engine, "name", "") or "specledger"
     service = Service(engine, drafter, gamma, name, max_queue, encode or engine_encoder(engine), retry_after_s,
                       keep_records, max_batch)
+    service.worker.tree_budget = 0 if gamma == 0 else tree_budget
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

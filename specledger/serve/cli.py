@@ -50,6 +50,7 @@ def serve(
     target: Annotated[str | None, typer.Option(help="GGUF file or HF model dir (default: bundled SmolLM2-135M).")] = None,
     drafter: Annotated[str, typer.Option(help="none | ngram | suffix | layerskip | quant-self | model")] = "ngram",
     gamma: Annotated[str, typer.Option(help="Candidates per round (integer, 0 = plain) or 'heuristic'.")] = "4",
+    tree_budget: Annotated[int, typer.Option(help="Token-tree nodes per round (0 = chains; depth <= gamma).")] = 0,
     layers: Annotated[str | None, typer.Option(help="layerskip layers, e.g. 12 or 0-7,26-29.")] = None,
     draft: Annotated[str | None, typer.Option(help="Draft model path for --drafter model.")] = None,
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
@@ -67,10 +68,12 @@ def serve(
     from specledger.serve.hardening import Limits, uvicorn_config
 
     check_serve_options(port, drafter, gamma, max_queue, max_batch, max_body_bytes, max_connections)
+    if tree_budget < 0:
+        raise SpecLedgerError(f"--tree-budget must be >= 1 (0 for chains), got {tree_budget}")
     limits = Limits(max_body_bytes=max_body_bytes, limit_concurrency=max_connections)
     engine = build_engine(target, dtype)
     app = create_app(engine, drafter_name=drafter, gamma=gamma, model_name=model_name, max_queue=max_queue,
-                     max_batch=max_batch, layers=layers, draft_path=draft, limits=limits)
+                     max_batch=max_batch, layers=layers, draft_path=draft, limits=limits, tree_budget=tree_budget)
     service = app.state.service
     shown_host = f"[{host}]" if ":" in host else host
     print(f"specledger serve: http://{shown_host}:{port}/v1  (model id {service.model_name!r})")

@@ -194,6 +194,7 @@ class EngineWorker:
         keep_records: int = 10000,
     ) -> None:
         self.drafter, self.gamma, self.queue, self.metrics = drafter, gamma, queue, metrics
+        self.tree_budget = 0  # token-tree nodes per round (0: chains), set by the service
         self.max_batch = max_batch
         self.batch = BatchEngine(
             engine.model, engine.tokenizer, engine.eos_token_ids, max_batch=max_batch,
@@ -253,8 +254,9 @@ class EngineWorker:
 
     def _start(self, job: Job) -> None:
         now = time.perf_counter()
+        room = self.batch.capacity - len(job.prompt_ids) - job.max_tokens
         request = BatchRequest(job.prompt_ids, job.max_tokens, job.params, job.request_id, stop=job.stop,
-                               ignore_eos=job.ignore_eos)
+                               ignore_eos=job.ignore_eos, tree_budget=max(0, min(self.tree_budget, room)))
         try:
             ticket = self.scheduler.add(request, self.drafter.fork(), self.gamma(), t_arrival=now)
         except Exception:

@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specledger.engine.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from specledger.engine.tree import DraftTree
 
 
 @dataclass(slots=True)
@@ -53,6 +56,18 @@ class Drafter:
         ``rng`` is a ``torch.Generator`` for drafters that sample.
         """
         raise NotImplementedError
+
+    def propose_tree(self, context: list[int], budget: int, max_depth: int, params: SamplingParams,
+                     rng: Any) -> DraftTree:
+        """Propose a token tree of at most ``budget`` nodes and ``max_depth`` levels (see
+        :mod:`specledger.engine.tree`). Default: the chain :meth:`propose` gives (one branch).
+        Model drafters expand top-k per node (:func:`specledger.engine.tree.grow_tree`, given an
+        ``expand`` that runs the drafter on a wave of tree nodes); model-free ones return several
+        continuations with ``q=None``."""
+        from specledger.engine.tree import DraftTree
+
+        prop = self.propose(context, min(budget, max_depth), params, rng)
+        return DraftTree.chain(prop.tokens, prop.q)
 
     def commit(self, context: list[int]) -> None:
         """The round is over; ``context`` is prompt + everything committed so far."""

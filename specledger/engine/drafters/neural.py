@@ -17,6 +17,7 @@ import torch
 
 from specledger.engine.drafters.base import Drafter, Proposal
 from specledger.engine.sampling import SamplingParams, probs_from_logits
+from specledger.engine.tree import DraftTree, grow_tree
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int], start: int = 0) -> int:
@@ -88,6 +89,53 @@ class NeuralDrafter(Drafter):
                 logits = self._forward([tok], len(self.cached), last_only=True)
                 self.cached.append(tok)
         return Proposal(tokens, torch.stack(qs) if qs else None)
+
+    #: tree proposals: children per node, and (under sampling) draw them from q without replacement
+    #: (True, the drafter's true probabilities) or take the top-k deterministically (False, one-hot q)
+    tree_topk: int = 4
+    tree_draws: bool = True
+
+    @torch.inference_mode()
+    def propose_tree(self, context: list[int], budget: int, max_depth: int, params: SamplingParams,
+                     rng: Any) -> DraftTree:
+        """EAGLE-2-style top-k tree (:func:`specledger.engine.tree.grow_tree`): one draft pass per wave
+        of new nodes, each attending over the context and its own ancestors (tree nodes' k/v sit in
+        the draft cache past the context and are dropped after the round; the accepted path and
+        bonus are fed at the next round, as a chain's bonus is)."""
+        if budget <= 0 or max_depth <= 0:
+            return DraftTree()
+        n_ctx = len(context)
+        self._ensure_cache(n_ctx + budget + 1)
+        n = common_prefix_len(self.cached, context, self._validated)
+        if n == n_ctx:
+            n -= 1
+        root_logits = self._forward(context[n:], n, last_only=True)
+        self.cached[n:] = context[n:]
+        self._validated = n_ctx
+        written = 0
+        depth: list[int] = []
+
+        def expand(nodes: list[int], tokens: list[int], parents: list[int]) -> torch.Tensor:
+            nonlocal written
+            hi = max(nodes) + 1
+            while len(depth) < hi:
+                p = parents[len(depth)]
+                depth.append(1 if p < 0 else depth[p] + 1)
+            rows = list(range(written, hi))
+            mask = torch.zeros(len(rows), n_ctx + hi, dtype=torch.bool)
+            mask[:, :n_ctx] = True
+            for r, i in enumerate(rows):
+                a = i
+                while a >= 0:
+                    mask[r, n_ctx + a] = True
+                    a = parents[a]
+            logits = self.model.forward_tree_draft([tokens[i] for i in rows], [n_ctx - 1 + depth[i] for i in rows],
+                                                   n_ctx + written, mask, self.cache, self.layers)
+            written = hi
+            return logits[[i - rows[0] for i in nodes]]
+
+        return grow_tree(root_logits, expand, budget, max_depth, params, rng, topk=self.tree_topk,
+                         draws=self.tree_draws)
 
     def kv_bytes(self) -> int:
         """The draft cache as allocated (every layer, capacity rounded up), not just what is filled."""

@@ -35,6 +35,7 @@ from typing import Any
 
 from specledger.engine.drafters.base import Drafter, Proposal
 from specledger.engine.sampling import SamplingParams
+from specledger.engine.tree import DraftTree
 from specledger.errors import require
 
 
@@ -78,6 +79,11 @@ class NgramDrafter(Drafter):
         self.min_ngram = min_ngram
         self._tokens: list[int] = []
         self._next_pos: dict[tuple[int, ...], int] = {}
+        #: every occurrence per n-gram (kept only once trees are asked for: chains keep their speed)
+        self._all_pos: dict[tuple[int, ...], list[int]] | None = None
+
+    #: occurrences of one n-gram a tree proposal reads (most recent first)
+    tree_occurrences: int = 16
 
     # -- index maintenance -------------------------------------------------------------------
 
@@ -85,11 +91,15 @@ class NgramDrafter(Drafter):
         """Index each new token ``t_j``: every n-gram ending just before it now points to ``j``."""
         tokens = self._tokens
         index = self._next_pos
+        every = self._all_pos
         lo, hi = self.min_ngram, self.max_ngram
         for token in new_tokens:
             j = len(tokens)
             for n in range(lo, min(hi, j) + 1):
-                index[tuple(tokens[j - n : j])] = j
+                key = tuple(tokens[j - n : j])
+                index[key] = j
+                if every is not None:
+                    every.setdefault(key, []).append(j)
             tokens.append(token)
 
     def _sync(self, context: list[int]) -> None:
@@ -97,6 +107,7 @@ class NgramDrafter(Drafter):
         if not is_extension(context, self._tokens):
             self._tokens = []
             self._next_pos = {}
+            self._all_pos = None if self._all_pos is None else {}
         if len(context) > len(self._tokens):
             self._append(context[len(self._tokens) :])
 
@@ -109,6 +120,7 @@ class NgramDrafter(Drafter):
     def begin(self, prompt: list[int], params: SamplingParams) -> None:
         self._tokens = []
         self._next_pos = {}
+        self._all_pos = None if self._all_pos is None else {}
         self._append(list(prompt))
 
     def propose(self, context: list[int], gamma: int, params: SamplingParams, rng: Any) -> Proposal:
@@ -124,12 +136,51 @@ class NgramDrafter(Drafter):
                 return Proposal(tokens=overlapping_copy(tokens, j, gamma))
         return Proposal()
 
+    def propose_tree(self, context: list[int], budget: int, max_depth: int, params: SamplingParams,
+                     rng: Any) -> DraftTree:
+        """Several continuations merged into a trie: for the longest matching n-gram first, what
+        followed each of its most recent occurrences (``max_depth`` tokens each, overlapping copy),
+        until ``budget`` nodes; deterministic (q=None). Siblings rank by recency."""
+        require(budget >= 0 and max_depth >= 0, f"tree budget and depth must be >= 0, got {budget}, {max_depth}")
+        if self._all_pos is None:  # first tree request: index every occurrence from now on
+            self._all_pos = {}
+            self._tokens, self._next_pos = [], {}
+        self._sync(context)
+        if budget == 0 or max_depth == 0:
+            return DraftTree()
+        tokens, length = self._tokens, len(self._tokens)
+        node_tokens: list[int] = []
+        parents: list[int] = []
+        child: dict[tuple[int, int], int] = {}
+        seen: set[int] = set()
+        for n in range(min(self.max_ngram, length), self.min_ngram - 1, -1):
+            for j in reversed(self._all_pos.get(tuple(tokens[length - n :]), [])[-self.tree_occurrences :]):
+                if j in seen:
+                    continue
+                seen.add(j)
+                parent = -1
+                for t in overlapping_copy(tokens, j, max_depth):
+                    node = child.get((parent, t))
+                    if node is None:
+                        if len(node_tokens) >= budget:
+                            break
+                        node = child[(parent, t)] = len(node_tokens)
+                        node_tokens.append(t)
+                        parents.append(parent)
+                    parent = node
+                if len(node_tokens) >= budget:
+                    return DraftTree.build(node_tokens, parents)
+        return DraftTree.build(node_tokens, parents)
+
     def commit(self, context: list[int]) -> None:
         self._sync(context)
 
     def end(self, prompt: list[int], output: list[int]) -> None:
         self._tokens = []
         self._next_pos = {}
+        self._all_pos = None if self._all_pos is None else {}
 
     def fork(self) -> NgramDrafter:
-        return NgramDrafter(self.max_ngram, self.min_ngram)  # all state is per request
+        clone = NgramDrafter(self.max_ngram, self.min_ngram)  # all state is per request
+        clone._all_pos = None if self._all_pos is None else {}
+        return clone

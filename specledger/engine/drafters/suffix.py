@@ -45,12 +45,13 @@ Differences from the paper / arctic-inference: a depth-limited trie (``O(L * max
 nodes; about 35 MiB and 0.15 s to index 8k random tokens at depth 24, far fewer nodes on
 real, repetitive text) instead of a path-compressed suffix tree; probabilities divide by
 ``continued`` rather than ``count``, so the context's own tail occurrence (which has no
-successor yet) does not dilute them; and a single linear chain is proposed, never a
-speculation tree, because that is what the decode loop verifies.
+successor yet) does not dilute them. ``propose`` returns one linear chain; ``propose_tree``
+(tree rounds) the most probable continuations of the same match as a tree.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from typing import Any
@@ -58,6 +59,7 @@ from typing import Any
 from specledger.engine.drafters.base import Drafter, Proposal
 from specledger.engine.drafters.ngram import is_extension
 from specledger.engine.sampling import SamplingParams
+from specledger.engine.tree import DraftTree
 from specledger.errors import require
 
 
@@ -291,6 +293,64 @@ class SuffixDrafter(Drafter):
             self._refresh_global()
             best = self._best_in(self._global_active, gamma, best)
         return best[1], best[0]
+
+    def _best_start(self, active: list[TrieNode], gamma: int,
+                    best: tuple[float, TrieNode | None, int]) -> tuple[float, TrieNode | None, int]:
+        """:meth:`_best_in`, keeping the matched node and its speculation limit instead of the tokens."""
+        for match_len in range(len(active) - 1, 0, -1):
+            node = active[match_len]
+            if node.best is None:
+                continue
+            limit = self._spec_limit(match_len, gamma)
+            if limit <= best[0]:
+                break
+            _, score = greedy_walk(node, limit, self.min_token_prob)
+            if score > best[0]:
+                best = (score, node, limit)
+        return best
+
+    def speculate_tree(self, budget: int, max_depth: int) -> DraftTree:
+        """The tree for the indexed context: from the match the chain would start at (best score over
+        match lengths and both tries), the ``budget`` continuations of highest empirical path
+        probability (product of ``count / continued``, each at least ``min_token_prob``), at most
+        the match's speculation limit deep -- ArcticInference's suffix tree speculation."""
+        best = self._best_start(self._active, max_depth, (0.0, None, 0))
+        if self._global.history:
+            self._refresh_global()
+            best = self._best_start(self._global_active, max_depth, best)
+        _, start, limit = best
+        if start is None or budget <= 0:
+            return DraftTree()
+        tokens: list[int] = []
+        parents: list[int] = []
+        heap: list[tuple[float, int, TrieNode, int, int]] = []
+        tie = 0
+
+        def push(node: TrieNode, prob: float, index: int, depth: int) -> None:
+            nonlocal tie
+            if depth >= limit or not node.children:
+                return
+            for child in node.children.values():
+                p = prob * child.count / node.continued
+                if p >= self.min_token_prob:
+                    heapq.heappush(heap, (-p, tie, child, index, depth + 1))
+                    tie += 1
+
+        push(start, 1.0, -1, 0)
+        while heap and len(tokens) < budget:
+            neg, _, node, parent, depth = heapq.heappop(heap)
+            tokens.append(node.token)
+            parents.append(parent)
+            push(node, -neg, len(tokens) - 1, depth)
+        return DraftTree.build(tokens, parents)
+
+    def propose_tree(self, context: list[int], budget: int, max_depth: int, params: SamplingParams,
+                     rng: Any) -> DraftTree:
+        require(budget >= 0 and max_depth >= 0, f"tree budget and depth must be >= 0, got {budget}, {max_depth}")
+        self._sync(context)
+        if budget == 0 or max_depth == 0:
+            return DraftTree()
+        return self.speculate_tree(budget, max_depth)
 
     # -- Drafter hooks -----------------------------------------------------------------------
 
