@@ -321,13 +321,22 @@ class BatchScheduler:
         view = self.engine.cache.slot(live.slot)
         with torch.inference_mode():
             if not live.context:  # first admission: prompt -> first token
-                live.start(model(torch.tensor([live.prompt]), 0, view, last_only=True)[0, -1])
+                if live.drafter.wants_hidden:  # a learned head drafter reads the prompt's hidden states
+                    logits, hidden = model(torch.tensor([live.prompt]), 0, view, last_only=True, return_hidden=True)
+                    live.start(logits[0, -1], hidden[0])
+                else:
+                    live.start(model(torch.tensor([live.prompt]), 0, view, last_only=True)[0, -1])
                 live.t_prefill = perf() - t0
                 chunk = live.release()
                 if chunk is not None:
                     events.append((live.ticket, live.stamp(chunk, perf())))
             else:  # recompute after preemption: KV for everything but the last committed token
-                model(torch.tensor([live.context[:-1]]), 0, view, last_only=True)
+                if live.drafter.wants_hidden:
+                    _, hidden = model(torch.tensor([live.context[:-1]]), 0, view, last_only=True,
+                                      return_hidden=True)
+                    live.drafter.observe_hidden(0, hidden[0])
+                else:
+                    model(torch.tensor([live.context[:-1]]), 0, view, last_only=True)
                 live.drafter.begin(live.context[:-1], live.params)
                 live.recompute_s += perf() - t0
 
@@ -412,8 +421,13 @@ class BatchScheduler:
             positions += range(len(context) - 1, len(context) - 1 + n)
         tf = perf()
         try:
+            hidden = None
             with torch.inference_mode():
-                logits = engine.model.forward_packed(tokens, slots, positions, engine.cache)
+                if any(p.live.drafter.wants_hidden for p in plans):
+                    logits, hidden = engine.model.forward_packed(tokens, slots, positions, engine.cache,
+                                                                 return_hidden=True)
+                else:
+                    logits = engine.model.forward_packed(tokens, slots, positions, engine.cache)
         except Exception as exc:  # not one request's fault: the whole step's requests fail
             for p in plans:
                 self._retire(p.live, events, RequestFailed.of(exc, f"packed forward of {len(plans)} requests: "))
@@ -424,7 +438,10 @@ class BatchScheduler:
         # each request verifies its rows, commits, applies stops
         for p in plans:
             try:
-                p.round = p.live.accept(logits[p.rows[0] : p.rows[1]], p.cand, p.q, p.g, p.t_draft, t_forward, b)
+                rows = slice(*p.rows)
+                p.round = p.live.accept(logits[rows], p.cand, p.q, p.g, p.t_draft, t_forward, b,
+                                        hidden=hidden[rows] if hidden is not None and p.live.drafter.wants_hidden
+                                        else None)
                 p.chunk = p.live.release()
             except Exception as exc:
                 p.failure = RequestFailed.of(exc, "verification: ")

@@ -180,11 +180,14 @@ class Request:
         self.stop_reason = ""
 
     # -- the first token ----------------------------------------------------------------------
-    def start(self, logits: torch.Tensor) -> None:
-        """Commit the first token from the prefill's last-position logits; the drafter begins."""
+    def start(self, logits: torch.Tensor, hidden: torch.Tensor | None = None) -> None:
+        """Commit the first token from the prefill's last-position logits; the drafter begins.
+        ``hidden``: the prefill's final hidden states [len(prompt), dim] for a ``wants_hidden`` drafter."""
         p = self.params
         first = int(logits.argmax()) if p.greedy else int(
             torch.multinomial(probs_from_logits(logits, p), 1, generator=self.rng))
+        if hidden is not None:
+            self.drafter.observe_hidden(0, hidden)
         self.drafter.begin(self.prompt, p)
         self.out, self.stop_reason = cut_at_stop([first], 0, self.max_tokens, self.eos)
         self.context = self.prompt + self.out
@@ -206,10 +209,11 @@ class Request:
         return cand, (prop.q[: len(cand)] if prop.q is not None else None)
 
     def accept(self, logits: torch.Tensor, cand: list[int], q: Any, g: int, t_draft: float, t_verify: float,
-               batch_size: int = 1) -> RoundRecord:
+               batch_size: int = 1, hidden: torch.Tensor | None = None) -> RoundRecord:
         """Verify ``cand`` against the target's ``len(cand) + 1`` logit rows (for ``[context[-1]] + cand``),
         cut at EOS / max_tokens, commit, tell the drafter; returns the round's record (t_other 0
-        until :meth:`close_round`)."""
+        until :meth:`close_round`). ``hidden``: the same rows' final hidden states, for a
+        ``wants_hidden`` drafter (handed over before the commit)."""
         p = self.params
         if p.greedy:
             k, new = verify_greedy(logits, cand)
@@ -217,6 +221,8 @@ class Request:
             k, new = verify_sampling(probs_from_logits(logits, p), cand, q, self.rng)
         kept, self.stop_reason = cut_at_stop(new, len(self.out), self.max_tokens, self.eos)
         ctx_len = len(self.context)
+        if hidden is not None:
+            self.drafter.observe_hidden(ctx_len - 1, hidden)
         self.out.extend(kept)
         self.context.extend(kept)
         self.drafter.commit(self.context)
