@@ -1,0 +1,313 @@
+"""``specledger train-head``: train the ``head`` drafter on the target's own outputs (self-distillation).
+
+Data: only the bundled workloads' ``train`` split (:func:`specledger.workloads.training_items`),
+never a prompt a run measures. Three phases inside one time budget (``minutes``):
+
+1. generate -- the target answers training prompts greedily (continuous batching, up to
+   ``max_new_tokens`` each) for ``gen_share`` of the budget: the head learns the target's
+   own continuations, the text it will draft at run time;
+2. features -- one teacher-forced target pass over each prompt + answer gives every position's
+   final hidden state ``f_j`` (bf16 in memory) and the target's argmax next token ``y_j``;
+3. train -- AdamW on windows of the concatenated sequences until the budget ends: input
+   ``(embed(c_j), f_{j-1} + noise)``, loss = cross-entropy of the head's draft-vocabulary logits
+   against ``y_j`` + smooth-L1 between the predicted and the true feature (scaled by the
+   features' std), EAGLE's two losses. The noise (uniform, +-0.1 std as in EAGLE) stands in for
+   the head's own errors when it later feeds on predicted features. A held-out 5 % of the
+   training sequences measures teacher-forced top-1 agreement with the target.
+
+The draft vocabulary is the ``draft_vocab`` most frequent ``y_j`` plus the target's stop tokens.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from specledger.engine.drafters.head import HeadConfig, HeadNet, save_head, target_fingerprint
+from specledger.errors import require
+
+
+@dataclass
+class TrainSettings:
+    minutes: float = 8.0
+    gen_share: float = 0.5  # of the budget spent generating the target's answers
+    max_new_tokens: int = 160
+    max_prompt_tokens: int = 384
+    hidden_dim: int = 768  # the head layer's MLP width (the target's is 1536 for SmolLM2-135M)
+    draft_vocab: int = 8192  # 0 = the full vocabulary
+    lr: float = 1e-3
+    window: int = 256
+    batch: int = 8
+    noise: float = 0.1
+    seed: int = 0
+    categories: list[str] | None = None
+    max_batch: int = 8  # generation concurrency
+
+    def validate(self) -> None:
+        require(self.minutes > 0, f"--minutes must be > 0, got {self.minutes}")
+        require(0 < self.gen_share < 1, f"gen share must be in (0, 1), got {self.gen_share}")
+        require(self.max_new_tokens >= 1, "--max-new-tokens must be >= 1")
+        require(self.hidden_dim >= 8, "--head-hidden must be >= 8")
+        require(self.draft_vocab >= 0, "--draft-vocab must be >= 0 (0 = the full vocabulary)")
+        require(self.window >= 8 and self.batch >= 1, "window >= 8 and batch >= 1")
+
+
+@dataclass
+class Corpus:
+    tokens: list[torch.Tensor] = field(default_factory=list)  # int64 [T]
+    feats: list[torch.Tensor] = field(default_factory=list)  # bf16 [T, dim]
+    labels: list[torch.Tensor] = field(default_factory=list)  # int64 [T] target argmax next token
+    prompt_tokens: int = 0
+    answer_tokens: int = 0
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(t) for t in self.tokens)
+
+
+Progress = Callable[[str, float, str], None]  # (phase, fraction done, note)
+
+
+def _noop(phase: str, frac: float, note: str) -> None:
+    pass
+
+
+def encode_items(loaded: Any, items: Sequence[Any], max_prompt_tokens: int) -> list[list[int]]:
+    from specledger.bench.runner import encode_item
+
+    prompts = []
+    for item in items:
+        if item.meta.get("token_ids"):
+            continue
+        try:
+            ids = encode_item(loaded, item)
+        except Exception:  # an item the template refuses is skipped, not fatal
+            continue
+        if 0 < len(ids) <= max_prompt_tokens:
+            prompts.append(ids)
+    return prompts
+
+
+def generate_answers(model: Any, tokenizer: Any, eos: Sequence[int], prompts: Sequence[list[int]],
+                     max_new_tokens: int, deadline: float, max_batch: int = 8,
+                     progress: Progress = _noop) -> tuple[list[list[int]], int]:
+    """prompt + greedy answer for as many prompts as fit before ``deadline`` (partial answers
+    kept); also the number of answer tokens among them."""
+    from specledger.engine.batch import BatchEngine, BatchRequest, RequestFailed
+    from specledger.engine.drafters.base import NoDrafter
+    from specledger.engine.trace import RequestRecord
+
+    capacity = max(len(p) for p in prompts) + max_new_tokens + 16
+    engine = BatchEngine(model, tokenizer, eos, max_batch=max_batch, capacity=capacity)
+    sched = engine.scheduler()
+    by_ticket: dict[int, list[int]] = {}
+    out: list[list[int]] = []
+    answers = 0
+    pending = list(prompts)
+    start = time.perf_counter()
+    total = max(1e-9, deadline - start)
+    while (pending or len(sched)) and time.perf_counter() < deadline:
+        while pending and len(sched) < max_batch:
+            p = pending.pop(0)
+            by_ticket[sched.add(BatchRequest(list(p), max_tokens=max_new_tokens), NoDrafter(), 0)] = p
+        for ticket, ev in sched.step():
+            if isinstance(ev, RequestRecord):
+                out.append(by_ticket.pop(ticket) + list(ev.token_ids))
+                answers += len(ev.token_ids)
+            elif isinstance(ev, RequestFailed):
+                raise ev.exception if ev.exception is not None else RuntimeError(ev.error)
+        progress("generate", min(1.0, (time.perf_counter() - start) / total),
+                 f"{len(out)} answers, {sum(len(s) for s in out)} tokens")
+    for live in sched.running:  # the budget ran out mid-answer: keep what was committed
+        if len(live.context) > len(live.prompt):
+            out.append(list(live.context))
+            answers += len(live.context) - len(live.prompt)
+    return out, answers
+
+
+@torch.inference_mode()
+def extract_features(model: Any, sequences: Sequence[list[int]], progress: Progress = _noop) -> Corpus:
+    corpus = Corpus()
+    for i, seq in enumerate(sequences):
+        cache = model.new_cache(len(seq))
+        logits, hidden = model(torch.tensor([seq]), 0, cache, return_hidden=True)
+        corpus.tokens.append(torch.tensor(seq, dtype=torch.long))
+        corpus.feats.append(hidden[0].to(torch.bfloat16))
+        corpus.labels.append(logits[0].argmax(-1))
+        progress("features", (i + 1) / len(sequences), f"{corpus.n_tokens} tokens")
+    return corpus
+
+
+def choose_draft_vocab(corpus: Corpus, size: int, always: Sequence[int], vocab_size: int) -> torch.Tensor | None:
+    """The ``size`` most frequent target next tokens plus ``always`` (stop tokens); None = full vocabulary."""
+    if size <= 0 or size >= vocab_size:
+        return None
+    counts = Counter(torch.cat(corpus.labels).tolist())
+    chosen = [t for t in always if 0 <= t < vocab_size]
+    for tok, _ in counts.most_common():
+        if len(chosen) >= size:
+            break
+        if tok not in chosen:
+            chosen.append(tok)
+    for tok in range(vocab_size):  # fill up with unseen ids so the size is what was asked
+        if len(chosen) >= size:
+            break
+        if tok not in counts and tok not in chosen:
+            chosen.append(tok)
+    return torch.tensor(sorted(chosen), dtype=torch.long)
+
+
+def _stream(corpus: Corpus, idx: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Concatenate sequences ``idx``: tokens, previous features (zero at each sequence start),
+    target features and labels."""
+    toks = torch.cat([corpus.tokens[i] for i in idx])
+    feats = torch.cat([corpus.feats[i] for i in idx])
+    labels = torch.cat([corpus.labels[i] for i in idx])
+    prev = torch.zeros_like(feats)
+    offset = 0
+    for i in idx:
+        n = len(corpus.tokens[i])
+        prev[offset + 1 : offset + n] = corpus.feats[i][: n - 1]
+        offset += n
+    return toks, prev, feats, labels
+
+
+def _set_prepack(net: HeadNet, on: bool) -> None:
+    for module in net.modules():
+        if hasattr(module, "prepack"):
+            module.prepack = on
+
+
+def train_head_net(target: Any, corpus: Corpus, vocab_ids: torch.Tensor | None, s: TrainSettings,
+                   deadline: float, progress: Progress = _noop) -> tuple[HeadNet, dict]:
+    torch.manual_seed(s.seed)
+    rnd = random.Random(s.seed)
+    hc = HeadConfig.for_target(target.config, s.hidden_dim, 0 if vocab_ids is None else len(vocab_ids))
+    net = HeadNet(hc).float()
+    _set_prepack(net, False)
+    order = list(range(len(corpus.tokens)))
+    rnd.shuffle(order)
+    n_val = max(1, len(order) // 20) if len(order) >= 4 else 0
+    val_idx, train_idx = order[:n_val], order[n_val:] or order
+    toks, prev, feats, labels = _stream(corpus, train_idx)
+    sigma = float(feats[: 200_000].float().std()) or 1.0
+    w_lm = target.lm_head.weight
+    if w_lm.dtype == torch.int8:
+        w_lm = w_lm.float() * target.lm_head.scales.float()[:, None]
+    w_draft = (w_lm if vocab_ids is None else w_lm[vocab_ids]).detach().float()
+    remap = None
+    if vocab_ids is not None:
+        remap = torch.full((hc.vocab_size,), -100, dtype=torch.long)
+        remap[vocab_ids] = torch.arange(len(vocab_ids))
+    coverage = 1.0 if remap is None else float((remap[labels] >= 0).float().mean())
+    embed = target.embed.weight.detach().float()
+    opt = torch.optim.AdamW(net.parameters(), lr=s.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    L = min(s.window, len(toks))
+    start_t = time.perf_counter()
+    total = max(1e-9, deadline - start_t)
+    steps, seen, ema = 0, 0, None
+
+    def batch_at(starts: Sequence[int], tk, pv, ft, lb, noise: float):
+        tok_b = torch.stack([tk[a : a + L] for a in starts])
+        prev_b = torch.stack([pv[a : a + L] for a in starts]).float()
+        if noise:
+            prev_b = prev_b + (torch.rand_like(prev_b) * 2 - 1) * (noise * sigma)
+        return tok_b, prev_b, torch.stack([ft[a : a + L] for a in starts]).float(), torch.stack(
+            [lb[a : a + L] for a in starts])
+
+    def loss_of(tok_b, prev_b, feat_b, lab_b):
+        kv = torch.zeros(2, tok_b.shape[0], hc.n_kv_heads, tok_b.shape[1], hc.head_dim)
+        pred = net(F.embedding(tok_b, embed), prev_b, kv, 0)
+        logits = pred @ w_draft.T
+        target_ids = lab_b if remap is None else remap[lab_b]
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target_ids.reshape(-1), ignore_index=-100)
+        reg = F.smooth_l1_loss(pred / sigma, feat_b / sigma)
+        acc = (logits.argmax(-1) == target_ids).float().mean()
+        return ce, reg, acc
+
+    while True:
+        now = time.perf_counter()
+        if now >= deadline and steps > 0:
+            break
+        frac = min(1.0, (now - start_t) / total)
+        for group in opt.param_groups:  # linear warm-up over 20 steps, cosine decay to the deadline
+            group["lr"] = s.lr * min(1.0, (steps + 1) / 20) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        starts = [rnd.randrange(0, len(toks) - L + 1) for _ in range(s.batch)]
+        ce, reg, acc = loss_of(*batch_at(starts, toks, prev, feats, labels, s.noise))
+        loss = ce + reg
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        steps += 1
+        seen += s.batch * L
+        cur = (float(ce), float(reg), float(acc))
+        ema = cur if ema is None else tuple(0.9 * e + 0.1 * c for e, c in zip(ema, cur))
+        progress("train", frac, f"step {steps} ce {ema[0]:.3f} reg {ema[1]:.3f} top1 {ema[2]:.3f}")
+
+    figures: dict[str, Any] = {"train_steps": steps, "train_token_visits": seen,
+                               "train_ce": round(ema[0], 4), "train_reg": round(ema[1], 4),
+                               "train_top1": round(ema[2], 4), "draft_vocab_coverage": round(coverage, 4)}
+    net.eval()
+    if val_idx:
+        vt, vp, vf, vl = _stream(corpus, val_idx)
+        Lv = min(L, len(vt))
+        ce_sum = acc_sum = n = 0.0
+        with torch.no_grad():
+            for a in range(0, len(vt) - Lv + 1, Lv):
+                w = slice(a, a + Lv)
+                ce, _, acc = loss_of(vt[None, w], vp[None, w].float(), vf[None, w].float(), vl[None, w])
+                ce_sum, acc_sum, n = ce_sum + float(ce), acc_sum + float(acc), n + 1
+        if n:
+            figures.update({"val_ce": round(ce_sum / n, 4), "val_top1": round(acc_sum / n, 4),
+                            "val_tokens": int(n * Lv)})
+    net.requires_grad_(False)
+    _set_prepack(net, True)
+    return net, figures
+
+
+def train_head(loaded: Any, s: TrainSettings, out_path: Any, progress: Progress = _noop,
+               command: str = "") -> dict:
+    """All three phases for the loaded target; writes the head file; returns the training figures."""
+    from pathlib import Path
+
+    from specledger.workloads import training_items
+
+    s.validate()
+    t0 = time.perf_counter()
+    deadline = t0 + 60.0 * s.minutes
+    model = loaded.model
+    items = training_items(s.categories)
+    random.Random(s.seed).shuffle(items)
+    prompts = encode_items(loaded, items, s.max_prompt_tokens)
+    require(prompts, "no training prompts: the training split is empty for these categories")
+    gen_deadline = t0 + 60.0 * s.minutes * s.gen_share
+    sequences, answer_tokens = generate_answers(model, loaded.tokenizer, loaded.eos_token_ids, prompts,
+                                                s.max_new_tokens, gen_deadline, s.max_batch, progress)
+    require(sequences, "no answers were generated in the time given; raise --minutes")
+    t_gen = time.perf_counter() - t0
+    corpus = extract_features(model, sequences, progress)
+    t_feat = time.perf_counter() - t0 - t_gen
+    vocab_ids = choose_draft_vocab(corpus, s.draft_vocab, loaded.eos_token_ids, model.config.vocab_size)
+    net, figures = train_head_net(model, corpus, vocab_ids, s, deadline, progress)
+    t_train = time.perf_counter() - t0 - t_gen - t_feat
+    figures = {
+        "command": command, "settings": asdict(s), "target": loaded.name,
+        "target_fingerprint": target_fingerprint(model), "train_prompts_available": len(prompts),
+        "sequences": len(sequences), "tokens": corpus.n_tokens,
+        "answer_tokens": answer_tokens, "seconds_generate": round(t_gen, 1),
+        "seconds_features": round(t_feat, 1), "seconds_train": round(t_train, 1),
+        "seconds_total": round(time.perf_counter() - t0, 1), **figures,
+    }
+    path = save_head(out_path, net, vocab_ids, target_fingerprint(model), figures)
+    figures["file"] = str(path)
+    figures["file_bytes"] = Path(path).stat().st_size
+    return figures
