@@ -1,14 +1,14 @@
 """``specledger train-head``: train the ``head`` drafter on the target's own outputs (self-distillation).
 
 Data: only the bundled workloads' ``train`` split (:func:`specledger.workloads.training_items`),
-never a prompt a run measures. Three phases inside one time budget (``minutes``):
+never a prompt a run measures. Two phases inside one time budget (``minutes``):
 
-1. generate -- the target answers training prompts greedily (continuous batching, up to
-   ``max_new_tokens`` each) for ``gen_share`` of the budget: the head learns the target's
-   own continuations, the text it will draft at run time;
-2. features -- one teacher-forced target pass over each prompt + answer gives every position's
-   final hidden state ``f_j`` (bf16 in memory) and the target's argmax next token ``y_j``;
-3. train -- AdamW on windows of the concatenated sequences until the budget ends: input
+1. generate -- the target answers training prompts greedily (packed batches of up to
+   ``max_batch``, up to ``max_new_tokens`` each) for ``gen_share`` of the budget; the passes that
+   generate also give every position's final hidden state ``f_j`` (kept in bf16) and the
+   target's argmax next token ``y_j`` (prompt rows from the prefill, answer rows one per step),
+   so the head learns the target's own continuations, the text it drafts at run time;
+2. train -- AdamW on windows of the concatenated sequences until the budget ends: input
    ``(embed(c_j), f_{j-1} + noise)``, loss = cross-entropy of the head's draft-vocabulary logits
    against ``y_j`` + smooth-L1 between the predicted and the true feature (scaled by the
    features' std), EAGLE's two losses. The noise (uniform, +-0.1 std as in EAGLE) stands in for
@@ -40,16 +40,16 @@ class TrainSettings:
     minutes: float = 8.0
     gen_share: float = 0.5  # of the budget spent generating the target's answers
     max_new_tokens: int = 160
-    max_prompt_tokens: int = 384
+    max_prompt_tokens: int = 256
     hidden_dim: int = 768  # the head layer's MLP width (the target's is 1536 for SmolLM2-135M)
     draft_vocab: int = 8192  # 0 = the full vocabulary
     lr: float = 1e-3
     window: int = 256
-    batch: int = 8
+    batch: int = 4
     noise: float = 0.1
     seed: int = 0
     categories: list[str] | None = None
-    max_batch: int = 8  # generation concurrency
+    max_batch: int = 16  # generation concurrency (a packed step of 16 rows costs about one of 1 here)
 
     def validate(self) -> None:
         require(self.minutes > 0, f"--minutes must be > 0, got {self.minutes}")
@@ -96,53 +96,60 @@ def encode_items(loaded: Any, items: Sequence[Any], max_prompt_tokens: int) -> l
     return prompts
 
 
-def generate_answers(model: Any, tokenizer: Any, eos: Sequence[int], prompts: Sequence[list[int]],
-                     max_new_tokens: int, deadline: float, max_batch: int = 8,
-                     progress: Progress = _noop) -> tuple[list[list[int]], int]:
-    """prompt + greedy answer for as many prompts as fit before ``deadline`` (partial answers
-    kept); also the number of answer tokens among them."""
-    from specledger.engine.batch import BatchEngine, BatchRequest, RequestFailed
-    from specledger.engine.drafters.base import NoDrafter
-    from specledger.engine.trace import RequestRecord
-
-    capacity = max(len(p) for p in prompts) + max_new_tokens + 16
-    engine = BatchEngine(model, tokenizer, eos, max_batch=max_batch, capacity=capacity)
-    sched = engine.scheduler()
-    by_ticket: dict[int, list[int]] = {}
-    out: list[list[int]] = []
-    answers = 0
+@torch.inference_mode()
+def generate_corpus(model: Any, eos: Sequence[int], prompts: Sequence[list[int]], max_new_tokens: int,
+                    deadline: float, max_batch: int = 16, progress: Progress = _noop) -> Corpus:
+    """The target answers ``prompts`` greedily (up to ``max_batch`` at once, one packed pass per
+    step) until ``deadline``; the hidden states and argmax labels of every position are kept from
+    the very passes that generate (the prefill's rows for the prompt, one row per step for the
+    answer), so no second pass is needed. A sequence's last token (no feature yet) is dropped."""
+    stop = frozenset(int(t) for t in eos)
+    capacity = max(len(p) for p in prompts) + max_new_tokens + 1
+    cache = model.new_cache(capacity, batch_size=max_batch)
+    corpus = Corpus()
+    free = list(range(max_batch))
+    running: list[dict] = []
     pending = list(prompts)
     start = time.perf_counter()
     total = max(1e-9, deadline - start)
-    while (pending or len(sched)) and time.perf_counter() < deadline:
-        while pending and len(sched) < max_batch:
-            p = pending.pop(0)
-            by_ticket[sched.add(BatchRequest(list(p), max_tokens=max_new_tokens), NoDrafter(), 0)] = p
-        for ticket, ev in sched.step():
-            if isinstance(ev, RequestRecord):
-                out.append(by_ticket.pop(ticket) + list(ev.token_ids))
-                answers += len(ev.token_ids)
-            elif isinstance(ev, RequestFailed):
-                raise ev.exception if ev.exception is not None else RuntimeError(ev.error)
+
+    def finish(r: dict) -> None:
+        corpus.tokens.append(torch.tensor(r["tokens"][:-1], dtype=torch.long))
+        corpus.feats.append(torch.cat(r["feats"]).to(torch.bfloat16))
+        corpus.labels.append(torch.cat(r["labels"]))
+        corpus.prompt_tokens += r["n_prompt"]
+        corpus.answer_tokens += len(r["tokens"]) - r["n_prompt"]
+        free.append(r["slot"])
+
+    while (pending or running) and time.perf_counter() < deadline:
+        while pending and free and time.perf_counter() < deadline:
+            prompt = pending.pop(0)
+            slot = free.pop()
+            logits, hidden = model(torch.tensor([prompt]), 0, cache.slot(slot), return_hidden=True)
+            labels = logits[0].argmax(-1)
+            running.append({"slot": slot, "tokens": list(prompt) + [int(labels[-1])], "n_prompt": len(prompt),
+                            "feats": [hidden[0]], "labels": [labels]})
+        if not running:
+            break
+        tokens = [r["tokens"][-1] for r in running]
+        positions = [len(r["tokens"]) - 1 for r in running]
+        logits, hidden = model.forward_packed(tokens, [r["slot"] for r in running], positions, cache,
+                                              return_hidden=True)
+        nxt = logits.argmax(-1)
+        still = []
+        for i, r in enumerate(running):
+            r["feats"].append(hidden[i : i + 1])
+            r["labels"].append(nxt[i : i + 1])
+            r["tokens"].append(int(nxt[i]))
+            if int(nxt[i]) in stop or len(r["tokens"]) - r["n_prompt"] >= max_new_tokens:
+                finish(r)
+            else:
+                still.append(r)
+        running = still
         progress("generate", min(1.0, (time.perf_counter() - start) / total),
-                 f"{len(out)} answers, {sum(len(s) for s in out)} tokens")
-    for live in sched.running:  # the budget ran out mid-answer: keep what was committed
-        if len(live.context) > len(live.prompt):
-            out.append(list(live.context))
-            answers += len(live.context) - len(live.prompt)
-    return out, answers
-
-
-@torch.inference_mode()
-def extract_features(model: Any, sequences: Sequence[list[int]], progress: Progress = _noop) -> Corpus:
-    corpus = Corpus()
-    for i, seq in enumerate(sequences):
-        cache = model.new_cache(len(seq))
-        logits, hidden = model(torch.tensor([seq]), 0, cache, return_hidden=True)
-        corpus.tokens.append(torch.tensor(seq, dtype=torch.long))
-        corpus.feats.append(hidden[0].to(torch.bfloat16))
-        corpus.labels.append(logits[0].argmax(-1))
-        progress("features", (i + 1) / len(sequences), f"{corpus.n_tokens} tokens")
+                 f"{len(corpus.tokens)} answers, {corpus.n_tokens} tokens")
+    for r in running:  # the budget ran out mid-answer: keep what was computed
+        finish(r)
     return corpus
 
 
@@ -249,7 +256,7 @@ def train_head_net(target: Any, corpus: Corpus, vocab_ids: torch.Tensor | None, 
         opt.step()
         steps += 1
         seen += s.batch * L
-        cur = (float(ce), float(reg), float(acc))
+        cur = (float(ce.detach()), float(reg.detach()), float(acc))
         ema = cur if ema is None else tuple(0.9 * e + 0.1 * c for e, c in zip(ema, cur))
         progress("train", frac, f"step {steps} ce {ema[0]:.3f} reg {ema[1]:.3f} top1 {ema[2]:.3f}")
 
@@ -290,21 +297,19 @@ def train_head(loaded: Any, s: TrainSettings, out_path: Any, progress: Progress 
     prompts = encode_items(loaded, items, s.max_prompt_tokens)
     require(prompts, "no training prompts: the training split is empty for these categories")
     gen_deadline = t0 + 60.0 * s.minutes * s.gen_share
-    sequences, answer_tokens = generate_answers(model, loaded.tokenizer, loaded.eos_token_ids, prompts,
-                                                s.max_new_tokens, gen_deadline, s.max_batch, progress)
-    require(sequences, "no answers were generated in the time given; raise --minutes")
+    corpus = generate_corpus(model, loaded.eos_token_ids, prompts, s.max_new_tokens, gen_deadline,
+                             s.max_batch, progress)
+    require(corpus.tokens, "no answers were generated in the time given; raise --minutes")
     t_gen = time.perf_counter() - t0
-    corpus = extract_features(model, sequences, progress)
-    t_feat = time.perf_counter() - t0 - t_gen
     vocab_ids = choose_draft_vocab(corpus, s.draft_vocab, loaded.eos_token_ids, model.config.vocab_size)
     net, figures = train_head_net(model, corpus, vocab_ids, s, deadline, progress)
-    t_train = time.perf_counter() - t0 - t_gen - t_feat
+    t_train = time.perf_counter() - t0 - t_gen
     figures = {
         "command": command, "settings": asdict(s), "target": loaded.name,
         "target_fingerprint": target_fingerprint(model), "train_prompts_available": len(prompts),
-        "sequences": len(sequences), "tokens": corpus.n_tokens,
-        "answer_tokens": answer_tokens, "seconds_generate": round(t_gen, 1),
-        "seconds_features": round(t_feat, 1), "seconds_train": round(t_train, 1),
+        "sequences": len(corpus.tokens), "tokens": corpus.n_tokens, "prompt_tokens": corpus.prompt_tokens,
+        "answer_tokens": corpus.answer_tokens, "seconds_generate": round(t_gen, 1),
+        "seconds_train": round(t_train, 1),
         "seconds_total": round(time.perf_counter() - t0, 1), **figures,
     }
     path = save_head(out_path, net, vocab_ids, target_fingerprint(model), figures)
