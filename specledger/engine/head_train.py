@@ -49,6 +49,8 @@ class TrainSettings:
     noise: float = 0.1
     seed: int = 0
     categories: list[str] | None = None
+    max_prompts: int | None = None  # stop generating after this many prompts (tests: a fixed corpus)
+    max_steps: int | None = None  # stop training after this many steps (tests: a fixed amount of work)
     max_batch: int = 16  # generation concurrency (a packed step of 16 rows costs about one of 1 here)
 
     def validate(self) -> None:
@@ -242,7 +244,7 @@ def train_head_net(target: Any, corpus: Corpus, vocab_ids: torch.Tensor | None, 
 
     while True:
         now = time.perf_counter()
-        if now >= deadline and steps > 0:
+        if (now >= deadline and steps > 0) or (s.max_steps is not None and steps >= s.max_steps):
             break
         frac = min(1.0, (now - start_t) / total)
         for group in opt.param_groups:  # linear warm-up over 20 steps, cosine decay to the deadline
@@ -294,7 +296,7 @@ def train_head(loaded: Any, s: TrainSettings, out_path: Any, progress: Progress 
     model = loaded.model
     items = training_items(s.categories)
     random.Random(s.seed).shuffle(items)
-    prompts = encode_items(loaded, items, s.max_prompt_tokens)
+    prompts = encode_items(loaded, items, s.max_prompt_tokens)[: s.max_prompts]
     require(prompts, "no training prompts: the training split is empty for these categories")
     gen_deadline = t0 + 60.0 * s.minutes * s.gen_share
     corpus = generate_corpus(model, loaded.eos_token_ids, prompts, s.max_new_tokens, gen_deadline,

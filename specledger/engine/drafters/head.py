@@ -326,6 +326,7 @@ class HeadDrafter(Drafter):
         return self.cache.nbytes() + self.feats.numel() * self.feats.element_size()
 
     # -- hooks --------------------------------------------------------------------------------
+    @torch.inference_mode()
     def observe_hidden(self, start_pos: int, hidden: Any) -> None:
         end = start_pos + len(hidden)
         if start_pos > self.n_feat:  # a gap: positions [n_feat, start_pos) were never observed
