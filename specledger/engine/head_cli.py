@@ -12,7 +12,7 @@ import typer
 
 
 def train_head(
-    minutes: Annotated[float, typer.Option(help="Time budget for all of it (generate, features, train).")] = 8.0,
+    minutes: Annotated[float, typer.Option(help="Time budget for all of it (generate with features, then train).")] = 8.0,
     out: Annotated[Path | None, typer.Option(
         help="Head file to write (default: <cache>/heads/<target fingerprint>.safetensors, where --drafters head "
              "finds it).")] = None,

@@ -247,9 +247,10 @@ def head_cache_path(fingerprint: str, cache_dir: str | None = None) -> Path:
 
 
 def find_head(target: Any, cache_dir: str | None = None) -> Path:
-    """The head file for ``target``: shipped with the package, else the cache; else a one-line error."""
+    """The head file for ``target``: the one ``train-head`` cached (a retrain wins), else the one shipped
+    with the package; else a one-line error naming the command that builds it."""
     fp = target_fingerprint(target)
-    for candidate in (PACKAGED_HEADS / f"{fp}{HEAD_SUFFIX}", head_cache_path(fp, cache_dir)):
+    for candidate in (head_cache_path(fp, cache_dir), PACKAGED_HEADS / f"{fp}{HEAD_SUFFIX}"):
         if candidate.is_file():
             return candidate
     raise SpecLedgerError(
