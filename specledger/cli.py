@@ -33,6 +33,7 @@ def _register() -> None:
     from specledger.bench.sweep_cli import sweep
     from specledger.cost.cli import cost
     from specledger.engine.cli import generate
+    from specledger.engine.head_cli import train_head
     from specledger.ledger.cli import ledger
     from specledger.predict.cli import calibrate, predict
     from specledger.probe.cli import import_file, import_vllm_bench, inspect, probe
@@ -54,6 +55,7 @@ def _register() -> None:
     app.command("predict")(predict)
     app.command("serve")(serve)
     app.command("simulate")(simulate)
+    app.command("train-head")(train_head)
 
 
 _register()

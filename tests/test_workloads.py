@@ -75,7 +75,24 @@ def test_describe_counts_every_source():
 
 
 def test_n_larger_than_source_returns_all():
-    assert len(load_category("dialogue", 1000, seed=3)) == 100
+    assert len(load_category("dialogue", 1000, seed=3, split="all")) == 100
+
+
+def test_runs_never_sample_the_training_split():
+    from specledger.workloads import split_of, training_items
+
+    for category in ("dialogue", "code", "agent"):
+        measured = load_category(category, 10_000, seed=3)
+        train = training_items([category])
+        assert measured and train and all(split_of(i) == "measure" for i in measured)
+        assert {i.id for i in measured}.isdisjoint({i.id for i in train})
+        assert len(measured) + len(train) == len(load_category(category, 10_000, seed=3, split="all"))
+    # related items share a split: both MT-Bench turns, code and code-edit of one HumanEval task
+    groups = {}
+    for item in load_category("dialogue", 1000, split="all") + load_category("extraction", 1000, split="all"):
+        if item.meta.get("source") == "mtbench":
+            groups.setdefault(item.meta["question_id"], set()).add(split_of(item))
+    assert groups and all(len(s) == 1 for s in groups.values())
 
 
 def test_code_reference_passes_with_canonical_solution():
@@ -129,7 +146,7 @@ def test_extraction_mixes_bfcl_calls_and_mtbench():
 
 
 def test_dialogue_excludes_extraction_and_second_turns_carry_a_real_answer():
-    items = load_category("dialogue", 100, seed=0)
+    items = load_category("dialogue", 100, seed=0, split="all")
     assert all(item.meta["mtbench_category"] != "extraction" for item in items)
     second_turns = [item for item in items if item.meta["turn"] == 2]
     assert len(second_turns) == 30
@@ -139,7 +156,7 @@ def test_dialogue_excludes_extraction_and_second_turns_carry_a_real_answer():
 
 
 def test_agent_steps_extend_their_conversation_and_render_tool_traffic_as_text():
-    items = load_category("agent", 496, seed=0)
+    items = load_category("agent", 496, seed=0, split="all")
     by_conversation: dict[str, list[WorkloadItem]] = {}
     for item in items:
         by_conversation.setdefault(item.meta["conversation"], []).append(item)

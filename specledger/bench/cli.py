@@ -25,7 +25,7 @@ def run(
     out: Annotated[Path | None, typer.Option(help="Run directory (default: runs/<timestamp>).")] = None,
     resume: Annotated[Path | None, typer.Option(help="Continue an interrupted run in this directory.")] = None,
     categories: Annotated[str | None, typer.Option(help="Comma-separated categories.")] = None,
-    drafters: Annotated[str | None, typer.Option(help="Comma-separated drafters (ngram,suffix,layerskip,quant-self,model).")] = None,
+    drafters: Annotated[str | None, typer.Option(help="Comma-separated drafters (ngram,suffix,layerskip,quant-self,model,head).")] = None,
     gammas: Annotated[str | None, typer.Option(help="Comma-separated gammas, e.g. 1,2,4,8.")] = None,
     tree_budgets: Annotated[str | None, typer.Option(help="Comma-separated token-tree node budgets per round, "
                                                         "0 = chain, e.g. 0,8,16 (a tree's depth <= gamma).")] = None,
@@ -36,7 +36,7 @@ def run(
     target: Annotated[str | None, typer.Option(help="GGUF file or HF model dir (default: bundled SmolLM2-135M).")] = None,
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
     layers: Annotated[str | None, typer.Option(help="layerskip layers (default: calibrate).")] = None,
-    draft: Annotated[str | None, typer.Option(help="Draft model path for the 'model' drafter.")] = None,
+    draft: Annotated[str | None, typer.Option(help="Draft model path for the 'model' drafter; a .safetensors head file for 'head'.")] = None,
     slo: Annotated[Path | None, typer.Option(help="SLO file (TOML/JSON) for the latency gate.")] = None,
     seed: Annotated[int, typer.Option(help="Workload sampling and sampling seed.")] = 0,
 ) -> None:

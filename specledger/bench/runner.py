@@ -47,7 +47,7 @@ class RunPlan:
     n_per_category: int = 2
     drafters: list[str] = field(default_factory=lambda: ["ngram", "suffix", "layerskip", "quant-self"])
     gammas: list[int] = field(default_factory=lambda: [2, 4])
-    #: gammas for drafters that run a network (layerskip, quant-self, model); None = ``gammas``.
+    #: gammas for drafters that run a network (layerskip, quant-self, model, head); None = ``gammas``.
     #: Their rounds cost a draft pass per candidate, so the default run samples fewer of them.
     model_gammas: list[int] | None = field(default_factory=lambda: [2])
     temperatures: list[float] = field(default_factory=lambda: [0.0])
@@ -63,7 +63,7 @@ class RunPlan:
     side_experiments: bool = False
 
     def gammas_for(self, drafter: str) -> list[int]:
-        neural = drafter in ("layerskip", "quant-self", "model")
+        neural = drafter in ("layerskip", "quant-self", "model", "head")
         return self.model_gammas if neural and self.model_gammas is not None else self.gammas
 
     def validate(self) -> None:

@@ -37,7 +37,7 @@ def sweep(
     = None,
     dtype: Annotated[str, typer.Option(help="auto (= float32) | float32 | bfloat16")] = "auto",
     layers: Annotated[str | None, typer.Option(help="layerskip layers (default: calibrate).")] = None,
-    draft: Annotated[str | None, typer.Option(help="Draft model path for the 'model' drafter.")] = None,
+    draft: Annotated[str | None, typer.Option(help="Draft model path for the 'model' drafter; a .safetensors head file for 'head'.")] = None,
     concurrencies: Annotated[str, typer.Option(help="serving: closed-loop concurrency levels.")] = "1,2,4,8,16",
     rates: Annotated[str, typer.Option(help="serving: Poisson arrival rates in req/s (default: none).")] = "",
     contexts: Annotated[str, typer.Option(help="serving: context lengths in tokens, e.g. 256,1024,4096 "

@@ -327,13 +327,22 @@ class BatchScheduler:
         view = self.engine.cache.slot(live.slot)
         with torch.inference_mode():
             if not live.context:  # first admission: prompt -> first token
-                live.start(model(torch.tensor([live.prompt]), 0, view, last_only=True)[0, -1])
+                if live.drafter.wants_hidden:  # a learned head drafter reads the prompt's hidden states
+                    logits, hidden = model(torch.tensor([live.prompt]), 0, view, last_only=True, return_hidden=True)
+                    live.start(logits[0, -1], hidden[0])
+                else:
+                    live.start(model(torch.tensor([live.prompt]), 0, view, last_only=True)[0, -1])
                 live.t_prefill = perf() - t0
                 chunk = live.release()
                 if chunk is not None:
                     events.append((live.ticket, live.stamp(chunk, perf())))
             else:  # recompute after preemption: KV for everything but the last committed token
-                model(torch.tensor([live.context[:-1]]), 0, view, last_only=True)
+                if live.drafter.wants_hidden:
+                    _, hidden = model(torch.tensor([live.context[:-1]]), 0, view, last_only=True,
+                                      return_hidden=True)
+                    live.drafter.observe_hidden(0, hidden[0])
+                else:
+                    model(torch.tensor([live.context[:-1]]), 0, view, last_only=True)
                 live.drafter.begin(live.context[:-1], live.params)
                 live.recompute_s += perf() - t0
 
@@ -432,9 +441,13 @@ class BatchScheduler:
         branched = any(p.tree is not None and not p.tree.is_chain for p in plans)
         tf = perf()
         try:
+            hidden = None
             with torch.inference_mode():
                 if branched:  # rows of trees: per-row k/v writes, the accepted paths compacted below
                     logits, tree_kv = engine.model.forward_tree(tokens, slots, positions, engine.cache)
+                elif any(p.live.drafter.wants_hidden for p in plans):  # a head drafter reads the target's features
+                    logits, hidden = engine.model.forward_packed(tokens, slots, positions, engine.cache,
+                                                                 return_hidden=True)
                 else:  # chains only (tree rounds that proposed a chain included): the chain pass
                     logits = engine.model.forward_packed(tokens, slots, positions, engine.cache)
         except Exception as exc:  # not one request's fault: the whole step's requests fail
@@ -456,7 +469,9 @@ class BatchScheduler:
                             engine.model.commit_tree_kv(engine.cache, p.live.slot, p.round.context_len,
                                                         tree_kv, [p.rows[0] + i + 1 for i in p.path])
                 else:
-                    p.round = p.live.accept(rows, p.cand, p.q, p.g, p.t_draft, t_forward, b)
+                    wants = hidden is not None and p.live.drafter.wants_hidden
+                    p.round = p.live.accept(rows, p.cand, p.q, p.g, p.t_draft, t_forward, b,
+                                            hidden=hidden[p.rows[0] : p.rows[1]] if wants else None)
                 p.chunk = p.live.release()
             except Exception as exc:
                 p.failure = RequestFailed.of(exc, "verification: ")

@@ -53,7 +53,7 @@ def _layers_of(d) -> str | None:
 
 def generate(
     prompt: Annotated[str, typer.Option("--prompt", "-p", help="The user message (or raw text with --raw).")],
-    drafter: Annotated[str, typer.Option(help="none | ngram | suffix | layerskip | quant-self | model")] = "ngram",
+    drafter: Annotated[str, typer.Option(help="none | ngram | suffix | layerskip | quant-self | model | head")] = "ngram",
     gamma: Annotated[int, typer.Option(help="Candidates per round (0 = plain decoding); a tree's depth limit.")] = 4,
     tree_budget: Annotated[int, typer.Option(help="Token-tree nodes per round (0 = a chain of gamma).")] = 0,
     max_tokens: Annotated[int, typer.Option(help="Most tokens to generate.")] = 128,
@@ -63,7 +63,7 @@ def generate(
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     stop: Annotated[list[str] | None, typer.Option(help="Stop string (repeatable).")] = None,
     target: Annotated[str | None, typer.Option(help="GGUF file or HF model dir (default: bundled SmolLM2-135M).")] = None,
-    draft: Annotated[str | None, typer.Option(help="Draft model path for --drafter model.")] = None,
+    draft: Annotated[str | None, typer.Option(help="Draft model path for --drafter model; a .safetensors head file for head.")] = None,
     layers: Annotated[str | None, typer.Option(help="layerskip layers, e.g. 12 or 0-7,26-29 (default: calibrate).")] = None,
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
     raw: Annotated[bool, typer.Option("--raw", help="Encode the prompt as raw text, no chat template.")] = False,

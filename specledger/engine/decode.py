@@ -117,7 +117,13 @@ class Engine:
                       perf(), request_id or uuid.uuid4().hex[:12], tree_budget=tree_budget)
         cache = self.cache_for(len(req.prompt) + max_tokens + 1)
         capacity = cache.capacity
-        req.start(model(torch.tensor([req.prompt]), 0, cache, last_only=True)[0, -1])
+        hidden = None
+        want_hidden = req.drafter.wants_hidden
+        if want_hidden:
+            logits, hidden = model(torch.tensor([req.prompt]), 0, cache, last_only=True, return_hidden=True)
+            req.start(logits[0, -1], hidden[0])
+        else:
+            req.start(model(torch.tensor([req.prompt]), 0, cache, last_only=True)[0, -1])
         req.t_prefill = perf() - req.t_arrival
         chunk = req.release()
         if chunk is not None:
@@ -150,9 +156,14 @@ class Engine:
             cand, q = req.propose(g)
             t1 = perf()
             context = req.context
-            logits = model(torch.tensor([[context[-1]] + cand]), len(context) - 1, cache)[0]
+            if want_hidden:
+                logits, hidden = model(torch.tensor([[context[-1]] + cand]), len(context) - 1, cache,
+                                       return_hidden=True)
+                logits, hidden = logits[0], hidden[0]
+            else:
+                logits = model(torch.tensor([[context[-1]] + cand]), len(context) - 1, cache)[0]
             t2 = perf()
-            rd = req.accept(logits, cand, q, g, t1 - t0, t2 - t1)
+            rd = req.accept(logits, cand, q, g, t1 - t0, t2 - t1, hidden=hidden)
             chunk = req.release()
             t3 = perf()
             req.close_round(t3 - t2)

@@ -450,10 +450,16 @@ class Transformer(nn.Module):
         cache: KVCache,
         layers: Sequence[int] | None = None,
         last_only: bool = False,
-    ) -> torch.Tensor:
+        return_hidden: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Logits (float32) ``[B, T, V]`` (``[B, 1, V]`` if ``last_only``) for ``tokens`` at
         positions ``start_pos .. start_pos+T-1``; each position attends to cache slots
-        ``[0, position]`` and its own k/v are written into the cache first."""
+        ``[0, position]`` and its own k/v are written into the cache first.
+
+        ``return_hidden``: also return the final hidden states ``[B, T, dim]`` of *every*
+        position (after the final norm: what the LM head reads), as ``(logits, hidden)`` --
+        the features a learned draft head (``drafters/head.py``) runs on. Off, nothing extra
+        is computed (the plain path is unchanged)."""
         bsz, seq = tokens.shape
         end = start_pos + seq
         if start_pos < 0 or end > cache.capacity:
@@ -467,6 +473,9 @@ class Transformer(nn.Module):
         indices = range(len(self.layers)) if layers is None else layers
         for i in indices:
             x = self.layers[i](x, cache.kv[i], start_pos, cos, sin, mask)
+        if return_hidden:
+            hidden = rms_norm(x, self.norm, self.config.norm_eps)
+            return self.lm_head(hidden[:, -1:] if last_only else hidden).float(), hidden
         if last_only:
             x = x[:, -1:]
         return self.lm_head(rms_norm(x, self.norm, self.config.norm_eps)).float()
@@ -489,11 +498,13 @@ class Transformer(nn.Module):
         positions: Sequence[int],
         cache: KVCache,
         logit_rows: Sequence[int] | None = None,
-    ) -> torch.Tensor:
+        return_hidden: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """One pass over a ragged batch (continuous batching): row m is token ``tokens[m]`` at
         ``positions[m]`` of the sequence in cache slot ``slots[m]``; its k/v are written there and
         it attends to that slot's positions [0, positions[m]]. Returns float32 logits
-        [len(logit_rows), V] for the requested rows (all rows if None)."""
+        [len(logit_rows), V] for the requested rows (all rows if None); with ``return_hidden``
+        ``(logits, hidden)``, hidden [M, dim] for every row (see :meth:`forward`)."""
         pos = torch.tensor(list(positions), dtype=torch.long)
         if len(pos) and (int(pos.max()) >= cache.capacity or int(pos.min()) < 0):
             raise SpecLedgerError(f"positions up to {int(pos.max())} do not fit the KV cache (capacity {cache.capacity})")
@@ -502,6 +513,10 @@ class Transformer(nn.Module):
         x = self.embed(torch.tensor([list(tokens)]))
         for i, layer in enumerate(self.layers):
             x = layer.forward_packed(x, cache.kv[i], slot_t, pos, cos, sin)
+        if return_hidden:
+            hidden = rms_norm(x, self.norm, self.config.norm_eps)
+            rows = hidden if logit_rows is None else hidden[:, list(logit_rows)]
+            return self.lm_head(rows).float()[0], hidden[0]
         if logit_rows is not None:
             x = x[:, list(logit_rows)]
         return self.lm_head(rms_norm(x, self.norm, self.config.norm_eps)).float()[0]

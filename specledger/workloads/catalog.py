@@ -1,5 +1,13 @@
 """The built-in categories: where each comes from, and seeded, prefix-stable sampling.
 
+Splits: every built-in text item belongs to exactly one of two splits, fixed by a hash of its
+*group* (:func:`split_of`): ``train`` (about :data:`TRAIN_FRACTION` of the groups) is what a
+learned drafter may be trained on (``specledger train-head``); ``measure`` is everything else
+and the only split a run samples (``load_category``'s default). A group keeps related items
+together -- both turns of one MT-Bench question (dialogue and extraction), the code and
+code-edit items of one HumanEval task, every step of one ToolTalk conversation -- so no text a
+run measures was seen in training. The split depends on nothing but the item (not the seed).
+
 Sampling invariant: ``load_category(c, n, seed)`` is the first ``n`` items of one fixed order
 that depends only on ``(c, seed)`` (and the installed data), so the same arguments always give
 the same items and a smaller ``n`` gives a prefix of a larger one. The order: items are grouped
@@ -11,6 +19,7 @@ are interleaved round-robin, so even a small sample covers every source of a cat
 from __future__ import annotations
 
 import copy
+import hashlib
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -85,6 +94,44 @@ SOURCES: dict[str, CategorySource] = {
 }
 
 
+#: share of item groups in the ``train`` split (see the module docstring)
+TRAIN_FRACTION = 0.25
+SPLITS: tuple[str, ...] = ("measure", "train", "all")
+
+
+def split_group(item: WorkloadItem) -> str:
+    """The key that keeps related items in one split (see the module docstring)."""
+    meta = item.meta
+    source = str(meta.get("source", ""))
+    if "question_id" in meta:  # MT-Bench: both turns, dialogue or extraction
+        return f"mtbench/{meta['question_id']}"
+    if "task_id" in meta:  # HumanEval: code and code-edit of one task
+        return f"human-eval/{meta['task_id']}"
+    if "conversation" in meta:  # ToolTalk: every step of one conversation
+        return f"{source}/{meta['conversation']}"
+    return item.id
+
+
+def split_of(item: WorkloadItem) -> str:
+    """``"train"`` or ``"measure"``: a fixed hash of the item's group, independent of any seed."""
+    digest = hashlib.sha256(split_group(item).encode("utf-8")).digest()
+    return "train" if int.from_bytes(digest[:8], "big") / 2.0**64 < TRAIN_FRACTION else "measure"
+
+
+def _in_split(items: Sequence[WorkloadItem], split: str) -> list[WorkloadItem]:
+    require(split in SPLITS, f"unknown split {split!r}: choose from {', '.join(SPLITS)}")
+    return list(items) if split == "all" else [item for item in items if split_of(item) == split]
+
+
+def training_items(categories: Sequence[str] | None = None) -> list[WorkloadItem]:
+    """Every ``train``-split item of the given built-in text categories (default: all but random),
+    in source-file order; these are never sampled by a run."""
+    chosen = [c for c in (CATEGORIES if categories is None else categories) if c != "random"]
+    for category in chosen:
+        _check_category(category)
+    return [copy.deepcopy(item) for c in chosen for item in _in_split(SOURCES[c].build(0), "train")]
+
+
 def _check_category(category: str) -> None:
     if category not in CATEGORIES:
         raise SpecLedgerError(f"unknown workload category {category!r}: choose from {', '.join(CATEGORIES)}")
@@ -111,10 +158,12 @@ def all_items(category: str, seed: int = 0) -> tuple[WorkloadItem, ...]:
     return SOURCES[category].build(seed)
 
 
-def load_category(category: str, n: int, seed: int = 0) -> list[WorkloadItem]:
-    """A seeded sample of ``n`` items (fewer if the source has fewer); prefix-stable in ``n``.
+def load_category(category: str, n: int, seed: int = 0, split: str = "measure") -> list[WorkloadItem]:
+    """A seeded sample of ``n`` items of ``split`` (fewer if the source has fewer); prefix-stable in ``n``.
 
-    Items are fresh copies, so callers may mutate their messages and meta freely.
+    Runs measure the ``measure`` split (the default); ``train`` is what ``train-head`` learns
+    from; ``all`` ignores the split. Items are fresh copies, so callers may mutate their
+    messages and meta freely.
     """
     _check_category(category)
     require(n >= 0, f"number of items per category must be >= 0, got {n}")
@@ -122,7 +171,7 @@ def load_category(category: str, n: int, seed: int = 0) -> list[WorkloadItem]:
         return random_token_items(n, DEFAULT_VOCAB_SIZE, DEFAULT_LENGTH, seed)
     if n == 0:
         return []
-    ordered = sample_order(all_items(category, seed), category, seed)
+    ordered = sample_order(_in_split(all_items(category, seed), split), category, seed)
     return [copy.deepcopy(item) for item in ordered[:n]]
 
 

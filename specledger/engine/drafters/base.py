@@ -46,6 +46,9 @@ class Drafter:
     name: str = "base"
     #: True if the drafter runs a neural network (its q is a real distribution).
     uses_model: bool = False
+    #: True if the drafter reads the target's final hidden states (a learned head): the decode
+    #: loops then ask the target for them and hand them over with :meth:`observe_hidden`.
+    wants_hidden: bool = False
 
     def begin(self, prompt: list[int], params: SamplingParams) -> None:
         """A new request starts with ``prompt`` (token ids). Reset per-request state."""
@@ -71,6 +74,12 @@ class Drafter:
 
     def commit(self, context: list[int]) -> None:
         """The round is over; ``context`` is prompt + everything committed so far."""
+
+    def observe_hidden(self, start_pos: int, hidden: Any) -> None:
+        """Only for ``wants_hidden`` drafters: the target's final hidden states [T, dim] for positions
+        ``start_pos .. start_pos+T-1`` of the sequence, from the pass that just ran (the prefill,
+        before ``begin``; a verify pass, before ``commit``). Rows past the committed context belong
+        to rejected candidates; ``commit`` tells which rows stand."""
 
     def kv_bytes(self) -> int:
         """Bytes of KV cache this drafter holds for its request now (0 for model-free drafters)."""

@@ -8,7 +8,7 @@ from typing import Any
 from specledger.engine.drafters.base import Drafter, NoDrafter
 from specledger.errors import SpecLedgerError
 
-DRAFTERS: tuple[str, ...] = ("none", "ngram", "suffix", "layerskip", "quant-self", "model")
+DRAFTERS: tuple[str, ...] = ("none", "ngram", "suffix", "layerskip", "quant-self", "model", "head")
 
 
 def make_drafter(
@@ -24,6 +24,9 @@ def make_drafter(
     ``layers`` (layerskip): an option such as ``"12"`` or ``"0-7,26-29"``; default: calibrate on
     ``calibration_tokens`` (or a built-in text) for the best predicted speed-up.
     ``draft_path`` (model): a GGUF file or Hugging Face directory with the same tokenizer.
+    (head): a head file if it ends in ``.safetensors``; otherwise the head shipped with the package
+    for this target, else the one ``specledger train-head`` cached (a missing one is a one-line error
+    naming the command that builds it).
     """
     if name == "none":
         return NoDrafter()
@@ -57,6 +60,11 @@ def make_drafter(
 
         draft = load_model(draft_path)
         return DraftModelDrafter(draft.model, engine.tokenizer, draft.tokenizer, engine.model.config.vocab_size)
+    if name == "head":
+        from specledger.engine.drafters.head import HEAD_SUFFIX, make_head_drafter
+
+        path = draft_path if draft_path and str(draft_path).endswith(HEAD_SUFFIX) else None
+        return make_head_drafter(engine.model, path)
     raise SpecLedgerError(f"unknown drafter {name!r}; choose one of: {', '.join(DRAFTERS)}")
 
 

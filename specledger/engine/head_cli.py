@@ -1,0 +1,67 @@
+"""``specledger train-head``: train the learned ``head`` drafter for a target (see engine/head_train.py)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def train_head(
+    minutes: Annotated[float, typer.Option(help="Time budget for all of it (generate with features, then train).")] = 8.0,
+    out: Annotated[Path | None, typer.Option(
+        help="Head file to write (default: <cache>/heads/<target fingerprint>.safetensors, where --drafters head "
+             "finds it).")] = None,
+    target: Annotated[str | None, typer.Option(help="GGUF file or HF model dir (default: bundled SmolLM2-135M).")] = None,
+    categories: Annotated[str | None, typer.Option(
+        help="Comma-separated workload categories whose TRAIN split is used (default: all but random).")] = None,
+    gen_share: Annotated[float, typer.Option(help="Share of the budget spent generating the target's answers.")] = 0.5,
+    max_new_tokens: Annotated[int, typer.Option(help="Longest answer generated per training prompt.")] = 160,
+    draft_vocab: Annotated[int, typer.Option(help="Draft vocabulary size: the most frequent target tokens "
+                                                  "(0 = the full vocabulary).")] = 8192,
+    head_hidden: Annotated[int, typer.Option(help="MLP width of the head's decoder layer.")] = 768,
+    lr: Annotated[float, typer.Option(help="Peak AdamW learning rate.")] = 1e-3,
+    seed: Annotated[int, typer.Option(help="Seed for prompt order, batches and initialisation.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the training figures as JSON.")] = False,
+) -> None:
+    """Train the EAGLE-style draft head on the target's own greedy answers to the workloads' TRAIN split
+    (never a prompt a run measures), within --minutes; writes a small safetensors file with its figures."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from specledger.engine.drafters.head import head_cache_path, target_fingerprint
+    from specledger.engine.head_train import TrainSettings
+    from specledger.engine.head_train import train_head as run_training
+    from specledger.engine.loader import load_model
+
+    settings = TrainSettings(minutes=minutes, gen_share=gen_share, max_new_tokens=max_new_tokens,
+                             hidden_dim=head_hidden, draft_vocab=draft_vocab, lr=lr, seed=seed,
+                             categories=[c.strip() for c in categories.split(",") if c.strip()] if categories else None)
+    settings.validate()
+    loaded = load_model(target, dtype="float32")
+    path = out if out is not None else head_cache_path(target_fingerprint(loaded.model))
+    command = "specledger train-head " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 1 else ""
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description:>9}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                  TimeElapsedColumn(), TextColumn("{task.fields[note]}"), console=console,
+                  disable=as_json and not console.is_terminal) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(phase: str, frac: float, note: str) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=1.0, note="")
+            bar.update(tasks[phase], completed=frac, note=note)
+
+        figures = run_training(loaded, settings, path, progress, command=command.strip())
+    if as_json:
+        print(json.dumps(figures, indent=2))
+        return
+    keys = ("file", "file_bytes", "sequences", "tokens", "answer_tokens", "seconds_generate", "seconds_features",
+            "seconds_train", "train_steps", "train_ce", "train_top1", "val_ce", "val_top1", "draft_vocab_coverage")
+    for k in keys:
+        if k in figures:
+            print(f"{k:>22}: {figures[k]}")

@@ -1,0 +1,320 @@
+"""``specledger train-head``: train the ``head`` drafter on the target's own outputs (self-distillation).
+
+Data: only the bundled workloads' ``train`` split (:func:`specledger.workloads.training_items`),
+never a prompt a run measures. Two phases inside one time budget (``minutes``):
+
+1. generate -- the target answers training prompts greedily (packed batches of up to
+   ``max_batch``, up to ``max_new_tokens`` each) for ``gen_share`` of the budget; the passes that
+   generate also give every position's final hidden state ``f_j`` (kept in bf16) and the
+   target's argmax next token ``y_j`` (prompt rows from the prefill, answer rows one per step),
+   so the head learns the target's own continuations, the text it drafts at run time;
+2. train -- AdamW on windows of the concatenated sequences until the budget ends: input
+   ``(embed(c_j), f_{j-1} + noise)``, loss = cross-entropy of the head's draft-vocabulary logits
+   against ``y_j`` + smooth-L1 between the predicted and the true feature (scaled by the
+   features' std), EAGLE's two losses. The noise (uniform, +-0.1 std as in EAGLE) stands in for
+   the head's own errors when it later feeds on predicted features. A held-out 5 % of the
+   training sequences measures teacher-forced top-1 agreement with the target.
+
+The draft vocabulary is the ``draft_vocab`` most frequent ``y_j`` plus the target's stop tokens.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from specledger.engine.drafters.head import HeadConfig, HeadNet, save_head, target_fingerprint
+from specledger.errors import require
+
+
+@dataclass
+class TrainSettings:
+    minutes: float = 8.0
+    gen_share: float = 0.5  # of the budget spent generating the target's answers
+    max_new_tokens: int = 160
+    max_prompt_tokens: int = 256
+    hidden_dim: int = 768  # the head layer's MLP width (the target's is 1536 for SmolLM2-135M)
+    draft_vocab: int = 8192  # 0 = the full vocabulary
+    lr: float = 1e-3
+    window: int = 256
+    batch: int = 4
+    noise: float = 0.1
+    seed: int = 0
+    categories: list[str] | None = None
+    max_prompts: int | None = None  # stop generating after this many prompts (tests: a fixed corpus)
+    max_steps: int | None = None  # stop training after this many steps (tests: a fixed amount of work)
+    max_batch: int = 16  # generation concurrency (a packed step of 16 rows costs about one of 1 here)
+
+    def validate(self) -> None:
+        require(self.minutes > 0, f"--minutes must be > 0, got {self.minutes}")
+        require(0 < self.gen_share < 1, f"gen share must be in (0, 1), got {self.gen_share}")
+        require(self.max_new_tokens >= 1, "--max-new-tokens must be >= 1")
+        require(self.hidden_dim >= 8, "--head-hidden must be >= 8")
+        require(self.draft_vocab >= 0, "--draft-vocab must be >= 0 (0 = the full vocabulary)")
+        require(self.window >= 8 and self.batch >= 1, "window >= 8 and batch >= 1")
+
+
+@dataclass
+class Corpus:
+    tokens: list[torch.Tensor] = field(default_factory=list)  # int64 [T]
+    feats: list[torch.Tensor] = field(default_factory=list)  # bf16 [T, dim]
+    labels: list[torch.Tensor] = field(default_factory=list)  # int64 [T] target argmax next token
+    prompt_tokens: int = 0
+    answer_tokens: int = 0
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(t) for t in self.tokens)
+
+
+Progress = Callable[[str, float, str], None]  # (phase, fraction done, note)
+
+
+def _noop(phase: str, frac: float, note: str) -> None:
+    pass
+
+
+def encode_items(loaded: Any, items: Sequence[Any], max_prompt_tokens: int) -> list[list[int]]:
+    from specledger.bench.runner import encode_item
+
+    prompts = []
+    for item in items:
+        if item.meta.get("token_ids"):
+            continue
+        try:
+            ids = encode_item(loaded, item)
+        except Exception:  # an item the template refuses is skipped, not fatal
+            continue
+        if 0 < len(ids) <= max_prompt_tokens:
+            prompts.append(ids)
+    return prompts
+
+
+@torch.inference_mode()
+def generate_corpus(model: Any, eos: Sequence[int], prompts: Sequence[list[int]], max_new_tokens: int,
+                    deadline: float, max_batch: int = 16, progress: Progress = _noop) -> Corpus:
+    """The target answers ``prompts`` greedily (up to ``max_batch`` at once, one packed pass per
+    step) until ``deadline``; the hidden states and argmax labels of every position are kept from
+    the very passes that generate (the prefill's rows for the prompt, one row per step for the
+    answer), so no second pass is needed. A sequence's last token (no feature yet) is dropped."""
+    stop = frozenset(int(t) for t in eos)
+    capacity = max(len(p) for p in prompts) + max_new_tokens + 1
+    cache = model.new_cache(capacity, batch_size=max_batch)
+    corpus = Corpus()
+    free = list(range(max_batch))
+    running: list[dict] = []
+    pending = list(prompts)
+    start = time.perf_counter()
+    total = max(1e-9, deadline - start)
+
+    def finish(r: dict) -> None:
+        corpus.tokens.append(torch.tensor(r["tokens"][:-1], dtype=torch.long))
+        corpus.feats.append(torch.cat(r["feats"]).to(torch.bfloat16))
+        corpus.labels.append(torch.cat(r["labels"]))
+        corpus.prompt_tokens += r["n_prompt"]
+        corpus.answer_tokens += len(r["tokens"]) - r["n_prompt"]
+        free.append(r["slot"])
+
+    while (pending or running) and time.perf_counter() < deadline:
+        while pending and free and time.perf_counter() < deadline:
+            prompt = pending.pop(0)
+            slot = free.pop()
+            logits, hidden = model(torch.tensor([prompt]), 0, cache.slot(slot), return_hidden=True)
+            labels = logits[0].argmax(-1)
+            running.append({"slot": slot, "tokens": list(prompt) + [int(labels[-1])], "n_prompt": len(prompt),
+                            "feats": [hidden[0]], "labels": [labels]})
+        if not running:
+            break
+        tokens = [r["tokens"][-1] for r in running]
+        positions = [len(r["tokens"]) - 1 for r in running]
+        logits, hidden = model.forward_packed(tokens, [r["slot"] for r in running], positions, cache,
+                                              return_hidden=True)
+        nxt = logits.argmax(-1)
+        still = []
+        for i, r in enumerate(running):
+            r["feats"].append(hidden[i : i + 1])
+            r["labels"].append(nxt[i : i + 1])
+            r["tokens"].append(int(nxt[i]))
+            if int(nxt[i]) in stop or len(r["tokens"]) - r["n_prompt"] >= max_new_tokens:
+                finish(r)
+            else:
+                still.append(r)
+        running = still
+        progress("generate", min(1.0, (time.perf_counter() - start) / total),
+                 f"{len(corpus.tokens)} answers, {corpus.n_tokens} tokens")
+    for r in running:  # the budget ran out mid-answer: keep what was computed
+        finish(r)
+    return corpus
+
+
+def choose_draft_vocab(corpus: Corpus, size: int, always: Sequence[int], vocab_size: int) -> torch.Tensor | None:
+    """The ``size`` most frequent target next tokens plus ``always`` (stop tokens); None = full vocabulary."""
+    if size <= 0 or size >= vocab_size:
+        return None
+    counts = Counter(torch.cat(corpus.labels).tolist())
+    chosen = [t for t in always if 0 <= t < vocab_size]
+    for tok, _ in counts.most_common():
+        if len(chosen) >= size:
+            break
+        if tok not in chosen:
+            chosen.append(tok)
+    for tok in range(vocab_size):  # fill up with unseen ids so the size is what was asked
+        if len(chosen) >= size:
+            break
+        if tok not in counts and tok not in chosen:
+            chosen.append(tok)
+    return torch.tensor(sorted(chosen), dtype=torch.long)
+
+
+def _stream(corpus: Corpus, idx: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Concatenate sequences ``idx``: tokens, previous features (zero at each sequence start),
+    target features and labels."""
+    toks = torch.cat([corpus.tokens[i] for i in idx])
+    feats = torch.cat([corpus.feats[i] for i in idx])
+    labels = torch.cat([corpus.labels[i] for i in idx])
+    prev = torch.zeros_like(feats)
+    offset = 0
+    for i in idx:
+        n = len(corpus.tokens[i])
+        prev[offset + 1 : offset + n] = corpus.feats[i][: n - 1]
+        offset += n
+    return toks, prev, feats, labels
+
+
+def _set_prepack(net: HeadNet, on: bool) -> None:
+    for module in net.modules():
+        if hasattr(module, "prepack"):
+            module.prepack = on
+
+
+def train_head_net(target: Any, corpus: Corpus, vocab_ids: torch.Tensor | None, s: TrainSettings,
+                   deadline: float, progress: Progress = _noop) -> tuple[HeadNet, dict]:
+    torch.manual_seed(s.seed)
+    rnd = random.Random(s.seed)
+    hc = HeadConfig.for_target(target.config, s.hidden_dim, 0 if vocab_ids is None else len(vocab_ids))
+    net = HeadNet(hc).float()
+    _set_prepack(net, False)
+    order = list(range(len(corpus.tokens)))
+    rnd.shuffle(order)
+    n_val = max(1, len(order) // 20) if len(order) >= 4 else 0
+    val_idx, train_idx = order[:n_val], order[n_val:] or order
+    toks, prev, feats, labels = _stream(corpus, train_idx)
+    sigma = float(feats[: 200_000].float().std()) or 1.0
+    w_lm = target.lm_head.weight
+    if w_lm.dtype == torch.int8:
+        w_lm = w_lm.float() * target.lm_head.scales.float()[:, None]
+    w_draft = (w_lm if vocab_ids is None else w_lm[vocab_ids]).detach().float()
+    remap = None
+    if vocab_ids is not None:
+        remap = torch.full((hc.vocab_size,), -100, dtype=torch.long)
+        remap[vocab_ids] = torch.arange(len(vocab_ids))
+    coverage = 1.0 if remap is None else float((remap[labels] >= 0).float().mean())
+    embed = target.embed.weight.detach().float()
+    opt = torch.optim.AdamW(net.parameters(), lr=s.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    L = min(s.window, len(toks))
+    start_t = time.perf_counter()
+    total = max(1e-9, deadline - start_t)
+    steps, seen, ema = 0, 0, None
+
+    def batch_at(starts: Sequence[int], tk, pv, ft, lb, noise: float):
+        tok_b = torch.stack([tk[a : a + L] for a in starts])
+        prev_b = torch.stack([pv[a : a + L] for a in starts]).float()
+        if noise:
+            prev_b = prev_b + (torch.rand_like(prev_b) * 2 - 1) * (noise * sigma)
+        return tok_b, prev_b, torch.stack([ft[a : a + L] for a in starts]).float(), torch.stack(
+            [lb[a : a + L] for a in starts])
+
+    def loss_of(tok_b, prev_b, feat_b, lab_b):
+        kv = torch.zeros(2, tok_b.shape[0], hc.n_kv_heads, tok_b.shape[1], hc.head_dim)
+        pred = net(F.embedding(tok_b, embed), prev_b, kv, 0)
+        logits = pred @ w_draft.T
+        target_ids = lab_b if remap is None else remap[lab_b]
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target_ids.reshape(-1), ignore_index=-100)
+        reg = F.smooth_l1_loss(pred / sigma, feat_b / sigma)
+        acc = (logits.argmax(-1) == target_ids).float().mean()
+        return ce, reg, acc
+
+    while True:
+        now = time.perf_counter()
+        if (now >= deadline and steps > 0) or (s.max_steps is not None and steps >= s.max_steps):
+            break
+        frac = min(1.0, (now - start_t) / total)
+        for group in opt.param_groups:  # linear warm-up over 20 steps, cosine decay to the deadline
+            group["lr"] = s.lr * min(1.0, (steps + 1) / 20) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        starts = [rnd.randrange(0, len(toks) - L + 1) for _ in range(s.batch)]
+        ce, reg, acc = loss_of(*batch_at(starts, toks, prev, feats, labels, s.noise))
+        loss = ce + reg
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        steps += 1
+        seen += s.batch * L
+        cur = (float(ce.detach()), float(reg.detach()), float(acc))
+        ema = cur if ema is None else tuple(0.9 * e + 0.1 * c for e, c in zip(ema, cur))
+        progress("train", frac, f"step {steps} ce {ema[0]:.3f} reg {ema[1]:.3f} top1 {ema[2]:.3f}")
+
+    figures: dict[str, Any] = {"train_steps": steps, "train_token_visits": seen,
+                               "train_ce": round(ema[0], 4), "train_reg": round(ema[1], 4),
+                               "train_top1": round(ema[2], 4), "draft_vocab_coverage": round(coverage, 4)}
+    net.eval()
+    if val_idx:
+        vt, vp, vf, vl = _stream(corpus, val_idx)
+        Lv = min(L, len(vt))
+        ce_sum = acc_sum = n = 0.0
+        with torch.no_grad():
+            for a in range(0, len(vt) - Lv + 1, Lv):
+                w = slice(a, a + Lv)
+                ce, _, acc = loss_of(vt[None, w], vp[None, w].float(), vf[None, w].float(), vl[None, w])
+                ce_sum, acc_sum, n = ce_sum + float(ce), acc_sum + float(acc), n + 1
+        if n:
+            figures.update({"val_ce": round(ce_sum / n, 4), "val_top1": round(acc_sum / n, 4),
+                            "val_tokens": int(n * Lv)})
+    net.requires_grad_(False)
+    _set_prepack(net, True)
+    return net, figures
+
+
+def train_head(loaded: Any, s: TrainSettings, out_path: Any, progress: Progress = _noop,
+               command: str = "") -> dict:
+    """All three phases for the loaded target; writes the head file; returns the training figures."""
+    from pathlib import Path
+
+    from specledger.workloads import training_items
+
+    s.validate()
+    t0 = time.perf_counter()
+    deadline = t0 + 60.0 * s.minutes
+    model = loaded.model
+    items = training_items(s.categories)
+    random.Random(s.seed).shuffle(items)
+    prompts = encode_items(loaded, items, s.max_prompt_tokens)[: s.max_prompts]
+    require(prompts, "no training prompts: the training split is empty for these categories")
+    gen_deadline = t0 + 60.0 * s.minutes * s.gen_share
+    corpus = generate_corpus(model, loaded.eos_token_ids, prompts, s.max_new_tokens, gen_deadline,
+                             s.max_batch, progress)
+    require(corpus.tokens, "no answers were generated in the time given; raise --minutes")
+    t_gen = time.perf_counter() - t0
+    vocab_ids = choose_draft_vocab(corpus, s.draft_vocab, loaded.eos_token_ids, model.config.vocab_size)
+    net, figures = train_head_net(model, corpus, vocab_ids, s, deadline, progress)
+    t_train = time.perf_counter() - t0 - t_gen
+    figures = {
+        "command": command, "settings": asdict(s), "target": loaded.name,
+        "target_fingerprint": target_fingerprint(model), "train_prompts_available": len(prompts),
+        "sequences": len(corpus.tokens), "tokens": corpus.n_tokens, "prompt_tokens": corpus.prompt_tokens,
+        "answer_tokens": corpus.answer_tokens, "seconds_generate": round(t_gen, 1),
+        "seconds_train": round(t_train, 1),
+        "seconds_total": round(time.perf_counter() - t0, 1), **figures,
+    }
+    path = save_head(out_path, net, vocab_ids, target_fingerprint(model), figures)
+    figures["file"] = str(path)
+    figures["file_bytes"] = Path(path).stat().st_size
+    return figures

@@ -1,0 +1,209 @@
+"""The learned ``head`` drafter on tiny random models: exactness, true q, file errors, train-head."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from specledger.engine.batch import BatchEngine, BatchRequest
+from specledger.engine.decode import Engine
+from specledger.engine.drafters.head import (
+    HeadConfig,
+    HeadDrafter,
+    HeadNet,
+    load_head,
+    make_head_drafter,
+    save_head,
+    target_fingerprint,
+)
+from specledger.engine.drafters.registry import make_drafter
+from specledger.engine.head_train import TrainSettings, train_head
+from specledger.engine.sampling import SamplingParams, probs_from_logits
+from specledger.errors import SpecLedgerError
+from tests.conftest import CharLoaded, tiny_model
+
+
+class _Loaded(CharLoaded):
+    """LoadedModel's slice train-head uses, over the character tokenizer (ids folded into the vocabulary)."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model, self.eos_token_ids, self.name = model, [], "tiny"
+
+    def encode_prompt(self, prompt=None, messages=None, chat=True):
+        return [t % self.model.config.vocab_size for t in super().encode_prompt(prompt, messages, chat)]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, target):
+    """A head trained by train-head for a few seconds on the tiny target (math train split)."""
+    path = tmp_path_factory.mktemp("head") / "tiny.safetensors"
+    settings = TrainSettings(minutes=10, categories=["math"], max_new_tokens=40, draft_vocab=48, hidden_dim=32,
+                             max_prompt_tokens=200, window=64, max_prompts=48, max_steps=120)
+    figures = train_head(_Loaded(target), settings, path)
+    return path, figures
+
+
+def _prompts(n: int, vocab: int, seed: int = 1) -> list[list[int]]:
+    """Math prompts of the MEASURE split (the head trained on the train split), cut to 20-60 tokens."""
+    from specledger.workloads import load_category
+
+    loaded, rnd = _Loaded(tiny_model(2, vocab=vocab)), random.Random(seed)
+    return [loaded.encode_prompt(prompt=item.text)[: rnd.randrange(20, 60)]
+            for item in load_category("math", n, seed=seed)]
+
+
+def test_train_head_writes_a_loadable_file_with_its_figures(trained, target):
+    path, figures = trained
+    head = load_head(path, target)
+    assert head.fingerprint == target_fingerprint(target)
+    assert head.draft_vocab is not None and len(head.draft_vocab) == 48
+    assert figures["train_steps"] >= 1 and figures["tokens"] > 0 and figures["answer_tokens"] > 0
+    assert head.figures["train_steps"] == figures["train_steps"]
+    assert figures["file_bytes"] == path.stat().st_size
+    assert 0.0 <= figures["val_top1"] <= 1.0
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 6])
+def test_greedy_with_the_head_is_token_identical_to_plain(trained, target, gamma):
+    engine = Engine(target)
+    drafter = make_head_drafter(target, trained[0])
+    accepted = 0
+    for prompt in _prompts(6, target.config.vocab_size):
+        plain = engine.generate(prompt, max_tokens=40)
+        spec = engine.generate(prompt, drafter=drafter, gamma=gamma, max_tokens=40)
+        assert spec.token_ids == plain.token_ids
+        assert sum(r.committed for r in spec.rounds) + 1 == spec.output_tokens
+        accepted += sum(r.accepted for r in spec.rounds)
+        assert len(drafter.step_topk) >= 1 and all(len(ids) == 4 for ids, _ in drafter.step_topk)
+    assert accepted > 0, "the head never got a token accepted: rollback would not be exercised"
+
+
+def test_batched_greedy_with_the_head_equals_solo_plain_even_when_preempted(trained, target):
+    engine = Engine(target)
+    prompts = [p[:14] for p in _prompts(8, target.config.vocab_size, seed=3)]
+    plain = [engine.generate(p, max_tokens=30).token_ids for p in prompts]
+    drafter = make_head_drafter(target, trained[0])
+    batch = BatchEngine(target, max_batch=4, capacity=128, kv_budget_tokens=90)
+    records = batch.run([BatchRequest(p, max_tokens=30, request_id=str(i)) for i, p in enumerate(prompts)],
+                        drafter.fork, gamma=3, concurrency=4)
+    assert {r.request_id: r.token_ids for r in records} == {str(i): t for i, t in enumerate(plain)}
+    assert batch.preemptions > 0
+
+
+def test_sampled_proposals_carry_the_true_q(trained, target):
+    drafter = make_head_drafter(target, trained[0])
+    engine = Engine(target)
+    params = SamplingParams(temperature=0.9, top_p=0.95, seed=1)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    with torch.inference_mode():
+        _, hidden = target(torch.tensor([prompt]), 0, target.new_cache(64), return_hidden=True)
+    drafter.observe_hidden(0, hidden[0])
+    drafter.begin(prompt, params)
+    prop = drafter.propose(prompt + [5], 4, params, torch.Generator().manual_seed(0))
+    assert len(prop.tokens) == 4 and prop.q.shape == (4, target.config.vocab_size)
+    q = prop.q
+    assert torch.allclose(q.sum(-1), torch.ones(4), atol=1e-5) and bool((q >= 0).all())
+    assert all(float(q[i, t]) > 0 for i, t in enumerate(prop.tokens))
+    outside = torch.ones(target.config.vocab_size, dtype=torch.bool)
+    outside[drafter.vocab_ids] = False
+    assert float(q[:, outside].sum()) == 0.0  # the reduced draft vocabulary: q = 0 outside it
+    # and the sampled engine path runs end to end
+    rec = engine.generate(prompt, drafter=drafter, gamma=3, max_tokens=20, params=params, ignore_eos=True)
+    assert rec.output_tokens == 20
+
+
+def _chi2_pvalue(samples: list[int], probs: np.ndarray) -> float:
+    counts = np.bincount(samples, minlength=len(probs))
+    keep = probs * len(samples) >= 5
+    observed = np.append(counts[keep], counts[~keep].sum())
+    expected = np.append(probs[keep], probs[~keep].sum()) * len(samples)
+    mask = expected > 0
+    return float(stats.chisquare(observed[mask], expected[mask] * observed[mask].sum() / expected[mask].sum()).pvalue)
+
+
+def test_sampled_speculation_with_a_reduced_vocabulary_head_keeps_the_target_distribution(tmp_path):
+    """Tokens 2-3 come from one round (gamma=2) of a random head whose draft vocabulary lacks a token."""
+    vocab = 4
+    target = tiny_model(11, vocab=vocab, n_layers=2, dim=16)
+    torch.manual_seed(5)
+    net = HeadNet(HeadConfig.for_target(target.config, hidden_dim=16, draft_vocab=3))
+    path = save_head(tmp_path / "h.safetensors", net, torch.tensor([0, 1, 3]), target_fingerprint(target))
+    drafter = make_head_drafter(target, path)
+    params = SamplingParams(temperature=1.0)
+    prompt = [1, 2, 3]
+    cache = target.new_cache(16)
+    with torch.inference_mode():
+        p1 = probs_from_logits(target(torch.tensor([prompt]), 0, cache)[0, -1], params)
+        exact = np.zeros(vocab * vocab)
+        for t1 in range(vocab):
+            p2 = probs_from_logits(target(torch.tensor([prompt + [t1]]), 0, cache)[0, -1], params)
+            for t2 in range(vocab):
+                p3 = probs_from_logits(target(torch.tensor([prompt + [t1, t2]]), 0, cache)[0, -1], params)
+                exact[t2 * vocab : (t2 + 1) * vocab] += float(p1[t1]) * float(p2[t2]) * p3.numpy()
+    engine = Engine(target)
+    samples, proposed = [], 0
+    for seed in range(2500):
+        rec = engine.generate(prompt, drafter=drafter, gamma=2, max_tokens=3,
+                              params=SamplingParams(temperature=1.0, seed=seed), ignore_eos=True)
+        samples.append(rec.token_ids[1] * vocab + rec.token_ids[2])
+        proposed += sum(r.proposed for r in rec.rounds)
+    assert proposed > 0
+    assert _chi2_pvalue(samples, exact / exact.sum()) > 1e-3
+
+
+def test_head_file_errors_are_one_line(trained, target, tmp_path):
+    path = trained[0]
+    other_dim = tiny_model(2, dim=48)
+    other_vocab = tiny_model(2, vocab=80)
+    other_weights = tiny_model(9)
+    for other, words in ((other_dim, "hidden size 32"), (other_vocab, "vocabulary 64"),
+                         (other_weights, "another target")):
+        with pytest.raises(SpecLedgerError) as err:
+            load_head(path, other)
+        assert words in str(err.value) and "train-head" in str(err.value) and "\n" not in str(err.value)
+    garbage = tmp_path / "garbage.safetensors"
+    garbage.write_bytes(b"\x00\x01not a safetensors file at all" * 3)
+    truncated = tmp_path / "truncated.safetensors"
+    truncated.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    for bad in (garbage, truncated):
+        with pytest.raises(SpecLedgerError) as err:
+            load_head(bad, target)
+        assert "corrupt" in str(err.value) and "train-head" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(SpecLedgerError) as err:
+        load_head(tmp_path / "missing.safetensors", target)
+    assert "not found" in str(err.value) and "specledger train-head" in str(err.value)
+
+
+def test_registry_builds_the_head_from_a_file_or_names_the_command(trained, target, tmp_path, monkeypatch):
+    engine = Engine(target)
+    drafter = make_drafter("head", engine, draft_path=str(trained[0]))
+    assert isinstance(drafter, HeadDrafter) and drafter.name == "head"
+    monkeypatch.setenv("SPECLEDGER_CACHE", str(tmp_path))
+    with pytest.raises(SpecLedgerError) as err:
+        make_drafter("head", engine)
+    assert "no trained head for this target" in str(err.value) and "specledger train-head" in str(err.value)
+
+
+def test_head_without_target_features_proposes_nothing(trained, target):
+    drafter = make_head_drafter(target, trained[0])
+    drafter.begin([1, 2, 3], SamplingParams())
+    assert drafter.propose([1, 2, 3, 4], 3, SamplingParams(), None).tokens == []
+
+
+def test_return_hidden_leaves_the_logits_unchanged(target):
+    tokens = torch.tensor([[1, 2, 3, 4, 5, 6]])
+    with torch.inference_mode():
+        plain = target(tokens, 0, target.new_cache(16))
+        logits, hidden = target(tokens, 0, target.new_cache(16), return_hidden=True)
+        last, _ = target(tokens, 0, target.new_cache(16), last_only=True, return_hidden=True)
+        packed = target.forward_packed([1, 2, 3], [0, 0, 0], [0, 1, 2], target.new_cache(16))
+        packed_h, hid = target.forward_packed([1, 2, 3], [0, 0, 0], [0, 1, 2], target.new_cache(16),
+                                              return_hidden=True)
+    assert torch.equal(plain, logits) and hidden.shape == (1, 6, target.config.dim)
+    assert torch.equal(last[0, -1], plain[0, -1])
+    assert torch.equal(packed, packed_h) and hid.shape == (3, target.config.dim)
