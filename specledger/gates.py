@@ -4,8 +4,9 @@ Each gate is ``pass``, ``fail`` or ``not assessed`` (shown honestly, never guess
 evidence string:
 
 - correctness: greedy (T = 0) outputs token-identical to plain decoding on every shared prompt;
-  under sampling, two-sample tests on the paired prompts (Wilcoxon signed-rank on output length,
-  chi-square homogeneity on the first output token) when there are ≥ ``min_sampled_prompts``.
+  under sampling, the tokens after the first speculative round over many samples of one prompt,
+  speculative vs plain, with its power stated (:mod:`specledger.correctness`); "not assessed
+  (power X %)" when the sample is too small.
 - quality: mean task score (``extra["quality"]``) at most ``quality_tolerance`` below the baseline's.
 - latency: TTFT P99, TPOT P50, chunk ITL P99 and the longest stall within the SLO.
 - capacity: paired tokens/s ≥ the baseline's; peak memory within ``max_memory_mb`` if both are known.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -173,53 +174,18 @@ def greedy_correctness(spec: Sequence[RequestRecord], base: Sequence[RequestReco
     )
 
 
-def _first_token_pvalue(spec_first: list[int], base_first: list[int]) -> float:
-    """Chi-square homogeneity p-value of two first-token samples; tokens rarer than 5 in total are pooled."""
-    from scipy.stats import chi2_contingency
-
-    counts = Counter(spec_first) + Counter(base_first)
-    common = [t for t, c in counts.items() if c >= 5]
-    cs, cb = Counter(spec_first), Counter(base_first)
-    rows = [[cs[t] for t in common], [cb[t] for t in common]]
-    rows[0].append(len(spec_first) - sum(rows[0]))
-    rows[1].append(len(base_first) - sum(rows[1]))
-    cols = [i for i in range(len(rows[0])) if rows[0][i] + rows[1][i] > 0]
-    if len(cols) < 2:
-        return 1.0
-    return float(chi2_contingency([[r[i] for i in cols] for r in rows])[1])
-
-
 def sampled_correctness(
     spec: Sequence[RequestRecord], base: Sequence[RequestRecord], min_prompts: int = 20, alpha: float = 0.01
 ) -> GateResult:
-    """Under sampling outputs differ request by request; test the distributions instead.
+    """Under sampling outputs differ request by request; test the distributions of the tokens after
+    the first speculative round over many samples of the same prompt (:mod:`specledger.correctness`).
+    Too few samples for 95 % power: "not assessed (power X %)", never "pass". ``min_prompts`` is
+    kept for callers; the test's unit is samples of one prompt, not prompts."""
+    from specledger.correctness import sampled_test
 
-    Paired by prompt: Wilcoxon signed-rank on output lengths and chi-square on first tokens, each
-    at alpha/2 (Bonferroni). Fewer than ``min_prompts`` shared prompts: not assessed.
-    """
-    from scipy.stats import wilcoxon
-
-    prompts = shared_prompts(spec, base)
-    if len(prompts) < min_prompts:
-        return GateResult(
-            "correctness",
-            NOT_ASSESSED,
-            f"sampling: {len(prompts)} shared prompts, need ≥ {min_prompts} to compare output distributions",
-        )
-    sp, bp = by_prompt(spec), by_prompt(base)
-    diffs = [sp[p][0].output_tokens - bp[p][0].output_tokens for p in prompts]
-    p_len = 1.0 if all(d == 0 for d in diffs) else float(wilcoxon(diffs, zero_method="zsplit").pvalue)
-    first_s = [sp[p][0].token_ids[0] for p in prompts if sp[p][0].token_ids]
-    first_b = [bp[p][0].token_ids[0] for p in prompts if bp[p][0].token_ids]
-    p_first = _first_token_pvalue(first_s, first_b)
-    evidence = (
-        f"sampling, {len(prompts)} paired prompts: output length Wilcoxon p={p_len:.3g}, "
-        f"first-token chi-square p={p_first:.3g} (fail below {alpha / 2:.3g})"
-    )
-    status = FAIL if min(p_len, p_first) < alpha / 2 else PASS
-    return GateResult(
-        "correctness", status, evidence if status == FAIL else "no evidence of a difference; " + evidence
-    )
+    res = sampled_test(spec, base, alpha)
+    return GateResult("correctness", res["status"], ("sampling: " if res["status"] != NOT_ASSESSED else "")
+                      + res["evidence"])
 
 
 def correctness_gate(
