@@ -202,14 +202,49 @@ def _scenario(drafter, gamma, s, ci, statuses=("pass",) * 4, category="code", te
 
 def test_verdict_picks_fastest_setting_that_passes_with_ci_above_one():
     scenarios = [
-        _scenario("ngram", 2, 1.4, (1.2, 1.6)),
-        _scenario("ngram", 4, 1.6, (1.3, 1.9)),
+        _scenario("ngram", 2, 1.25, (1.2, 1.3)),
+        _scenario("ngram", 4, 1.6, (1.4, 1.9)),
         _scenario("draft", 4, 1.9, (1.5, 2.2), statuses=("fail", "pass", "pass", "pass")),
         _scenario("ngram", 8, 1.7, (0.9, 2.5)),
     ]
     (v,) = verdicts(scenarios)
     assert v["decision"] == "deploy" and (v["drafter"], v["gamma"]) == ("ngram", 4)
-    assert "S = 1.60" in v["reason"]
+    assert "S = 1.60" in v["reason"] and v["resolved"] is True
+
+
+def test_overlapping_intervals_are_said_and_the_tie_rule_picks_cheaper_then_smaller_gamma():
+    scenarios = [
+        {**_scenario("ngram", 2, 1.4, (1.2, 1.6)), "paired_prompts": 2},
+        {**_scenario("ngram", 4, 1.6, (1.3, 1.9)), "paired_prompts": 2},
+        {**_scenario("layerskip", 2, 1.7, (1.35, 2.0)), "paired_prompts": 2},
+        {**_scenario("suffix", 4, 2.3, (2.2, 2.4)), "paired_prompts": 2},
+    ]
+    (v,) = verdicts(scenarios[:3])
+    assert (v["drafter"], v["gamma"]) == ("ngram", 2) and v["resolved"] is False
+    assert "ngram γ 2 ≈ ngram γ 4 ≈ layerskip γ 2" in v["reason"]
+    assert "cheaper in memory, then smaller γ" in v["reason"]
+    assert v["prompts_needed"] is not None and v["prompts_needed"] > 2
+    assert f"≈ {v['prompts_needed']} paired prompts" in v["reason"]
+    (v,) = verdicts(scenarios)  # a clear winner: resolved
+    assert (v["drafter"], v["gamma"]) == ("suffix", 4) and v["resolved"] is True and v["tied_with"] == []
+
+
+def test_the_random_control_is_never_deployed_and_reads_as_a_control():
+    from specledger.gates import control_repetition, repeated_ngram_fraction
+
+    assert repeated_ngram_fraction([1, 2, 3, 4, 1, 2, 3, 4, 1, 2]) == 3 / 7
+    assert repeated_ngram_fraction([1, 2, 3]) is None
+    plain = request_from_rounds("b", "r0", plain_rounds(10, 0.01), token_ids=[1, 2, 3, 4, 1, 2, 3, 4, 1, 2])
+    plain.category = "random"
+    rep = control_repetition([plain])
+    (v,) = verdicts([_scenario("suffix", 4, 2.43, (2.2, 2.6), category="random")], controls=rep)
+    assert v["decision"] == "control" and v["drafter"] is None
+    assert "43 % of their 4-grams" in v["reason"] and "S = 2.43" in v["reason"] and "never deployed" in v["reason"]
+
+
+def test_off_with_an_interval_reaching_one_is_unresolved_with_prompts_needed():
+    (v,) = verdicts([{**_scenario("ngram", 2, 1.05, (0.97, 1.13)), "paired_prompts": 2}])
+    assert v["decision"] == "off" and v["resolved"] is False and v["prompts_needed"] == 6
 
 
 def test_verdict_off_when_ci_touches_one_or_gates_fail():

@@ -15,7 +15,7 @@ from specledger.analysis.run import analyze_run
 from specledger.analysis.scenario import baseline_key, group_scenarios
 from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
-from specledger.gates import GATES, NOT_ASSESSED, SLO, evaluate_gates, load_slo, verdicts
+from specledger.gates import GATES, NOT_ASSESSED, SLO, control_repetition, evaluate_gates, load_slo, verdicts
 from specledger.predict.check import run_prediction_check, scenario_predictions
 from specledger.report.endpoints import endpoint_experiments
 from specledger.rundir import (
@@ -129,7 +129,7 @@ def summarize(
             "requests": len(records),
             "experiment_requests": len(all_records) - len(records),
             "experiments": dict(experiments or {}),
-            "verdicts": verdicts(analysis["scenarios"], slo),
+            "verdicts": verdicts(analysis["scenarios"], slo, control_repetition(records)),
             **analysis,
             "prediction_check": check,
         }
