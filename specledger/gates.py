@@ -45,6 +45,8 @@ class SLO:
     min_sampled_prompts: int = 20
     alpha: float = 0.01
     require_assessed: bool = False
+    #: the concurrency the service runs at; the verdict at this load is the one to act on
+    target_load: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -82,11 +84,31 @@ def slo_from_dict(data: dict[str, Any], source: str = "SLO") -> SLO:
     values = {}
     for name, value in data.items():
         default = known[name]
-        if name == "max_memory_mb" and value is None:
+        if name in ("max_memory_mb", "target_load") and value is None:
             values[name] = None
+            continue
+        if name == "target_load":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value < 1 or value != int(value):
+                raise SpecLedgerError(f"{source}: SLO key 'target_load' must be a whole number of concurrent "
+                                      f"requests ≥ 1, got {value!r}")
+            values[name] = int(value)
             continue
         values[name] = _check_value(name, value, default if default is not None else 0.0)
     return SLO(**values)
+
+
+def check_target_load(slo: SLO, measured: Sequence[int], simulated: Sequence[int] = ()) -> None:
+    """One-line error when the SLO's ``target_load`` is neither measured nor simulated in this run."""
+    if slo.target_load is None or slo.target_load in set(measured) | set(simulated):
+        return
+    have = ", ".join(str(x) for x in sorted(set(measured))) or "none"
+    sim = ", ".join(str(x) for x in sorted(set(simulated)))
+    raise SpecLedgerError(
+        f"SLO target_load {slo.target_load} was not measured (loads {have})"
+        + (f" or simulated (loads {sim})" if sim else "")
+        + f"; add it with --loads ...,{slo.target_load} or change target_load"
+    )
 
 
 def load_slo(path: str | Path | None) -> SLO:

@@ -32,6 +32,7 @@ from specledger.rundir import (
     write_json_atomic,
     write_text_atomic,
 )
+from specledger.schedule import schedules
 
 SCHEMA = "specledger.summary/1"
 
@@ -120,6 +121,9 @@ def summarize(
         s["predicted_speedup_e2e"] = pred["speedup"] if pred else None  # specledger.predict, end to end
         s["prediction_kind"] = pred["kind"] if pred else None
         s["gates"] = {name: gates[name].to_dict() for name in GATES}
+    # the main job decodes one request at a time: its verdicts are at load 1, measured
+    decided = [{**v, "load": 1, "simulated": False}
+               for v in verdicts(analysis["scenarios"], slo, control_repetition(records))]
     return json_safe(
         {
             "schema": SCHEMA,
@@ -129,7 +133,8 @@ def summarize(
             "requests": len(records),
             "experiment_requests": len(all_records) - len(records),
             "experiments": dict(experiments or {}),
-            "verdicts": verdicts(analysis["scenarios"], slo, control_repetition(records)),
+            "verdicts": decided,
+            "schedules": [{k: v for k, v in sch.items() if k != "cells"} for sch in schedules(decided, slo.target_load)],
             **analysis,
             "prediction_check": check,
         }
@@ -179,6 +184,7 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
         meta_line=meta_line,
         slo=summary["slo"],
         verdicts=summary["verdicts"],
+        schedules=summary.get("schedules", []),
         unpaired=summary["unpaired"],
         scenarios=summary["scenarios"],
         baselines=summary["baselines"],
