@@ -15,19 +15,16 @@ from specledger.analysis import (
     analyze_scenario,
     best_gamma,
     conditional_acceptance,
-    fit_cost_model,
-    fit_draft_cost,
-    fit_verify_cost,
+    describe_cost,
     k_histogram,
     latency_stats,
     paired_speedup_bootstrap,
-    predict_gamma_curve,
     round_stats,
     totals,
+    verify_points,
 )
 from specledger.analysis.scenario import ScenarioKey, key_of
 from specledger.engine.trace import RoundRecord
-from specledger.ledger.acceptance import expected_length_from_chain
 
 KEY = ScenarioKey("code", 0.0, "ngram", 2)
 
@@ -154,28 +151,25 @@ def _verify_rounds(coef, interaction=0.0):
     return out
 
 
-def test_cost_fit_recovers_known_coefficients():
-    fit = fit_verify_cost(_verify_rounds((0.005, 0.001, 1e-5)))
-    assert fit.coef["1"] == pytest.approx(0.005)
-    assert fit.coef["n"] == pytest.approx(0.001)
-    assert fit.coef["ctx"] == pytest.approx(1e-5)
-    assert "n*ctx" not in fit.coef
-    assert fit.r2 == pytest.approx(1.0) and fit.rms_ms == pytest.approx(0.0, abs=1e-9)
-    draft = fit_draft_cost(_verify_rounds((0.005, 0.001, 1e-5)))
-    assert (draft.coef["1"], draft.coef["gamma"]) == pytest.approx((0.001, 0.0005))
+def test_cost_table_scores_the_one_run_cost_model_per_drafter():
+    from specledger.cost.surface import CostSurface, SurfacePoint
+    from specledger.predict.costmodel import fit_cost_model
 
-
-def test_cost_fit_adds_the_interaction_only_when_it_helps():
-    fit = fit_verify_cost(_verify_rounds((0.005, 0.001, 1e-5), interaction=2e-6))
-    assert fit.coef["n*ctx"] == pytest.approx(2e-6)
-    assert "n·ctx" in fit.form
-    assert fit.predict(n=3, ctx=100) == pytest.approx(0.005 + 0.003 + 0.001 + 2e-6 * 300)
-
-
-def test_cost_fit_drops_unidentifiable_columns():
-    rounds = spec_rounds("m", 4, [1, 2, 3, 0], 0.004, 0.02, context_start=100)
-    fit = fit_draft_cost(rounds)  # one gamma only: the slope cannot be identified
-    assert list(fit.coef) == ["1"] and fit.coef["1"] == pytest.approx(0.004)
+    records = [request_from_rounds("s", "p", _verify_rounds((0.005, 0.001, 1e-5)), category="code")]
+    linear = fit_cost_model(records, n_boot=0)  # no surface: the linear form, exact on this data
+    table = describe_cost(linear, "m", records[0].rounds)
+    assert table["verify"]["r2"] == pytest.approx(1.0) and table["verify"]["rms_ms"] == pytest.approx(0, abs=1e-6)
+    assert "no measured surface" in table["verify"]["form"] and table["verify"]["n_obs"] == 36
+    assert table["draft"]["r2"] == pytest.approx(1.0)  # t_draft = 1 ms + 0.5 ms per candidate asked
+    pts = verify_points(linear, records[0].rounds)
+    assert [p["n"] for p in pts] == list(range(9))
+    assert all(p["fit_verify_ms"] == pytest.approx(p["t_verify_ms"]) for p in pts)
+    # with a surface, the verify row is the surface's shape times one level: priced by the same object
+    surface = CostSurface([SurfacePoint(1, r, c, 0.005 + 0.001 * (r - 1) + 1e-5 * c) for r in range(1, 10)
+                           for c in (50, 1600)], "test")
+    on_surface = fit_cost_model(records, n_boot=0, surface=surface)
+    row = describe_cost(on_surface, "m", records[0].rounds)["verify"]
+    assert "Σ" in row["form"] and row["coef"]["surface"] == pytest.approx(1.0, rel=1e-3)
 
 
 def _a08_histograms():
@@ -195,12 +189,6 @@ def _a08_run():
 
 def test_optimal_gamma_from_fitted_costs_and_measured_chain():
     records = _a08_run()
-    rounds = [rd for r in records if r.drafter == "m" for rd in r.rounds]
-    model = fit_cost_model("m", rounds)
-    curve = predict_gamma_curve(model, rounds, t0_s=0.010)
-    expected = [1.0] + [10 * expected_length_from_chain([0.8] * g) / (10 + 3 * g) for g in range(1, 5)]
-    assert [p["speedup"] for p in curve] == pytest.approx(expected)
-    assert best_gamma(curve) == 3  # never measured, predicted from the fits
     run = analyze_run(records, n_resamples=20)
     (opt,) = run["optimal_gamma"]
     assert opt["predicted_best_gamma"] == 3

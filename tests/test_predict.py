@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from synthetic import request_from_rounds
+from synthetic import request_from_rounds, spec_rounds
 
 from specledger.engine.trace import RoundRecord
 from specledger.predict.acceptance import ASSUMPTION, AcceptanceModel
@@ -101,8 +101,52 @@ def test_acceptance_chains_keep_the_spread_and_state_the_assumption():
     assert "beyond" in acc.assumption and acc.assumption == ASSUMPTION
     a, f = acc.request_chain(copy[0], 8)
     assert len(a) == len(f) == 8 and all(0 <= x <= 1 for x in a + f)
-    assert acc.extend([0.9, 0.8, 0.6], 5) == pytest.approx([0.9, 0.8, 0.6, 2.3 / 3, 2.3 / 3])
+    assert acc.extend([0.9, 0.8, 0.6], 5) == pytest.approx([0.9, 0.8, 0.6, 0.7, 0.7])  # deeper: mean of j >= 2
     assert AcceptanceModel.from_dict(json.loads(json.dumps(acc.to_dict()))).requests("copy", "ngram")[0] == copy[0]
+
+
+def _streak_record(prompt: str, gamma: int, accepted: list[int], category: str = "copy"):
+    return request_from_rounds(f"{prompt}-{gamma}", prompt, spec_rounds("ngram", gamma, accepted, 0.001, 0.02),
+                               category=category)
+
+
+def test_streak_counts_split_rounds_by_whether_the_previous_round_was_full():
+    # γ 2: full, full, miss, full, miss -> rounds 2, 3 and 5 follow a full round
+    acc = AcceptanceModel.from_records([_streak_record("p", 2, [2, 2, 0, 2, 1])])
+    (c,) = acc.requests("copy", "ngram")
+    assert c.has_states and c.at_risk == [5, 4] and c.passed == [4, 3]
+    assert c.at_risk_full == [3, 2] and c.passed_full == [2, 1]
+    assert c.state_view(0).at_risk == [2, 2] and c.state_view(0).passed == [2, 2]
+    (a0, _), (a1, _) = acc.state_chains(c, 2)
+    assert a0 != a1  # two chains, each within its state
+    assert AcceptanceModel.from_dict(json.loads(json.dumps(acc.to_dict()))).requests("copy", "ngram")[0] == c
+
+
+def test_two_state_chain_reduces_to_one_chain_when_the_states_agree_and_follows_the_streak_when_not():
+    a, f = [0.8, 0.7, 0.6, 0.5], [1.0] * 4
+    one = expected_features(4, a, f, 20, 60)
+    same = expected_features(4, a, f, 20, 60, after_full=(a, f))
+    for x, y in zip(one, same):
+        assert np.allclose(x, y)
+    # after a full round the first candidate is almost sure: fewer rounds than the state-free chain
+    streaky = expected_features(4, a, f, 20, 60, after_full=([0.99, 0.9, 0.8, 0.7], f))
+    assert streaky[3] < one[3]
+    # a Monte Carlo of the two-state chain agrees with the expectation (rounds to commit 60 tokens)
+    rng = np.random.default_rng(0)
+    chains = [a, [0.99, 0.9, 0.8, 0.7]]
+    sims = []
+    for _ in range(4000):
+        left, state, rounds = 60, 0, 0
+        while left > 0:
+            g = min(4, left - 1)  # the engine never asks past the budget
+            k = 0
+            while k < g and rng.random() < chains[state][k]:
+                k += 1
+            rounds += 1
+            left -= min(k + 1, left)
+            state = int(g >= 1 and k == g)
+        sims.append(rounds)
+    assert np.mean(sims) == pytest.approx(streaky[3], rel=0.02)
 
 
 def test_round_distribution_sums_to_one():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import typer
 from hypothesis import given
 from hypothesis import strategies as st
@@ -231,22 +232,24 @@ def test_step_cost_interpolates_and_learns_draft_cost(target):
     from specledger.engine.policy import GoodputGamma
     from specledger.engine.step_cost import StepCost, calibrate_step_cost
 
-    c = StepCost([1, 4, 16], [0.010, 0.012, 0.030])
+    c = StepCost.from_points([1, 4, 16], [0.010, 0.012, 0.030])
     assert c.forward_s(1) == 0.010 and abs(c.forward_s(10) - 0.021) < 1e-12 and c.forward_s(32) > 0.030
-    assert StepCost([1, 2], [0.02, 0.01]).forward_s(2) == 0.02  # never cheaper with more rows
+    noisy = StepCost.from_points([1, 2], [0.02, 0.01])  # never cheaper with more rows: pooled (isotonic)
+    assert noisy.forward_s(2) == noisy.forward_s(1) == pytest.approx(0.015)
+    assert c.pricer.surface.lookup(32).source == "extrapolated"  # the one cost type prices and labels it
     c.observe_draft(4, 0.004)
     assert abs(c.step_s(2, 3) - (c.forward_s(8) + 2 * 3 * 0.001)) < 1e-12
     assert c.fresh().draft_s_per_candidate() == 0.0
     # a batched goodput policy speculates when rows are cheap and stops when each row costs a full step
-    cheap = GoodputGamma(step_cost=StepCost([1, 512], [0.010, 0.0101]))
-    costly = GoodputGamma(step_cost=StepCost([1, 512], [0.010, 5.12]))
+    cheap = GoodputGamma(step_cost=StepCost.from_points([1, 512], [0.010, 0.0101]))
+    costly = GoodputGamma(step_cost=StepCost.from_points([1, 512], [0.010, 5.12]))
     for p in (cheap, costly):
         p.reset()
         for _ in range(10):
             p.observe(4, 3)
     assert cheap.choose(0, 16) >= 4 and costly.choose(0, 16) in (0, 1)
     cal = calibrate_step_cost(target, rows=(1, 4, 8), context=8, slots=4, repeats=1)
-    assert cal.rows == [1, 4, 8] and all(s > 0 for s in cal.seconds)
+    assert cal.pricer.surface.rows_axis == (1, 4, 8) and 0 < cal.forward_s(1) <= cal.forward_s(4) <= cal.forward_s(8)
 
 
 def test_run_full_side_experiments_write_all_three_and_resume_skips_them(tmp_path, monkeypatch):

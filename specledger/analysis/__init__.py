@@ -4,15 +4,7 @@ vs measured speed-up, fitted cost curves, optimal γ and the 'why' of slow-downs
 Pure functions over lists of :class:`~specledger.engine.trace.RequestRecord`; no I/O.
 """
 
-from specledger.analysis.cost_fit import (
-    CostModel,
-    LinearFit,
-    best_gamma,
-    fit_cost_model,
-    fit_draft_cost,
-    fit_verify_cost,
-    predict_gamma_curve,
-)
+from specledger.analysis.cost_fit import best_gamma, describe_cost, verify_points
 from specledger.analysis.metrics import (
     baseline_t0,
     conditional_acceptance,
@@ -27,8 +19,6 @@ from specledger.analysis.scenario import ScenarioKey, group_scenarios, key_of, s
 from specledger.analysis.stats import distribution, paired_speedup_bootstrap
 
 __all__ = [
-    "CostModel",
-    "LinearFit",
     "ScenarioKey",
     "analyze_baseline",
     "analyze_run",
@@ -36,20 +26,18 @@ __all__ = [
     "baseline_t0",
     "best_gamma",
     "conditional_acceptance",
+    "describe_cost",
     "distribution",
-    "fit_cost_model",
-    "fit_draft_cost",
-    "fit_verify_cost",
     "group_scenarios",
     "k_histogram",
     "key_of",
     "latency_stats",
     "paired_speedup_bootstrap",
-    "predict_gamma_curve",
     "reconcile",
     "reconciliation_sentences",
     "round_stats",
     "shared_prompts",
     "totals",
+    "verify_points",
     "why_sentences",
 ]

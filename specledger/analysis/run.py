@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
-from specledger.analysis.cost_fit import best_gamma, fit_cost_model, verify_points
+from specledger.analysis.cost_fit import best_gamma, describe_cost, verify_points
 from specledger.analysis.metrics import all_rounds, baseline_t0, latency_stats, round_stats, totals
 from specledger.analysis.reconcile import reconcile, reconciliation_sentences, why_sentences
 from specledger.analysis.scenario import (
@@ -110,7 +111,8 @@ def peak_memory_bytes(records: Iterable[RequestRecord]) -> float | None:
 
 
 def optimal_gamma(
-    scenarios: Sequence[dict], groups: dict[ScenarioKey, list[RequestRecord]], models: dict
+    scenarios: Sequence[dict], groups: dict[ScenarioKey, list[RequestRecord]], surface: Any = None,
+    replay: Any = None,
 ) -> list[dict[str, object]]:
     """Predicted vs measured best γ per (category, temperature, drafter). The predicted curve is the
     end-to-end performance model's (:mod:`specledger.predict.gamma`: monotone costs, per-request
@@ -119,7 +121,7 @@ def optimal_gamma(
     ``predicted_best_gamma_among_run`` the argmax over the γ's the run measured (and plain decoding)."""
     from specledger.predict.gamma import end_to_end_curves
 
-    curves = end_to_end_curves(r for recs in groups.values() for r in recs)
+    curves = end_to_end_curves((r for recs in groups.values() for r in recs), surface, replay)
     by_drafter: dict[tuple, list[ScenarioKey]] = defaultdict(list)
     for key in groups:
         if not key.is_baseline:
@@ -154,10 +156,22 @@ def optimal_gamma(
     return out
 
 
+def _run_cost(groups: dict[ScenarioKey, list[RequestRecord]], surface: Any) -> Any:
+    """The run's one measured cost model (:func:`specledger.predict.costmodel.fit_cost_model`) over its solo
+    requests, or None without any."""
+    from specledger.predict.costmodel import fit_cost_model
+
+    solo = [r for recs in groups.values() for r in recs if r.rounds and all(rd.batch_size <= 1 for rd in r.rounds)]
+    return fit_cost_model(solo, source="the run's solo rounds", n_boot=0, surface=surface) if solo else None
+
+
 def analyze_run(
-    records: Iterable[RequestRecord], n_resamples: int = 1000, seed: int = 0, little_gain: float = 1.10
+    records: Iterable[RequestRecord], n_resamples: int = 1000, seed: int = 0, little_gain: float = 1.10,
+    surface: Any = None, replay: Any = None,
 ) -> dict[str, object]:
-    """Every figure of a run: baselines, scenarios, cost models, optimal γ. JSON-ready (see :func:`specledger.rundir.json_safe`)."""
+    """Every figure of a run: baselines, scenarios, the cost model per drafter, optimal γ. JSON-ready (see
+    :func:`specledger.rundir.json_safe`). ``surface`` (the verify surface measured at the run's start) and
+    ``replay`` (exact replay of model-free greedy drafters) feed the one measured cost model and the γ curves."""
     groups = group_scenarios(records)
     baselines, scenarios, unpaired = [], [], []
     for key, recs in groups.items():
@@ -173,14 +187,15 @@ def analyze_run(
     for key, recs in groups.items():
         if not key.is_baseline:
             drafter_rounds[key.drafter].extend(all_rounds(recs))
-    models = {d: m for d, rs in drafter_rounds.items() if (m := fit_cost_model(d, rs)) is not None}
+    cost = _run_cost(groups, surface)
+    models = {d: describe_cost(cost, d, rs) for d, rs in drafter_rounds.items()} if cost is not None else {}
     return json_safe(
         {
             "baselines": baselines,
             "scenarios": scenarios,
             "unpaired": unpaired,
-            "cost_models": {d: m.to_dict() for d, m in models.items()},
-            "cost_points": {d: verify_points(m, drafter_rounds[d]) for d, m in models.items()},
-            "optimal_gamma": optimal_gamma(scenarios, groups, models),
+            "cost_models": models,
+            "cost_points": {d: verify_points(cost, drafter_rounds[d]) for d in models} if cost is not None else {},
+            "optimal_gamma": optimal_gamma(scenarios, groups, surface, replay),
         }
     )  # type: ignore[return-value]

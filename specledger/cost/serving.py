@@ -18,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from specledger.cost.pricer import step_s_each
 from specledger.cost.surface import CostSurface
 
 
 class SurfaceCost:
-    """Duck-typed like :class:`specledger.predict.costmodel.CostModel` for the simulator, from one surface."""
+    """The imported :class:`specledger.cost.pricer.StepPricer`: a surface measured elsewhere, nothing fitted."""
 
     def __init__(self, surface: CostSurface) -> None:
         self.surface = surface
@@ -50,13 +51,13 @@ class SurfaceCost:
 
     def step_s_many(self, rows: np.ndarray, batch: int, context: np.ndarray) -> np.ndarray:
         """:meth:`step_s` for every (rows_s, context_s)."""
-        return np.array([self.step_s(r, batch, c) for r, c in zip(rows.tolist(), context.tolist())], dtype=np.float64)
+        return step_s_each(self, rows, batch, context)
 
     def round_s(self, rows: int, context: float) -> float:
         return self.step_s(rows, 1, context)
 
-    def prefill_s(self, prompt_tokens: int) -> float:
-        """One forward of ``prompt_tokens`` rows at batch 1, context 0 (see the module docstring)."""
+    def prefill_s(self, prompt_tokens: int, slots: int = 1) -> float:
+        """One forward of ``prompt_tokens`` rows at batch 1, context 0 (see the module docstring; no slot term)."""
         s = self._prefills.get(prompt_tokens)
         if s is None:
             s = self._prefills[prompt_tokens] = self._price(max(int(prompt_tokens), 1), 1, 0)

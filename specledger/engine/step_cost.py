@@ -1,12 +1,14 @@
-"""The step cost model a batched goodput policy plans with.
+"""The step cost a batched goodput policy plans with: a forward curve read off a pricer, plus drafting.
 
 Under continuous batching one step runs a single packed forward over R rows (every running
 request's last token plus its candidates), so the price of a candidate is what one more row
 adds to that forward, T_fwd(R + 1) - T_fwd(R), paid by everybody in the batch. ``T_fwd`` is
-measured, not assumed: :func:`calibrate_step_cost` times the model's packed forward at a ladder
-of row counts spread over several sequence slots (median of repeats, after one untimed warm-up
-per row count, which also pays oneDNN's one-off primitive creation), and :class:`StepCost`
-interpolates piecewise-linearly between the rungs (linear extrapolation past the last).
+priced by a :class:`specledger.cost.pricer.StepPricer` (the one cost type), at R rows over
+min(R, slots) requests and the planning context: the engine and ``serve`` measure it
+(:func:`calibrate_step_cost`: the model's packed forward timed at a ladder of row counts spread over
+several sequence slots, median of repeats after one untimed warm-up per row count, read as a measured
+surface -- isotonic in rows, monotone and labelled beyond the ladder); the simulator passes its own cost.
+``StepCost`` keeps no pricing rule of its own.
 
 Drafting is the other per-candidate price: model-free drafters cost microseconds, model drafters
 a forward of their own. ``StepCost`` keeps the running seconds per proposed candidate,
@@ -15,7 +17,6 @@ d = sum(t_draft) / sum(proposed) with exponential forgetting, shared by all requ
 
 from __future__ import annotations
 
-import bisect
 import statistics
 import time
 from collections.abc import Sequence
@@ -23,33 +24,41 @@ from typing import Any
 
 import torch
 
+from specledger.cost.pricer import StepPricer
+
 DEFAULT_ROWS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192)
 
 
 class StepCost:
-    """T(rows) in seconds from measured (rows, seconds) points, plus the learned draft cost per candidate."""
+    """T_fwd(rows) = pricer.step_s(rows, min(rows, slots), context), plus the learned draft cost per candidate."""
 
-    def __init__(self, rows: Sequence[int], seconds: Sequence[float], forget: float = 0.99) -> None:
-        pairs = sorted(zip(rows, seconds))
-        if len(pairs) < 2 or len({r for r, _ in pairs}) != len(pairs):
-            raise ValueError("a step cost needs at least two distinct row counts")
-        self.rows = [int(r) for r, _ in pairs]
-        # a forward over more rows never costs less: enforce monotone non-decreasing times
-        self.seconds: list[float] = []
-        for _, s in pairs:
-            self.seconds.append(max(float(s), self.seconds[-1] if self.seconds else 0.0))
-        self.forget = forget
+    def __init__(self, pricer: StepPricer, context: float = 128.0, slots: int = 16, forget: float = 0.99) -> None:
+        self.pricer, self.context, self.slots, self.forget = pricer, float(context), max(int(slots), 1), forget
         self._draft_s = 0.0
         self._draft_n = 0.0
+        self._forward: dict[float, float] = {}
+
+    @classmethod
+    def from_points(cls, rows: Sequence[int], seconds: Sequence[float], source: str = "measured packed forwards",
+                    context: int = 0, forget: float = 0.99) -> StepCost:
+        """A forward curve over total packed rows from measured (rows, seconds): a measured surface along rows
+        (one point per row count; see :class:`specledger.cost.surface.CostSurface` for its rules)."""
+        from specledger.cost.serving import SurfaceCost
+        from specledger.cost.surface import CostSurface, SurfacePoint
+
+        pts = [SurfacePoint(1, int(r), int(context), float(t)) for r, t in zip(rows, seconds)]
+        if len(pts) < 2 or len({p.rows for p in pts}) != len(pts):
+            raise ValueError("a step cost needs at least two distinct row counts")
+        return cls(SurfaceCost(CostSurface(pts, source)), context, slots=1, forget=forget)
 
     def forward_s(self, rows: float) -> float:
-        """Interpolated T_fwd(rows); linear extrapolation beyond the measured range."""
-        r, xs, ys = float(rows), self.rows, self.seconds
-        if r <= xs[0]:
-            return ys[0]
-        i = min(bisect.bisect_left(xs, r), len(xs) - 1)
-        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
-        return y0 + (y1 - y0) * (r - x0) / (x1 - x0)
+        """T_fwd(rows): one packed forward over ``rows`` rows (cached per row count)."""
+        r = float(rows)
+        s = self._forward.get(r)
+        if s is None:
+            b = min(max(int(r), 1), self.slots)
+            s = self._forward[r] = float(self.pricer.step_s(max(r, b), b, self.context))  # type: ignore[arg-type]
+        return s
 
     def observe_draft(self, proposed: int, t_draft: float) -> None:
         """A request drafted ``proposed`` candidates in ``t_draft`` seconds."""
@@ -67,7 +76,7 @@ class StepCost:
 
     def fresh(self) -> StepCost:
         """The same forward curve with no draft-cost history (one per drafter setting)."""
-        return StepCost(self.rows, self.seconds, self.forget)
+        return StepCost(self.pricer, self.context, self.slots, self.forget)
 
 
 def _spread(rows: int, slots: int, start: int) -> tuple[list[int], list[int]]:
@@ -101,7 +110,8 @@ def calibrate_step_cost(model: Any, rows: Sequence[int] = DEFAULT_ROWS, context:
                 model.forward_packed(tokens, slot_ids, positions, cache)
                 samples.append(time.perf_counter() - t0)
             times.append(statistics.median(samples))
-    return StepCost(rows, times)
+    return StepCost.from_points(rows, times, f"packed forwards of {type(model).__name__} over up to {slots} slots "
+                                f"at context {context}, median of {repeats}", context=start)
 
 
 _CACHE: dict[int, StepCost] = {}

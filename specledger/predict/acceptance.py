@@ -9,34 +9,48 @@ cut by a stop condition and say nothing about acceptance):
     q_i = Π_{k≤i} f_k = Pr(proposed ≥ i | asked ≥ i)                        (the contract's ``fill``)
 
 Positions never measured (ASSUMPTION, also stated in every output): a_j for j beyond the
-request's last measured position is the request's *own pooled acceptance* — Σ passed / Σ at-risk
-over all its measured positions — shrunk toward the same quantity pooled over the category's
-requests with ``PRIOR`` pseudo-rounds; the conditional fill f_i beyond the measured positions is
+request's last measured position is the request's *own pooled deeper acceptance* — Σ passed / Σ at-risk
+over its measured positions j ≥ 2 (all positions when it measured only the first) — shrunk toward the
+same quantity pooled over the category's requests with ``PRIOR`` pseudo-rounds; the conditional fill f_i beyond the measured positions is
 the request's pooled conditional fill over positions i ≥ 2 (once a drafter proposes, does it go
 on?), shrunk the same way. Measured positions with few observations are shrunk toward the pooled
-a_j of that position. (Chosen over "positions j ≥ 2 only" on two held-out γ = 8 checks, where it
-predicted the round count better: median 0.6 % vs 3 % error; both are stated alternatives.)
+a_j of that position. (Model selection, on the bundled workloads' runs only -- never on a held-out check's prompts: with the
+streak states below, deeper acceptance from positions j ≥ 2 predicted the rounds per request of γ 8 from
+γ 2,4, γ 1 from γ 4,8 and every leave-one-γ-out better than from all positions, and better than either
+without the states; stated in the closing note of issue 18 with the figures.)
+
+Streak (the round before): every count above is also kept for the rounds that follow a *full* round (one
+that proposed ≥ 1 candidate and had all of them accepted). After such a round the drafter is inside text it
+can copy, and the next first candidate is accepted far more often; the pooled chain averages the two states
+in the proportions of the γ's the run used, which is why it flattens how S moves with γ (at a small γ most
+rounds are full and follow full rounds, at a deep γ few are). :meth:`AcceptanceModel.state_chains` gives
+(a, f) per state -- 0: after a round that was not full (and the first round), 1: after a full round -- each
+estimated as above within its state (shrunk toward the category's pooled chain *of that state*; a state
+nobody in the category reached uses the state-free chain), and the forecast runs a two-state chain over
+rounds (:func:`specledger.predict.predict.expected_features`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from specledger.engine.trace import RequestRecord
 
 PRIOR = 2.0  # pseudo-rounds of the pooled value added to every per-request estimate
-DEEP_FROM = 0  # index of the first position (j = DEEP_FROM + 1) whose acceptance extends the chain
+DEEP_FROM = 1  # index of the first position (j = DEEP_FROM + 1) whose acceptance extends the chain
 FILL_DEEP_FROM = 1  # the same for the conditional fill (i >= 2: once a drafter proposes, does it go on?)
 
 ASSUMPTION = (
-    "a_j beyond a request's last measured position = that request's pooled acceptance over all its measured "
-    "positions, shrunk toward the category's pooled value with 2 pseudo-rounds; the drafter's conditional "
-    "fill beyond the measured positions = the request's pooled fill over positions i>=2 (model drafters "
-    "always fill)"
+    "acceptance and fill depend on whether the previous round was full (all proposed accepted): two chains per "
+    "request; a_j beyond a request's last measured position = that request's pooled acceptance over its "
+    "measured positions j>=2 (within the state), shrunk toward the category's pooled value with 2 pseudo-rounds; the "
+    "drafter's conditional fill beyond the measured positions = the request's pooled fill over positions i>=2 "
+    "(model drafters always fill)"
 )
+STATES = (0, 1)  # the previous round was not full (or there was none) / was full
 
 
 @dataclass
@@ -57,9 +71,33 @@ class RequestChain:
     fill_asked: list[int] = field(default_factory=list)  # rounds that asked >= i and proposed >= i-1
     fill_got: list[int] = field(default_factory=list)  # of those, proposed >= i
     gammas: list[int] = field(default_factory=list)  # static gammas pooled into this chain
+    # the same four counts over the rounds that follow a full round (all proposed accepted, proposed >= 1)
+    at_risk_full: list[int] = field(default_factory=list)
+    passed_full: list[int] = field(default_factory=list)
+    fill_asked_full: list[int] = field(default_factory=list)
+    fill_got_full: list[int] = field(default_factory=list)
     prefill_tokens: int = 1  # output tokens emitted by the prefill (the engine's first token), not by rounds
     stop_reason: str = ""
     max_tokens: int | None = None
+
+    def state_view(self, state: int) -> RequestChain:
+        """This request's counts over the rounds of one streak ``state`` (1: after a full round, 0: the rest)."""
+        def minus(total: list[int], part: list[int]) -> list[int]:
+            return [t - (part[i] if i < len(part) else 0) for i, t in enumerate(total)]
+
+        if state == 1:
+            counts = (self.at_risk_full, self.passed_full, self.fill_asked_full, self.fill_got_full)
+        else:
+            counts = (minus(self.at_risk, self.at_risk_full), minus(self.passed, self.passed_full),
+                      minus(self.fill_asked, self.fill_asked_full), minus(self.fill_got, self.fill_got_full))
+        at, ps, fa, fg = (list(c) for c in counts)
+        return replace(self, at_risk=at, passed=ps, fill_asked=fa, fill_got=fg, weight=float(at[0] if at else 0),
+                       at_risk_full=[], passed_full=[], fill_asked_full=[], fill_got_full=[])
+
+    @property
+    def has_states(self) -> bool:
+        """Whether the streak counts were kept (chains saved before them have none)."""
+        return bool(self.at_risk_full or self.fill_asked_full)
 
     @property
     def round_tokens(self) -> int:
@@ -78,6 +116,7 @@ class AcceptanceModel:
     the mean). ``assumption`` states in words what is used for positions never measured."""
 
     assumption: str = ASSUMPTION
+    streak: bool = True  # forecasts use the two-state chains (state_chains) when the counts are there
 
     def __init__(self, chains: Iterable[RequestChain] = ()) -> None:
         self._chains: dict[tuple[str, str], list[RequestChain]] = defaultdict(list)
@@ -164,6 +203,24 @@ class AcceptanceModel:
                 f.append(own_fdeep)
         return a, f
 
+    def state_chains(self, req: RequestChain, positions: int) -> list[tuple[list[float], list[float]]] | None:
+        """[(a, f) after a round that was not full, (a, f) after a full round] of one request (module docstring),
+        or None when the chains carry no streak counts. A state that no request of the category reached takes
+        the state-free chain."""
+        reqs = self.requests(req.category, req.drafter)
+        if not any(c.has_states for c in reqs):
+            return None
+        out = []
+        for state in STATES:
+            views = [c.state_view(state) for c in reqs]
+            if not any(v.at_risk and v.at_risk[0] > 0 for v in views):
+                out.append(self.request_chain(req, positions))
+                continue
+            model = AcceptanceModel(views)
+            out.append(model.request_chain(req.state_view(state), positions,
+                                           model.pooled(req.category, req.drafter, positions)))
+        return out
+
     def extend(self, chain: list[float], positions: int) -> list[float]:
         """Apply the stated assumption to a bare chain (no counts): positions beyond it take the mean of
         its measured positions from ``DEEP_FROM + 1`` on (0 when empty)."""
@@ -192,8 +249,10 @@ def chain_from_records(records: Sequence[RequestRecord]) -> RequestChain:
     ps = [0] * depth
     fa = [0] * depth
     fg = [0] * depth
+    at1, ps1, fa1, fg1 = ([0] * depth for _ in range(4))  # the rounds that follow a full round
     n_rounds = 0
     for r in records:
+        after_full = False  # a request's first round follows the prefill
         for rd in r.rounds:
             if rd.truncated:
                 continue
@@ -202,10 +261,17 @@ def chain_from_records(records: Sequence[RequestRecord]) -> RequestChain:
                 if rd.accepted >= j - 1:
                     at[j - 1] += 1
                     ps[j - 1] += int(rd.accepted >= j)
+                    if after_full:
+                        at1[j - 1] += 1
+                        ps1[j - 1] += int(rd.accepted >= j)
             for i in range(1, rd.gamma + 1):
                 if rd.proposed >= i - 1:
                     fa[i - 1] += 1
                     fg[i - 1] += int(rd.proposed >= i)
+                    if after_full:
+                        fa1[i - 1] += 1
+                        fg1[i - 1] += int(rd.proposed >= i)
+            after_full = rd.proposed >= 1 and rd.accepted >= rd.proposed
     last = max((j + 1 for j in range(depth) if at[j] > 0), default=0)
     chain = [ps[j] / at[j] for j in range(last)]
     lastf = max((i + 1 for i in range(depth) if fa[i] > 0), default=0)
@@ -229,6 +295,10 @@ def chain_from_records(records: Sequence[RequestRecord]) -> RequestChain:
         fill_asked=fa[:lastf],
         fill_got=fg[:lastf],
         gammas=sorted({int(r.gamma) for r in records if isinstance(r.gamma, int)}),
+        at_risk_full=at1[:last],
+        passed_full=ps1[:last],
+        fill_asked_full=fa1[:lastf],
+        fill_got_full=fg1[:lastf],
         prefill_tokens=max(min(o - t for o, t in zip(out_tokens, round_tokens)), 0),
         stop_reason=first.stop_reason,
         max_tokens=first.extra.get("max_tokens") if isinstance(first.extra.get("max_tokens"), int) else None,

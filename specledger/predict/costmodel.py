@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import nnls
 
+from specledger.cost.pricer import step_s_each
 from specledger.cost.surface import CostSurface
 from specledger.engine.trace import RequestRecord, RoundRecord
 from specledger.errors import SpecLedgerError
@@ -49,6 +50,10 @@ PREFILL_TERMS = ("1", "P", "P2")
 DRAFT_TERMS = ("1", "g", "ctx", "g_ctx")
 OTHER_TERMS = ("1", "L", "ctx", "out")
 BEGIN_TERMS = ("1", "P")
+SLOT_TERM = "P_lnS"  # prefill into a server of S sequence slots (a serving fit, see simulate.profile)
+OVERHEAD_TERMS = ("1", "B")  # per-step overhead of a batched step (a serving fit)
+NOISE_QUANTILES = np.linspace(0.0, 1.0, 101)  # the quantiles the step-noise ratios are stored at
+KIND = "cost-model"
 
 
 def forward_features(total_rows: float, batch: float, context: float) -> dict[str, float]:
@@ -67,6 +72,13 @@ def forward_features(total_rows: float, batch: float, context: float) -> dict[st
 def prefill_features(prompt_tokens: float) -> dict[str, float]:
     p = float(prompt_tokens)
     return {"1": 1.0, "P": p, "P2": p * p / 1000.0}
+
+
+def slot_prefill_features(prompt_tokens: float, slots: float) -> dict[str, float]:
+    """:func:`prefill_features` plus P ln S (S >= 1 sequence slots)."""
+    x = prefill_features(prompt_tokens)
+    x[SLOT_TERM] = float(prompt_tokens) * math.log(max(float(slots), 1.0))
+    return x
 
 
 def draft_features(gamma: float, context: float) -> dict[str, float]:
@@ -190,6 +202,9 @@ class CostModel:
     begin: dict[str, Part] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     surface: CostSurface | None = None  # measured forward shape; forward then has SURFACE_TERMS
+    overhead: Part | None = None  # per-step overhead o0 + o1·B of a batched step (a serving fit); else per request
+    forward_ratios: list[float] = field(default_factory=list)  # step noise: t / fitted, 101 quantiles
+    prefill_ratios: list[float] = field(default_factory=list)  # prefill noise at fixed work, 101 quantiles
 
     def forward_x(self, total_rows: float, batch: float, context: float) -> dict[str, float]:
         """Features of one forward for :attr:`forward`: the surface's seconds, or the linear form's features."""
@@ -205,9 +220,30 @@ class CostModel:
         return np.array([x[t] for t in self.forward.terms])
 
     # -- the contract (specledger/notes PERFMODEL_API) ------------------------------------
-    def prefill_s(self, prompt_tokens: int) -> float:
-        """T_p(P): target prefill of ``prompt_tokens`` (drafter ``begin`` not included)."""
+    def prefill_s(self, prompt_tokens: int, slots: int = 1) -> float:
+        """T_p(P): target prefill of ``prompt_tokens`` (drafter ``begin`` not included); a serving fit with
+        the P ln S term also prices the server's ``slots``."""
+        if SLOT_TERM in self.prefill.terms:
+            return self.prefill.value(slot_prefill_features(prompt_tokens, slots))
         return self.prefill.value(prefill_features(prompt_tokens))
+
+    @property
+    def slot_dependent_prefill(self) -> bool:
+        """Whether :meth:`prefill_s` depends on the server's slot count (the simulator then passes it)."""
+        return SLOT_TERM in self.prefill.terms
+
+    @property
+    def has_noise(self) -> bool:
+        """Whether the model carries measured step noise (:meth:`jitter`)."""
+        return bool(self.forward_ratios or self.prefill_ratios)
+
+    def jitter(self, u: float) -> tuple[float, float]:
+        """(forward, prefill) multipliers at quantile ``u`` in [0, 1) of the measured ratios (1 without them):
+        the machine's own step-time noise, so tails (ITL P99, stalls) are not those of a perfectly steady
+        machine. The simulator passes a keyed uniform (:func:`specledger.simulate.chains.keyed_stream`)."""
+        f = float(np.interp(u, NOISE_QUANTILES, self.forward_ratios)) if self.forward_ratios else 1.0
+        p = float(np.interp(u, NOISE_QUANTILES, self.prefill_ratios)) if self.prefill_ratios else 1.0
+        return f, p
 
     def round_s(self, rows: int, context: float) -> float:
         """Solo target forward over ``rows`` = γ + 1 rows at ``context`` tokens (verify time)."""
@@ -219,6 +255,11 @@ class CostModel:
             raise ValueError(f"a step needs total_rows >= batch >= 1, got rows={total_rows} batch={batch}")
         return self.forward.value(self.forward_x(total_rows, batch, context))
 
+    def step_s_many(self, rows: np.ndarray, batch: int, context: np.ndarray) -> np.ndarray:
+        """:meth:`step_s` for every (rows_s, context_s), rows clipped below at ``batch``."""
+        b = max(int(batch), 1)
+        return step_s_each(self, np.maximum(rows, b), b, context)
+
     def draft_s(self, drafter: str, gamma: int, context: float = 0.0) -> float:
         """One request's drafting time in one round asking ``gamma`` candidates (0 when gamma = 0)."""
         if gamma <= 0 or drafter in ("none", ""):
@@ -228,8 +269,11 @@ class CostModel:
 
     def other_s(self, batch: int = 1, drafter: str = "none", committed: float = 1.0,
                 context: float = 0.0, output: float = 0.0) -> float:
-        """Per-round overhead (sampling, acceptance, cache and stop checks, detokenisation); for a
-        batched step, ``batch`` times the per-request overhead (no per-step batch measurement yet)."""
+        """Per-round overhead (sampling, acceptance, cache and stop checks, detokenisation). A serving fit
+        measured it per batched step (:attr:`overhead`, o0 + o1·B); else ``batch`` times the per-request
+        overhead of the solo rounds."""
+        if self.overhead is not None:
+            return self.overhead.value({"1": 1.0, "B": float(batch)})
         part = self.other.get(drafter) or self.other.get("none")
         per = part.value(other_features(committed, context, output)) if part else 0.0
         return max(int(batch), 1) * per
@@ -258,11 +302,14 @@ class CostModel:
         return CostModel(self.source, draw(self.forward), draw(self.prefill),
                          {k: draw(v) for k, v in self.draft.items()},
                          {k: draw(v) for k, v in self.other.items()},
-                         {k: draw(v) for k, v in self.begin.items()}, dict(self.meta), self.surface)
+                         {k: draw(v) for k, v in self.begin.items()}, dict(self.meta), self.surface,
+                         draw(self.overhead) if self.overhead is not None else None, self.forward_ratios,
+                         self.prefill_ratios)
 
     # -- persistence ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {
+            "kind": KIND,
             "source": self.source,
             "forms": {
                 "forward": "T_s(R,B,c) = f0 + f_s*[R>B] + f_r*max(R-B-1,0) + f_b*(B-1) + f_c*B*c + f_rc*(R-B)*c",
@@ -278,6 +325,9 @@ class CostModel:
             "begin": {k: v.to_dict() for k, v in self.begin.items()},
             "meta": self.meta,
             "surface": self.surface.to_dict() if self.surface is not None else None,
+            "overhead": self.overhead.to_dict() if self.overhead is not None else None,
+            "forward_ratios": self.forward_ratios,
+            "prefill_ratios": self.prefill_ratios,
         }
 
     @classmethod
@@ -292,6 +342,9 @@ class CostModel:
                 begin={k: Part.from_dict(v) for k, v in d.get("begin", {}).items()},
                 meta=dict(d.get("meta", {})),
                 surface=CostSurface.from_dict(d["surface"]) if d.get("surface") else None,
+                overhead=Part.from_dict(d["overhead"]) if d.get("overhead") else None,
+                forward_ratios=[float(v) for v in d.get("forward_ratios", [])],
+                prefill_ratios=[float(v) for v in d.get("prefill_ratios", [])],
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SpecLedgerError(f"malformed cost model ({exc}); re-run `specledger calibrate`") from None

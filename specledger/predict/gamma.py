@@ -13,10 +13,12 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from specledger.cost.surface import CostSurface
 from specledger.engine.trace import RequestRecord
 from specledger.predict.acceptance import AcceptanceModel
 from specledger.predict.costmodel import fit_cost_model
 from specledger.predict.predict import gamma_curve
+from specledger.predict.replay import Replayer
 
 
 def infer_max_tokens(records: Iterable[RequestRecord]) -> int | None:
@@ -25,8 +27,10 @@ def infer_max_tokens(records: Iterable[RequestRecord]) -> int | None:
     return max(cut) if cut else None
 
 
-def end_to_end_curves(records: Iterable[RequestRecord]) -> dict[tuple[str, float, str], list[dict[str, Any]]]:
-    """{(category, temperature, drafter): predicted S(γ) curve} over solo, static-γ records."""
+def end_to_end_curves(records: Iterable[RequestRecord], surface: CostSurface | None = None,
+                      replay: Replayer | None = None) -> dict[tuple[str, float, str], list[dict[str, Any]]]:
+    """{(category, temperature, drafter): predicted S(γ) curve} over solo, static-γ records; the forward priced
+    on the run's measured verify ``surface`` when given, greedy model-free rounds replayed exactly by ``replay``."""
     by_temp: dict[float, list[RequestRecord]] = defaultdict(list)
     for r in records:
         if isinstance(r.gamma, int) and all(rd.batch_size <= 1 for rd in r.rounds):
@@ -35,7 +39,7 @@ def end_to_end_curves(records: Iterable[RequestRecord]) -> dict[tuple[str, float
     for temp, recs in by_temp.items():
         if not any(r.drafter == "none" for r in recs) or not any(r.drafter != "none" for r in recs):
             continue
-        cost = fit_cost_model(recs, n_boot=0)
+        cost = fit_cost_model(recs, n_boot=0, surface=surface)
         acc = AcceptanceModel.from_records(recs)
         max_tokens = infer_max_tokens(recs)
         for cat in acc.categories():
@@ -46,5 +50,6 @@ def end_to_end_curves(records: Iterable[RequestRecord]) -> dict[tuple[str, float
                 for c in chains:
                     c.max_tokens = max_tokens if c.max_tokens is None else c.max_tokens
                 top = max(g for c in chains for g in c.gammas)
-                out[(cat, temp, drafter)] = gamma_curve(cost, acc, cat, drafter, min(16, max(8, 2 * top)), chains)
+                out[(cat, temp, drafter)] = gamma_curve(cost, acc, cat, drafter, min(16, max(8, 2 * top)), chains,
+                                                        replay=replay if temp == 0 else None)  # greedy replay
     return out

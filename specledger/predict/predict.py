@@ -75,36 +75,47 @@ def expected_features(
     prefill_tokens: int = 1,
     max_tokens: int | None = None,
     forward: ForwardX = legacy_forward,
+    after_full: tuple[Sequence[float], Sequence[float]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Expected summed (forward, draft, other) feature vectors over a request's rounds, and the expected
     number of rounds (see module docstring). ``a`` and ``f`` need ``gamma`` positions.
 
     Per state the features are exact expectations at a fixed context: forward Σ_p Pr(p)·forward(p + 1, c)
     (the measured surface, or the linear form's features), draft [1, g, c, g·c] (0 when g = 0),
-    other [1, E[L], c, output so far]."""
+    other [1, E[L], c, output so far].
+
+    ``after_full`` = (a, f) after a full round (all proposed accepted; :meth:`AcceptanceModel.state_chains`):
+    then ``a, f`` hold after any other round and the first, and the expectation runs over a two-state chain,
+    v[n, s] = x_s + Σ_k Pr_s(K = k, not full)·v[n − L_k, 0] + Pr_s(K = k = P ≥ 1)·v[n − L_k, 1]."""
     n_tot = int(round_tokens)
     m = int(max_tokens) if max_tokens is not None else prefill_tokens + n_tot
-    cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    states = [(a, f)] if after_full is None else [(a, f), after_full]
+    cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     n_f = len(forward(1, float(prompt_tokens)))
-    v = np.zeros((n_tot + 1, n_f + N_D + N_O + 1))  # [forward | draft | other | rounds]
+    v = np.zeros((n_tot + 1, len(states), n_f + N_D + N_O + 1))  # [forward | draft | other | rounds] per state
     ks = np.arange(max(gamma, 0) + 1)
     for n in range(1, n_tot + 1):
         done = prefill_tokens + n_tot - n
         c = float(prompt_tokens + done)
         g = max(min(gamma, m - done - 1), 0)
-        if g not in cache:
-            joint = round_distribution(g, a, f)
-            cache[g] = (joint.sum(axis=1), joint.sum(axis=0))
-        pr_p, pr_k = cache[g]
         lc = np.minimum(ks[: g + 1] + 1, n)
-        x = np.zeros(n_f + N_D + N_O + 1)
-        x[:n_f] = sum(pr * forward(p + 1, c) for p, pr in enumerate(pr_p) if pr > 0)
-        if g > 0:
-            x[n_f:n_f + N_D] = (1.0, g, c, g * c)
-        x[n_f + N_D:n_f + N_D + N_O] = (1.0, float(pr_k @ lc), c, float(done))
-        x[-1] = 1.0
-        v[n] = x + pr_k @ v[n - lc]
-    out = v[n_tot]
+        for s, (a_s, f_s) in enumerate(states):
+            if (s, g) not in cache:
+                joint = round_distribution(g, a_s, f_s)
+                full = np.array([joint[k, k] if k >= 1 else 0.0 for k in range(g + 1)])  # P = K = k >= 1
+                cache[(s, g)] = (joint.sum(axis=1), joint.sum(axis=0), full)
+            pr_p, pr_k, full = cache[(s, g)]
+            x = np.zeros(n_f + N_D + N_O + 1)
+            x[:n_f] = sum(pr * forward(p + 1, c) for p, pr in enumerate(pr_p) if pr > 0)
+            if g > 0:
+                x[n_f:n_f + N_D] = (1.0, g, c, g * c)
+            x[n_f + N_D:n_f + N_D + N_O] = (1.0, float(pr_k @ lc), c, float(done))
+            x[-1] = 1.0
+            if len(states) == 1:
+                v[n, 0] = x + pr_k @ v[n - lc, 0]
+            else:
+                v[n, s] = x + (pr_k - full) @ v[n - lc, 0] + full @ v[n - lc, 1]
+    out = v[n_tot, 0]
     return out[:n_f], out[n_f:n_f + N_D], out[n_f + N_D:n_f + N_D + N_O], float(out[-1])
 
 
@@ -187,11 +198,16 @@ def plan_request(req: RequestChain, drafter: str, gamma: int, acc: AcceptanceMod
             n_out = m
         n_out = min(n_out, m)
     n_rounds_tok = max(n_out - e, 0)
+    after_full = None
     if gamma > 0 and acc is not None:
-        a, f = acc.request_chain(req, gamma, pooled)
+        states = acc.state_chains(req, gamma) if acc.streak else None
+        if states is not None:
+            (a, f), after_full = states
+        else:
+            a, f = acc.request_chain(req, gamma, pooled)
     else:
         a, f = [0.0] * max(gamma, 1), [0.0] * max(gamma, 1)
-    vf, vd, vo, r = expected_features(gamma, a, f, req.prompt_tokens, n_rounds_tok, e, m, forward)
+    vf, vd, vo, r = expected_features(gamma, a, f, req.prompt_tokens, n_rounds_tok, e, m, forward, after_full)
     return RequestPlan(req.prompt_id, req.prompt_tokens, n_out, n_rounds_tok, drafter if gamma > 0 else "none",
                        vf, vd, vo, r, gamma)
 

@@ -17,6 +17,7 @@ from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
 from specledger.gates import GATES, NOT_ASSESSED, SLO, control_repetition, evaluate_gates, load_slo, verdicts
 from specledger.predict.check import run_prediction_check, scenario_predictions
+from specledger.predict.replay import run_forecast_inputs
 from specledger.report.endpoints import endpoint_experiments
 from specledger.rundir import (
     ENDPOINT_FILES,
@@ -106,7 +107,8 @@ def summarize(
     slo = slo or SLO()
     all_records = list(records)
     records = main_records(all_records)
-    analysis = analyze_run(records, n_resamples=n_resamples, seed=seed)
+    surface, replay = run_forecast_inputs(records, meta)  # the run's verify surface; exact replay of greedy rounds
+    analysis = analyze_run(records, n_resamples=n_resamples, seed=seed, surface=surface, replay=replay)
     check = run_prediction_check(records, meta)
     predicted = scenario_predictions(records, check, meta)
     groups = group_scenarios(records)
@@ -206,7 +208,6 @@ def _write_cost_model(run_dir: Path, records: Sequence[RequestRecord], meta: dic
     measured at its start (specledger.predict)."""
     from specledger.predict.check import usable
     from specledger.predict.costmodel import fit_cost_model
-    from specledger.predict.replay import run_forecast_inputs
     from specledger.predict.rundata import COST_NAME
 
     solo = usable(main_records(records))

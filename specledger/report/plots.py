@@ -218,7 +218,7 @@ def latency_ecdf(summary: dict) -> go.Figure:
 
 
 def cost_fit(summary: dict) -> go.Figure:
-    """Measured mean T_verify per candidate count n vs the fitted model at the drafter's mean context."""
+    """Measured mean T_verify per candidate count n vs the run's cost model at that group's mean context."""
     fig = go.Figure()
     for i, (drafter, pts) in enumerate(summary.get("cost_points", {}).items()):
         model = summary["cost_models"].get(drafter)
@@ -237,7 +237,7 @@ def cost_fit(summary: dict) -> go.Figure:
                     x=[p["n"] for p in pts],
                     y=[p["fit_verify_ms"] for p in pts],
                     mode="lines",
-                    name=f"{drafter} fit (R²={_fmt(model['verify']['r2'])})",
+                    name=f"{drafter} cost model (R²={_fmt(model['verify']['r2'])})",
                     line={"color": _colour(i), "dash": "dash"},
                 )
             )

@@ -41,13 +41,14 @@ def resolve_cost(run: Any, profile: Path | None, hardware: str | None, model_con
                  eff_memory: float, eff_compute: float, draft_model_config: Path | None = None,
                  roofline_terms: str = "graphs") -> Any:
     """--profile FILE, or --hardware with --model-config [--draft-model-config] (roofline), or the run's own costs."""
-    from specledger.simulate.profile import fit_serving_cost, load_cost
+    from specledger.cost.pricer import load_pricer
+    from specledger.simulate.profile import fit_serving_cost
 
     require(not (profile and hardware), "give either --profile or --hardware, not both")
     require(draft_model_config is None or hardware is not None,
             "--draft-model-config prices a draft model on a roofline; give --hardware and --model-config too")
     if profile is not None:
-        return load_cost(profile)
+        return load_pricer(profile)
     if hardware is not None:
         from specledger.simulate.hardware import hardware as hw_lookup
         from specledger.simulate.hardware import load_model_config, roofline
@@ -59,7 +60,7 @@ def resolve_cost(run: Any, profile: Path | None, hardware: str | None, model_con
         return roofline(hardware, load_model_config(model_config), eff_memory, eff_compute,  # type: ignore[arg-type]
                         draft_model=draft, terms=roofline_terms)
     if (run.path / "cost_model.json").is_file():
-        return load_cost(run.path / "cost_model.json")
+        return load_pricer(run.path / "cost_model.json")
     serving = run.serving_records()
     if serving:
         return fit_serving_cost(serving, source=f"fitted from the batched steps of {run.path}")

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from specledger.cost.pricer import step_s_each
 from specledger.errors import require
 from specledger.simulate.hardware import DRAFT_MODEL_DRAFTERS, RooflineCost
 
@@ -75,7 +76,7 @@ def step_costs(cost: Any, rows: np.ndarray, batch: int, context: np.ndarray) -> 
     many = getattr(cost, "step_s_many", None)
     if many is not None:
         return np.asarray(many(rows, batch, context), dtype=np.float64)
-    return np.array([cost.step_s(r, batch, c) for r, c in zip(rows.tolist(), context.tolist())], dtype=np.float64)
+    return step_s_each(cost, rows, batch, context)
 
 
 def draft_costs(cost: Any, drafter: str, gammas: np.ndarray, context: np.ndarray) -> np.ndarray:

@@ -4,8 +4,8 @@ Static gammas and the batch-size schedule depend on nothing per request, so one 
 serves the whole batch (the fast path a million requests need). Heuristic, EMA and goodput keep
 per-request state: each simulated request gets its own policy object, asked and told every round
 exactly as :class:`specledger.engine.batch.BatchScheduler` asks and tells it. Goodput plans with a
-:class:`specledger.engine.step_cost.StepCost` built from the simulator's cost model (the same
-ladder of row counts the engine measures at start-up), shared by one replica's requests.
+:class:`specledger.engine.step_cost.StepCost` priced by the simulator's cost model, shared by one
+replica's requests.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from typing import Any
 import numpy as np
 
 from specledger.engine.policy import AcceptanceChain, BatchScheduleGamma, GammaPolicy, make_policy
-from specledger.engine.step_cost import DEFAULT_ROWS, StepCost
+from specledger.engine.step_cost import StepCost
 from specledger.errors import require
 
 STATELESS = ("batch",)
 
 
 def step_cost_from(cost: Any, context: float = 128.0, slots: int = 16) -> StepCost:
-    """The engine's start-up calibration, priced by ``cost``: T_fwd(r) = step_s(r, min(r, slots), context)."""
-    return StepCost(list(DEFAULT_ROWS), [cost.step_s(r, min(r, slots), context) for r in DEFAULT_ROWS])
+    """The goodput policy's step cost priced by the simulator's own ``cost``: T_fwd(r) = step_s(r, min(r, slots), context)."""
+    return StepCost(cost, context, slots)
 
 
 class GammaPlan:

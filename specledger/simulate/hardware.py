@@ -265,7 +265,7 @@ class RooflineTerms:
 
 @dataclass
 class RooflineCost:
-    """A CostModel-compatible profile (duck-typed: prefill_s, round_s, step_s, draft_s, other_s)."""
+    """The roofline :class:`specledger.cost.pricer.StepPricer` (never measured; ``source`` says so)."""
 
     model: ModelConfig
     hw: Hardware
@@ -323,7 +323,8 @@ class RooflineCost:
     def round_s(self, rows: int, context: float) -> float:
         return self.step_s(rows, 1, context)
 
-    def prefill_s(self, prompt_tokens: int) -> float:
+    def prefill_s(self, prompt_tokens: int, slots: int = 1) -> float:
+        """One step of R = n rows at context n / 2 (the roofline has no slot term: ``slots`` is ignored)."""
         return self._step(self.model, max(1, prompt_tokens), 1, prompt_tokens / 2)
 
     def draft_s(self, drafter: str, gamma: int, context: float = 0.0) -> float:
@@ -352,6 +353,15 @@ class RooflineCost:
                 "other_per_request_s": self.other_per_request_s,
                 "draft_model": asdict(self.draft_model) if self.draft_model else None,
                 "overheads": asdict(self.overheads)}
+
+
+def roofline_from_dict(d: dict[str, Any]) -> RooflineCost:
+    """A roofline profile :meth:`RooflineCost.to_dict` wrote (one written before the overheads: the pure roofline)."""
+    o = d.get("overheads") or {"name": "bound"}
+    return RooflineCost(ModelConfig(**d["model"]), Hardware(**d["hardware"]), d["eff_memory"], d["eff_compute"],
+                        d["model_free_draft_s"], d["other_base_s"], d["other_per_request_s"],
+                        ModelConfig(**d["draft_model"]) if d.get("draft_model") else None,
+                        Overheads(**{**o, "capture_sizes": tuple(o.get("capture_sizes", ()))}))
 
 
 def roofline(hw_name: str, model: ModelConfig, eff_memory: float = 0.7, eff_compute: float = 0.5,

@@ -1,6 +1,8 @@
-"""Cost profiles the simulator can price steps with, and the batched-step fit from a serving run.
+"""The batched-step fit from a serving run (a measured :class:`~specledger.predict.costmodel.CostModel`).
 
-Three sources, each labelled in every output (``source``):
+The simulator prices steps with any :class:`specledger.cost.pricer.StepPricer` (measured, imported or
+roofline, each labelled in every output by its ``source``); this module builds the measured one from a
+serving run:
 
 * a serving run's own steps (:func:`fit_serving_cost`): the batched engine writes one round record
   per request per step, and the rounds of one step share its packed forward's ``t_verify`` exactly,
@@ -21,14 +23,10 @@ Three sources, each labelled in every output (``source``):
                                  (sampling, acceptance, stop checks, scheduling -- all of it)
       noise     each step's forward times a ratio drawn from the run's step-to-step jitter
                 (:func:`local_noise_quantiles`), each prefill from its noise at a fixed prompt and slot
-                count (:func:`noise_quantiles`); :meth:`ServingCost.jitter`, used when asked
+                count (:func:`noise_quantiles`); :meth:`CostModel.jitter`, used when asked
 
-* a cost model file (``specledger calibrate`` / a run's ``cost_model.json``), read with
-  :class:`specledger.predict.costmodel.CostModel`, or a file this module wrote (``kind: serving-fit``);
-* a measured cost surface (``specledger calibrate --import``, ``kind: cost-surface``, or the import-format
-  ``.jsonl`` itself), priced by :class:`specledger.cost.serving.SurfaceCost` (its source states what the
-  surface does not measure);
-* a roofline (:mod:`specledger.simulate.hardware`), never measured and said so.
+Cost files (a cost model, a serving fit, a surface, a roofline) are read by the one loader,
+:func:`specledger.cost.pricer.load_pricer`.
 """
 
 from __future__ import annotations
@@ -36,8 +34,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,23 +43,18 @@ from specledger.engine.trace import RequestRecord
 from specledger.errors import require
 from specledger.predict.costmodel import (
     FORWARD_TERMS,
+    NOISE_QUANTILES,
+    OVERHEAD_TERMS,
     PREFILL_TERMS,
+    SLOT_TERM,
+    CostModel,
     Part,
     draft_features,
     fit_part,
     forward_features,
     prefill_features,
+    slot_prefill_features,
 )
-
-OVERHEAD_TERMS = ("1", "B")
-SLOT_TERM = "P_lnS"
-
-
-def slot_prefill_features(prompt_tokens: float, slots: float) -> dict[str, float]:
-    """:func:`prefill_features` plus P ln S (S >= 1 sequence slots)."""
-    x = prefill_features(prompt_tokens)
-    x[SLOT_TERM] = float(prompt_tokens) * math.log(max(float(slots), 1.0))
-    return x
 
 
 def record_slots(r: RequestRecord) -> int | None:
@@ -70,7 +62,6 @@ def record_slots(r: RequestRecord) -> int | None:
     e = r.extra
     s = e.get("slots") or (e.get("load") if e.get("kind") == "concurrency" else e.get("concurrency"))
     return int(s) if isinstance(s, (int, float)) and s >= 1 else None
-_Q = np.linspace(0.0, 1.0, 101)
 
 
 def noise_quantiles(values: Sequence[float], keys: Sequence[Any], min_group: int = 5) -> list[float]:
@@ -85,7 +76,7 @@ def noise_quantiles(values: Sequence[float], keys: Sequence[Any], min_group: int
     if r.size == 0:
         return []
     lo, hi = np.quantile(r, [0.01, 0.99])
-    return np.quantile(np.clip(r, lo, hi), _Q).tolist()
+    return np.quantile(np.clip(r, lo, hi), NOISE_QUANTILES).tolist()
 
 
 def local_noise_quantiles(records: Sequence[RequestRecord], steps: Sequence[Step], forward: Part,
@@ -112,7 +103,7 @@ def local_noise_quantiles(records: Sequence[RequestRecord], steps: Sequence[Step
         out.append(xv / local)
     if not out:
         return []
-    return np.quantile(np.concatenate(out), _Q).tolist()
+    return np.quantile(np.concatenate(out), NOISE_QUANTILES).tolist()
 
 
 def robust_fit(terms: Sequence[str], rows: Sequence[dict[str, float]], y: Sequence[float], iterations: int = 8,
@@ -136,61 +127,6 @@ def robust_fit(terms: Sequence[str], rows: Sequence[dict[str, float]], y: Sequen
     part.rms_s = float(np.sqrt(np.mean((yv - x @ np.asarray(part.coef)) ** 2)))
     part.n_obs = len(rows)
     return part
-
-
-@dataclass
-class ServingCost:
-    """Step prices fitted from a serving run (duck-typed like CostModel: prefill_s, step_s, round_s, draft_s, other_s)."""
-
-    source: str
-    forward: Part
-    prefill: Part
-    overhead: Part
-    draft: dict[str, Part] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
-    forward_ratios: list[float] = field(default_factory=list)  # t / median at the same work, 101 quantiles
-    prefill_ratios: list[float] = field(default_factory=list)
-
-    def jitter(self, u: float) -> tuple[float, float]:
-        """(forward, prefill) multipliers at quantile ``u`` in [0, 1) of the measured ratios (1 without them):
-        the machine's own step-time noise, so tails (ITL P99, stalls) are not those of a perfectly steady
-        machine. The simulator passes a keyed uniform (:func:`specledger.simulate.chains.keyed_stream`)."""
-        f = float(np.interp(u, _Q, self.forward_ratios)) if self.forward_ratios else 1.0
-        p = float(np.interp(u, _Q, self.prefill_ratios)) if self.prefill_ratios else 1.0
-        return f, p
-
-    #: prefill_s takes the server's slot count (the replica passes ``slots=max_num_seqs``)
-    slot_dependent_prefill = True
-
-    def prefill_s(self, prompt_tokens: int, slots: int = 1) -> float:
-        if SLOT_TERM in self.prefill.terms:
-            return self.prefill.value(slot_prefill_features(prompt_tokens, slots))
-        return self.prefill.value(prefill_features(prompt_tokens))
-
-    def step_s(self, total_rows: int, batch: int, context: float) -> float:
-        return self.forward.value(forward_features(max(total_rows, batch), max(batch, 1), context))
-
-    def round_s(self, rows: int, context: float) -> float:
-        return self.step_s(rows, 1, context)
-
-    def draft_s(self, drafter: str, gamma: int, context: float = 0.0) -> float:
-        part = self.draft.get(drafter)
-        return part.value(draft_features(gamma, context)) if part is not None and gamma > 0 else 0.0
-
-    def other_s(self, batch: int = 1) -> float:
-        return self.overhead.value({"1": 1.0, "B": float(batch)})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": "serving-fit", "source": self.source, "forward": self.forward.to_dict(),
-                "prefill": self.prefill.to_dict(), "overhead": self.overhead.to_dict(),
-                "draft": {k: v.to_dict() for k, v in self.draft.items()}, "meta": self.meta,
-                "forward_ratios": self.forward_ratios, "prefill_ratios": self.prefill_ratios}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ServingCost:
-        return cls(str(d.get("source", "")), Part.from_dict(d["forward"]), Part.from_dict(d["prefill"]),
-                   Part.from_dict(d["overhead"]), {k: Part.from_dict(v) for k, v in d.get("draft", {}).items()},
-                   dict(d.get("meta", {})), list(d.get("forward_ratios", [])), list(d.get("prefill_ratios", [])))
 
 
 @dataclass
@@ -245,8 +181,9 @@ def _chunk_times(r: RequestRecord) -> list[float]:
     return out
 
 
-def fit_serving_cost(records: Sequence[RequestRecord], source: str = "") -> ServingCost:
-    """Fit a :class:`ServingCost` from a serving run's records (see the module docstring)."""
+def fit_serving_cost(records: Sequence[RequestRecord], source: str = "") -> CostModel:
+    """Fit the measured :class:`~specledger.predict.costmodel.CostModel` of a serving run's batched steps
+    (see the module docstring): the same type as a solo run's, with a per-step overhead and step noise."""
     records = [r for r in records if r.rounds]
     require(bool(records), "no serving rounds to fit step costs on; give a `sweep --experiment serving` run")
     steps = steps_from_records(records)
@@ -277,38 +214,9 @@ def fit_serving_cost(records: Sequence[RequestRecord], source: str = "") -> Serv
     overhead = robust_fit(OVERHEAD_TERMS, [{"1": 1.0, "B": float(s.batch)} for s in walls], ov_y)
     f_ratio = local_noise_quantiles(records, steps, forward)
     p_ratio = noise_quantiles([r.t_prefill for r, _ in pre], [(r.prompt_tokens, s) for r, s in pre])
-    return ServingCost(source or f"fitted from {len(steps)} batched steps of a serving run", forward, prefill,
-                       overhead, draft, {"steps": len(steps), "requests": len(records),
-                                         "forward_rms_ms": 1e3 * (forward.rms_s or math.nan)}, f_ratio, p_ratio)
+    return CostModel(source or f"fitted from {len(steps)} batched steps of a serving run", forward, prefill, draft,
+                     meta={"steps": len(steps), "requests": len(records),
+                           "forward_rms_ms": 1e3 * (forward.rms_s or math.nan)},
+                     overhead=overhead, forward_ratios=f_ratio, prefill_ratios=p_ratio)
 
 
-def load_cost(path: str | Path) -> Any:
-    """A cost file: this module's ``serving-fit``, a roofline profile, a measured cost surface (``kind:
-    cost-surface``, or an import-format ``.jsonl``; priced by :class:`specledger.cost.serving.SurfaceCost`),
-    or a predict CostModel JSON."""
-    from specledger.cost.serving import SurfaceCost
-    from specledger.cost.surface import KIND as SURFACE_KIND
-    from specledger.cost.surface import CostSurface
-    from specledger.rundir import read_json
-
-    p = Path(path)
-    require(p.is_file(), f"cost profile not found: {p}; run `specledger calibrate --out {p}` or give --hardware")
-    if p.suffix == ".jsonl":
-        return SurfaceCost(CostSurface.from_jsonl(p))
-    d = read_json(p, "give a cost profile JSON (`specledger calibrate --out FILE`)")
-    require(isinstance(d, dict), f"{p} is not a cost profile (a JSON object); re-run `specledger calibrate`")
-    if d.get("kind") == SURFACE_KIND:
-        return SurfaceCost(CostSurface.from_dict(d, str(p)))
-    if d.get("kind") == "serving-fit":
-        return ServingCost.from_dict(d)
-    if d.get("kind") == "roofline":
-        from specledger.simulate.hardware import Hardware, ModelConfig, Overheads, RooflineCost
-
-        o = d.get("overheads") or {"name": "bound"}  # a profile written before the overheads: the pure roofline
-        return RooflineCost(ModelConfig(**d["model"]), Hardware(**d["hardware"]), d["eff_memory"], d["eff_compute"],
-                            d["model_free_draft_s"], d["other_base_s"], d["other_per_request_s"],
-                            ModelConfig(**d["draft_model"]) if d.get("draft_model") else None,
-                            Overheads(**{**o, "capture_sizes": tuple(o.get("capture_sizes", ()))}))
-    from specledger.predict.costmodel import CostModel
-
-    return CostModel.from_dict(d)

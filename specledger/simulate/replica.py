@@ -130,9 +130,10 @@ class Replica:
         self._kv_blocks = (None if cfg.kv_budget_tokens is None
                            else max(1, cfg.kv_budget_tokens // cfg.block_size))
         self._budget = cfg.budget()
-        # a fitted profile whose prefill depends on the server's slot count (profile.ServingCost)
+        # a fitted profile whose prefill depends on the server's slot count (a serving fit, CostModel.slot_dependent_prefill)
         self._slots_kw = {"slots": cfg.max_num_seqs} if getattr(cost, "slot_dependent_prefill", False) else {}
-        noise = getattr(cost, "jitter", None)  # a measured profile's step-time noise (u -> multipliers), if any
+        # a measured profile's step-time noise (u -> multipliers), if it carries one (CostModel.has_noise)
+        noise = getattr(cost, "jitter", None) if getattr(cost, "has_noise", True) else None
         self._noise = noise if noise is not None and jitter else None
         self.nstep = 0  # steps this replica has run (the key of its forward jitter)
         self.last_dt = 0.0  # duration of its latest step (the fast path's horizon guess)
