@@ -37,6 +37,8 @@ GATES = ("correctness", "quality", "latency", "capacity")
 class SLO:
     ttft_p99_ms: float = 2000.0
     tpot_p50_ms: float = 200.0
+    #: at loads > 1 (the load gates also read TPOT P99 and token-ITL P99)
+    tpot_p99_ms: float = 400.0
     itl_p99_ms: float = 500.0
     stall_ms: float = 1000.0
     quality_tolerance: float = 0.02
@@ -47,6 +49,8 @@ class SLO:
     require_assessed: bool = False
     #: the concurrency the service runs at; the verdict at this load is the one to act on
     target_load: int | None = None
+    #: resource cost limit at loads > 1: CPU-seconds per 1k committed tokens (None = reported, not judged)
+    max_cpu_s_per_1k_tokens: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,7 +88,7 @@ def slo_from_dict(data: dict[str, Any], source: str = "SLO") -> SLO:
     values = {}
     for name, value in data.items():
         default = known[name]
-        if name in ("max_memory_mb", "target_load") and value is None:
+        if name in ("max_memory_mb", "target_load", "max_cpu_s_per_1k_tokens") and value is None:
             values[name] = None
             continue
         if name == "target_load":
@@ -228,18 +232,38 @@ def _score(r: RequestRecord) -> float | None:
     return float(value)
 
 
+def _cut(records: Sequence[RequestRecord]) -> bool:
+    """Every reply of the prompt was cut at the token budget before an answer/function could finish
+    (``extra["quality_complete"]`` False; records without the flag count as complete)."""
+    return bool(records) and all(isinstance(r.extra, dict) and r.extra.get("quality_complete") is False
+                                 for r in records)
+
+
 def quality_gate(
     spec: Sequence[RequestRecord], base: Sequence[RequestRecord], tolerance: float = 0.02
 ) -> GateResult:
-    """Mean task score on prompts scored on both sides; pass iff spec ≥ plain − tolerance."""
+    """Mean task score on prompts scored on both sides; pass iff spec ≥ plain − tolerance.
+
+    Prompts whose replies were all cut at the token budget before the metric had anything to read
+    (no whole function, no stated answer: ``extra["quality_complete"]`` False) are left out; when
+    that leaves none, "not assessed: output cut at N tokens ...", never a pass on 0.000 vs 0.000."""
     sp, bp = by_prompt(spec), by_prompt(base)
-    pairs = []
+    pairs, cut, cut_at = [], 0, 0
     for pid in shared_prompts(spec, base):
         s = [x for r in sp[pid] if (x := _score(r)) is not None]
         b = [x for r in bp[pid] if (x := _score(r)) is not None]
-        if s and b:
-            pairs.append((sum(s) / len(s), sum(b) / len(b)))
+        if not (s and b):
+            continue
+        if _cut(sp[pid] + bp[pid]):
+            cut += 1
+            cut_at = max([cut_at] + [r.output_tokens for r in sp[pid] + bp[pid]])
+            continue
+        pairs.append((sum(s) / len(s), sum(b) / len(b)))
     if not pairs:
+        if cut:
+            return GateResult("quality", NOT_ASSESSED,
+                              f"output cut at {cut_at} tokens before an answer/function could finish on "
+                              f"{cut}/{cut} scored prompts; raise the category's max tokens")
         return GateResult("quality", NOT_ASSESSED, "no task scores recorded on shared prompts")
     ms = sum(p[0] for p in pairs) / len(pairs)
     mb = sum(p[1] for p in pairs) / len(pairs)
@@ -247,7 +271,8 @@ def quality_gate(
     return GateResult(
         "quality",
         status,
-        f"mean score {ms:.3f} vs plain {mb:.3f} ({ms - mb:+.3f}, tolerance {tolerance:g}) on {len(pairs)} prompts",
+        f"mean score {ms:.3f} vs plain {mb:.3f} ({ms - mb:+.3f}, tolerance {tolerance:g}) on {len(pairs)} prompts"
+        + (f" ({cut} more cut at {cut_at} tokens before an answer could finish, left out)" if cut else ""),
     )
 
 
@@ -289,6 +314,108 @@ def capacity_gate(
         else:
             evidence += f"; peak memory {mb:.0f} MiB (no limit set)"
     return GateResult("capacity", PASS if ok else FAIL, evidence)
+
+
+# ----------------------------------------------------------------------------- at loads > 1
+
+
+def load_latency_gate(latency: dict[str, Any], slo: SLO = SLO()) -> GateResult:
+    """At a load > 1: TTFT P99, TPOT P50 and P99, token-ITL P99 and the longest stall (ms) against the SLO."""
+    checks = [
+        ("TTFT P99", latency["ttft_ms"]["p99"], slo.ttft_p99_ms),
+        ("TPOT P50", latency["tpot_ms"]["p50"], slo.tpot_p50_ms),
+        ("TPOT P99", latency["tpot_ms"]["p99"], slo.tpot_p99_ms),
+        ("token-ITL P99", latency["itl_token_ms"]["p99"], slo.itl_p99_ms),
+        ("stall", latency["longest_stall_ms"], slo.stall_ms),
+    ]
+    known = [(n, v, lim) for n, v, lim in checks if v is not None]
+    if not known:
+        return GateResult("latency", NOT_ASSESSED, "no latency samples")
+    over = [n for n, v, lim in known if v > lim]
+    parts = [f"{n} {v:.1f}{'>' if v > lim else '≤'}{lim:g} ms" for n, v, lim in known]
+    return GateResult("latency", FAIL if over else PASS, ", ".join(parts))
+
+
+def meets_slo(r: RequestRecord, slo: SLO = SLO()) -> bool:
+    """One request meets every per-request SLO (DistServe's goodput unit): TTFT, TPOT (against the
+    P99 target) and its longest stall."""
+    from specledger.analysis.metrics import chunk_gaps, tpot
+
+    if r.ttft * 1e3 > slo.ttft_p99_ms:
+        return False
+    per_token = tpot(r.ttft, r.total_time, r.output_tokens)
+    if per_token is not None and per_token * 1e3 > slo.tpot_p99_ms:
+        return False
+    gaps = chunk_gaps(r.token_times, r.chunks) if r.token_times else []
+    return not gaps or max(gaps) * 1e3 <= slo.stall_ms
+
+
+def _point(records: Sequence[RequestRecord], key: str) -> float | None:
+    values = {float(r.extra[key]) for r in records if isinstance(r.extra.get(key), (int, float))}
+    return sum(values) if values else None  # one point per setting and load: one value
+
+
+def goodput(records: Sequence[RequestRecord], slo: SLO = SLO()) -> tuple[float | None, int, int]:
+    """(requests meeting every SLO per second of their point's wall time, met, of)."""
+    wall = _point(records, "point_wall_s")
+    met = sum(meets_slo(r, slo) for r in records)
+    return (met / wall if wall else None), met, len(records)
+
+
+def cpu_per_1k_tokens(records: Sequence[RequestRecord]) -> float | None:
+    """CPU-seconds per 1k committed tokens of the point(s) the records come from."""
+    cpu, tokens = _point(records, "point_cpu_s"), _point(records, "point_tokens")
+    return 1e3 * cpu / tokens if cpu is not None and tokens else None
+
+
+def kv_capacity(records: Sequence[RequestRecord], gamma: int, meta: dict[str, Any], slo: SLO = SLO()
+                ) -> tuple[int | None, str]:
+    """The largest concurrency whose KV fits the memory budget (``slo.max_memory_mb``, else the machine's
+    memory) after the weights: per request (context · (m_KV + draft m_KV) + B·γ·m_KV's share γ · m_KV),
+    context = the longest prompt + output of the records. (None, why) when m_KV is unknown."""
+    m_kv = meta.get("kv_bytes_per_token")
+    budget = slo.max_memory_mb * 2**20 if slo.max_memory_mb is not None else meta.get("memory_total_bytes")
+    if not isinstance(m_kv, (int, float)) or not m_kv or not isinstance(budget, (int, float)) or not records:
+        return None, "KV capacity not assessed (no m_KV or memory budget in run.json)"
+    draft_kv = max((float(r.extra.get("draft_kv_bytes_per_token") or 0) for r in records), default=0.0)
+    draft_w = max((float(r.extra.get("draft_weight_bytes") or 0) for r in records), default=0.0)
+    weights = float(meta.get("weight_bytes") or 0) + draft_w
+    context = max(r.prompt_tokens + r.output_tokens for r in records)
+    per_request = context * (m_kv + draft_kv) + max(int(gamma or 0), 0) * m_kv
+    fits = max(int((budget - weights) // per_request), 0)
+    where = f"{slo.max_memory_mb:g} MiB SLO" if slo.max_memory_mb is not None else "machine memory"
+    return fits, (f"KV fits {fits:,} concurrent ({context} tokens × {(m_kv + draft_kv) / 1024:.1f} KiB"
+                  + (f" + γ·m_KV {gamma * m_kv / 1024:.1f} KiB" if gamma else "")
+                  + f" per request, {budget / 2**30:.1f} GiB {where} less {weights / 2**20:.0f} MiB weights)")
+
+
+def load_capacity_gate(spec: Sequence[RequestRecord], base: Sequence[RequestRecord], gamma: int, load: int,
+                       meta: dict[str, Any], slo: SLO = SLO()) -> GateResult:
+    """At a load > 1: goodput (requests/s meeting every SLO, DistServe) at least plain's at the same
+    load; KV capacity (candidate reservation B·γ·m_KV included) at least the load; CPU-seconds per 1k
+    committed tokens, within ``slo.max_cpu_s_per_1k_tokens`` when set."""
+    g, met, of = goodput(spec, slo)
+    bg, bmet, bof = goodput(base, slo)
+    if g is None or bg is None:
+        return GateResult("capacity", NOT_ASSESSED, "no paired plain point at this load")
+    fails, parts = [], [f"goodput {g:.2f} req/s ({met}/{of} met the SLO) {'≥' if g >= bg else '<'} "
+                        f"plain {bg:.2f} ({bmet}/{bof})"]
+    if g < bg:
+        fails.append("goodput")
+    fits, text = kv_capacity(spec, gamma, meta, slo)
+    parts.append(text + (f" {'≥' if fits >= load else '<'} load {load}" if fits is not None else ""))
+    if fits is not None and fits < load:
+        fails.append("KV")
+    cpu, bcpu = cpu_per_1k_tokens(spec), cpu_per_1k_tokens(base)
+    if cpu is not None:
+        lim = slo.max_cpu_s_per_1k_tokens
+        parts.append(f"{cpu:.1f} CPU-s per 1k tokens (plain {bcpu:.1f})" if bcpu is not None
+                     else f"{cpu:.1f} CPU-s per 1k tokens")
+        if lim is not None:
+            parts[-1] += f" {'≤' if cpu <= lim else '>'} {lim:g}"
+            if cpu > lim:
+                fails.append("CPU cost")
+    return GateResult("capacity", FAIL if fails else PASS, "; ".join(parts))
 
 
 def evaluate_gates(
