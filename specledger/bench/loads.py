@@ -108,7 +108,9 @@ def run_load_points(
                     continue
                 if progress:
                     progress(count - 1, total, f"load {load} T={temperature:g} {label}")
-                factory = (lambda n=name: make_drafter(n, engine, layers=layers, draft_path=plan.draft))
+                def factory(n: str = name) -> Any:
+                    return make_drafter(n, engine, layers=layers, draft_path=plan.draft)
+
                 records, m = run_point(engine.model, prompts, factory, gamma, budgets, concurrency=load, eos=eos,
                                        params=SamplingParams(temperature=temperature, seed=plan.seed))
                 draft = m.get("draft_memory", {})
