@@ -195,3 +195,15 @@ def test_analyze_loads_ignores_solo_records():
     solo = _rec("a", "none", 0, extra={})
     solo.extra.pop("experiment")
     assert analyze_loads([solo])["verdicts"] == []
+
+
+def test_load_points_under_sampling(tmp_path, engine, workload):
+    out = tmp_path / "run"
+    plan = RunPlan(drafters=["ngram"], gammas=[2], temperatures=[0.8], max_tokens=8,
+                   workload_file=str(workload), loads=[1, 3])
+    run(out, plan, engine)
+    summary, _ = build_report(out, n_resamples=20)
+    at3 = [s for s in summary["load_scenarios"] if s["load"] == 3]
+    assert at3 and all(s["temperature"] == 0.8 for s in at3)
+    # one sample per prompt cannot test a sampler: said, never a pass
+    assert {s["gates"]["correctness"]["status"] for s in at3} == {NOT_ASSESSED}

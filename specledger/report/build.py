@@ -206,6 +206,7 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
         slo=summary["slo"],
         verdicts=summary["verdicts"],
         schedules=summary.get("schedules", []),
+        load_scenarios=summary.get("load_scenarios", []),
         unpaired=summary["unpaired"],
         scenarios=summary["scenarios"],
         baselines=summary["baselines"],
