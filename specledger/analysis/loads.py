@@ -53,9 +53,13 @@ def analyze_loads(
     for load in sorted(by_load):
         groups = group_scenarios(by_load[load])
         at_load = []
+        plain_latency: dict[tuple[str, float], Any] = {}
         for key, recs in groups.items():
             if key.is_baseline:
-                baselines.append({**analyze_baseline(key, recs), "load": load})
+                b = {**analyze_baseline(key, recs), "load": load}
+                plain_latency[key.group] = load_latency_gate(b["latency"], slo)
+                b["latency_gate"] = plain_latency[key.group].to_dict()
+                baselines.append(b)
                 continue
             base = groups.get(baseline_key(key), [])
             s = analyze_scenario(key, recs, base, n_resamples, seed)
@@ -71,5 +75,10 @@ def analyze_loads(
             s["label"] = f"{s['label']} @ load {load}"
             at_load.append(s)
         scenarios += at_load
-        decided += [{**v, "load": load, "simulated": False} for v in verdicts(at_load, slo, controls)]
+        for v in verdicts(at_load, slo, controls):
+            lat = plain_latency.get((v["category"], v["temperature"]))
+            if v["decision"] == "off" and lat is not None and lat.status == "fail":
+                v["reason"] += (f" Plain decoding misses the latency SLO at load {load} too ({lat.evidence}): "
+                                "this load needs more capacity or a looser SLO whichever setting runs.")
+            decided.append({**v, "load": load, "simulated": False})
     return {"loads": sorted(by_load), "scenarios": scenarios, "baselines": baselines, "verdicts": decided}
