@@ -4,8 +4,9 @@ Each gate is ``pass``, ``fail`` or ``not assessed`` (shown honestly, never guess
 evidence string:
 
 - correctness: greedy (T = 0) outputs token-identical to plain decoding on every shared prompt;
-  under sampling, two-sample tests on the paired prompts (Wilcoxon signed-rank on output length,
-  chi-square homogeneity on the first output token) when there are ≥ ``min_sampled_prompts``.
+  under sampling, the tokens after the first speculative round over many samples of one prompt,
+  speculative vs plain, with its power stated (:mod:`specledger.correctness`); "not assessed
+  (power X %)" when the sample is too small.
 - quality: mean task score (``extra["quality"]``) at most ``quality_tolerance`` below the baseline's.
 - latency: TTFT P99, TPOT P50, chunk ITL P99 and the longest stall within the SLO.
 - capacity: paired tokens/s ≥ the baseline's; peak memory within ``max_memory_mb`` if both are known.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -36,6 +37,8 @@ GATES = ("correctness", "quality", "latency", "capacity")
 class SLO:
     ttft_p99_ms: float = 2000.0
     tpot_p50_ms: float = 200.0
+    #: at loads > 1 (the load gates also read TPOT P99 and token-ITL P99)
+    tpot_p99_ms: float = 400.0
     itl_p99_ms: float = 500.0
     stall_ms: float = 1000.0
     quality_tolerance: float = 0.02
@@ -44,6 +47,10 @@ class SLO:
     min_sampled_prompts: int = 20
     alpha: float = 0.01
     require_assessed: bool = False
+    #: the concurrency the service runs at; the verdict at this load is the one to act on
+    target_load: int | None = None
+    #: resource cost limit at loads > 1: CPU-seconds per 1k committed tokens (None = reported, not judged)
+    max_cpu_s_per_1k_tokens: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,11 +88,31 @@ def slo_from_dict(data: dict[str, Any], source: str = "SLO") -> SLO:
     values = {}
     for name, value in data.items():
         default = known[name]
-        if name == "max_memory_mb" and value is None:
+        if name in ("max_memory_mb", "target_load", "max_cpu_s_per_1k_tokens") and value is None:
             values[name] = None
+            continue
+        if name == "target_load":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value < 1 or value != int(value):
+                raise SpecLedgerError(f"{source}: SLO key 'target_load' must be a whole number of concurrent "
+                                      f"requests ≥ 1, got {value!r}")
+            values[name] = int(value)
             continue
         values[name] = _check_value(name, value, default if default is not None else 0.0)
     return SLO(**values)
+
+
+def check_target_load(slo: SLO, measured: Sequence[int], simulated: Sequence[int] = ()) -> None:
+    """One-line error when the SLO's ``target_load`` is neither measured nor simulated in this run."""
+    if slo.target_load is None or slo.target_load in set(measured) | set(simulated):
+        return
+    have = ", ".join(str(x) for x in sorted(set(measured))) or "none"
+    sim = ", ".join(str(x) for x in sorted(set(simulated)))
+    raise SpecLedgerError(
+        f"SLO target_load {slo.target_load} was not measured (loads {have})"
+        + (f" or simulated (loads {sim})" if sim else "")
+        + f"; add it with --loads ...,{slo.target_load} or change target_load"
+    )
 
 
 def load_slo(path: str | Path | None) -> SLO:
@@ -173,53 +200,18 @@ def greedy_correctness(spec: Sequence[RequestRecord], base: Sequence[RequestReco
     )
 
 
-def _first_token_pvalue(spec_first: list[int], base_first: list[int]) -> float:
-    """Chi-square homogeneity p-value of two first-token samples; tokens rarer than 5 in total are pooled."""
-    from scipy.stats import chi2_contingency
-
-    counts = Counter(spec_first) + Counter(base_first)
-    common = [t for t, c in counts.items() if c >= 5]
-    cs, cb = Counter(spec_first), Counter(base_first)
-    rows = [[cs[t] for t in common], [cb[t] for t in common]]
-    rows[0].append(len(spec_first) - sum(rows[0]))
-    rows[1].append(len(base_first) - sum(rows[1]))
-    cols = [i for i in range(len(rows[0])) if rows[0][i] + rows[1][i] > 0]
-    if len(cols) < 2:
-        return 1.0
-    return float(chi2_contingency([[r[i] for i in cols] for r in rows])[1])
-
-
 def sampled_correctness(
     spec: Sequence[RequestRecord], base: Sequence[RequestRecord], min_prompts: int = 20, alpha: float = 0.01
 ) -> GateResult:
-    """Under sampling outputs differ request by request; test the distributions instead.
+    """Under sampling outputs differ request by request; test the distributions of the tokens after
+    the first speculative round over many samples of the same prompt (:mod:`specledger.correctness`).
+    Too few samples for 95 % power: "not assessed (power X %)", never "pass". ``min_prompts`` is
+    kept for callers; the test's unit is samples of one prompt, not prompts."""
+    from specledger.correctness import sampled_test
 
-    Paired by prompt: Wilcoxon signed-rank on output lengths and chi-square on first tokens, each
-    at alpha/2 (Bonferroni). Fewer than ``min_prompts`` shared prompts: not assessed.
-    """
-    from scipy.stats import wilcoxon
-
-    prompts = shared_prompts(spec, base)
-    if len(prompts) < min_prompts:
-        return GateResult(
-            "correctness",
-            NOT_ASSESSED,
-            f"sampling: {len(prompts)} shared prompts, need ≥ {min_prompts} to compare output distributions",
-        )
-    sp, bp = by_prompt(spec), by_prompt(base)
-    diffs = [sp[p][0].output_tokens - bp[p][0].output_tokens for p in prompts]
-    p_len = 1.0 if all(d == 0 for d in diffs) else float(wilcoxon(diffs, zero_method="zsplit").pvalue)
-    first_s = [sp[p][0].token_ids[0] for p in prompts if sp[p][0].token_ids]
-    first_b = [bp[p][0].token_ids[0] for p in prompts if bp[p][0].token_ids]
-    p_first = _first_token_pvalue(first_s, first_b)
-    evidence = (
-        f"sampling, {len(prompts)} paired prompts: output length Wilcoxon p={p_len:.3g}, "
-        f"first-token chi-square p={p_first:.3g} (fail below {alpha / 2:.3g})"
-    )
-    status = FAIL if min(p_len, p_first) < alpha / 2 else PASS
-    return GateResult(
-        "correctness", status, evidence if status == FAIL else "no evidence of a difference; " + evidence
-    )
+    res = sampled_test(spec, base, alpha)
+    return GateResult("correctness", res["status"], ("sampling: " if res["status"] != NOT_ASSESSED else "")
+                      + res["evidence"])
 
 
 def correctness_gate(
@@ -240,18 +232,38 @@ def _score(r: RequestRecord) -> float | None:
     return float(value)
 
 
+def _cut(records: Sequence[RequestRecord]) -> bool:
+    """Every reply of the prompt was cut at the token budget before an answer/function could finish
+    (``extra["quality_complete"]`` False; records without the flag count as complete)."""
+    return bool(records) and all(isinstance(r.extra, dict) and r.extra.get("quality_complete") is False
+                                 for r in records)
+
+
 def quality_gate(
     spec: Sequence[RequestRecord], base: Sequence[RequestRecord], tolerance: float = 0.02
 ) -> GateResult:
-    """Mean task score on prompts scored on both sides; pass iff spec ≥ plain − tolerance."""
+    """Mean task score on prompts scored on both sides; pass iff spec ≥ plain − tolerance.
+
+    Prompts whose replies were all cut at the token budget before the metric had anything to read
+    (no whole function, no stated answer: ``extra["quality_complete"]`` False) are left out; when
+    that leaves none, "not assessed: output cut at N tokens ...", never a pass on 0.000 vs 0.000."""
     sp, bp = by_prompt(spec), by_prompt(base)
-    pairs = []
+    pairs, cut, cut_at = [], 0, 0
     for pid in shared_prompts(spec, base):
         s = [x for r in sp[pid] if (x := _score(r)) is not None]
         b = [x for r in bp[pid] if (x := _score(r)) is not None]
-        if s and b:
-            pairs.append((sum(s) / len(s), sum(b) / len(b)))
+        if not (s and b):
+            continue
+        if _cut(sp[pid] + bp[pid]):
+            cut += 1
+            cut_at = max([cut_at] + [r.output_tokens for r in sp[pid] + bp[pid]])
+            continue
+        pairs.append((sum(s) / len(s), sum(b) / len(b)))
     if not pairs:
+        if cut:
+            return GateResult("quality", NOT_ASSESSED,
+                              f"output cut at {cut_at} tokens before an answer/function could finish on "
+                              f"{cut}/{cut} scored prompts; raise the category's max tokens")
         return GateResult("quality", NOT_ASSESSED, "no task scores recorded on shared prompts")
     ms = sum(p[0] for p in pairs) / len(pairs)
     mb = sum(p[1] for p in pairs) / len(pairs)
@@ -259,7 +271,8 @@ def quality_gate(
     return GateResult(
         "quality",
         status,
-        f"mean score {ms:.3f} vs plain {mb:.3f} ({ms - mb:+.3f}, tolerance {tolerance:g}) on {len(pairs)} prompts",
+        f"mean score {ms:.3f} vs plain {mb:.3f} ({ms - mb:+.3f}, tolerance {tolerance:g}) on {len(pairs)} prompts"
+        + (f" ({cut} more cut at {cut_at} tokens before an answer could finish, left out)" if cut else ""),
     )
 
 
@@ -303,6 +316,108 @@ def capacity_gate(
     return GateResult("capacity", PASS if ok else FAIL, evidence)
 
 
+# ----------------------------------------------------------------------------- at loads > 1
+
+
+def load_latency_gate(latency: dict[str, Any], slo: SLO = SLO()) -> GateResult:
+    """At a load > 1: TTFT P99, TPOT P50 and P99, token-ITL P99 and the longest stall (ms) against the SLO."""
+    checks = [
+        ("TTFT P99", latency["ttft_ms"]["p99"], slo.ttft_p99_ms),
+        ("TPOT P50", latency["tpot_ms"]["p50"], slo.tpot_p50_ms),
+        ("TPOT P99", latency["tpot_ms"]["p99"], slo.tpot_p99_ms),
+        ("token-ITL P99", latency["itl_token_ms"]["p99"], slo.itl_p99_ms),
+        ("stall", latency["longest_stall_ms"], slo.stall_ms),
+    ]
+    known = [(n, v, lim) for n, v, lim in checks if v is not None]
+    if not known:
+        return GateResult("latency", NOT_ASSESSED, "no latency samples")
+    over = [n for n, v, lim in known if v > lim]
+    parts = [f"{n} {v:.1f}{'>' if v > lim else '≤'}{lim:g} ms" for n, v, lim in known]
+    return GateResult("latency", FAIL if over else PASS, ", ".join(parts))
+
+
+def meets_slo(r: RequestRecord, slo: SLO = SLO()) -> bool:
+    """One request meets every per-request SLO (DistServe's goodput unit): TTFT, TPOT (against the
+    P99 target) and its longest stall."""
+    from specledger.analysis.metrics import chunk_gaps, tpot
+
+    if r.ttft * 1e3 > slo.ttft_p99_ms:
+        return False
+    per_token = tpot(r.ttft, r.total_time, r.output_tokens)
+    if per_token is not None and per_token * 1e3 > slo.tpot_p99_ms:
+        return False
+    gaps = chunk_gaps(r.token_times, r.chunks) if r.token_times else []
+    return not gaps or max(gaps) * 1e3 <= slo.stall_ms
+
+
+def _point(records: Sequence[RequestRecord], key: str) -> float | None:
+    values = {float(r.extra[key]) for r in records if isinstance(r.extra.get(key), (int, float))}
+    return sum(values) if values else None  # one point per setting and load: one value
+
+
+def goodput(records: Sequence[RequestRecord], slo: SLO = SLO()) -> tuple[float | None, int, int]:
+    """(requests meeting every SLO per second of their point's wall time, met, of)."""
+    wall = _point(records, "point_wall_s")
+    met = sum(meets_slo(r, slo) for r in records)
+    return (met / wall if wall else None), met, len(records)
+
+
+def cpu_per_1k_tokens(records: Sequence[RequestRecord]) -> float | None:
+    """CPU-seconds per 1k committed tokens of the point(s) the records come from."""
+    cpu, tokens = _point(records, "point_cpu_s"), _point(records, "point_tokens")
+    return 1e3 * cpu / tokens if cpu is not None and tokens else None
+
+
+def kv_capacity(records: Sequence[RequestRecord], gamma: int, meta: dict[str, Any], slo: SLO = SLO()
+                ) -> tuple[int | None, str]:
+    """The largest concurrency whose KV fits the memory budget (``slo.max_memory_mb``, else the machine's
+    memory) after the weights: per request (context · (m_KV + draft m_KV) + B·γ·m_KV's share γ · m_KV),
+    context = the longest prompt + output of the records. (None, why) when m_KV is unknown."""
+    m_kv = meta.get("kv_bytes_per_token")
+    budget = slo.max_memory_mb * 2**20 if slo.max_memory_mb is not None else meta.get("memory_total_bytes")
+    if not isinstance(m_kv, (int, float)) or not m_kv or not isinstance(budget, (int, float)) or not records:
+        return None, "KV capacity not assessed (no m_KV or memory budget in run.json)"
+    draft_kv = max((float(r.extra.get("draft_kv_bytes_per_token") or 0) for r in records), default=0.0)
+    draft_w = max((float(r.extra.get("draft_weight_bytes") or 0) for r in records), default=0.0)
+    weights = float(meta.get("weight_bytes") or 0) + draft_w
+    context = max(r.prompt_tokens + r.output_tokens for r in records)
+    per_request = context * (m_kv + draft_kv) + max(int(gamma or 0), 0) * m_kv
+    fits = max(int((budget - weights) // per_request), 0)
+    where = f"{slo.max_memory_mb:g} MiB SLO" if slo.max_memory_mb is not None else "machine memory"
+    return fits, (f"KV fits {fits:,} concurrent ({context} tokens × {(m_kv + draft_kv) / 1024:.1f} KiB"
+                  + (f" + γ·m_KV {gamma * m_kv / 1024:.1f} KiB" if gamma else "")
+                  + f" per request, {budget / 2**30:.1f} GiB {where} less {weights / 2**20:.0f} MiB weights)")
+
+
+def load_capacity_gate(spec: Sequence[RequestRecord], base: Sequence[RequestRecord], gamma: int, load: int,
+                       meta: dict[str, Any], slo: SLO = SLO()) -> GateResult:
+    """At a load > 1: goodput (requests/s meeting every SLO, DistServe) at least plain's at the same
+    load; KV capacity (candidate reservation B·γ·m_KV included) at least the load; CPU-seconds per 1k
+    committed tokens, within ``slo.max_cpu_s_per_1k_tokens`` when set."""
+    g, met, of = goodput(spec, slo)
+    bg, bmet, bof = goodput(base, slo)
+    if g is None or bg is None:
+        return GateResult("capacity", NOT_ASSESSED, "no paired plain point at this load")
+    fails, parts = [], [f"goodput {g:.2f} req/s ({met}/{of} met the SLO) {'≥' if g >= bg else '<'} "
+                        f"plain {bg:.2f} ({bmet}/{bof})"]
+    if g < bg:
+        fails.append("goodput")
+    fits, text = kv_capacity(spec, gamma, meta, slo)
+    parts.append(text + (f" {'≥' if fits >= load else '<'} load {load}" if fits is not None else ""))
+    if fits is not None and fits < load:
+        fails.append("KV")
+    cpu, bcpu = cpu_per_1k_tokens(spec), cpu_per_1k_tokens(base)
+    if cpu is not None:
+        lim = slo.max_cpu_s_per_1k_tokens
+        parts.append(f"{cpu:.1f} CPU-s per 1k tokens (plain {bcpu:.1f})" if bcpu is not None
+                     else f"{cpu:.1f} CPU-s per 1k tokens")
+        if lim is not None:
+            parts[-1] += f" {'≤' if cpu <= lim else '>'} {lim:g}"
+            if cpu > lim:
+                fails.append("CPU cost")
+    return GateResult("capacity", FAIL if fails else PASS, "; ".join(parts))
+
+
 def evaluate_gates(
     scenario: dict[str, Any], spec: Sequence[RequestRecord], base: Sequence[RequestRecord], slo: SLO = SLO()
 ) -> dict[str, GateResult]:
@@ -328,12 +443,83 @@ def _blocking(gates: dict[str, dict[str, str]], slo: SLO) -> list[str]:
     return [name for name in GATES if gates.get(name, {}).get("status", NOT_ASSESSED) in bad]
 
 
-def verdicts(scenarios: Sequence[dict[str, Any]], slo: SLO = SLO()) -> list[dict[str, Any]]:
+#: categories that are controls, never deployed: they show what the drafters do on input without structure
+CONTROL_CATEGORIES = frozenset({"random"})
+#: memory rank of a drafter's own state (weights, KV): model-free < shared weights < int8 copy < separate model
+DRAFTER_MEMORY_RANK = {"ngram": 0, "suffix": 1, "layerskip": 2, "quant-self": 3, "model": 4}
+
+
+def repeated_ngram_fraction(token_ids: Sequence[int], n: int = 4) -> float | None:
+    """Share of an output's n-grams that already occurred earlier in it (None when shorter than n + 1)."""
+    grams = [tuple(token_ids[i : i + n]) for i in range(len(token_ids) - n + 1)]
+    if len(grams) < 2:
+        return None
+    seen: set[tuple[int, ...]] = set()
+    repeats = 0
+    for g in grams:
+        repeats += g in seen
+        seen.add(g)
+    return repeats / len(grams)
+
+
+def control_repetition(records: Sequence[RequestRecord], n: int = 4) -> dict[tuple[str, float], float]:
+    """Mean repeated-n-gram fraction of plain decoding's outputs per control (category, temperature)."""
+    acc: dict[tuple[str, float], list[float]] = defaultdict(list)
+    for r in records:
+        if r.category in CONTROL_CATEGORIES and (r.drafter or "none") == "none":
+            if (f := repeated_ngram_fraction(r.token_ids, n)) is not None:
+                acc[(r.category, float(r.temperature))].append(f)
+    return {k: sum(v) / len(v) for k, v in acc.items()}
+
+
+def _memory_key(s: dict[str, Any]) -> tuple:
+    g = s["gamma"] if isinstance(s["gamma"], (int, float)) else math.inf
+    return (DRAFTER_MEMORY_RANK.get(s["drafter"], 5), g)
+
+
+def _half_width(s: dict[str, Any]) -> float | None:
+    lo, hi = s["speedup_ci"]
+    return None if lo is None or hi is None else (hi - lo) / 2
+
+
+def prompts_to_separate(a: dict[str, Any], b: dict[str, Any] | None = None, threshold: float = 1.0) -> int | None:
+    """Paired prompts that would make the 95 % intervals of ``a`` and ``b`` (or ``a`` and ``threshold``)
+    stop overlapping, if the half-widths shrink as 1/sqrt(n) and the point estimates stay put."""
+    n = max(int(a.get("paired_prompts") or 1), 1)
+    ha = _half_width(a)
+    if ha is None:
+        return None
+    if b is None:
+        gap, width = abs(a["speedup"] - threshold), ha
+    else:
+        hb = _half_width(b)
+        if hb is None:
+            return None
+        gap, width = abs(a["speedup"] - b["speedup"]), ha + hb
+    if gap <= 0:
+        return None
+    return max(n + 1, math.ceil(n * (width / gap) ** 2))
+
+
+def _name(s: dict[str, Any]) -> str:
+    return f"{s['drafter']} γ {s['gamma']}"
+
+
+def verdicts(
+    scenarios: Sequence[dict[str, Any]],
+    slo: SLO = SLO(),
+    controls: dict[tuple[str, float], float] | None = None,
+) -> list[dict[str, Any]]:
     """One decision per (category, temperature) from scenario dicts carrying ``gates`` (as dicts).
 
-    Deploy the fastest scenario with no blocking gate and CI low > ``slo.min_ci_low``; else "off",
-    with the reason in one sentence.
+    Among the settings with no blocking gate and CI low > ``slo.min_ci_low``, take the fastest; every
+    setting whose interval overlaps its interval is as good as far as the data can tell ("ngram γ 2 ≈
+    γ 4"): pick among them by the stated rule (the cheaper in memory: model-free drafter before
+    shared-weight, int8 and separate-model drafters, then the smaller γ), and mark the decision
+    unresolved with the prompts it would take to separate them. Control categories
+    (:data:`CONTROL_CATEGORIES`) are never deployed: their entry is ``decision = "control"``.
     """
+    controls = controls or {}
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for s in scenarios:
         groups[(s["category"], s["temperature"])].append(s)
@@ -345,42 +531,61 @@ def verdicts(scenarios: Sequence[dict[str, Any]], slo: SLO = SLO()) -> list[dict
             for s in measured
             if not _blocking(s["gates"], slo) and (s["speedup_ci"][0] or -math.inf) > slo.min_ci_low
         ]
-        base = {"category": cat, "temperature": temp}
+        base = {"category": cat, "temperature": temp, "resolved": True, "tied_with": [], "prompts_needed": None}
+        if cat in CONTROL_CATEGORIES:
+            rep = controls.get((cat, float(temp)))
+            fastest = max(measured, key=lambda s: s["speedup"]) if measured else None
+            seen = (f"; its fastest setting, {_name(fastest)}, measured S = {fastest['speedup']:.2f}"
+                    if fastest else "")
+            rep_text = (f"plain decoding's replies to random tokens repeat themselves: {100 * rep:.0f} % of their "
+                        "4-grams occurred earlier in the same reply, which the n-gram and suffix drafters copy"
+                        if rep is not None else "no plain output long enough to measure its repetition")
+            out.append({**base, "decision": "control", "drafter": None, "gamma": None, "label": "control",
+                        "speedup": None, "speedup_ci": [None, None], "repeated_ngram_fraction": rep,
+                        "reason": (f"Control, never deployed: random token ids have no structure to predict, so "
+                                   f"any speed-up here comes from the model's own output, not the workload; "
+                                   f"{rep_text}{seen}.")})
+            continue
         if eligible:
-            best = max(eligible, key=lambda s: s["speedup"])
+            fastest = max(eligible, key=lambda s: s["speedup"])
+            flo = fastest["speedup_ci"][0]
+            tied = [s for s in eligible if s is fastest or (s["speedup_ci"][1] is not None and flo is not None
+                                                            and s["speedup_ci"][1] >= flo)]
+            best = min(tied, key=lambda s: (*_memory_key(s), -s["speedup"]))
             lo, hi = best["speedup_ci"]
             caveat = [n for n in GATES if best["gates"][n]["status"] == NOT_ASSESSED]
+            others = [s for s in tied if s is not best]
             reason = (
-                f"{best['drafter']} γ={best['gamma']} is the fastest setting that passes the gates: "
+                f"{best['drafter']} γ={best['gamma']} passes the gates: "
                 f"S = {best['speedup']:.2f} (95% CI {lo:.2f}–{hi:.2f})"
                 + (f"; {', '.join(caveat)} not assessed" if caveat else "")
-                + "."
             )
-            out.append(
-                {
-                    **base,
-                    "decision": "deploy",
-                    "drafter": best["drafter"],
-                    "gamma": best["gamma"],
-                    "label": best["label"],
-                    "speedup": best["speedup"],
-                    "speedup_ci": best["speedup_ci"],
-                    "reason": reason,
-                }
-            )
+            entry = {**base, "decision": "deploy", "drafter": best["drafter"], "gamma": best["gamma"],
+                     "label": best["label"], "speedup": best["speedup"], "speedup_ci": best["speedup_ci"]}
+            if others:
+                need = [prompts_to_separate(best, o) for o in others]
+                known = [x for x in need if x is not None]
+                entry.update(resolved=False, tied_with=[o["label"] for o in others],
+                             prompts_needed=max(known) if known else None)
+                ties = " ≈ ".join([_name(best)] + [_name(o) for o in others])
+                reason += (f". Not yet resolved: {ties} (their 95% intervals overlap); chosen by the rule "
+                           "'cheaper in memory, then smaller γ'; "
+                           + (f"≈ {entry['prompts_needed']} paired prompts per category would separate them"
+                              if known else "more prompts are needed to separate them"))
+            out.append({**entry, "reason": reason + "."})
             continue
-        out.append(
-            {
-                **base,
-                "decision": "off",
-                "drafter": None,
-                "gamma": None,
-                "label": "off",
-                "speedup": None,
-                "speedup_ci": [None, None],
-                "reason": _off_reason(measured, slo),
-            }
-        )
+        entry = {**base, "decision": "off", "drafter": None, "gamma": None, "label": "off", "speedup": None,
+                 "speedup_ci": [None, None], "reason": _off_reason(measured, slo)}
+        passing = [s for s in measured if not _blocking(s["gates"], slo)]
+        if passing:
+            top = max(passing, key=lambda s: s["speedup"])
+            if top["speedup"] > slo.min_ci_low and top["speedup_ci"][0] is not None:
+                need = prompts_to_separate(top, threshold=slo.min_ci_low)
+                entry.update(resolved=False, prompts_needed=need)
+                entry["reason"] += (f" Not yet resolved: {_name(top)} measured S = {top['speedup']:.2f} but its "
+                                    f"interval reaches {slo.min_ci_low:g}"
+                                    + (f"; ≈ {need} paired prompts would settle it." if need else "."))
+        out.append(entry)
     return out
 
 

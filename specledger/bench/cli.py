@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -18,8 +19,21 @@ def _csv(text: str | None, cast=str) -> list | None:
     return None if text is None else parse_csv(text, cast)
 
 
+def _parse_loads(text: str | None) -> list[int] | None:
+    """``"1,4,16"`` -> [1, 4, 16]; anything else is a one-line error naming the fix."""
+    if text is None:
+        return None
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or any(not math.isfinite(v) or v < 1 or v != int(v) for v in values):
+        raise SpecLedgerError(f"--loads {text!r}: give whole numbers of concurrent requests >= 1, e.g. --loads 1,4,16")
+    return sorted({int(v) for v in values})
+
+
 def run(
-    quick: Annotated[bool, typer.Option("--quick", help="About 1 minute: 3 categories, 2 prompts each, gamma 4.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="About 2 minutes: 3 categories, 2 prompts each, gamma 4, loads 1 and 16.")] = False,
     full: Annotated[bool, typer.Option("--full", help="Hours: 8 prompts per category, gamma 1-8, T 0 and 0.8, "
                                                        "then the sweep's quant4, policies and serving experiments.")] = False,
     out: Annotated[Path | None, typer.Option(help="Run directory (default: runs/<timestamp>).")] = None,
@@ -31,13 +45,17 @@ def run(
                                                         "0 = chain, e.g. 0,8,16 (a tree's depth <= gamma).")] = None,
     temperatures: Annotated[str | None, typer.Option(help="Comma-separated temperatures, e.g. 0,0.8.")] = None,
     n: Annotated[int | None, typer.Option("--n", help="Prompts per category.")] = None,
-    max_tokens: Annotated[int | None, typer.Option(help="Tokens generated per request.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Tokens generated per request (default 40; code 96 and "
+                                                        "math 64 so that a function or an answer can finish; "
+                                                        "given, it applies to every category).")] = None,
     workload: Annotated[Path | None, typer.Option(help="Your own JSONL workload instead of the built-in categories.")] = None,
     target: Annotated[str | None, typer.Option(help="GGUF file or HF model dir (default: bundled SmolLM2-135M).")] = None,
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
     layers: Annotated[str | None, typer.Option(help="layerskip layers (default: calibrate).")] = None,
     draft: Annotated[str | None, typer.Option(help="Draft model path for the 'model' drafter; a .safetensors head file for 'head'.")] = None,
-    slo: Annotated[Path | None, typer.Option(help="SLO file (TOML/JSON) for the latency gate.")] = None,
+    loads: Annotated[str | None, typer.Option(help="Concurrencies, e.g. 1,4,16: every setting also runs under "
+                                                   "continuous batching at each load > 1 (default: 1,16; 1,4,16 adds ~2.5 min).")] = None,
+    slo: Annotated[Path | None, typer.Option(help="SLO file (TOML/JSON): latency/capacity targets, target_load.")] = None,
     seed: Annotated[int, typer.Option(help="Workload sampling and sampling seed.")] = 0,
 ) -> None:
     """Run plain decoding and every drafter over real workloads; write traces, report.html, summary.json and the verdict."""
@@ -79,19 +97,24 @@ def run(
             ("model_gammas", _csv(gammas, int)), ("tree_budgets", _csv(tree_budgets, int)),
             ("temperatures", _csv(temperatures, float)), ("n_per_category", n), ("max_tokens", max_tokens),
             ("layers", layers), ("draft", draft), ("seed", seed if seed else None),
-            ("workload_file", str(workload) if workload else None),
+            ("workload_file", str(workload) if workload else None), ("loads", _parse_loads(loads)),
         ):
             if value is not None:
                 setattr(plan, attr, value)
+        if max_tokens is not None:
+            plan.category_max_tokens = {}
         run_dir = out or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     plan.validate()
+    from specledger.gates import check_target_load, load_slo
+
+    check_target_load(load_slo(slo), sorted({1, *plan.loads}))  # a bad SLO file fails before any model loads
 
     console.print(f"[bold]specledger run[/] -> {run_dir}  (Ctrl-C keeps every finished request; "
                   f"continue with --resume {run_dir})")
     with console.status("loading the target model (first use converts the GGUF once, ~30 s)"):
         engine = build_engine(target, dtype)
     console.print(f"target: {engine.name} ({engine.dtype}), drafters: {', '.join(plan.drafters)}, "
-                  f"gammas: {plan.gammas}, temperatures: {plan.temperatures}")
+                  f"gammas: {plan.gammas}, temperatures: {plan.temperatures}, loads: {sorted({1, *plan.loads})}")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn())
     with Progress(*columns, console=console, transient=False) as bar:

@@ -37,6 +37,13 @@ from specledger.rundir import (
 )
 
 DEFAULT_CATEGORIES = ("code", "code-edit", "extraction", "agent", "dialogue", "summary", "math", "random")
+#: concurrencies of the presets (1 = the solo job); chosen so that ``make run`` fits 10 minutes on 2 cores
+#: (estimated: load 16 adds about 2 minutes to the default run, load 4 about 2.5 more: ``--loads 1,4,16``)
+DEFAULT_LOADS = (1, 16)
+QUICK_LOADS = (1, 16)
+FULL_LOADS = (1, 2, 4, 8, 16, 32)
+#: output budgets where the task metric needs room: HumanEval a whole function, ASDiv a stated answer
+QUALITY_MAX_TOKENS = {"code": 96, "math": 64}
 
 
 @dataclass
@@ -61,6 +68,15 @@ class RunPlan:
     workload_file: str | None = None
     #: also run ``specledger sweep``'s experiments (quant4, policies, serving) into the run directory
     side_experiments: bool = False
+    #: concurrencies: 1 is the solo job above; every load > 1 runs each setting under continuous
+    #: batching, closed loop over the same prompts (:mod:`specledger.bench.loads`)
+    loads: list[int] = field(default_factory=lambda: [1])
+    #: output budget per category where the task metric needs room (a whole function, an answer);
+    #: other categories get ``max_tokens``
+    category_max_tokens: dict[str, int] = field(default_factory=dict)
+
+    def max_tokens_for(self, category: str) -> int:
+        return int(self.category_max_tokens.get(category, self.max_tokens))
 
     def gammas_for(self, drafter: str) -> list[int]:
         neural = drafter in ("layerskip", "quant-self", "model", "head")
@@ -75,6 +91,11 @@ class RunPlan:
                 "--tree-budgets must be integers >= 1 (0 = chain), e.g. 0,8,16")
         require(len(set(self.tree_budgets)) == len(self.tree_budgets), "--tree-budgets must be distinct")
         require(self.max_tokens >= 1, "--max-tokens must be >= 1")
+        require(bool(self.loads) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1
+                                         for x in self.loads),
+                f"--loads must be whole numbers of concurrent requests >= 1, e.g. 1,4,16 (got {self.loads})")
+        require(all(isinstance(v, int) and v >= 1 for v in self.category_max_tokens.values()),
+                "category max_tokens must be whole numbers >= 1")
         from specledger.engine.drafters.registry import DRAFTERS
 
         for d in self.drafters:
@@ -85,12 +106,13 @@ class RunPlan:
 def preset(name: str) -> RunPlan:
     if name == "quick":  # two prompts per category: the least that gives a bootstrap CI, hence a verdict
         return RunPlan(categories=["code-edit", "dialogue", "math"], n_per_category=2,
-                       drafters=["ngram", "suffix", "layerskip"], gammas=[4], max_tokens=40)
+                       drafters=["ngram", "suffix", "layerskip"], gammas=[4], max_tokens=40,
+                       loads=list(QUICK_LOADS), category_max_tokens=dict(QUALITY_MAX_TOKENS))
     if name == "default":
-        return RunPlan()
+        return RunPlan(loads=list(DEFAULT_LOADS), category_max_tokens=dict(QUALITY_MAX_TOKENS))
     if name == "full":
         return RunPlan(n_per_category=8, gammas=[1, 2, 3, 4, 6, 8], model_gammas=None, temperatures=[0.0, 0.8],
-                       max_tokens=256, max_prompt_tokens=6144, side_experiments=True)
+                       max_tokens=256, max_prompt_tokens=6144, side_experiments=True, loads=list(FULL_LOADS))
     raise SpecLedgerError(f"unknown preset {name!r}; use quick, default or full")
 
 
@@ -215,7 +237,8 @@ def run(
     skipped: list[str] = []
     for it in items:
         ids = encode_item(loaded, it)
-        if len(ids) > plan.max_prompt_tokens or len(ids) + plan.max_tokens + max(plan.tree_budgets) > engine.max_context:
+        if len(ids) > plan.max_prompt_tokens or \
+                len(ids) + plan.max_tokens_for(it.category) + max(plan.tree_budgets) > engine.max_context:
             skipped.append(f"{it.id}: prompt of {len(ids)} tokens is over --max-prompt-tokens {plan.max_prompt_tokens}")
             continue
         encoded[it.id] = ids
@@ -259,6 +282,10 @@ def run(
         "prompts": {pid: {"category": it.category, "prompt_tokens": len(encoded[pid]), "token_ids": encoded[pid]}
                     for pid, it in by_id.items()},
     }
+    if any(x > 1 for x in plan.loads):  # what the KV-capacity gate needs (m_KV from the model config)
+        from specledger.bench.loads import memory_facts
+
+        meta.update(memory_facts(engine))
     if resume and meta_path.exists():
         old = read_json(meta_path, f"restart the run with another --out instead of --resume {run_dir}")
         if old.get("config") != meta["config"]:
@@ -271,13 +298,15 @@ def run(
     else:
         if progress:
             progress(0, 1, "measuring the verify cost surface (rows 1-33)")
-        meta[SURFACE_KEY] = measure_run_surface(engine, [len(v) for v in encoded.values()], plan.max_tokens).to_dict()
+        meta[SURFACE_KEY] = measure_run_surface(engine, [len(v) for v in encoded.values()],
+                                                max(plan.max_tokens_for(it.category) for it in by_id.values())
+                                                ).to_dict()
     write_json_atomic(meta_path, meta)
     if resume and (removed := repair_tail(trace_path)):
         warn(f"{trace_path}: removed the torn last line ({removed} bytes) the interruption left; "
              "that request runs again", SpecLedgerWarning, stacklevel=2)
 
-    from specledger.quality import score
+    from specledger.quality import answer_complete, score
 
     jobs = plan_jobs(list(by_id), plan)
     done = done_keys(trace_path) if resume else set()
@@ -292,15 +321,22 @@ def run(
         params = SamplingParams(temperature=job.temperature, seed=plan.seed)
         rec: RequestRecord = engine.generate(
             encoded[job.prompt_id], drafter=drafter_for(job), gamma=job.gamma, params=params,
-            max_tokens=plan.max_tokens, request_id=f"{job.prompt_id}|{job.drafter}|{job.gamma}|{job.temperature:g}"
+            max_tokens=plan.max_tokens_for(item.category),
+            request_id=f"{job.prompt_id}|{job.drafter}|{job.gamma}|{job.temperature:g}"
             + (f"|tree{job.tree_budget}" if job.tree_budget else ""), tree_budget=job.tree_budget,
         )
         rec.category = item.category
         rec.prompt_id = job.prompt_id
         rec.extra["quality"] = score(item, rec.text)
+        if (complete := answer_complete(item, rec.text, rec.stop_reason)) is not None:
+            rec.extra["quality_complete"] = complete
         rec.extra["peak_memory_bytes"] = peak_rss_bytes()
         append_records(trace_path, [rec])
         finished += 1
-    if progress:
+    if any(x > 1 for x in plan.loads):
+        from specledger.bench.loads import run_load_points
+
+        run_load_points(trace_path, plan, engine, by_id, encoded, layers, progress)
+    elif progress:
         progress(finished, total, "done")
     return trace_path

@@ -44,7 +44,7 @@ def run_point(
     prompts: Sequence[list[int]],
     drafter_factory: Callable[[], Any],
     gamma: Any,
-    max_tokens: int,
+    max_tokens: int | Sequence[int],
     concurrency: int | None,
     rate: float | None = None,
     capacity: int | None = None,
@@ -52,19 +52,27 @@ def run_point(
     eos: Sequence[int] = (),
     seed: int = 0,
     policy_state: dict[str, Any] | None = None,
+    params: Any = None,
 ) -> tuple[list[RequestRecord], dict[str, Any]]:
     """One load point: the same prompts through a fresh BatchEngine (closed loop at ``concurrency``
     or Poisson ``rate`` req/s). ``policy_state`` (a dict kept by the caller) carries what a
     goodput policy learned -- its acceptance chain -- from one point to the next, as in a
-    long-running server; without it every point starts cold."""
-    longest = max(len(p) for p in prompts)
-    cap = capacity or min(model.config.max_seq_len, longest + max_tokens + 32)
+    long-running server; without it every point starts cold. ``max_tokens`` is one budget for
+    every request or one per prompt; ``params`` (a SamplingParams) applies to every request
+    (default greedy). The point's CPU time (this process, all threads) is ``cpu_s``."""
+    from specledger.engine.sampling import SamplingParams
+
+    budgets = [int(max_tokens)] * len(prompts) if isinstance(max_tokens, int) else [int(m) for m in max_tokens]
+    require(len(budgets) == len(prompts), "run_point: one max_tokens per prompt")
+    longest = max(len(p) + m for p, m in zip(prompts, budgets))
+    cap = capacity or min(model.config.max_seq_len, longest + 32)
     slots = concurrency or max(1, min(32, len(prompts)))
     engine = BatchEngine(model, eos_token_ids=eos, max_batch=slots, capacity=cap, kv_budget_tokens=kv_budget_tokens)
     drafter_factory = DraftMemory(drafter_factory, model)
     arrivals = poisson_arrivals(rate, len(prompts), seed) if rate else [0.0] * len(prompts)
-    reqs = [BatchRequest(list(p), max_tokens=max_tokens, request_id=f"p{i}", arrival=a, prompt_id=f"p{i}")
-            for i, (p, a) in enumerate(zip(prompts, arrivals))]
+    reqs = [BatchRequest(list(p), max_tokens=m, request_id=f"p{i}", arrival=a, prompt_id=f"p{i}",
+                         params=params if params is not None else SamplingParams())
+            for i, (p, a, m) in enumerate(zip(prompts, arrivals, budgets))]
     if isinstance(gamma, str):  # a policy name: one policy per request, choosing gamma every step
         from specledger.engine.policy import AcceptanceChain, make_policy
         from specledger.engine.step_cost import step_cost_for
@@ -74,10 +82,11 @@ def run_point(
         state = policy_state if policy_state is not None else {}
         chain = state.setdefault("chain", AcceptanceChain()) if policy_name == "goodput" else None
         gamma = lambda: make_policy(policy_name, step_cost=shared, chain=chain)  # noqa: E731
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     records = engine.run(reqs, drafter_factory, gamma, concurrency=None if rate else concurrency)
-    wall = time.perf_counter() - t
+    wall, cpu = time.perf_counter() - t, time.process_time() - cpu
     m = point_metrics(records, wall, engine)
+    m["cpu_s"] = cpu
     m["draft_memory"] = {"weight_bytes": drafter_factory.weight_bytes or 0,
                          "kv_bytes_per_request_max": max(drafter_factory.kv_per_request, default=0),
                          "kv_bytes_per_token": drafter_factory.kv_shape.bytes_per_token

@@ -95,6 +95,31 @@ def _require_text(item: WorkloadItem) -> str:
     return item.reference
 
 
+def answer_complete(item: WorkloadItem, output_text: str, stop_reason: str | None) -> bool | None:
+    """Whether a reply had room for what its task metric reads: True when it ended on its own (EOS or a
+    stop string), or, cut at the token budget, still holds a whole function (code: the program parses
+    and defines the entry point) or a stated answer (math: ``Answer: ...``); False when it was cut
+    before; None for categories whose metric reads any text (summary, extraction, ...)."""
+    if item.meta.get("quality") == "not assessed" or item.category not in ("code", "code-edit", "math"):
+        return None
+    if stop_reason != "length":
+        return True
+    if item.category == "math":
+        from .math_answer import final_answer_text
+
+        return final_answer_text(output_text) is not None
+    reference = item.reference if isinstance(item.reference, dict) else {}
+    if "entry_point" not in reference:
+        return None
+    from .code import candidate_program, defines, parses
+
+    try:
+        program = candidate_program(reference, output_text)
+    except (KeyError, TypeError):
+        return None
+    return program is not None and parses(program) and defines(program, reference["entry_point"])
+
+
 def score(item: WorkloadItem, output_text: str, timeout_s: float = 5.0) -> float | None:
     """The task score of ``output_text`` as the reply to ``item``, in [0, 1]; None without a metric.
 
@@ -141,6 +166,7 @@ def score(item: WorkloadItem, output_text: str, timeout_s: float = 5.0) -> float
 
 __all__ = [
     "METRIC_NAMES",
+    "answer_complete",
     "ExecutionResult",
     "compare_quality",
     "metric_name",

@@ -15,7 +15,16 @@ from specledger.analysis.run import analyze_run
 from specledger.analysis.scenario import baseline_key, group_scenarios
 from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
-from specledger.gates import GATES, NOT_ASSESSED, SLO, evaluate_gates, load_slo, verdicts
+from specledger.gates import (
+    GATES,
+    NOT_ASSESSED,
+    SLO,
+    check_target_load,
+    control_repetition,
+    evaluate_gates,
+    load_slo,
+    verdicts,
+)
 from specledger.predict.check import run_prediction_check, scenario_predictions
 from specledger.predict.replay import run_forecast_inputs
 from specledger.report.endpoints import endpoint_experiments
@@ -33,6 +42,7 @@ from specledger.rundir import (
     write_json_atomic,
     write_text_atomic,
 )
+from specledger.schedule import schedules
 
 SCHEMA = "specledger.summary/1"
 
@@ -65,7 +75,7 @@ def main_records(records: Sequence[RequestRecord]) -> list[RequestRecord]:
     """The records of the main job: side-experiment records (``extra["experiment"]`` set, e.g. the
     four-way's int8 target or a second plain baseline of the same prompt) would pair wrongly with
     the main baselines, so they are analysed only by their own experiment (its JSON file)."""
-    return [r for r in records if not r.extra.get(EXPERIMENT_KEY)]
+    return [r for r in records if not r.extra.get(EXPERIMENT_KEY)]  # load points too (analysis.loads)
 
 
 def load_experiments(run_dir: str | Path) -> dict[str, Any]:
@@ -123,6 +133,16 @@ def summarize(
         s["predicted_speedup_e2e"] = pred["speedup"] if pred else None  # specledger.predict, end to end
         s["prediction_kind"] = pred["kind"] if pred else None
         s["gates"] = {name: gates[name].to_dict() for name in GATES}
+    # the main job decodes one request at a time: its verdicts are at load 1, measured; the load
+    # points (``specledger run --loads``) add a verdict per load > 1 (specledger.analysis.loads)
+    from specledger.analysis.loads import analyze_loads
+
+    controls = control_repetition(records)
+    decided = [{**v, "load": 1, "simulated": False} for v in verdicts(analysis["scenarios"], slo, controls)]
+    at_loads = analyze_loads(all_records, meta, slo, controls, n_resamples=n_resamples, seed=seed)
+    decided += at_loads["verdicts"]
+    loads = sorted({1, *at_loads["loads"]}) if records else at_loads["loads"]
+    check_target_load(slo, loads)
     return json_safe(
         {
             "schema": SCHEMA,
@@ -132,7 +152,11 @@ def summarize(
             "requests": len(records),
             "experiment_requests": len(all_records) - len(records),
             "experiments": dict(experiments or {}),
-            "verdicts": verdicts(analysis["scenarios"], slo),
+            "verdicts": decided,
+            "schedules": [{k: v for k, v in sch.items() if k != "cells"} for sch in schedules(decided, slo.target_load)],
+            "loads": loads,
+            "load_scenarios": at_loads["scenarios"],
+            "load_baselines": at_loads["baselines"],
             **analysis,
             "prediction_check": check,
         }
@@ -182,6 +206,8 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
         meta_line=meta_line,
         slo=summary["slo"],
         verdicts=summary["verdicts"],
+        schedules=summary.get("schedules", []),
+        load_scenarios=summary.get("load_scenarios", []),
         unpaired=summary["unpaired"],
         scenarios=summary["scenarios"],
         baselines=summary["baselines"],

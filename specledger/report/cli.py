@@ -77,10 +77,42 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
     )
     console.print("[dim]pred S: the end-to-end performance model (prefill and boundary rounds included), fitted "
                   "without that γ; * in sample (the drafter ran one γ only)[/]")
+    loads = summary.get("loads") or [1]
     for v in summary.get("verdicts", []):
-        head = f"deploy {v['drafter']} γ={v['gamma']}" if v["decision"] == "deploy" else "off"
+        head = (f"deploy {v['drafter']} γ={v['gamma']}" if v["decision"] == "deploy"
+                else "control" if v["decision"] == "control" else "off")
         colour = "green" if v["decision"] == "deploy" else "yellow"
-        console.print(f"[bold]{v['category']} T={v['temperature']:g}[/]: [{colour}]{head}[/] — {v['reason']}")
+        at = f" load {v.get('load') or 1}" + (" (simulated)" if v.get("simulated") else "") if len(loads) > 1 else ""
+        console.print(f"[bold]{v['category']} T={v['temperature']:g}{at}[/]: [{colour}]{head}[/] — {escape(v['reason'])}")
+    print_load_gates(summary, console)
+    schedules = summary.get("schedules", [])
+    if schedules:
+        console.print(f"[bold]schedule (load → setting; loads {', '.join(map(str, loads))})[/]")
+        for s in schedules:
+            console.print(f"  {s['category']} T={s['temperature']:g}: {escape(s['text'])}", highlight=False)
+            if s.get("vllm"):
+                console.print(f"    vLLM {json.dumps(s['vllm'], ensure_ascii=False)}", highlight=False)
+                console.print(f"    TensorRT-LLM {json.dumps(s['trtllm'], ensure_ascii=False)}", highlight=False)
+
+
+def print_load_gates(summary: dict[str, Any], console: Console) -> None:
+    """One row per setting and load > 1: S with CI and the four gates (evidence in the report)."""
+    rows = summary.get("load_scenarios") or []
+    if not rows:
+        return
+    table = Table(title="at loads > 1 (continuous batching, closed loop)", header_style="bold")
+    for col in ("setting", "S [95% CI]", "C Q L Cap", "failed gates (evidence in the report)"):
+        table.add_column(col)
+    for s in rows:
+        lo, hi = s.get("speedup_ci") or (None, None)
+        gates = " ".join(_STATUS.get(s["gates"][g]["status"], "?")
+                         for g in ("correctness", "quality", "latency", "capacity"))
+        speed = "n/a" if s.get("speedup") is None else f"{s['speedup']:.3f} [{_f(lo)}, {_f(hi)}]"
+        failed = "; ".join(f"{g}: {s['gates'][g]['evidence']}" for g in ("correctness", "quality", "latency",
+                                                                             "capacity")
+                           if s["gates"][g]["status"] == "fail")
+        table.add_row(s["label"], speed, gates, escape(failed[:160]))
+    console.print(table)
 
 
 def _ci(row: dict[str, Any]) -> str:

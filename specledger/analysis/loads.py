@@ -1,0 +1,84 @@
+"""The verdict at loads > 1: the load points' scenarios, gates and decisions per (category, temperature, load).
+
+Input: the records of ``specledger run --loads`` (``extra.experiment == "load"``,
+:mod:`specledger.bench.loads`). Per load, each speculative setting is paired with plain decoding at
+the same load on the same prompts (:func:`~specledger.analysis.run.analyze_scenario`: speed-up =
+paired per-prompt tokens/s of the request under that load, with its bootstrap interval), then:
+
+- correctness and quality as at load 1 (greedy token identity with plain at the same load; task score);
+- latency: :func:`specledger.gates.load_latency_gate` (TTFT P99, TPOT P50/P99, token-ITL P99, stall);
+- capacity: :func:`specledger.gates.load_capacity_gate` (goodput vs plain's, KV capacity vs the
+  load, CPU-seconds per 1k committed tokens).
+
+The decisions come from :func:`specledger.gates.verdicts`, each entry labelled with its ``load``
+and ``simulated: false``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from specledger.analysis.run import analyze_baseline, analyze_scenario
+from specledger.analysis.scenario import baseline_key, group_scenarios
+from specledger.bench.loads import load_records
+from specledger.engine.trace import RequestRecord
+from specledger.gates import (
+    GATES,
+    SLO,
+    correctness_gate,
+    load_capacity_gate,
+    load_latency_gate,
+    quality_gate,
+    verdicts,
+)
+
+
+def analyze_loads(
+    records: Sequence[RequestRecord],
+    meta: dict[str, Any] | None = None,
+    slo: SLO = SLO(),
+    controls: dict[tuple[str, float], float] | None = None,
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """``{"loads": [...], "scenarios": [...], "baselines": [...], "verdicts": [...]}`` of the load
+    points among ``records`` (other records are ignored)."""
+    meta = meta or {}
+    by_load: dict[int, list[RequestRecord]] = defaultdict(list)
+    for r in load_records(records):
+        by_load[int(r.extra["load"])].append(r)
+    scenarios, baselines, decided = [], [], []
+    for load in sorted(by_load):
+        groups = group_scenarios(by_load[load])
+        at_load = []
+        plain_latency: dict[tuple[str, float], Any] = {}
+        for key, recs in groups.items():
+            if key.is_baseline:
+                b = {**analyze_baseline(key, recs), "load": load}
+                plain_latency[key.group] = load_latency_gate(b["latency"], slo)
+                b["latency_gate"] = plain_latency[key.group].to_dict()
+                baselines.append(b)
+                continue
+            base = groups.get(baseline_key(key), [])
+            s = analyze_scenario(key, recs, base, n_resamples, seed)
+            gamma = key.gamma if isinstance(key.gamma, int) else 0
+            gates = {
+                "correctness": correctness_gate(recs, base, float(key.temperature), slo),
+                "quality": quality_gate(recs, base, slo.quality_tolerance),
+                "latency": load_latency_gate(s["latency"], slo),
+                "capacity": load_capacity_gate(recs, base, gamma, load, meta, slo),
+            }
+            s["gates"] = {name: gates[name].to_dict() for name in GATES}
+            s["load"] = load
+            s["label"] = f"{s['label']} @ load {load}"
+            at_load.append(s)
+        scenarios += at_load
+        for v in verdicts(at_load, slo, controls):
+            lat = plain_latency.get((v["category"], v["temperature"]))
+            if v["decision"] == "off" and lat is not None and lat.status == "fail":
+                v["reason"] += (f" Plain decoding misses the latency SLO at load {load} too ({lat.evidence}): "
+                                "this load needs more capacity or a looser SLO whichever setting runs.")
+            decided.append({**v, "load": load, "simulated": False})
+    return {"loads": sorted(by_load), "scenarios": scenarios, "baselines": baselines, "verdicts": decided}

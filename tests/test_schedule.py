@@ -1,0 +1,56 @@
+"""The verdict as a per-load schedule, its vLLM / TensorRT-LLM snippets, and target-load checks."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from specledger.errors import SpecLedgerError
+from specledger.gates import SLO, check_target_load, slo_from_dict
+from specledger.schedule import schedule_text, schedules, snippet
+
+
+def _v(load, drafter=None, gamma=None, simulated=False, category="code"):
+    return {"category": category, "temperature": 0.0, "load": load, "simulated": simulated,
+            "decision": "deploy" if drafter else "off", "drafter": drafter, "gamma": gamma}
+
+
+def test_schedule_merges_runs_and_emits_snippets():
+    cells = [_v(1, "ngram", 4), _v(4, "ngram", 4), _v(16, "ngram", 2), _v(64, simulated=True)]
+    (s,) = schedules(cells, target_load=16)
+    assert s["text"] == "ngram γ=4 at 1–4, ngram γ=2 at 16, off from 64*"
+    assert s["at_target"]["load"] == 16
+    assert s["vllm"]["speculative_config"]["num_speculative_tokens_per_batch_size"] == {1: 4, 4: 4, 16: 2, 64: 0}
+    assert s["vllm"]["speculative_config"]["num_speculative_tokens"] == 4
+    assert json.loads(snippet(s, "trtllm")) == {"draft_len_schedule": {"1": 4, "4": 4, "16": 2, "64": 0}}
+
+
+def test_off_everywhere_and_controls_have_no_snippet():
+    (s,) = schedules([_v(1), _v(16)])
+    assert s["text"] == "off at 1–16" and s["vllm"] is None and snippet(s, "vllm").startswith("#")
+    ctrl = {**_v(1), "decision": "control", "category": "random"}
+    (c,) = schedules([ctrl])
+    assert c["control"] and c["text"] == "control, never deployed" and c["trtllm"] is None
+
+
+def test_schedule_text_solo_differs_from_load():
+    assert schedule_text([_v(1, "suffix", 4), _v(16)]) == "suffix γ=4 at 1, off from 16"
+
+
+def test_target_load_checks_are_one_line_errors():
+    assert slo_from_dict({"target_load": 16}).target_load == 16
+    for bad in (-1, 0, 2.5, math.nan, "16", True):
+        with pytest.raises(SpecLedgerError, match="target_load"):
+            slo_from_dict({"target_load": bad})
+    with pytest.raises(SpecLedgerError, match="unknown SLO key"):
+        slo_from_dict({"target_loads": 16})
+    with pytest.raises(SpecLedgerError, match="ttft_p99_ms"):
+        slo_from_dict({"ttft_p99_ms": math.nan})
+    check_target_load(SLO(target_load=16), [1, 4, 16])
+    check_target_load(SLO(target_load=64), [1, 4, 16], simulated=[64])
+    with pytest.raises(SpecLedgerError) as err:
+        check_target_load(SLO(target_load=32), [1, 4, 16])
+    msg = str(err.value)
+    assert "\n" not in msg and "not measured (loads 1, 4, 16)" in msg and "--loads" in msg
