@@ -49,6 +49,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--drafter", choices=["model", "ngram"], default="model")
+    ap.add_argument("--rules", default="", help="comma-separated subset of: correct," + ",".join(MUTANTS))
     args = ap.parse_args()
     target, draft = models()
     factory = (lambda: DraftModelDrafter(draft)) if args.drafter == "model" else NgramDrafter
@@ -56,7 +57,8 @@ def main() -> None:
     print(f"drafter {args.drafter}, {c.DEFAULT_SAMPLES} samples per side, {c.DEFAULT_TOKENS} tokens, "
           f"gamma {c.DEFAULT_GAMMA}, T={TEMPERATURE}, alpha 0.01, {args.trials} trials")
     try:
-        for mode in ("correct",) + MUTANTS:
+        chosen = [r for r in args.rules.split(",") if r] or ["correct", *MUTANTS]
+        for mode in [m for m in ("correct",) + MUTANTS if m in chosen]:
             rq.verify_sampling = original if mode == "correct" else mutant(mode)
             t0 = time.perf_counter()
             fails = sum(check(target, factory, seed=10_000 * (i + 1))["status"] == "fail" for i in range(args.trials))
