@@ -10,7 +10,7 @@
 # the test looks there, or at $SPECLEDGER_LLAMA_SERVER. A cached binary is reused: re-runs are
 # instant. The build is CPU-only, static (no shared libggml to find at run time), tuned to this CPU
 # (GGML_NATIVE: the cache is per machine), without libcurl or OpenSSL, and runs under `nice -n 19`:
-# 0.3.36 took 33 minutes with -j2 on a 2-core machine busy with other jobs (about 10 when idle).
+# 0.3.36 took 33 minutes with -j2 on a 2-core machine busy with other jobs (idle: not measured).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
