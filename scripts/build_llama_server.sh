@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Build llama.cpp's `llama-server` from the sources vendored in llama-cpp-python's PyPI sdist
+# (PyPI is the only network this needs) and cache the binary, for tests/test_llama_server.py.
+#
+#   scripts/build_llama_server.sh            build (or reuse) the pinned version
+#   LLAMA_CPP_PYTHON_VERSION=0.3.36 scripts/build_llama_server.sh
+#
+# The binary lands in  <cache>/llama-server/<version>/llama-server  where <cache> is
+# $SPECLEDGER_CACHE, else ~/.cache/specledger (the same root specledger's model cache uses);
+# the test looks there, or at $SPECLEDGER_LLAMA_SERVER. A cached binary is reused: re-runs are
+# instant. The build is CPU-only, static (no shared libggml to find at run time), tuned to this CPU
+# (GGML_NATIVE: the cache is per machine), without libcurl or OpenSSL, and runs under `nice -n 19`:
+# 0.3.36 took 33 minutes with -j2 on a 2-core machine busy with other jobs (idle: not measured).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
+PY=${PYTHON:-.venv/bin/python}
+[ -x "$PY" ] || PY=python3
+CACHE=${SPECLEDGER_CACHE:-$HOME/.cache/specledger}
+DEST="$CACHE/llama-server/$VERSION"
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+
+if [ -x "$DEST/llama-server" ]; then
+  echo "$DEST/llama-server (cached)"
+  exit 0
+fi
+command -v cmake >/dev/null || { echo "cmake is needed (apt-get install cmake, or pip install cmake)" >&2; exit 1; }
+command -v c++ >/dev/null || { echo "a C++ compiler is needed (apt-get install g++)" >&2; exit 1; }
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/llama-server-build.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+"$PY" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
+  "llama-cpp-python==$VERSION" -d "$WORK" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+tar -xzf "$WORK"/llama_cpp_python-"$VERSION".tar.gz -C "$WORK"
+SRC="$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp"
+[ -f "$SRC/CMakeLists.txt" ] || { echo "no vendored llama.cpp in the sdist ($SRC)" >&2; exit 1; }
+
+nice -n 19 cmake -S "$SRC" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release \
+  -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON >"$WORK/cmake.log" 2>&1 \
+  || { tail -40 "$WORK/cmake.log" >&2; exit 1; }
+start=$(date +%s)
+nice -n 19 cmake --build "$WORK/build" --config Release --target llama-server -j "$JOBS" >"$WORK/build.log" 2>&1 \
+  || { tail -40 "$WORK/build.log" >&2; exit 1; }
+secs=$(( $(date +%s) - start ))
+
+mkdir -p "$DEST.tmp"
+cp "$WORK/build/bin/llama-server" "$DEST.tmp/llama-server"
+{
+  echo "llama-cpp-python sdist: $VERSION"
+  echo "vendored llama.cpp commit: $(git -C "$SRC" log -1 --format='%H (%cs)' 2>/dev/null || echo unknown)"
+  echo "llama-server --version: $("$DEST.tmp/llama-server" --version 2>&1 | tr '\n' ' ')"
+  echo "built: $(date -u +%FT%TZ) in ${secs}s with -j$JOBS on $(uname -m)"
+} >"$DEST.tmp/BUILD_INFO"
+rm -rf "$DEST" && mv "$DEST.tmp" "$DEST"
+cat "$DEST/BUILD_INFO"
+echo "$DEST/llama-server"
