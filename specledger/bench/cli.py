@@ -33,6 +33,7 @@ def run(
     workload: Annotated[Path | None, typer.Option(help="Your own JSONL workload instead of the built-in categories.")] = None,
     target: Annotated[str | None, typer.Option(help="GGUF file or HF model dir (default: bundled SmolLM2-135M).")] = None,
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
+    device: Annotated[str, typer.Option(help="cpu, or cuda[:N] on a machine with an NVIDIA GPU (dtype auto = bfloat16 there).")] = "cpu",
     layers: Annotated[str | None, typer.Option(help="layerskip layers (default: calibrate).")] = None,
     draft: Annotated[str | None, typer.Option(help="Draft model path for the 'model' drafter.")] = None,
     slo: Annotated[Path | None, typer.Option(help="SLO file (TOML/JSON) for the latency gate.")] = None,
@@ -83,11 +84,14 @@ def run(
                 setattr(plan, attr, value)
         run_dir = out or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     plan.validate()
+    from specledger.engine.device import resolve_device
+
+    resolve_device(device)  # a one-line error before anything is written
 
     console.print(f"[bold]specledger run[/] -> {run_dir}  (Ctrl-C keeps every finished request; "
                   f"continue with --resume {run_dir})")
     with console.status("loading the target model (first use converts the GGUF once, ~30 s)"):
-        engine = build_engine(target, dtype)
+        engine = build_engine(target, dtype, device)
     console.print(f"target: {engine.name} ({engine.dtype}), drafters: {', '.join(plan.drafters)}, "
                   f"gammas: {plan.gammas}, temperatures: {plan.temperatures}")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -12,12 +12,12 @@ import typer
 from specledger.errors import SpecLedgerError
 
 
-def build_engine(target: str | None, dtype: str = "auto"):
-    """Load the target (default: bundled SmolLM2-135M-Instruct) and wrap it in an Engine."""
+def build_engine(target: str | None, dtype: str = "auto", device: str = "cpu"):
+    """Load the target (default: bundled SmolLM2-135M-Instruct) on ``device`` and wrap it in an Engine."""
     from specledger.engine.decode import Engine
     from specledger.engine.loader import load_model
 
-    return Engine.from_loaded(load_model(target, dtype=dtype))
+    return Engine.from_loaded(load_model(target, dtype=dtype, device=device))
 
 
 def _print_ledger(led: dict) -> None:
@@ -65,6 +65,7 @@ def generate(
     draft: Annotated[str | None, typer.Option(help="Draft model path for --drafter model.")] = None,
     layers: Annotated[str | None, typer.Option(help="layerskip layers, e.g. 12 or 0-7,26-29 (default: calibrate).")] = None,
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
+    device: Annotated[str, typer.Option(help="cpu, or cuda[:N] on a machine with an NVIDIA GPU (dtype auto = bfloat16 there).")] = "cpu",
     raw: Annotated[bool, typer.Option("--raw", help="Encode the prompt as raw text, no chat template.")] = False,
     compare: Annotated[bool, typer.Option(help="Also decode plainly to measure the speed-up.")] = True,
     repeats: Annotated[int, typer.Option(help="Warm, interleaved plain/speculative pairs for the speed-up.")] = 2,
@@ -82,7 +83,7 @@ def generate(
     if gamma < 0:
         raise SpecLedgerError(f"--gamma must be >= 0, got {gamma}")
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-    engine = build_engine(target, dtype)
+    engine = build_engine(target, dtype, device)
     ids = engine.loaded.encode_prompt(prompt, chat=not raw)
     d = make_drafter(drafter, engine, layers=layers, draft_path=draft)
     kwargs = dict(max_tokens=max_tokens, params=params, stop=stop or [])

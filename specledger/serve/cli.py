@@ -53,6 +53,7 @@ def serve(
     layers: Annotated[str | None, typer.Option(help="layerskip layers, e.g. 12 or 0-7,26-29.")] = None,
     draft: Annotated[str | None, typer.Option(help="Draft model path for --drafter model.")] = None,
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
+    device: Annotated[str, typer.Option(help="cpu, or cuda[:N] on a machine with an NVIDIA GPU (dtype auto = bfloat16 there).")] = "cpu",
     max_queue: Annotated[int, typer.Option(help="Waiting requests beyond which the server answers 429.")] = 64,
     max_batch: Annotated[int, typer.Option(help="Requests decoded together (continuous batching).")] = 8,
     model_name: Annotated[str | None, typer.Option(help="Model id to serve as (default: the model's name).")] = None,
@@ -68,7 +69,7 @@ def serve(
 
     check_serve_options(port, drafter, gamma, max_queue, max_batch, max_body_bytes, max_connections)
     limits = Limits(max_body_bytes=max_body_bytes, limit_concurrency=max_connections)
-    engine = build_engine(target, dtype)
+    engine = build_engine(target, dtype, device)
     app = create_app(engine, drafter_name=drafter, gamma=gamma, model_name=model_name, max_queue=max_queue,
                      max_batch=max_batch, layers=layers, draft_path=draft, limits=limits)
     service = app.state.service
