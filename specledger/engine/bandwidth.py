@@ -24,15 +24,19 @@ import torch
 PROBE_BYTES = 256 << 20
 
 
-def measure_read_bandwidth(nbytes: int = PROBE_BYTES, repeats: int = 8) -> float:
+def measure_read_bandwidth(nbytes: int = PROBE_BYTES, repeats: int = 8, device: str | torch.device = "cpu") -> float:
     """This machine's read bandwidth now, bytes/s: best of ``repeats`` ``torch.sum`` passes over
-    ``nbytes`` of float32 (pages touched first, one untimed pass)."""
-    x = torch.ones(max(1, nbytes // 4), dtype=torch.float32)
+    ``nbytes`` of float32 (pages touched first, one untimed pass); on a GPU, its memory's."""
+    device = torch.device(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda *_: None)
+    x = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
     x.sum()
     best = 0.0
     for _ in range(repeats):
+        sync(device)
         t = time.perf_counter()
         x.sum()
+        sync(device)
         dt = time.perf_counter() - t
         best = max(best, x.numel() * 4 / dt if dt > 0 else 0.0)
     return best

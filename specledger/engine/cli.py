@@ -31,6 +31,7 @@ def _print_ledger(led: dict) -> None:
         "t_round_ms": "{:.2f}", "ttft_ms": "{:.1f}", "tokens_per_s": "{:.1f}", "plain_tokens_per_s": "{:.1f}",
         "T0_ms": "{:.2f}", "predicted_speedup": "{:.3f}", "speedup": "{:.3f}",
         "decode_speedup": "{:.3f}", "end_to_end_speedup": "{:.3f}", "spec_tokens_per_s": "{:.1f}",
+        "plain_decode_tokens_per_s": "{:.1f}", "plain_decode_GB_per_s": "{:.2f}", "machine_read_GB_per_s": "{:.1f}",
     }
     for k, v in led.items():
         if k in ("drafter", "gamma"):
@@ -43,6 +44,23 @@ def _print_ledger(led: dict) -> None:
             v = ", ".join("-" if a is None else f"{a:.2f}" for a in v) or "-"
         t.add_row(k, str(v))
     console.print(t)
+
+
+def _bandwidth(engine, plain) -> dict:
+    """Plain decode's bandwidth (weights + KV bytes per token x decode tokens/s) beside this machine's
+    read bandwidth measured now (engine/bandwidth.py). ``plain`` is a plain-decoding record (or, with
+    --drafter none, the run itself); its decode rate excludes the prefill."""
+    from specledger.engine.bandwidth import describe, measure_read_bandwidth, request_bytes_per_token
+
+    rounds = [r for r in plain.rounds if r.proposed == 0]
+    seconds = sum(r.t_round for r in rounds)
+    if not rounds or seconds <= 0:
+        return {}
+    rate = sum(r.committed for r in rounds) / seconds
+    bpt = request_bytes_per_token(engine.model, [(plain.prompt_tokens, plain.output_tokens)])
+    machine = measure_read_bandwidth(device=engine.device)
+    return {"plain_decode_tokens_per_s": rate, "plain_decode_GB_per_s": bpt * rate / 1e9,
+            "machine_read_GB_per_s": machine / 1e9, "bandwidth": describe(bpt, rate, machine)}
 
 
 def _layers_of(d) -> str | None:
@@ -110,6 +128,7 @@ def generate(
         for key in ("speedup", "predicted_speedup"):  # one warm pair's figure; the medians below replace it
             led.pop(key, None)
         led.update(comparison.summary())
+    led.update(_bandwidth(engine, plain if plain is not None else record))
     if as_json:
         from dataclasses import asdict
 

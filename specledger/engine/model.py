@@ -228,7 +228,7 @@ class Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._weight_key() != self._packed_key:
             self._repack()
-        if self._native is not None and x.dtype == self._native.dtype:
+        if self._native is not None and x.dtype == self._native.dtype and x.device.type == "cpu":
             return self._native(x)
         if self._packed is None or x.dtype != self.weight.dtype:
             return F.linear(x, self.weight, self.bias)

@@ -130,7 +130,7 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
     """The kernel's packed copy of ``weight`` [N, K] (a flat tensor of the same dtype)."""
     n, k = weight.shape
     w = weight.detach().contiguous()
-    packed = torch.empty(((n + _NB - 1) // _NB) * _NB * k, dtype=w.dtype)
+    packed = torch.empty(((n + _NB - 1) // _NB) * _NB * k, dtype=w.dtype, device="cpu")
     getattr(lib(), _FNS[w.dtype][0])(w.data_ptr(), packed.data_ptr(), n, k)
     return packed
 
@@ -148,10 +148,12 @@ class PackedLinear:
         self.fn = getattr(lib(), _FNS[weight.dtype][1])
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "cpu" or x.dtype != self.dtype or x.shape[-1] != self.k:
+            raise ValueError(f"native linear takes CPU {self.dtype} rows of {self.k}, got {x.device} {x.dtype} {tuple(x.shape)}")
         if not x.is_contiguous():
             x = x.contiguous()
         rows = x.numel() // self.k
-        y = torch.empty((*x.shape[:-1], self.n), dtype=self.dtype)
+        y = torch.empty((*x.shape[:-1], self.n), dtype=self.dtype, device="cpu")
         self.fn(x.data_ptr(), self.packed.data_ptr(), None if self.bias is None else self.bias.data_ptr(),
                 y.data_ptr(), rows, self.n, self.k, torch.get_num_threads())
         return y
