@@ -213,3 +213,15 @@ def test_the_verify_forward_reads_nothing_back_and_the_commit_once():
                               ignore_eos=True)
     assert len(rec.token_ids) == 20 and len(rec.rounds) >= 1
     assert syncs.count == 0  # no read-back in the prefill or any verify pass: only the commit reads
+
+
+@needs_kernel
+@pytest.mark.parametrize("drafter", ["ngram", "layerskip", "quant-self"])
+def test_bf16_greedy_speculation_is_token_identical_on_the_native_kernel(drafter):
+    """The native kernel is row-invariant in bf16 too, so bf16 verify rows equal bf16 decode rows."""
+    for seed in range(3):
+        engine = Engine(tiny_model(seed, dim=64).to(torch.bfloat16), eos_token_ids=[], max_context=256)
+        for prompt in (PROMPT, [5, 9, 5, 9, 5, 9, 7]):
+            plain = engine.generate(prompt, max_tokens=40, ignore_eos=True).token_ids
+            d = make_drafter(drafter, engine, layers="0,1" if drafter == "layerskip" else None)
+            assert engine.generate(prompt, drafter=d, gamma=3, max_tokens=40, ignore_eos=True).token_ids == plain

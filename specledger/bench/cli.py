@@ -91,7 +91,7 @@ def run(
     console.print(f"[bold]specledger run[/] -> {run_dir}  (Ctrl-C keeps every finished request; "
                   f"continue with --resume {run_dir})")
     with console.status("loading the target model (first use converts the GGUF once, ~30 s)"):
-        engine = build_engine(target, dtype, device)
+        engine = build_engine(target, dtype) if device == "cpu" else build_engine(target, dtype, device)
     console.print(f"target: {engine.name} ({engine.dtype}), drafters: {', '.join(plan.drafters)}, "
                   f"gammas: {plan.gammas}, temperatures: {plan.temperatures}")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -101,7 +101,7 @@ def generate(
     if gamma < 0:
         raise SpecLedgerError(f"--gamma must be >= 0, got {gamma}")
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-    engine = build_engine(target, dtype, device)
+    engine = build_engine(target, dtype) if device == "cpu" else build_engine(target, dtype, device)
     ids = engine.loaded.encode_prompt(prompt, chat=not raw)
     d = make_drafter(drafter, engine, layers=layers, draft_path=draft)
     kwargs = dict(max_tokens=max_tokens, params=params, stop=stop or [])

@@ -69,7 +69,7 @@ def serve(
 
     check_serve_options(port, drafter, gamma, max_queue, max_batch, max_body_bytes, max_connections)
     limits = Limits(max_body_bytes=max_body_bytes, limit_concurrency=max_connections)
-    engine = build_engine(target, dtype, device)
+    engine = build_engine(target, dtype) if device == "cpu" else build_engine(target, dtype, device)
     app = create_app(engine, drafter_name=drafter, gamma=gamma, model_name=model_name, max_queue=max_queue,
                      max_batch=max_batch, layers=layers, draft_path=draft, limits=limits)
     service = app.state.service
