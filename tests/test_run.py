@@ -109,3 +109,17 @@ def test_resume_repairs_a_torn_last_record(tmp_path, engine, workload):
         run(out, plan, engine, resume=True)  # nothing left to do, nothing to repair
         assert len(list(read_records(trace))) == 15
     build_report(out, n_resamples=20)
+
+
+def test_per_category_budgets_replay_and_report(tmp_path, engine, workload):
+    """A category with its own output budget (code and math get room for an answer): every request records its
+    budget, the forecast replays each prompt at its own budget, and the report builds (make run crashed here)."""
+    out = tmp_path / "budgets"
+    plan = _plan(workload)
+    plan.category_max_tokens = {"chat": 20}
+    run(out, plan, engine)
+    records = list(read_records(out / "traces.jsonl"))
+    assert {r.extra["max_tokens"] for r in records if r.category == "chat"} == {20}
+    assert {r.extra["max_tokens"] for r in records if r.category == "copy"} == {12}
+    summary, _ = build_report(out, n_resamples=20)
+    assert summary["optimal_gamma"] and summary["prediction_check"]

@@ -51,6 +51,7 @@ def run(
     workload: Annotated[Path | None, typer.Option(help="Your own JSONL workload instead of the built-in categories.")] = None,
     target: Annotated[str | None, typer.Option(help="GGUF file or HF model dir (default: bundled SmolLM2-135M).")] = None,
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
+    device: Annotated[str, typer.Option(help="cpu, or cuda[:N] on a machine with an NVIDIA GPU (dtype auto = bfloat16 there).")] = "cpu",
     layers: Annotated[str | None, typer.Option(help="layerskip layers (default: calibrate).")] = None,
     draft: Annotated[str | None, typer.Option(help="Draft model path for the 'model' drafter; a .safetensors head file for 'head'.")] = None,
     loads: Annotated[str | None, typer.Option(help="Concurrencies, e.g. 1,4,16: every setting also runs under "
@@ -109,10 +110,14 @@ def run(
 
     check_target_load(load_slo(slo), sorted({1, *plan.loads}))  # a bad SLO file fails before any model loads
 
+    from specledger.engine.device import resolve_device
+
+    resolve_device(device)  # a one-line error before anything is written
+
     console.print(f"[bold]specledger run[/] -> {run_dir}  (Ctrl-C keeps every finished request; "
                   f"continue with --resume {run_dir})")
     with console.status("loading the target model (first use converts the GGUF once, ~30 s)"):
-        engine = build_engine(target, dtype)
+        engine = build_engine(target, dtype) if device == "cpu" else build_engine(target, dtype, device)
     console.print(f"target: {engine.name} ({engine.dtype}), drafters: {', '.join(plan.drafters)}, "
                   f"gammas: {plan.gammas}, temperatures: {plan.temperatures}, loads: {sorted({1, *plan.loads})}")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -327,6 +327,7 @@ def run(
         )
         rec.category = item.category
         rec.prompt_id = job.prompt_id
+        rec.extra["max_tokens"] = plan.max_tokens_for(item.category)  # this request's own output budget
         rec.extra["quality"] = score(item, rec.text)
         if (complete := answer_complete(item, rec.text, rec.stop_reason)) is not None:
             rec.extra["quality_complete"] = complete

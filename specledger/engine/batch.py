@@ -52,6 +52,7 @@ from typing import Any, Union
 
 import torch
 
+from specledger.engine.device import model_device
 from specledger.engine.drafters.base import Drafter
 from specledger.engine.policy import GammaPolicy, as_policy
 from specledger.engine.request import Emitted, Request, StopReleaser, check_request, check_tree_budget
@@ -92,9 +93,9 @@ class _Live(Request):
     """A request in the scheduler: its :class:`Request` plus ticket, slot and preemption ledger."""
 
     def __init__(self, ticket: int, req: BatchRequest, drafter: Drafter, policy: GammaPolicy,
-                 eos: frozenset[int], releaser: StopReleaser, t_arrival: float) -> None:
+                 eos: frozenset[int], releaser: StopReleaser, t_arrival: float, device: Any = "cpu") -> None:
         super().__init__(req.prompt, drafter, policy, req.params, req.max_tokens, eos, releaser, t_arrival,
-                         req.request_id, req.category, req.prompt_id, req.tree_budget)
+                         req.request_id, req.category, req.prompt_id, req.tree_budget, device)
         self.ticket, self.req = ticket, req
         self.slot = -1
         self.preemptions = 0
@@ -168,6 +169,7 @@ class BatchEngine:
         self.kv_budget = kv_budget_tokens or max_batch * capacity
         self.step_budget = step_token_budget
         self.name, self.dtype = name, dtype
+        self.device = model_device(model)
         self.cache = model.new_cache(min(initial_capacity or capacity, capacity), batch_size=max_batch)
         self.steps: list[StepRecord] | deque[StepRecord] = [] if keep_steps is None else deque(maxlen=keep_steps)
         self.preemptions = 0
@@ -284,7 +286,7 @@ class BatchScheduler:
         engine.ensure_capacity(len(request.prompt) + request.max_tokens)
         self._tickets += 1
         live = _Live(self._tickets, request, drafter, policy, frozenset() if request.ignore_eos else engine.eos,
-                     releaser, time.perf_counter() if t_arrival is None else t_arrival)
+                     releaser, time.perf_counter() if t_arrival is None else t_arrival, engine.device)
         self.waiting.append(live)
         return live.ticket
 
@@ -327,22 +329,25 @@ class BatchScheduler:
         view = self.engine.cache.slot(live.slot)
         with torch.inference_mode():
             if not live.context:  # first admission: prompt -> first token
+                ids = torch.tensor([live.prompt], device=self.engine.device)
                 if live.drafter.wants_hidden:  # a learned head drafter reads the prompt's hidden states
-                    logits, hidden = model(torch.tensor([live.prompt]), 0, view, last_only=True, return_hidden=True)
+                    logits, hidden = model(ids, 0, view, last_only=True, return_hidden=True)
                     live.start(logits[0, -1], hidden[0])
                 else:
-                    live.start(model(torch.tensor([live.prompt]), 0, view, last_only=True)[0, -1])
+                    live.start(model(ids, 0, view, last_only=True)[0, -1])
                 live.t_prefill = perf() - t0
                 chunk = live.release()
                 if chunk is not None:
                     events.append((live.ticket, live.stamp(chunk, perf())))
             else:  # recompute after preemption: KV for everything but the last committed token
+                ids = torch.tensor([live.context[:-1]], device=self.engine.device)
                 if live.drafter.wants_hidden:
-                    _, hidden = model(torch.tensor([live.context[:-1]]), 0, view, last_only=True,
-                                      return_hidden=True)
+                    _, hidden = model(ids, 0, view, last_only=True, return_hidden=True)
                     live.drafter.observe_hidden(0, hidden[0])
                 else:
-                    model(torch.tensor([live.context[:-1]]), 0, view, last_only=True)
+                    model(ids, 0, view, last_only=True)
+                if self.engine.device.type == "cuda":  # recompute_s is device time too
+                    torch.cuda.synchronize(self.engine.device)
                 live.drafter.begin(live.context[:-1], live.params)
                 live.recompute_s += perf() - t0
 
@@ -450,6 +455,8 @@ class BatchScheduler:
                                                                  return_hidden=True)
                 else:  # chains only (tree rounds that proposed a chain included): the chain pass
                     logits = engine.model.forward_packed(tokens, slots, positions, engine.cache)
+                if engine.device.type == "cuda":  # where the commit would wait anyway: t_forward is device time
+                    torch.cuda.synchronize(engine.device)
         except Exception as exc:  # not one request's fault: the whole step's requests fail
             for p in plans:
                 self._retire(p.live, events, RequestFailed.of(exc, f"packed forward of {len(plans)} requests: "))

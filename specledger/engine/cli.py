@@ -12,12 +12,12 @@ import typer
 from specledger.errors import SpecLedgerError
 
 
-def build_engine(target: str | None, dtype: str = "auto"):
-    """Load the target (default: bundled SmolLM2-135M-Instruct) and wrap it in an Engine."""
+def build_engine(target: str | None, dtype: str = "auto", device: str = "cpu"):
+    """Load the target (default: bundled SmolLM2-135M-Instruct) on ``device`` and wrap it in an Engine."""
     from specledger.engine.decode import Engine
     from specledger.engine.loader import load_model
 
-    return Engine.from_loaded(load_model(target, dtype=dtype))
+    return Engine.from_loaded(load_model(target, dtype=dtype, device=device))
 
 
 def _print_ledger(led: dict) -> None:
@@ -31,6 +31,7 @@ def _print_ledger(led: dict) -> None:
         "t_round_ms": "{:.2f}", "ttft_ms": "{:.1f}", "tokens_per_s": "{:.1f}", "plain_tokens_per_s": "{:.1f}",
         "T0_ms": "{:.2f}", "predicted_speedup": "{:.3f}", "speedup": "{:.3f}",
         "decode_speedup": "{:.3f}", "end_to_end_speedup": "{:.3f}", "spec_tokens_per_s": "{:.1f}",
+        "plain_decode_tokens_per_s": "{:.1f}", "plain_decode_GB_per_s": "{:.2f}", "machine_read_GB_per_s": "{:.1f}",
     }
     for k, v in led.items():
         if k in ("drafter", "gamma"):
@@ -43,6 +44,23 @@ def _print_ledger(led: dict) -> None:
             v = ", ".join("-" if a is None else f"{a:.2f}" for a in v) or "-"
         t.add_row(k, str(v))
     console.print(t)
+
+
+def _bandwidth(engine, plain) -> dict:
+    """Plain decode's bandwidth (weights + KV bytes per token x decode tokens/s) beside this machine's
+    read bandwidth measured now (engine/bandwidth.py). ``plain`` is a plain-decoding record (or, with
+    --drafter none, the run itself); its decode rate excludes the prefill."""
+    from specledger.engine.bandwidth import describe, measure_read_bandwidth, request_bytes_per_token
+
+    rounds = [r for r in plain.rounds if r.proposed == 0]
+    seconds = sum(r.t_round for r in rounds)
+    if not rounds or seconds <= 0:
+        return {}
+    rate = sum(r.committed for r in rounds) / seconds
+    bpt = request_bytes_per_token(engine.model, [(plain.prompt_tokens, plain.output_tokens)])
+    machine = measure_read_bandwidth(device=engine.device)
+    return {"plain_decode_tokens_per_s": rate, "plain_decode_GB_per_s": bpt * rate / 1e9,
+            "machine_read_GB_per_s": machine / 1e9, "bandwidth": describe(bpt, rate, machine)}
 
 
 def _layers_of(d) -> str | None:
@@ -66,6 +84,7 @@ def generate(
     draft: Annotated[str | None, typer.Option(help="Draft model path for --drafter model; a .safetensors head file for head.")] = None,
     layers: Annotated[str | None, typer.Option(help="layerskip layers, e.g. 12 or 0-7,26-29 (default: calibrate).")] = None,
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
+    device: Annotated[str, typer.Option(help="cpu, or cuda[:N] on a machine with an NVIDIA GPU (dtype auto = bfloat16 there).")] = "cpu",
     raw: Annotated[bool, typer.Option("--raw", help="Encode the prompt as raw text, no chat template.")] = False,
     compare: Annotated[bool, typer.Option(help="Also decode plainly to measure the speed-up.")] = True,
     repeats: Annotated[int, typer.Option(help="Warm, interleaved plain/speculative pairs for the speed-up.")] = 2,
@@ -85,7 +104,7 @@ def generate(
     if tree_budget < 0:
         raise SpecLedgerError(f"--tree-budget must be >= 1 (0 for chains), got {tree_budget}")
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-    engine = build_engine(target, dtype)
+    engine = build_engine(target, dtype) if device == "cpu" else build_engine(target, dtype, device)
     ids = engine.loaded.encode_prompt(prompt, chat=not raw)
     d = make_drafter(drafter, engine, layers=layers, draft_path=draft)
     kwargs = dict(max_tokens=max_tokens, params=params, stop=stop or [])
@@ -113,6 +132,7 @@ def generate(
         for key in ("speedup", "predicted_speedup"):  # one warm pair's figure; the medians below replace it
             led.pop(key, None)
         led.update(comparison.summary())
+    led.update(_bandwidth(engine, plain if plain is not None else record))
     if as_json:
         from dataclasses import asdict
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from specledger.engine.device import RoundClock, model_device
 from specledger.engine.drafters.base import Drafter, NoDrafter
 from specledger.engine.policy import GammaPolicy, as_policy
 from specledger.engine.request import (
@@ -61,6 +62,7 @@ class Engine:
         self.name = name
         self.dtype = dtype
         self._cache = None
+        self.device = model_device(model)  # the cache, token ids and the sampling RNG live here too
         self.loaded: Any = None  # the LoadedModel (tokenizer, chat template) when built from one
 
     @classmethod
@@ -110,21 +112,23 @@ class Engine:
         check_tree_budget(tree_budget, self.max_context - len(prompt_ids) - max_tokens)
         policy = as_policy(gamma)
         policy.reset()
-        perf, model = time.perf_counter, self.model
+        perf, model, device = time.perf_counter, self.model, self.device
+        clock = RoundClock(device)
         req = Request(prompt_ids, drafter or NoDrafter(), policy, params, max_tokens,
                       frozenset() if ignore_eos else self.eos_token_ids,
                       StopReleaser(self.decode_text if self.tokenizer is not None else None, stop),
-                      perf(), request_id or uuid.uuid4().hex[:12], tree_budget=tree_budget)
+                      perf(), request_id or uuid.uuid4().hex[:12], tree_budget=tree_budget, device=device)
         cache = self.cache_for(len(req.prompt) + max_tokens + 1)
         capacity = cache.capacity
         hidden = None
         want_hidden = req.drafter.wants_hidden
+        ids = torch.tensor([req.prompt], device=device)
         if want_hidden:
-            logits, hidden = model(torch.tensor([req.prompt]), 0, cache, last_only=True, return_hidden=True)
+            logits, hidden = model(ids, 0, cache, last_only=True, return_hidden=True)
             req.start(logits[0, -1], hidden[0])
         else:
-            req.start(model(torch.tensor([req.prompt]), 0, cache, last_only=True)[0, -1])
-        req.t_prefill = perf() - req.t_arrival
+            req.start(model(ids, 0, cache, last_only=True)[0, -1])
+        req.t_prefill = perf() - req.t_arrival  # start() read the first token back: the device is done
         chunk = req.release()
         if chunk is not None:
             yield req.stamp(chunk, perf())
@@ -151,24 +155,25 @@ class Engine:
                 yield req.stamp(chunk, t3)
             yield rd
         while not req.stop_reason:
-            t0 = perf()
+            m0 = clock.mark()
             g = req.plan(1, capacity)
             cand, q = req.propose(g)
-            t1 = perf()
+            m1 = clock.mark()
             context = req.context
+            ids = torch.tensor([[context[-1]] + cand], device=device)
             if want_hidden:
-                logits, hidden = model(torch.tensor([[context[-1]] + cand]), len(context) - 1, cache,
-                                       return_hidden=True)
+                logits, hidden = model(ids, len(context) - 1, cache, return_hidden=True)
                 logits, hidden = logits[0], hidden[0]
             else:
-                logits = model(torch.tensor([[context[-1]] + cand]), len(context) - 1, cache)[0]
-            t2 = perf()
-            rd = req.accept(logits, cand, q, g, t1 - t0, t2 - t1, hidden=hidden)
+                logits = model(ids, len(context) - 1, cache)[0]
+            m2 = clock.mark()
+            rd = req.accept(logits, cand, q, g, 0.0, 0.0, hidden=hidden)  # the commit: the round's one read-back
             chunk = req.release()
-            t3 = perf()
-            req.close_round(t3 - t2)
+            m3 = clock.mark()
+            rd.t_draft, rd.t_verify, t_other = clock.split(m0, m1, m2, m3)
+            req.close_round(t_other)
             if chunk is not None:
-                yield req.stamp(chunk, t3)
+                yield req.stamp(chunk, perf())
             yield rd
         yield req.finish(perf(), self.decode_text, self.name, self.dtype)
 

@@ -61,7 +61,8 @@ class Int8Linear(nn.Module):
         bias = None if linear.bias is None else linear.bias.detach().clone()
         self.register_buffer("bias", bias)
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.use_int8pack = dtype != torch.float32 and _int8pack_available(dtype)
+        self.use_int8pack = (dtype != torch.float32 and linear.weight.device.type == "cpu"
+                             and _int8pack_available(dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.use_int8pack:

@@ -118,10 +118,15 @@ def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
-def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
+def parse_dtype(dtype: str | torch.dtype, device: str | torch.device | None = None) -> torch.dtype:
+    """``auto`` is float32 on the CPU (``AUTO_DTYPE``) and bfloat16 on a GPU (engine/device.py)."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
+        if device is not None and torch.device(device).type != "cpu":
+            from specledger.engine.device import default_dtype
+
+            return _DTYPES[default_dtype(device)]
         return AUTO_DTYPE
     if dtype not in _DTYPES:
         raise SpecLedgerError(f"unknown dtype {dtype!r}; use one of auto, {', '.join(_DTYPES)}")
@@ -253,11 +258,23 @@ def load_hf_dir(folder: Path, dtype: torch.dtype, name: str, source: str) -> Loa
 
 
 def load_model(
-    target: str | os.PathLike | None = None, dtype: str = "auto", cache_dir: str | None = None
+    target: str | os.PathLike | None = None, dtype: str = "auto", cache_dir: str | None = None,
+    device: str | torch.device | None = None,
 ) -> LoadedModel:
     """Load ``target`` (None = the bundled SmolLM2-135M-Instruct GGUF; a ``.gguf`` file; or a
-    Hugging Face model directory) as a native Transformer in ``dtype`` ("auto" = float32)."""
-    torch_dtype = parse_dtype(dtype)
+    Hugging Face model directory) as a native Transformer in ``dtype`` ("auto" = float32 on the
+    CPU, bfloat16 on a GPU) on ``device`` (default CPU; ``cuda`` checked by engine/device.py)."""
+    if device is not None:
+        from specledger.engine.device import resolve_device
+
+        device = resolve_device(device)
+    lm = _load_model(target, parse_dtype(dtype, device), cache_dir)
+    if device is not None and device.type != "cpu":
+        lm.model = lm.model.to(device)
+    return lm
+
+
+def _load_model(target: str | os.PathLike | None, torch_dtype: torch.dtype, cache_dir: str | None) -> LoadedModel:
     path = default_target_path() if target is None else Path(target).expanduser()
     if not path.exists():
         raise SpecLedgerError(f"model not found: {path}; pass an existing .gguf file or model directory")

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specledger.engine import kernels
 from specledger.errors import SpecLedgerError
 
 _LLAMA_LIKE = ("llama", "mistral")
@@ -111,11 +112,13 @@ class KVCache:
     so a layer writes its new keys and values with a single copy.
     """
 
-    def __init__(self, config: ModelConfig, capacity: int, batch_size: int, dtype: torch.dtype):
+    def __init__(self, config: ModelConfig, capacity: int, batch_size: int, dtype: torch.dtype,
+                 device: torch.device | str | None = None):
         self.capacity = capacity
         self.batch_size = batch_size
         self.kv = torch.zeros(
-            (config.n_layers, 2, batch_size, config.n_kv_heads, capacity, int(config.head_dim)), dtype=dtype
+            (config.n_layers, 2, batch_size, config.n_kv_heads, capacity, int(config.head_dim)), dtype=dtype,
+            device=device,
         )
         self.k = self.kv[:, 0]
         self.v = self.kv[:, 1]
@@ -176,7 +179,9 @@ def _can_prepack(weight: torch.Tensor) -> bool:
 
 
 class Linear(nn.Linear):
-    """``nn.Linear`` whose matmul runs on a prepacked oneDNN copy of its weight (derived state).
+    """``nn.Linear`` whose matmul runs on a prepacked copy of its weight (derived state): the
+    native row-invariant kernel of :mod:`specledger.engine.kernels` when it is built (fp32 and
+    bf16, every row count), else oneDNN as below.
 
     Measured on the 2-core EPYC target (benchmarks/bench_model.py): the prepacked kernel
     (``mkldnn._linear_pointwise``) is ~1.7x faster than ``F.linear`` for bf16 decode and costs
@@ -193,19 +198,26 @@ class Linear(nn.Linear):
     """
 
     prepack: bool = True
+    #: run on the native row-invariant kernel (``engine/kernels``) when it is built; else oneDNN
+    native: bool = True
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False):
         super().__init__(in_features, out_features, bias=bias)
         self._packed: torch.Tensor | None = None
         self._packed_key: tuple | None = None
+        self._native = None
 
     def _weight_key(self) -> tuple:
         w = self.weight
-        return (w.data_ptr(), w.dtype, 0 if w.is_inference() else w._version, self.prepack)
+        return (w.data_ptr(), w.dtype, 0 if w.is_inference() else w._version, self.prepack, self.native)
 
     def _repack(self) -> None:
-        self._packed = None
+        self._packed, self._native = None, None
         self._packed_key = self._weight_key()
+        if self.prepack and self.native and kernels.supports(self.weight):
+            with torch.inference_mode(False), torch.no_grad():
+                self._native = kernels.PackedLinear(self.weight, self.bias)
+            return
         if self.prepack and _can_prepack(self.weight) and self.weight.dtype not in _UNPACKABLE:
             try:
                 with torch.inference_mode(False), torch.no_grad():
@@ -216,6 +228,8 @@ class Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._weight_key() != self._packed_key:
             self._repack()
+        if self._native is not None and x.dtype == self._native.dtype and x.device.type == "cpu":
+            return self._native(x)
         if self._packed is None or x.dtype != self.weight.dtype:
             return F.linear(x, self.weight, self.bias)
         if x.dtype == torch.float32 and x.numel() == x.shape[-1]:  # one row: run it as two (see above)
@@ -224,7 +238,7 @@ class Linear(nn.Linear):
         return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_packed": None, "_packed_key": None}
+        return {**self.__dict__, "_packed": None, "_packed_key": None, "_native": None}
 
 
 #: Up to this many positions per forward (decode steps and verify passes) attention runs row by
@@ -301,6 +315,8 @@ class Block(nn.Module):
         positions: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
+        slot_list: Sequence[int] | None = None,
+        pos_list: Sequence[int] | None = None,
     ) -> torch.Tensor:
         """Ragged batch, packed: ``x`` [1, M, dim] holds M rows from several sequences; row m is
         position ``positions[m]`` of the sequence in cache slot ``slots[m]``. Every op is the same
@@ -313,7 +329,8 @@ class Block(nn.Module):
         kv_cache[:, slots, :, positions] = qkv[0, :, nh:].view(m, 2, nkv, hd)
         group = nh // nkv
         q = qkv[0, :, :nh].reshape(m, nkv, group, hd)
-        slot_list, pos_list = slots.tolist(), positions.tolist()
+        if slot_list is None or pos_list is None:  # host copies; the model passes them (no device sync)
+            slot_list, pos_list = slots.tolist(), positions.tolist()
         rows = [
             F.scaled_dot_product_attention(
                 q[i : i + 1].contiguous(),
@@ -407,11 +424,15 @@ class Transformer(nn.Module):
             self.lm_head.weight = self.embed.weight
         # Plain attributes, not buffers, so ``.to(dtype)`` never rounds the float32 tables.
         self.rope_cos, self.rope_sin = rope_cos_sin(config, config.max_seq_len)
-        self._rope_cache: tuple[torch.dtype, torch.Tensor, torch.Tensor] | None = None
+        self._rope_cache: tuple[tuple, torch.Tensor, torch.Tensor] | None = None
 
     @property
     def dtype(self) -> torch.dtype:
         return self.norm.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.norm.device
 
     def new_cache(self, capacity: int, batch_size: int = 1) -> KVCache:
         """A zeroed cache for ``capacity`` positions (at most ``config.max_seq_len``)."""
@@ -420,14 +441,21 @@ class Transformer(nn.Module):
                 f"KV cache capacity {capacity} is outside 1..{self.config.max_seq_len} (the model's context); "
                 "shorten the prompt or max_tokens"
             )
-        return KVCache(self.config, capacity, batch_size, self.dtype)
+        return KVCache(self.config, capacity, batch_size, self.dtype, self.device)
+
+    def _ensure_rope(self) -> None:
+        """The float32 RoPE tables cast to the activation dtype on the model's device, cached per (dtype, device)."""
+        key = (self.dtype, self.device)
+        if self._rope_cache is None or self._rope_cache[0] != key:
+            dtype, device = key
+            self._rope_cache = (key, self.rope_cos.to(device=device, dtype=dtype),
+                                self.rope_sin.to(device=device, dtype=dtype))
 
     def _rope_tables(self, start_pos: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin for positions [start_pos, end) shaped [T, nh + 2*nkv, head_dim] in the
         activation dtype (HF casts them the same way): the rotation for the q and k heads,
         the identity (cos=1, sin=0) for the v heads."""
-        if self._rope_cache is None or self._rope_cache[0] != self.dtype:
-            self._rope_cache = (self.dtype, self.rope_cos.to(self.dtype), self.rope_sin.to(self.dtype))
+        self._ensure_rope()
         cfg = self.config
         seq, rotated, passthrough = end - start_pos, cfg.n_heads + cfg.n_kv_heads, cfg.n_kv_heads
         cos = self._rope_cache[1][start_pos:end, None].expand(seq, rotated, -1)
@@ -440,8 +468,9 @@ class Transformer(nn.Module):
         key slot ``j`` iff ``j <= start_pos + i`` (rows repeat per folded query head)."""
         if seq == 1:
             return None
-        query_pos = torch.arange(start_pos, start_pos + seq).repeat(group)
-        return torch.arange(start_pos + seq)[None, :] <= query_pos[:, None]
+        device = self.device
+        query_pos = torch.arange(start_pos, start_pos + seq, device=device).repeat(group)
+        return torch.arange(start_pos + seq, device=device)[None, :] <= query_pos[:, None]
 
     def forward(
         self,
@@ -482,8 +511,7 @@ class Transformer(nn.Module):
 
     def _rope_rows(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin for arbitrary positions, [M, nh + 2*nkv, head_dim], same values as _rope_tables."""
-        if self._rope_cache is None or self._rope_cache[0] != self.dtype:
-            self._rope_cache = (self.dtype, self.rope_cos.to(self.dtype), self.rope_sin.to(self.dtype))
+        self._ensure_rope()
         cfg = self.config
         m, rotated, passthrough = len(positions), cfg.n_heads + cfg.n_kv_heads, cfg.n_kv_heads
         cos = self._rope_cache[1][positions][:, None].expand(m, rotated, -1)
@@ -505,14 +533,16 @@ class Transformer(nn.Module):
         it attends to that slot's positions [0, positions[m]]. Returns float32 logits
         [len(logit_rows), V] for the requested rows (all rows if None); with ``return_hidden``
         ``(logits, hidden)``, hidden [M, dim] for every row (see :meth:`forward`)."""
-        pos = torch.tensor(list(positions), dtype=torch.long)
-        if len(pos) and (int(pos.max()) >= cache.capacity or int(pos.min()) < 0):
-            raise SpecLedgerError(f"positions up to {int(pos.max())} do not fit the KV cache (capacity {cache.capacity})")
-        slot_t = torch.tensor(list(slots), dtype=torch.long)
+        positions, device = list(positions), self.device
+        if positions and (max(positions) >= cache.capacity or min(positions) < 0):
+            raise SpecLedgerError(f"positions up to {max(positions)} do not fit the KV cache (capacity {cache.capacity})")
+        slot_list = list(slots)
+        pos = torch.tensor(positions, dtype=torch.long, device=device)
+        slot_t = torch.tensor(slot_list, dtype=torch.long, device=device)
         cos, sin = self._rope_rows(pos)
-        x = self.embed(torch.tensor([list(tokens)]))
+        x = self.embed(torch.tensor([list(tokens)], device=device))
         for i, layer in enumerate(self.layers):
-            x = layer.forward_packed(x, cache.kv[i], slot_t, pos, cos, sin)
+            x = layer.forward_packed(x, cache.kv[i], slot_t, pos, cos, sin, slot_list, positions)
         if return_hidden:
             hidden = rms_norm(x, self.norm, self.config.norm_eps)
             rows = hidden if logit_rows is None else hidden[:, list(logit_rows)]

@@ -177,6 +177,7 @@ class Request:
         category: str = "",
         prompt_id: str = "",
         tree_budget: int = 0,
+        device: Any = "cpu",
     ) -> None:
         self.prompt = [int(t) for t in prompt]
         self.tree_budget = int(tree_budget)  # nodes per round (0: chains)
@@ -187,7 +188,8 @@ class Request:
         self.max_tokens, self.eos, self.releaser = max_tokens, eos, releaser
         self.t_arrival = t_arrival  # absolute perf_counter time; token times count from here
         self.request_id, self.category, self.prompt_id = request_id, category, prompt_id
-        self.rng = torch.Generator().manual_seed(params.seed if params.seed is not None else 0)
+        # on the device the logits live on (multinomial / rand need a generator there)
+        self.rng = torch.Generator(device=device).manual_seed(params.seed if params.seed is not None else 0)
         self.context: list[int] = []
         self.out: list[int] = []
         self.rounds: list[RoundRecord] = []

@@ -42,11 +42,12 @@ def verify_sampling(
     ``draft_probs``: [n, V] with the distributions the candidates were sampled from, or None (one-hot)."""
     n = len(candidates)
     if n:
-        idx = torch.arange(n)
-        cand = torch.tensor(candidates, dtype=torch.long)
+        device = target_probs.device
+        idx = torch.arange(n, device=device)
+        cand = torch.tensor(candidates, dtype=torch.long, device=device)
         p_x = target_probs[idx, cand]
-        q_x = draft_probs[idx, cand] if draft_probs is not None else torch.ones(n)
-        u = torch.rand(n, generator=rng)
+        q_x = draft_probs[idx, cand] if draft_probs is not None else torch.ones(n, device=device)
+        u = torch.rand(n, generator=rng, device=device)
         # accept x_i iff u_i * q(x_i) < p(x_i)   (== u_i < min(1, p/q), safe for q = 0)
         rejected = (u * q_x >= p_x).nonzero()
         if len(rejected):

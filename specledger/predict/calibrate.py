@@ -226,13 +226,9 @@ def measure_rows_axis(
 
 def check_device(device: str) -> None:
     """``cpu``, or ``cuda[:N]`` where torch sees a CUDA device; anything else is a one-line error."""
-    from specledger.errors import SpecLedgerError
+    from specledger.engine.device import resolve_device
 
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise SpecLedgerError(f"--device {device}: torch sees no CUDA device here; use --device cpu")
-    elif device != "cpu":
-        raise SpecLedgerError(f"unknown --device {device!r}; use cpu (or cuda where torch sees one)")
+    resolve_device(device)
 
 
 def surface_path(out: str | os.PathLike) -> Path:

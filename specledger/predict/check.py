@@ -168,7 +168,10 @@ def leave_one_gamma_out(records: Iterable[RequestRecord], max_tokens: int | None
 
 def run_prediction_check(records: Iterable[RequestRecord], meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """:func:`leave_one_gamma_out` of a run directory's records, with the run's max_tokens from ``run.json``."""
-    max_tokens = ((meta or {}).get("config") or {}).get("max_tokens")
+    config = (meta or {}).get("config") or {}
+    max_tokens = config.get("max_tokens")
+    if config.get("category_max_tokens"):  # budgets differ by category: every request keeps its own
+        max_tokens = None
     return leave_one_gamma_out(records, max_tokens if isinstance(max_tokens, int) else None, meta)
 
 

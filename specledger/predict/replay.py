@@ -112,12 +112,14 @@ class Replayer:
             if (r.drafter != "none" or r.temperature > 0 or pid in outs or pid not in prompts
                     or r.stop_reason not in ("eos", "length") or not r.token_ids):
                 continue
-            m = max_tokens if max_tokens is not None else r.output_tokens
+            own = r.extra.get("max_tokens")  # a per-category budget, when the run recorded one
+            m = own if isinstance(own, int) else max_tokens if max_tokens is not None else r.output_tokens
             outs[pid] = RecordedOutput(pid, tuple(int(t) for t in prompts[pid]), tuple(r.token_ids), r.stop_reason, m)
         return cls(list(outs.values())) if outs else None
 
     def can(self, drafter: str, max_tokens: int | None = None) -> bool:
-        """Replay is exact here: a drafter that runs no network and the run's own max_tokens."""
+        """Replay is exact here: a drafter that runs no network, and every output's own max_tokens (``max_tokens``
+        None: each request keeps its own budget)."""
         if max_tokens is not None and any(o.max_tokens != max_tokens for o in self.outputs):
             return False
         if drafter not in self._ok:

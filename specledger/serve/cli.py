@@ -54,6 +54,7 @@ def serve(
     layers: Annotated[str | None, typer.Option(help="layerskip layers, e.g. 12 or 0-7,26-29.")] = None,
     draft: Annotated[str | None, typer.Option(help="Draft model path for --drafter model; a .safetensors head file for head.")] = None,
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
+    device: Annotated[str, typer.Option(help="cpu, or cuda[:N] on a machine with an NVIDIA GPU (dtype auto = bfloat16 there).")] = "cpu",
     max_queue: Annotated[int, typer.Option(help="Waiting requests beyond which the server answers 429.")] = 64,
     max_batch: Annotated[int, typer.Option(help="Requests decoded together (continuous batching).")] = 8,
     model_name: Annotated[str | None, typer.Option(help="Model id to serve as (default: the model's name).")] = None,
@@ -71,7 +72,7 @@ def serve(
     if tree_budget < 0:
         raise SpecLedgerError(f"--tree-budget must be >= 1 (0 for chains), got {tree_budget}")
     limits = Limits(max_body_bytes=max_body_bytes, limit_concurrency=max_connections)
-    engine = build_engine(target, dtype)
+    engine = build_engine(target, dtype) if device == "cpu" else build_engine(target, dtype, device)
     app = create_app(engine, drafter_name=drafter, gamma=gamma, model_name=model_name, max_queue=max_queue,
                      max_batch=max_batch, layers=layers, draft_path=draft, limits=limits, tree_budget=tree_budget)
     service = app.state.service

@@ -62,7 +62,7 @@ def candidate_layer_sets(n_layers: int) -> list[list[int]]:
 def agreement(model: Any, tokens: Sequence[int], layers: Sequence[int] | None) -> torch.Tensor:
     """Argmax predictions of the (sub)model at every position of ``tokens`` (teacher-forced)."""
     cache = model.new_cache(len(tokens) + 1)
-    return model(torch.tensor([list(tokens)]), 0, cache, layers=layers)[0].argmax(-1)
+    return model(torch.tensor([list(tokens)], device=model.device), 0, cache, layers=layers)[0].argmax(-1)
 
 
 def calibrate(model: Any, tokens: Sequence[int], gamma: int = 4) -> tuple[list[int], list[dict]]:

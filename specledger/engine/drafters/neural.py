@@ -51,7 +51,8 @@ class NeuralDrafter(Drafter):
             self._validated = 0
 
     def _forward(self, tokens: list[int], start: int, last_only: bool) -> torch.Tensor:
-        return self.model(torch.tensor([tokens]), start, self.cache, layers=self.layers, last_only=last_only)[0, -1]
+        ids = torch.tensor([tokens], device=self.model.device)
+        return self.model(ids, start, self.cache, layers=self.layers, last_only=last_only)[0, -1]
 
     def begin(self, prompt: list[int], params: SamplingParams) -> None:
         """Prefill the draft cache with all but the last prompt token (that one is fed by the first propose)."""

@@ -58,7 +58,8 @@ def make_drafter(
         from specledger.engine.drafters.draft_model import DraftModelDrafter
         from specledger.engine.loader import load_model
 
-        draft = load_model(draft_path)
+        device = getattr(engine, "device", None)
+        draft = load_model(draft_path, device=device if device is not None and device.type != "cpu" else None)
         return DraftModelDrafter(draft.model, engine.tokenizer, draft.tokenizer, engine.model.config.vocab_size)
     if name == "head":
         from specledger.engine.drafters.head import HEAD_SUFFIX, make_head_drafter

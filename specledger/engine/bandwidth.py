@@ -1,0 +1,81 @@
+"""Memory bandwidth: what decode achieves, beside what this machine can read right now.
+
+Plain decode of a small model streams every weight (and the KV cache so far) once per token, so
+``bytes read per token / seconds per token`` says how close an engine is to the hardware's limit
+(gpt-fast prints the same figure). The limit is measured in the same run, not assumed: on a shared
+machine a slow moment shows up as a low read bandwidth, not as a slow engine.
+
+Conventions, one place: weights as :meth:`Transformer.weight_bytes` counts them (every layer, final
+norm, LM head; the embedding lookup excluded, a tied table counted once); KV bytes read by one
+decode step at context ``c`` are ``c * kv_bytes_per_token`` (every layer's keys and values over the
+prefix). The measured read bandwidth is the best of several passes of ``torch.sum`` over a buffer
+far larger than the last-level cache, with torch's intra-op threads (the threads decode uses).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+#: bytes the read probe streams per pass (8x a 32 MiB L3)
+PROBE_BYTES = 256 << 20
+
+
+def measure_read_bandwidth(nbytes: int = PROBE_BYTES, repeats: int = 8, device: str | torch.device = "cpu") -> float:
+    """This machine's read bandwidth now, bytes/s: best of ``repeats`` ``torch.sum`` passes over
+    ``nbytes`` of float32 (pages touched first, one untimed pass); on a GPU, its memory's."""
+    device = torch.device(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda *_: None)
+    x = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
+    x.sum()
+    best = 0.0
+    for _ in range(repeats):
+        sync(device)
+        t = time.perf_counter()
+        x.sum()
+        sync(device)
+        dt = time.perf_counter() - t
+        best = max(best, x.numel() * 4 / dt if dt > 0 else 0.0)
+    return best
+
+
+def kv_bytes_per_position(model: Any) -> int:
+    """KV bytes one cached position holds across all layers in the model's dtype."""
+    cfg = model.config
+    return cfg.kv_bytes_per_token(torch.empty(0, dtype=model.dtype).element_size())
+
+
+def decode_bytes_per_token(model: Any, mean_context: float = 0.0) -> float:
+    """Bytes one plain decode step reads: the weights plus the KV of ``mean_context`` positions."""
+    return float(model.weight_bytes()) + kv_bytes_per_position(model) * max(0.0, mean_context)
+
+
+def mean_decode_context(prompt_tokens: int, output_tokens: int) -> float:
+    """Mean prefix length over the decode steps of one request (step i attends to prompt + i)."""
+    return prompt_tokens + max(0, output_tokens - 1) / 2.0
+
+
+def request_bytes_per_token(model: Any, requests: Sequence[tuple[int, int]]) -> float:
+    """Decode bytes per token averaged over ``(prompt_tokens, output_tokens)`` pairs, weighted by tokens."""
+    tokens = sum(max(0, o - 1) for _, o in requests)
+    if tokens <= 0:
+        return decode_bytes_per_token(model)
+    ctx = sum(max(0, o - 1) * mean_decode_context(p, o) for p, o in requests) / tokens
+    return decode_bytes_per_token(model, ctx)
+
+
+def achieved(bytes_per_token: float, tokens_per_s: float) -> float:
+    """Bandwidth achieved, bytes/s."""
+    return bytes_per_token * tokens_per_s
+
+
+def describe(bytes_per_token: float, tokens_per_s: float, machine_bytes_per_s: float | None) -> str:
+    """One line: ``5.6 GB/s achieved (538 MB/token x 10.4 tok/s) = 22% of 24.9 GB/s measured read``."""
+    got = achieved(bytes_per_token, tokens_per_s)
+    line = f"{got / 1e9:.1f} GB/s achieved ({bytes_per_token / 1e6:.0f} MB/token x {tokens_per_s:.1f} tok/s)"
+    if machine_bytes_per_s:
+        line += f" = {got / machine_bytes_per_s * 100:.0f}% of {machine_bytes_per_s / 1e9:.1f} GB/s measured read"
+    return line

@@ -1,0 +1,159 @@
+"""The native row-invariant skinny matmul (``gemv.c``): built once per machine, called through ctypes.
+
+Decode reads every weight once per token, so its speed is the speed of the weight stream. On the
+2-core EPYC target oneDNN's and MKL's kernels stream the decode shapes at a third of the machine's
+read bandwidth; ``gemv.c`` streams them near it (figures: ``benchmarks/bench_engine.py``). It is
+also row-invariant by construction (see the C file), so plain decode, verify passes and packed
+batches agree bit for bit in float32 *and* bfloat16.
+
+The shared library is compiled on first use with the system C compiler (``$CC``, else ``cc``)
+into ``<cache root>/kernels/`` (the cache root as in :mod:`specledger.engine.loader`), keyed by the
+source, the flags and the CPU's feature flags, written under a temporary name and renamed into
+place. Without a compiler, or with ``SPECLEDGER_NATIVE=0``, :func:`lib` returns None and
+:class:`specledger.engine.model.Linear` uses oneDNN as before; :func:`status` says which and why.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+
+_SRC = Path(__file__).with_name("gemv.c")
+_FLAGS = ["-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", "-fPIC", "-shared"]
+_ABI = 2
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+_status = "not loaded yet"
+_tried = False
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _cache_root() -> Path:
+    env = os.environ.get("SPECLEDGER_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "specledger"
+
+
+def _build(target: Path, cc: str) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        out = Path(tmp) / target.name
+        proc = subprocess.run([cc, *_FLAGS, str(_SRC), "-o", str(out)], capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{cc} failed: {proc.stderr.strip()[:300]}")
+        os.replace(out, target)
+
+
+def _bind(path: Path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(path))
+    if lib.specledger_gemv_abi() != _ABI:
+        raise RuntimeError("stale kernel library (ABI mismatch)")
+    p, i = ctypes.c_void_p, ctypes.c_int
+    for name in ("specledger_gemv_f32", "specledger_gemv_bf16"):
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = [p, p, p, p, i, i, i, i], None
+    for name in ("specledger_pack_f32", "specledger_pack_bf16"):
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = [p, p, i, i], None
+    return lib
+
+
+def lib() -> ctypes.CDLL | None:
+    """The loaded kernel library, building it on first use; None if unavailable (see :func:`status`)."""
+    global _lib, _status, _tried
+    if _tried:
+        return _lib
+    with _lock:
+        if _tried:
+            return _lib
+        _tried = True
+        if os.environ.get("SPECLEDGER_NATIVE", "1") == "0":
+            _status = "off (SPECLEDGER_NATIVE=0): oneDNN linears"
+            return None
+        if platform.system() != "Linux":
+            _status = f"off: native kernel built on Linux only ({platform.system()}): oneDNN linears"
+            return None
+        cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+        if not cc:
+            _status = "off: no C compiler (install gcc): oneDNN linears"
+            return None
+        key = hashlib.sha256(
+            b"\0".join([_SRC.read_bytes(), " ".join(_FLAGS).encode(), _cpu_flags().encode(),
+                        platform.machine().encode(), cc.encode()])
+        ).hexdigest()[:16]
+        target = _cache_root() / "kernels" / f"gemv-{key}.so"
+        try:
+            if not target.exists():
+                _build(target, cc)
+            _lib = _bind(target)
+            _status = f"native gemv ({target.name})"
+        except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as exc:
+            _lib, _status = None, f"off: {str(exc).splitlines()[0][:200]}: oneDNN linears"
+    return _lib
+
+
+def status() -> str:
+    """One line: whether the native kernel is in use, and if not, why."""
+    lib()
+    return _status
+
+
+_NB = 8
+_FNS = {torch.float32: ("specledger_pack_f32", "specledger_gemv_f32"),
+        torch.bfloat16: ("specledger_pack_bf16", "specledger_gemv_bf16")}
+
+
+def supports(weight: torch.Tensor) -> bool:
+    """Whether ``weight`` [N, K] can run on the native kernel (CPU, fp32/bf16, K % 16 == 0)."""
+    return (weight.device.type == "cpu" and weight.dtype in _FNS and weight.dim() == 2
+            and weight.shape[1] % 16 == 0 and lib() is not None)
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """The kernel's packed copy of ``weight`` [N, K] (a flat tensor of the same dtype)."""
+    n, k = weight.shape
+    w = weight.detach().contiguous()
+    packed = torch.empty(((n + _NB - 1) // _NB) * _NB * k, dtype=w.dtype, device="cpu")
+    getattr(lib(), _FNS[w.dtype][0])(w.data_ptr(), packed.data_ptr(), n, k)
+    return packed
+
+
+class PackedLinear:
+    """``y = x @ W.T + b`` on the native kernel; ``x`` [..., K] in the weight's dtype."""
+
+    __slots__ = ("packed", "bias", "n", "k", "fn", "dtype")
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.n, self.k = weight.shape
+        self.dtype = weight.dtype
+        self.packed = pack(weight)
+        self.bias = None if bias is None else bias.detach().to(weight.dtype).contiguous()
+        self.fn = getattr(lib(), _FNS[weight.dtype][1])
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "cpu" or x.dtype != self.dtype or x.shape[-1] != self.k:
+            raise ValueError(f"native linear takes CPU {self.dtype} rows of {self.k}, got {x.device} {x.dtype} {tuple(x.shape)}")
+        if not x.is_contiguous():
+            x = x.contiguous()
+        rows = x.numel() // self.k
+        y = torch.empty((*x.shape[:-1], self.n), dtype=self.dtype, device="cpu")
+        self.fn(x.data_ptr(), self.packed.data_ptr(), None if self.bias is None else self.bias.data_ptr(),
+                y.data_ptr(), rows, self.n, self.k, torch.get_num_threads())
+        return y
