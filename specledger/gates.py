@@ -496,7 +496,7 @@ def prompts_to_separate(a: dict[str, Any], b: dict[str, Any] | None = None, thre
         if hb is None:
             return None
         gap, width = abs(a["speedup"] - b["speedup"]), ha + hb
-    if gap <= 0:
+    if not (math.isfinite(gap) and math.isfinite(width)) or gap <= 0:  # a NaN speed-up separates nothing
         return None
     return max(n + 1, math.ceil(n * (width / gap) ** 2))
 

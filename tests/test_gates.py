@@ -277,3 +277,12 @@ def test_verdict_per_category_and_temperature():
         ("code", 0.7, "off"),
         ("chat", 0.0, "deploy"),
     }
+
+
+def test_prompts_to_separate_says_nothing_for_a_nan_speedup():
+    from specledger.gates import prompts_to_separate
+
+    nan = float("nan")
+    assert prompts_to_separate({"speedup": nan, "speedup_ci": [nan, nan], "paired_prompts": 2}) is None
+    assert prompts_to_separate({"speedup": 1.2, "speedup_ci": [1.1, 1.3], "paired_prompts": 2},
+                               {"speedup": nan, "speedup_ci": [0.9, 1.4]}) is None
