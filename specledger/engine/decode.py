@@ -132,27 +132,28 @@ class Engine:
         chunk = req.release()
         if chunk is not None:
             yield req.stamp(chunk, perf())
-        while tree_budget and not req.stop_reason:
-            t0 = perf()
+        while tree_budget and not req.stop_reason:  # the same round clock as the chain loop below
+            m0 = clock.mark()
             n, g = req.plan_tree(tree_budget, 1, capacity)
             tree = req.propose_tree(n, g)
-            t1 = perf()
+            m1 = clock.mark()
             start = len(req.context) - 1
             rows = [req.context[-1]] + tree.tokens
             if tree.is_chain:  # the chain pass (fast, no k/v to compact)
-                logits = model(torch.tensor([rows]), start, cache)[0]
+                logits = model(torch.tensor([rows], device=device), start, cache)[0]
                 kv = None
             else:
                 logits, kv = model.forward_tree(rows, [0] * len(rows), tree.positions(start), cache)
-            t2 = perf()
-            rd, path = req.accept_tree(logits, tree, g, t1 - t0, t2 - t1, budget=tree_budget)
+            m2 = clock.mark()
+            rd, path = req.accept_tree(logits, tree, g, 0.0, 0.0, budget=tree_budget)
             if kv is not None:
                 model.commit_tree_kv(cache, 0, rd.context_len, kv, [i + 1 for i in path])
             chunk = req.release()
-            t3 = perf()
-            req.close_round(t3 - t2)
+            m3 = clock.mark()
+            rd.t_draft, rd.t_verify, t_other = clock.split(m0, m1, m2, m3)
+            req.close_round(t_other)
             if chunk is not None:
-                yield req.stamp(chunk, t3)
+                yield req.stamp(chunk, perf())
             yield rd
         while not req.stop_reason:
             m0 = clock.mark()
