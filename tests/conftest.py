@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -66,3 +67,21 @@ def target():
 @pytest.fixture(scope="session")
 def char_tokenizer():
     return CharTokenizer()
+
+
+def exact_tokens_2_3(target, prompt: list[int], params) -> np.ndarray:
+    """The target's exact joint distribution of output tokens 2 and 3 (index t2 * V + t3), marginal over token 1:
+    the reference the sampled-speculation distribution tests compare against."""
+    from specledger.engine.sampling import probs_from_logits
+
+    vocab = target.config.vocab_size
+    cache = target.new_cache(16)
+    exact = np.zeros(vocab * vocab)
+    with torch.inference_mode():
+        p1 = probs_from_logits(target(torch.tensor([prompt]), 0, cache)[0, -1], params)
+        for t1 in range(vocab):
+            p2 = probs_from_logits(target(torch.tensor([prompt + [t1]]), 0, cache)[0, -1], params)
+            for t2 in range(vocab):
+                p3 = probs_from_logits(target(torch.tensor([prompt + [t1, t2]]), 0, cache)[0, -1], params)
+                exact[t2 * vocab : (t2 + 1) * vocab] += float(p1[t1]) * float(p2[t2]) * p3.numpy()
+    return exact

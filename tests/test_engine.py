@@ -15,11 +15,11 @@ from specledger.engine.drafters.base import Drafter, Proposal
 from specledger.engine.drafters.draft_model import DraftModelDrafter
 from specledger.engine.drafters.layerskip import LayerSkipDrafter
 from specledger.engine.drafters.registry import make_drafter
-from specledger.engine.sampling import SamplingParams, probs_from_logits
+from specledger.engine.sampling import SamplingParams
 from specledger.engine.trace import RequestRecord, RoundRecord
 from specledger.engine.verify import verify_greedy, verify_sampling
 from specledger.errors import SpecLedgerError
-from tests.conftest import tiny_model
+from tests.conftest import exact_tokens_2_3, tiny_model
 
 
 def _prompts(n: int, vocab: int, seed: int = 1) -> list[list[int]]:
@@ -164,15 +164,7 @@ def test_sampled_speculation_matches_plain_sampling_distribution():
     params = SamplingParams(temperature=1.0)
     prompt = [1, 2, 3]
     # exact joint distribution of (t2, t3) under the target
-    cache = target.new_cache(16)
-    with torch.inference_mode():
-        p1 = probs_from_logits(target(torch.tensor([prompt]), 0, cache)[0, -1], params)
-        exact = np.zeros(vocab * vocab)
-        for t1 in range(vocab):
-            p2 = probs_from_logits(target(torch.tensor([prompt + [t1]]), 0, cache)[0, -1], params)
-            for t2 in range(vocab):
-                p3 = probs_from_logits(target(torch.tensor([prompt + [t1, t2]]), 0, cache)[0, -1], params)
-                exact[t2 * vocab : (t2 + 1) * vocab] += float(p1[t1]) * float(p2[t2]) * p3.numpy()
+    exact = exact_tokens_2_3(target, prompt, params)  # exact joint of (t2, t3) under the target
     engine = Engine(target)
     drafter = DraftModelDrafter(draft)
     samples = []

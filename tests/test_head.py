@@ -22,9 +22,9 @@ from specledger.engine.drafters.head import (
 )
 from specledger.engine.drafters.registry import make_drafter
 from specledger.engine.head_train import TrainSettings, train_head
-from specledger.engine.sampling import SamplingParams, probs_from_logits
+from specledger.engine.sampling import SamplingParams
 from specledger.errors import SpecLedgerError
-from tests.conftest import CharLoaded, tiny_model
+from tests.conftest import CharLoaded, exact_tokens_2_3, tiny_model
 
 
 class _Loaded(CharLoaded):
@@ -136,15 +136,7 @@ def test_sampled_speculation_with_a_reduced_vocabulary_head_keeps_the_target_dis
     drafter = make_head_drafter(target, path)
     params = SamplingParams(temperature=1.0)
     prompt = [1, 2, 3]
-    cache = target.new_cache(16)
-    with torch.inference_mode():
-        p1 = probs_from_logits(target(torch.tensor([prompt]), 0, cache)[0, -1], params)
-        exact = np.zeros(vocab * vocab)
-        for t1 in range(vocab):
-            p2 = probs_from_logits(target(torch.tensor([prompt + [t1]]), 0, cache)[0, -1], params)
-            for t2 in range(vocab):
-                p3 = probs_from_logits(target(torch.tensor([prompt + [t1, t2]]), 0, cache)[0, -1], params)
-                exact[t2 * vocab : (t2 + 1) * vocab] += float(p1[t1]) * float(p2[t2]) * p3.numpy()
+    exact = exact_tokens_2_3(target, prompt, params)  # exact joint of (t2, t3) under the target
     engine = Engine(target)
     samples, proposed = [], 0
     for seed in range(2500):

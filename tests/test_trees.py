@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
 import pytest
 import torch
 
@@ -17,10 +16,10 @@ from specledger.engine.drafters.layerskip import LayerSkipDrafter
 from specledger.engine.drafters.ngram import NgramDrafter
 from specledger.engine.drafters.registry import make_drafter
 from specledger.engine.drafters.suffix import SuffixDrafter
-from specledger.engine.sampling import SamplingParams, probs_from_logits
+from specledger.engine.sampling import SamplingParams
 from specledger.engine.tree import DraftTree, grow_tree, verify_tree_greedy, verify_tree_sampling
 from specledger.errors import SpecLedgerError
-from tests.conftest import tiny_model
+from tests.conftest import exact_tokens_2_3, tiny_model
 from tests.test_engine import _chi2_pvalue, _prompts
 
 DRAFTERS = ["ngram", "suffix", "layerskip", "quant-self", "model"]
@@ -210,15 +209,7 @@ def test_sampled_tree_engine_matches_plain_sampling(draws):
     draft = tiny_model(12, vocab=vocab, n_layers=1, dim=16)
     params = SamplingParams(temperature=1.0)
     prompt = [1, 2, 3]
-    cache = target.new_cache(16)
-    with torch.inference_mode():
-        p1 = probs_from_logits(target(torch.tensor([prompt]), 0, cache)[0, -1], params)
-        exact = np.zeros(vocab * vocab)
-        for t1 in range(vocab):
-            p2 = probs_from_logits(target(torch.tensor([prompt + [t1]]), 0, cache)[0, -1], params)
-            for t2 in range(vocab):
-                p3 = probs_from_logits(target(torch.tensor([prompt + [t1, t2]]), 0, cache)[0, -1], params)
-                exact[t2 * vocab : (t2 + 1) * vocab] += float(p1[t1]) * float(p2[t2]) * p3.numpy()
+    exact = exact_tokens_2_3(target, prompt, params)  # exact joint of (t2, t3) under the target
     engine = Engine(target)
     drafter = DraftModelDrafter(draft)
     drafter.tree_draws = draws
