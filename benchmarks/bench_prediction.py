@@ -1,11 +1,12 @@
 """Does the forecast hold on prompts it never saw, at γ's it never saw? (issue 18's benchmark)
 
-One `specledger run`-style sweep over a held-out workload (default ``benchmarks/data/heldout_forecast2.jsonl``:
-18 chat prompts written for this check alone -- ``rewrite`` (copy-heavy: return a given file or letter with a
-small change), ``records`` (copy-heavy: pull records out of a given text into a fixed format), ``open``
-(open-ended questions and a story) -- that no part of the model was ever tuned or selected on. The first
-held-out set, ``heldout_forecast.jsonl``, was looked at while the streak acceptance model was built, so it
-is no longer held out for it and is kept only for reference), plain decoding and every drafter at every γ
+One `specledger run`-style sweep over a held-out workload (default ``benchmarks/data/heldout_forecast3.jsonl``:
+18 chat prompts written for this check alone, before the model it checks was run on them -- ``patch``
+(copy-heavy: return a given file with a small change), ``table`` (copy-heavy: pull records out of a text
+into a fixed format), ``free`` (open-ended questions, a poem) -- that no part of the model was tuned or
+selected on. Earlier sets are kept for reference only: ``heldout_forecast.jsonl`` was looked at while the
+streak acceptance model was built; ``heldout_forecast2.jsonl``'s in-run rows were looked at when the
+baseline was changed to the measured one), plain decoding and every drafter at every γ
 of the checks, interleaved per prompt so a slow phase of the machine hits every setting alike. The run
 measures its verify cost surface (rows 1-33) at start, as every `specledger run` does. Then, honestly,
 for each check "fit γ's -> test γ" (default: 2,4 -> 8 and 4,8 -> 1):
@@ -16,9 +17,11 @@ for each check "fit γ's -> test γ" (default: 2,4 -> 8 and 4,8 -> 1):
   measured one. Reported: |error| per row, median / max, interval coverage, and E[L] and round time
   predicted vs measured (the two halves of the forecast).
 
-Also the in-run leave-one-γ-out check over every γ run (what every `specledger run` reports), and the
-machine's noise (plain step P10 / P50 / P90). Speed-ups are end to end: (Σ tokens / Σ time incl.
-prefill)_spec / (same)_plain, on the same prompts. Targets (issue 18): median |error| <= 5 %, max <= 10 %.
+Also the in-run leave-one-γ-out check over every γ run (what every `specledger run` reports), the
+machine's noise (plain step P10 / P50 / P90), the measured H200 surfaces' hold-outs (error per held-back
+point, ``bench_surface.py``) and the simulator's validation as ``bench_simulator.py`` last wrote it.
+Speed-ups are end to end: (Σ tokens / Σ time incl. prefill)_spec / (same)_plain, on the same prompts;
+the forecast's baseline is the run's measured plain decoding (only the speculative side is forecast). Targets (issue 18): median |error| <= 5 %, max <= 10 %.
 
 Run from the repository root (about 12 minutes on 2 quiet cores with the defaults):
 
@@ -113,9 +116,42 @@ def _halves(rows: list[dict]) -> None:
                   f"{r['predicted_t_round_ms']:.1f} vs {r['measured_t_round_ms']:.1f} ms")
 
 
+def surface_checks(paths: list[Path] | None) -> dict:
+    """The measured-surface hold-outs of ``bench_surface.py`` (default: the H200 files): error per held-back point."""
+    from bench_surface import DEFAULT, check
+
+    files = DEFAULT if paths is None else paths
+    out = {}
+    for path in files:
+        if not path.exists():
+            print(f"\n(no surface at {path}: skipped)")
+            continue
+        print(f"\nthe cost surface on points it was not given: {path}")
+        out[path.name] = check(path)
+    return out
+
+
+def simulator_validation(path: Path | None) -> dict | None:
+    """The simulator's validation as ``bench_simulator.py`` last wrote it (decidable points scored only)."""
+    if path is None:
+        found = sorted(Path("runs").glob("bench-simulator-*/bench_simulator.json"), key=lambda p: p.stat().st_mtime)
+        path = found[-1] if found else None
+    if path is None or not path.exists():
+        print("\nsimulator validation: no bench_simulator.json yet (run benchmarks/bench_simulator.py)")
+        return None
+    import json
+
+    from bench_simulator import print_validation
+
+    res = json.loads(path.read_text(encoding="utf-8"))
+    print(f"\nsimulator vs real serving, from {path} (its run: {res['run']}):\n")
+    print_validation(res["validation"])
+    return {"from": str(path), "run": res["run"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workload", type=Path, default=Path("benchmarks/data/heldout_forecast2.jsonl"),
+    ap.add_argument("--workload", type=Path, default=Path("benchmarks/data/heldout_forecast3.jsonl"),
                     help="held-out JSONL workload ('' to use --categories)")
     ap.add_argument("--categories", default="code-edit,dialogue,math")
     ap.add_argument("--n", type=int, default=4, help="prompts per category (built-in categories only)")
@@ -128,6 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--acceptance", choices=("replay", "chains"), default="replay",
                     help="replay: greedy model-free rounds replayed exactly where possible (the default forecast); "
                          "chains: the acceptance model alone (what sampled and model drafters get), to test it")
+    ap.add_argument("--surfaces", nargs="*", type=Path, default=None,
+                    help="import-format surfaces to hold points out of (default: the H200 files in ../shared/gpu; "
+                         "none given: skip)")
+    ap.add_argument("--simulator", type=Path, default=None,
+                    help="a bench_simulator.json to print the simulator's validation from (default: the newest "
+                         "runs/bench-simulator-*/bench_simulator.json)")
     args = ap.parse_args(argv)
     print("command: " + " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]))
 
@@ -181,7 +223,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"machine noise: plain step {noise['p10_ms']:.1f} / {noise['p50_ms']:.1f} / {noise['p90_ms']:.1f} ms "
               f"(P10 / P50 / P90 over {noise['requests']} plain requests)"
               + ("  -- BUSY MACHINE: P90/P10 > 1.5, the measured speed-ups are not reliable" if noise["busy"] else ""))
+    surfaces = surface_checks(args.surfaces)
+    simulator = simulator_validation(args.simulator)
     result = {
+        "surfaces": surfaces,
+        "simulator": simulator,
         "command": [sys.executable, *sys.argv],
         "run_dir": str(out),
         "held_out": results,

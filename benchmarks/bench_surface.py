@@ -43,17 +43,22 @@ def leave_one_out(surface: CostSurface) -> tuple[list[tuple[SurfacePoint, float,
     return interior, len(rows) - len(interior)
 
 
-def show(title: str, rows: list[tuple[SurfacePoint, float, str]]) -> None:
+def show(title: str, rows: list[tuple[SurfacePoint, float, str]]) -> dict:
+    """Print the held-out points' measured vs predicted times; return them with the median / max |error|."""
     print(f"\n  {title}")
     print(f"  {'batch':>5} {'q':>3} {'ctx':>5} {'measured ms':>11} {'predicted ms':>12} {'source':>13} {'error %':>8}")
-    errs = []
+    errs, points = [], []
     for p, pred, label in rows:
         err = 100 * (pred - p.seconds) / p.seconds
         errs.append(abs(err))
+        points.append({"batch": p.batch, "rows": p.rows, "context": p.context, "measured_ms": 1e3 * p.seconds,
+                       "predicted_ms": 1e3 * pred, "source": label, "error_pct": err})
         print(f"  {p.batch:>5} {p.rows:>3} {p.context:>5} {1e3 * p.seconds:>11.3f} {1e3 * pred:>12.3f} "
               f"{label:>13} {err:>+8.1f}")
     if errs:
         print(f"  median |error| {statistics.median(errs):.1f} %, max |error| {max(errs):.1f} % ({len(errs)} points)")
+    return {"title": title, "points": points, "median_abs_error_pct": statistics.median(errs) if errs else None,
+            "max_abs_error_pct": max(errs) if errs else None}
 
 
 def ratios(surface: CostSurface) -> None:
@@ -70,20 +75,22 @@ def ratios(surface: CostSurface) -> None:
             print(f"  {b:>5} {c:>5} " + " ".join(cells))
 
 
-def check(path: Path) -> None:
-    """Every hold-out of the module docstring on one import file, then its T(q) / T(1)."""
+def check(path: Path) -> list[dict]:
+    """Every hold-out of the module docstring on one import file, then its T(q) / T(1); returns the
+    hold-outs (see :func:`show`)."""
     surface = CostSurface.from_jsonl(path)
     print(f"\n=== {path.name}: {surface!r}")
     interior, boundary = leave_one_out(surface)
-    show(f"(i) leave one out, every interior point ({boundary} boundary points would be extrapolated: left out)",
-         interior)
+    out = [show(f"(i) leave one out, every interior point ({boundary} boundary points would be extrapolated: "
+                "left out)", interior)]
     top = max(surface.rows_axis)
-    show(f"(ii-a) rows extrapolation: all q={top} held out", hold_out(surface, lambda p: p.rows == top))
+    out.append(show(f"(ii-a) rows extrapolation: all q={top} held out", hold_out(surface, lambda p: p.rows == top)))
     big, far = max(surface.batches), max(surface.contexts)
-    show(f"(ii-b) context extrapolation: batch {big} at context {far} held out",
-         hold_out(surface, lambda p: p.batch == big and p.context == far))
-    show("(iii) batch interpolation: every batch 16 held out", hold_out(surface, lambda p: p.batch == 16))
+    out.append(show(f"(ii-b) context extrapolation: batch {big} at context {far} held out",
+                    hold_out(surface, lambda p: p.batch == big and p.context == far)))
+    out.append(show("(iii) batch interpolation: every batch 16 held out", hold_out(surface, lambda p: p.batch == 16)))
     ratios(surface)
+    return out
 
 
 def main() -> None:

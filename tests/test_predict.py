@@ -305,3 +305,29 @@ def test_every_forecast_names_where_its_terms_come_from():
     assert inside["verify"].startswith("interpolated") or inside["verify"].startswith("measured")
     assert deep["verify"].startswith("extrapolated") and deep["draft"].startswith("extrapolated")
     assert "assumed beyond" in deep["acceptance"]
+
+
+def test_the_baseline_is_the_measured_plain_decoding_when_the_run_has_it():
+    """Only the speculative side is forecast: a baseline twice as slow as the model thinks doubles S, and a
+    baseline at another output budget (or none at all) leaves the modelled one."""
+    import dataclasses
+
+    from specledger.predict.predict import measured_baseline
+
+    recs = synthetic_run(gammas=(2, 4), n_prompts=4)
+    cost = fit_cost_model(recs, n_boot=0)
+    acc = AcceptanceModel.from_records(recs)
+    modelled = predict_category(cost, acc, "copy", "ngram", 4, n_boot=0)
+    plain = [r for r in recs if r.drafter == "none"]
+    base = measured_baseline(plain)
+    assert set(base) == {r.prompt_id for r in plain}
+    anchored = predict_category(cost, acc, "copy", "ngram", 4, n_boot=0, baseline=base)
+    assert anchored.extra["baseline"] == "measured" and modelled.extra["baseline"] == "predicted"
+    assert "measured" in anchored.extra["term_sources"]["baseline"]
+    assert anchored.predicted_speedup == pytest.approx(modelled.predicted_speedup, rel=0.05)  # known physics
+    slow = measured_baseline([dataclasses.replace(r, total_time=2 * r.total_time) for r in plain])
+    doubled = predict_category(cost, acc, "copy", "ngram", 4, n_boot=0, baseline=slow)
+    assert doubled.predicted_speedup == pytest.approx(2 * anchored.predicted_speedup, rel=1e-9)
+    assert measured_baseline(plain, max_tokens=999) == {}  # no budget recorded / another budget: not this baseline
+    partial = {k: v for k, v in base.items() if k != "copy0"}
+    assert predict_category(cost, acc, "copy", "ngram", 4, n_boot=0, baseline=partial).extra["baseline"] == "predicted"

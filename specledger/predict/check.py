@@ -3,7 +3,9 @@
 For each drafter that ran at least two static γ's and each of those γ_h: the cost model and the
 acceptance chains are fitted on the run's records *without* that drafter's γ_h records (plain
 decoding and the other γ's stay), then the end-to-end speed-up of γ_h is predicted per category
-on the prompts where γ_h and plain decoding were both measured, and compared with the measured
+on the prompts where γ_h and plain decoding were both measured -- the speculative time forecast, the
+baseline the run's measured plain decoding of those prompts (a user forecasting a new γ has measured
+its baseline; only the speculative side is a forecast) -- and compared with the measured
 
     S = (Σ tokens_spec / Σ time_spec) / (Σ tokens_plain / Σ time_plain)     (same prompts)
 
@@ -23,7 +25,7 @@ import numpy as np
 from specledger.engine.trace import RequestRecord
 from specledger.predict.acceptance import AcceptanceModel
 from specledger.predict.costmodel import fit_cost_model
-from specledger.predict.predict import predict_category, request_noise
+from specledger.predict.predict import measured_baseline, predict_category, request_noise
 from specledger.predict.replay import run_forecast_inputs
 
 
@@ -87,6 +89,7 @@ def predict_held_out(
             plain_by_cat[cat].append(r)
         elif r.drafter == drafter and r.gamma == gamma:
             spec_by_cat[cat].append(r)
+    baseline = measured_baseline([r for r in train if r.drafter == "none"])  # the fit's own plain records
     rows = []
     for cat in sorted(spec_by_cat):
         both = {_pid(r) for r in spec_by_cat[cat]} & {_pid(r) for r in plain_by_cat[cat]}
@@ -97,7 +100,7 @@ def predict_held_out(
         spec_kept = [r for r in spec_by_cat[cat] if _pid(r) in keep]
         measured = measured_speedup(spec_kept, [r for r in plain_by_cat[cat] if _pid(r) in keep])
         pred = predict_category(cost, acc, cat, drafter, gamma, chains=chains, n_boot=n_boot, replay=replay,
-                                noise=noise)
+                                noise=noise, baseline=baseline)
         if pred is None or not math.isfinite(measured):
             continue
         rows.append({

@@ -18,8 +18,10 @@ is coef · V(N), for any cost model (the interval re-prices V with draws of the 
 instead of re-running the recursion). The request's total is T = T_p(P) + T_b(P) + coef · V(N).
 
 Plain decoding is the same recursion at γ = 0. A category's predicted speed-up is
-S = Σ T_plain / Σ T_spec over its requests (same prompts, same output tokens: greedy output does
-not depend on the drafter), its tokens/s = Σ (e + N) / Σ T_spec. The interval is the 5-95 %
+S = (Σ N_spec / Σ T_spec) / (Σ N_plain / Σ T_plain) over its requests (same prompts; greedy output does
+not depend on the drafter), its tokens/s = Σ (e + N) / Σ T_spec. T_plain is the run's *measured*
+plain decoding of those prompts where the run has it at the forecast's output budget (the baseline is
+measured, only the speculative side is forecast), else the recursion at γ = 0. The interval is the 5-95 %
 range over a bootstrap of requests combined with draws of the cost model's coefficients.
 """
 
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -272,6 +274,31 @@ def term_sources(cost: CostModel, spec: Sequence[RequestPlan], replayed: bool) -
     return out
 
 
+def measured_baseline(records: Iterable[RequestRecord], max_tokens: int | None = None
+                      ) -> dict[str, tuple[int, float]]:
+    """prompt id -> (output tokens, seconds) of the plain decoding the run measured (repeats summed): the
+    baseline a forecast divides by. Only records whose output budget is ``max_tokens`` (any, if None):
+    a baseline measured at another length is not this forecast's baseline."""
+    out: dict[str, tuple[int, float]] = {}
+    for r in records:
+        if r.drafter != "none" or r.total_time <= 0:
+            continue
+        budget = r.extra.get("max_tokens")
+        if max_tokens is not None and (budget is None or int(budget) != max_tokens):
+            continue
+        pid = r.prompt_id or r.request_id
+        n, t = out.get(pid, (0, 0.0))
+        out[pid] = (n + r.output_tokens, t + r.total_time)
+    return out
+
+
+def _rate_ratio(tokens_s: np.ndarray, t_s: np.ndarray, tokens_p: np.ndarray, t_p: np.ndarray) -> float:
+    """S = (Σ tokens_spec / Σ t_spec) / (Σ tokens_plain / Σ t_plain); NaN when a side has no time or tokens."""
+    if t_s.sum() <= 0 or t_p.sum() <= 0 or tokens_p.sum() <= 0:
+        return math.nan
+    return float((tokens_s.sum() / t_s.sum()) / (tokens_p.sum() / t_p.sum()))
+
+
 def predict_category(
     cost: CostModel,
     acc: AcceptanceModel,
@@ -284,8 +311,14 @@ def predict_category(
     seed: int = 0,
     replay: Replayer | None = None,
     noise: dict[str, np.ndarray] | None = None,
+    baseline: Mapping[str, tuple[int, float]] | None = None,
 ) -> Prediction | None:
     """Predicted end-to-end S and tokens/s of ``drafter`` at ``gamma`` on the category's measured prompts.
+
+    The baseline is measured, not forecast, where it can be: ``baseline`` maps prompt id -> (output tokens,
+    seconds) of the run's plain decoding of that prompt at the forecast's output budget. When it covers every
+    prompt, S = (Σ tokens_spec / Σ predicted time_spec) / (Σ tokens_plain / Σ measured time_plain); only the
+    speculative side is modelled. Otherwise both sides come from the cost model.
 
     Rounds: replayed exactly (:mod:`specledger.predict.replay`) where ``replay`` can (greedy, a drafter
     without a network, the run's max_tokens), else expected from the acceptance chains. The 5-95 %
@@ -308,8 +341,14 @@ def predict_category(
     n_replayed = sum(r.prompt_id in replayed for r in reqs)
     tokens = np.array([p.output_tokens for p in spec], dtype=float)
     ts = np.array([p.seconds(cost) for p in spec])
-    tp = np.array([p.seconds(cost) for p in plain])
-    s = float(tp.sum() / ts.sum()) if ts.sum() > 0 else math.nan
+    anchored = baseline is not None and all(r.prompt_id in baseline for r in reqs)
+    if anchored:
+        tokens_p = np.array([baseline[r.prompt_id][0] for r in reqs], dtype=float)
+        tp = np.array([baseline[r.prompt_id][1] for r in reqs])
+    else:
+        tokens_p = np.array([p.output_tokens for p in plain], dtype=float)
+        tp = np.array([p.seconds(cost) for p in plain])
+    s = _rate_ratio(tokens, ts, tokens_p, tp)
     tps = float(tokens.sum() / ts.sum()) if ts.sum() > 0 else math.nan
     n_rounds = sum(p.rounds for p in spec)
     rng = np.random.default_rng(seed)
@@ -321,13 +360,13 @@ def predict_category(
         idx = np.arange(n) if n_replayed == n else rng.integers(0, n, n)
         c = cost.perturbed(rng)
         ts_b = np.array([spec[i].seconds(c) for i in idx])
-        tp_b = np.array([plain[i].seconds(c) for i in idx])
+        tp_b = tp[idx] if anchored else np.array([plain[i].seconds(c) for i in idx])
         if eps_s is not None:
             ts_b = ts_b * rng.choice(eps_s, n)
-        if eps_p is not None:
+        if eps_p is not None:  # a re-measured baseline varies too
             tp_b = tp_b * rng.choice(eps_p, n)
         if ts_b.sum() > 0:
-            s_draws.append(tp_b.sum() / ts_b.sum())
+            s_draws.append(_rate_ratio(tokens[idx], ts_b, tokens_p[idx], tp_b))
             v_draws.append(tokens[idx].sum() / ts_b.sum())
     interval = [float(np.percentile(s_draws, 5)), float(np.percentile(s_draws, 95))] if s_draws else [s, s]
     v_int = [float(np.percentile(v_draws, 5)), float(np.percentile(v_draws, 95))] if v_draws else [tps, tps]
@@ -347,11 +386,14 @@ def predict_category(
         assumption=assumption,
         cost_source=cost.source,
         extra={
-            "predicted_plain_tokens_per_s": float(tokens.sum() / tp.sum()) if tp.sum() > 0 else None,
+            "predicted_plain_tokens_per_s": float(tokens_p.sum() / tp.sum()) if tp.sum() > 0 else None,
+            "baseline": "measured" if anchored else "predicted",
             "el": sum(p.round_tokens for p in spec) / n_rounds if n_rounds > 0 else None,
             "t_round_ms": 1e3 * sum(p.round_seconds(cost) for p in spec) / n_rounds if n_rounds > 0 else None,
             "acceptance_source": "replayed" if n_replayed == n else ("chains" if not n_replayed else "mixed"),
-            "term_sources": term_sources(cost, spec, replayed=n_replayed == n),
+            "term_sources": {**term_sources(cost, spec, replayed=n_replayed == n),
+                             "baseline": "measured (the run's plain decoding of these prompts)" if anchored
+                             else "predicted (cost model at 1 row per step)"},
         },
     )
 
@@ -359,11 +401,14 @@ def predict_category(
 def predict_run(cost: CostModel, acc: AcceptanceModel, drafter: str, gamma: int,
                 max_tokens: int | None = None, categories: Sequence[str] | None = None,
                 n_boot: int = 200, replay: Replayer | None = None,
-                noise: dict[str, np.ndarray] | None = None) -> list[Prediction]:
-    """One prediction per category that has measured requests of ``drafter``."""
+                noise: dict[str, np.ndarray] | None = None,
+                baseline: Mapping[str, tuple[int, float]] | None = None) -> list[Prediction]:
+    """One prediction per category that has measured requests of ``drafter`` (``baseline``: see
+    :func:`predict_category`)."""
     out = []
     for cat in categories or acc.categories():
-        p = predict_category(cost, acc, cat, drafter, gamma, max_tokens, n_boot=n_boot, replay=replay, noise=noise)
+        p = predict_category(cost, acc, cat, drafter, gamma, max_tokens, n_boot=n_boot, replay=replay, noise=noise,
+                             baseline=baseline)
         if p is not None:
             out.append(p)
     return out
