@@ -1,12 +1,12 @@
 """Does the forecast hold on prompts it never saw, at γ's it never saw? (issue 18's benchmark)
 
-One `specledger run`-style sweep over a held-out workload (default ``benchmarks/data/heldout_forecast3.jsonl``:
-18 chat prompts written for this check alone, before the model it checks was run on them -- ``patch``
-(copy-heavy: return a given file with a small change), ``table`` (copy-heavy: pull records out of a text
-into a fixed format), ``free`` (open-ended questions, a poem) -- that no part of the model was tuned or
-selected on. Earlier sets are kept for reference only: ``heldout_forecast.jsonl`` was looked at while the
-streak acceptance model was built; ``heldout_forecast2.jsonl``'s in-run rows were looked at when the
-baseline was changed to the measured one), plain decoding and every drafter at every γ
+One `specledger run`-style sweep over a held-out workload (default ``benchmarks/data/heldout_forecast4.jsonl``:
+18 chat prompts written for this check alone, before the model it checks was run on them -- ``convert``
+(copy-heavy: return given code or data in another form), ``fill`` (copy-heavy: pull records out of a
+text into a fixed format), ``chat`` (open-ended questions, a story) -- that no part of the model was
+tuned or selected on. Earlier sets are kept for reference only, each was looked at once a check had
+run on it: ``heldout_forecast.jsonl`` (the streak acceptance model), ``heldout_forecast2.jsonl`` (the
+measured baseline), ``heldout_forecast3.jsonl`` (the per-rows levels and the median surface)), plain decoding and every drafter at every γ
 of the checks, interleaved per prompt so a slow phase of the machine hits every setting alike. The run
 measures its verify cost surface (rows 1-33) at start, as every `specledger run` does. Then, honestly,
 for each check "fit γ's -> test γ" (default: 2,4 -> 8 and 4,8 -> 1):
@@ -87,17 +87,6 @@ def _table(title: str, rows: list[dict]) -> None:
               f"   ({len(errs)} settings, {len({r['category'] for r in rows})} categories)")
 
 
-def machine_noise(records) -> dict | None:
-    """Spread of the plain decode step (mean verify time per round) across plain requests: at fixed work
-    it should be tight; a wide spread means other load was competing and the figures are unreliable."""
-    per = [sum(rd.t_verify for rd in r.rounds) / len(r.rounds) * 1e3 for r in records
-           if r.drafter == "none" and r.rounds]
-    if len(per) < 2:
-        return None
-    p10, p50, p90 = (float(np.percentile(per, q)) for q in (10, 50, 90))
-    return {"p10_ms": p10, "p50_ms": p50, "p90_ms": p90, "requests": len(per), "busy": p90 / p10 > 1.5}
-
-
 def _check(fit: list[int], test: int) -> str:
     return f"{','.join(map(str, fit))}:{test}"
 
@@ -151,7 +140,7 @@ def simulator_validation(path: Path | None) -> dict | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workload", type=Path, default=Path("benchmarks/data/heldout_forecast3.jsonl"),
+    ap.add_argument("--workload", type=Path, default=Path("benchmarks/data/heldout_forecast4.jsonl"),
                     help="held-out JSONL workload ('' to use --categories)")
     ap.add_argument("--categories", default="code-edit,dialogue,math")
     ap.add_argument("--n", type=int, default=4, help="prompts per category (built-in categories only)")
@@ -174,7 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     print("command: " + " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]))
 
     from specledger.bench.runner import RunPlan, run
-    from specledger.predict.check import leave_one_gamma_out, predict_held_out, summarize_errors, usable
+    from specledger.predict.check import (
+        leave_one_gamma_out,
+        machine_noise,
+        predict_held_out,
+        summarize_errors,
+        usable,
+    )
     from specledger.rundir import META_NAME, TRACE_NAME, read_json, read_records, write_json_atomic
 
     checks = [_parse_check(c) for c in args.checks]

@@ -37,6 +37,8 @@ from specledger.rundir import (
 )
 
 DEFAULT_CATEGORIES = ("code", "code-edit", "extraction", "agent", "dialogue", "summary", "math", "random")
+#: drafters of ``make run`` (the default preset); --full adds quant-self
+DEFAULT_DRAFTERS = ("ngram", "suffix", "layerskip")
 #: concurrencies of the presets (1 = the solo job); chosen so that ``make run`` fits 10 minutes on 2 cores
 #: (estimated: load 16 adds about 2 minutes to the default run, load 4 about 2.5 more: ``--loads 1,4,16``)
 DEFAULT_LOADS = (1, 16)
@@ -108,8 +110,9 @@ def preset(name: str) -> RunPlan:
         return RunPlan(categories=["code-edit", "dialogue", "math"], n_per_category=2,
                        drafters=["ngram", "suffix", "layerskip"], gammas=[4], max_tokens=40,
                        loads=list(QUICK_LOADS), category_max_tokens=dict(QUALITY_MAX_TOKENS))
-    if name == "default":
-        return RunPlan(loads=list(DEFAULT_LOADS), category_max_tokens=dict(QUALITY_MAX_TOKENS))
+    if name == "default":  # quant-self (S ~0.5 on this CPU, a third of the run's time) is left to --full
+        return RunPlan(drafters=list(DEFAULT_DRAFTERS), loads=list(DEFAULT_LOADS),
+                       category_max_tokens=dict(QUALITY_MAX_TOKENS))
     if name == "full":
         return RunPlan(n_per_category=8, gammas=[1, 2, 3, 4, 6, 8], model_gammas=None, temperatures=[0.0, 0.8],
                        max_tokens=256, max_prompt_tokens=6144, side_experiments=True, loads=list(FULL_LOADS))
@@ -198,7 +201,7 @@ def surface_contexts(prompt_lengths: Sequence[int], max_tokens: int, limit: int)
     return sorted({min(c, limit) for c in (lo, mid, hi)})
 
 
-def measure_run_surface(engine: Any, prompt_lengths: Sequence[int], max_tokens: int, repeats: int = 3) -> Any:
+def measure_run_surface(engine: Any, prompt_lengths: Sequence[int], max_tokens: int, repeats: int = 5) -> Any:
     """The verify cost surface this run's forecasts use: solo forwards of 1..33 rows at the run's contexts,
     interleaved and repeated (:func:`specledger.predict.calibrate.measure_rows_axis`), measured at start."""
     from specledger.predict.calibrate import ROWS_AXIS, measure_rows_axis

@@ -178,7 +178,7 @@ def measure_rows_axis(
     model: Any,
     contexts: Sequence[int],
     rows: Sequence[int] = ROWS_AXIS,
-    repeats: int = 3,
+    repeats: int = 5,
     interleaved: bool = True,
     device: str = "cpu",
 ) -> CostSurface:
@@ -188,8 +188,10 @@ def measure_rows_axis(
     One untimed warm-up pass over every point, then ``repeats`` timed passes. ``interleaved``: each pass
     visits every point once (round-robin), so drift of the machine (clock, another process) hits every
     point alike instead of whole points; else each point's repeats run back to back. The price of a point is
-    the fastest of its repeats: the least disturbed, so a busy moment of a shared machine cannot bend the
-    *shape* in rows (the run fits the level on its own rounds: ``CostModel``). Contexts that do not fit the model (context + max rows > max_seq_len) are
+    the median of its repeats: a decode's rounds pay the typical forward, not the luckiest one (on a
+    shared 2-core VM the fastest of 3 sat 10-25 % below the median, unevenly across rows, and bent the
+    shape), and one busy moment cannot move a median of 5 (the run fits the level on its own rounds:
+    ``CostModel``). Contexts that do not fit the model (context + max rows > max_seq_len) are
     left out; none fitting is a quarter of max_seq_len. About 3 contexts x 18 rows x 3 repeats forwards.
     On cuda the model must already be there and the call made under ``torch.device(device)``, as
     :func:`calibrate` does."""
@@ -220,8 +222,9 @@ def measure_rows_axis(
                 samples[(c, r)] = [once(c, r) for _ in range(repeats)]
     order = "interleaved" if interleaved else "back to back"
     source = (f"rows axis measured on {platform.processor() or platform.machine()} ({device}, solo, {repeats} "
-              f"repeats {order}, fastest, {time.strftime('%Y-%m-%dT%H:%M:%S%z')})")
-    return CostSurface([SurfacePoint(1, r, c, min(samples[(c, r)]), repeats) for c, r in grid], source)
+              f"repeats {order}, median, {time.strftime('%Y-%m-%dT%H:%M:%S%z')})")
+    return CostSurface([SurfacePoint(1, r, c, statistics.median(samples[(c, r)]), repeats) for c, r in grid],
+                       source)
 
 
 def check_device(device: str) -> None:

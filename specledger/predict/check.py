@@ -133,6 +133,21 @@ def _measured_el(records: Sequence[RequestRecord]) -> float | None:
     return sum(rd.committed for r in records for rd in r.rounds) / n if n else None
 
 
+def machine_noise(records: Iterable[RequestRecord]) -> dict[str, Any] | None:
+    """How much the machine itself moves: P10 / P50 / P90 (ms) of plain decoding's steps, each step scaled
+    by its request's median step (so prompts of different lengths do not count as noise) and reported
+    at the median step's scale. ``busy``: P90 / P10 > 1.5, the speed figures are not reliable."""
+    per_request = [np.array([rd.t_verify for rd in r.rounds]) for r in records
+                   if r.drafter == "none" and len(r.rounds) >= 2 and all(rd.batch_size <= 1 for rd in r.rounds)]
+    if len(per_request) < 2:
+        return None
+    scale = float(np.median(np.concatenate(per_request))) * 1e3
+    rel = np.concatenate([t / np.median(t) for t in per_request])
+    p10, p50, p90 = (float(np.percentile(rel, q)) * scale for q in (10, 50, 90))
+    return {"p10_ms": p10, "p50_ms": p50, "p90_ms": p90, "requests": len(per_request), "steps": int(rel.size),
+            "busy": p90 / p10 > 1.5}
+
+
 def summarize_errors(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     errs = [r["abs_error"] for r in rows if r.get("abs_error") is not None and math.isfinite(r["abs_error"])]
     cov = [r["covered"] for r in rows if r.get("covered") is not None]
@@ -160,7 +175,7 @@ def leave_one_gamma_out(records: Iterable[RequestRecord], max_tokens: int | None
         for g in sorted(gammas[drafter]):
             train = [r for r in recs if not (r.drafter == drafter and r.gamma == g)]
             rows += predict_held_out(train, recs, drafter, g, max_tokens, n_boot=n_boot, meta=meta)
-    out: dict[str, Any] = {"rows": rows, **summarize_errors(rows),
+    out: dict[str, Any] = {"rows": rows, **summarize_errors(rows), "machine_noise": machine_noise(recs),
                            "method": "leave one gamma out: fit cost and acceptance without it, predict it, compare "
                                      "end-to-end speed-ups on the same prompts",
                            "assumption": AcceptanceModel.assumption}

@@ -10,6 +10,8 @@ cost less) and a round with candidates never costs less than a plain step:
                                                                s: one level factor fitted on the run's rounds)
     so the *shape* in rows (what verifying more candidates costs) is measured side by side, never
     extrapolated from the γ's a run happened to use; the level s follows the machine during the run.
+    A solo surface is also levelled per rows value where the run verified many rounds at it
+    (λ_r, :mod:`specledger.cost.levels`): T_s(R, 1, c) = s · λ_R · Σ(R, 1, c), monotone in R.
     Without a surface (old runs, a bare trace):
       T_s(R, B, c) = f0 + f_s·[R > B] + f_r·(R − B − 1)⁺ + f_b·(B − 1) + f_c·B·c + f_rc·(R − B)·c
       (the first candidate row is priced apart: a one-row forward may cost what a two-row one does)
@@ -39,6 +41,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import nnls
 
+from specledger.cost.levels import fit_row_levels, levelled
 from specledger.cost.pricer import step_s_each
 from specledger.cost.surface import CostSurface
 from specledger.engine.trace import RequestRecord, RoundRecord
@@ -205,12 +208,16 @@ class CostModel:
     overhead: Part | None = None  # per-step overhead o0 + o1·B of a batched step (a serving fit); else per request
     forward_ratios: list[float] = field(default_factory=list)  # step noise: t / fitted, 101 quantiles
     prefill_ratios: list[float] = field(default_factory=list)  # prefill noise at fixed work, 101 quantiles
+    row_levels: dict[int, float] = field(default_factory=dict)  # solo surface: λ_r per rows (cost/levels.py)
 
     def forward_x(self, total_rows: float, batch: float, context: float) -> dict[str, float]:
         """Features of one forward for :attr:`forward`: the surface's seconds, or the linear form's features."""
         if self.surface is not None:
             if self.surface.batches == (1,):  # a solo surface: a packed step costs what its total rows cost solo
-                return {"surface": self.surface.round_s(max(total_rows, 1), context)}
+                rows = max(int(total_rows), 1)
+                if self.row_levels:
+                    return {"surface": levelled(self.surface.round_s, self.row_levels, rows, context)}
+                return {"surface": self.surface.round_s(rows, context)}
             return {"surface": self.surface.step_s(total_rows, batch, context)}
         return forward_features(total_rows, batch, context)
 
@@ -304,7 +311,7 @@ class CostModel:
                          {k: draw(v) for k, v in self.other.items()},
                          {k: draw(v) for k, v in self.begin.items()}, dict(self.meta), self.surface,
                          draw(self.overhead) if self.overhead is not None else None, self.forward_ratios,
-                         self.prefill_ratios)
+                         self.prefill_ratios, self.row_levels)
 
     # -- persistence ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -328,6 +335,7 @@ class CostModel:
             "overhead": self.overhead.to_dict() if self.overhead is not None else None,
             "forward_ratios": self.forward_ratios,
             "prefill_ratios": self.prefill_ratios,
+            "row_levels": {str(k): v for k, v in self.row_levels.items()},
         }
 
     @classmethod
@@ -345,6 +353,7 @@ class CostModel:
                 overhead=Part.from_dict(d["overhead"]) if d.get("overhead") else None,
                 forward_ratios=[float(v) for v in d.get("forward_ratios", [])],
                 prefill_ratios=[float(v) for v in d.get("prefill_ratios", [])],
+                row_levels={int(k): float(v) for k, v in (d.get("row_levels") or {}).items()},
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SpecLedgerError(f"malformed cost model ({exc}); re-run `specledger calibrate`") from None
@@ -441,10 +450,14 @@ def fit_cost_model(records: Iterable[RequestRecord], source: str = "", n_boot: i
     if not records:
         raise SpecLedgerError("no requests to fit a cost model on; run `specledger run` first")
     solo = [r for r in records if all(rd.batch_size <= 1 for rd in r.rounds)]
+    levels: dict[int, float] = {}
     if surface is not None:
         forward = _fit_by(solo, SURFACE_TERMS, lambda rd: True,
                           lambda rd, r: {"surface": surface.round_s(rd.proposed + 1, rd.context_len)},
                           lambda rd: rd.t_verify, n_boot) or Part(list(SURFACE_TERMS), [1.0])
+        if surface.batches == (1,):
+            levels = fit_row_levels(((rd.proposed + 1, rd.t_verify, surface.round_s(rd.proposed + 1, rd.context_len))
+                                     for r in solo for rd in r.rounds), forward.coef[0])
     else:
         forward = _fit_by(solo, FORWARD_TERMS, lambda rd: True,
                           lambda rd, r: forward_features(rd.proposed + 1, 1, rd.context_len),
@@ -478,4 +491,4 @@ def fit_cost_model(records: Iterable[RequestRecord], source: str = "", n_boot: i
     draft_gammas = {d: sorted({int(rd.gamma) for r in records if r.drafter == d for rd in r.rounds if rd.gamma > 0})
                     for d in draft}
     return CostModel(source or "fitted from traces", forward, prefill, draft, other, begin,
-                     {"requests": len(records), "draft_gammas": draft_gammas}, surface)
+                     {"requests": len(records), "draft_gammas": draft_gammas}, surface, row_levels=levels)

@@ -93,6 +93,20 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
             if s.get("vllm"):
                 console.print(f"    vLLM {json.dumps(s['vllm'], ensure_ascii=False)}", highlight=False)
                 console.print(f"    TensorRT-LLM {json.dumps(s['trtllm'], ensure_ascii=False)}", highlight=False)
+    print_prediction_check(summary.get("prediction_check") or {}, console)
+
+
+def print_prediction_check(check: dict[str, Any], console: Console) -> None:
+    """One line: the run's leave-one-γ-out forecast error, with the machine's noise beside it."""
+    if not check.get("n"):
+        return
+    line = (f"forecast self-check (leave one γ out, {check['n']} settings): median |error| "
+            f"{100 * check['median_abs_error']:.1f} %, P90 {100 * check['p90_abs_error']:.1f} %")
+    noise = check.get("machine_noise")
+    if noise:
+        line += (f"; machine noise: plain step P10/P50/P90 {noise['p10_ms']:.1f}/{noise['p50_ms']:.1f}/"
+                 f"{noise['p90_ms']:.1f} ms" + (" (busy: speed figures unreliable)" if noise["busy"] else ""))
+    console.print(line, highlight=False)
 
 
 def print_load_gates(summary: dict[str, Any], console: Console) -> None:
