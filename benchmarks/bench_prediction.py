@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path("runs") / time.strftime("bench-prediction-%Y%m%d-%H%M%S")
     t_start = time.perf_counter()
     if not args.reuse:
-        from specledger.engine.cli import build_engine
+        from specledger.engine.build import build_engine
 
         workload = str(args.workload) if str(args.workload) else None
         plan = RunPlan(categories=_csv(args.categories), n_per_category=args.n, drafters=_csv(args.drafters),

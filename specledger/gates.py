@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from specledger.analysis.scenario import by_prompt, shared_prompts
-from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
+from specledger.records import RequestRecord
 
 PASS, FAIL, NOT_ASSESSED = "pass", "fail", "not assessed"
 GATES = ("correctness", "quality", "latency", "capacity")

@@ -4,7 +4,7 @@ Every verb that writes or reads a run directory (``run``, ``sweep``, ``probe``,
 ``import-vllm-bench``, ``generate --trace``, ``report``) goes through this module, so the files
 have one name each and one format:
 
-* ``traces.jsonl`` -- one :class:`~specledger.engine.trace.RequestRecord` per line, appended and
+* ``traces.jsonl`` -- one :class:`~specledger.records.RequestRecord` per line, appended and
   fsync'ed per request (:func:`append_records`), so an interruption loses at most the request in
   flight. A torn last line (the write the interruption cut) is skipped with a warning by
   :func:`read_records` and removed by :func:`repair_tail` before anything is appended again.
@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError, SpecLedgerWarning
+from specledger.records import RequestRecord
 
 TRACE_NAME = "traces.jsonl"
 META_NAME = "run.json"

@@ -24,7 +24,7 @@ from specledger.analysis import (
     verify_points,
 )
 from specledger.analysis.scenario import ScenarioKey, key_of
-from specledger.engine.trace import RoundRecord
+from specledger.records import RoundRecord
 
 KEY = ScenarioKey("code", 0.0, "ngram", 2)
 

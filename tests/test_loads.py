@@ -12,7 +12,6 @@ from specledger.analysis.loads import analyze_loads
 from specledger.bench.loads import LOAD_EXPERIMENT, interleaved, requests_at
 from specledger.bench.runner import RunPlan, run
 from specledger.engine.decode import Engine
-from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
 from specledger.gates import (
     FAIL,
@@ -25,6 +24,7 @@ from specledger.gates import (
     quality_gate,
     slo_from_dict,
 )
+from specledger.records import RequestRecord
 from specledger.report.build import build_report, main_records
 from specledger.rundir import read_records
 from tests.conftest import CharLoaded, CharTokenizer

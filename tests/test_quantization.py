@@ -16,8 +16,8 @@ from specledger.bench.quant4 import (
 )
 from specledger.engine.decode import Engine
 from specledger.engine.int8 import Int8Linear
-from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
+from specledger.records import RequestRecord
 from specledger.report.build import build_report, summarize
 from specledger.rundir import read_records
 from specledger.workloads import load_jsonl

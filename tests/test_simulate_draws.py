@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specledger.engine.trace import RequestRecord, RoundRecord
+from specledger.records import RequestRecord, RoundRecord
 from specledger.simulate.arrivals import closed_loop
 from specledger.simulate.chains import ChainTable, Draws, keyed_uniforms
 from specledger.simulate.profile import SLOT_TERM, fit_serving_cost

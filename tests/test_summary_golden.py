@@ -45,7 +45,7 @@ from specledger.engine.decode import Emitted, Engine
 from specledger.engine.drafters import registry
 from specledger.engine.policy import make_policy
 from specledger.engine.sampling import SamplingParams
-from specledger.engine.trace import RequestRecord, RoundRecord
+from specledger.records import RequestRecord, RoundRecord
 from specledger.report.build import build_report
 from specledger.rundir import read_records
 from tests.conftest import CharLoaded, CharTokenizer

@@ -1,7 +1,7 @@
 """Turn traces into answers: ledger figures per scenario, bootstrap CIs, reconciliation of predicted
 vs measured speed-up, fitted cost curves, optimal γ and the 'why' of slow-downs.
 
-Pure functions over lists of :class:`~specledger.engine.trace.RequestRecord`; no I/O.
+Pure functions over lists of :class:`~specledger.records.RequestRecord`; no I/O.
 """
 
 from specledger.analysis.cost_fit import best_gamma, describe_cost, verify_points

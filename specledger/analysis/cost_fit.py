@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from specledger.engine.trace import RoundRecord
 from specledger.predict.costmodel import CostModel, Part
+from specledger.records import RoundRecord
 
 FORMS = {
     "surface": "t_verify = s·Σ(rows, context), Σ measured at the run's start",

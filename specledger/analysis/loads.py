@@ -23,7 +23,6 @@ from typing import Any
 from specledger.analysis.run import analyze_baseline, analyze_scenario
 from specledger.analysis.scenario import baseline_key, group_scenarios
 from specledger.bench.loads import load_records
-from specledger.engine.trace import RequestRecord
 from specledger.gates import (
     GATES,
     SLO,
@@ -33,6 +32,7 @@ from specledger.gates import (
     quality_gate,
     verdicts,
 )
+from specledger.records import RequestRecord
 
 
 def analyze_loads(

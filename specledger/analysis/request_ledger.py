@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from specledger.analysis.metrics import round_stats
-from specledger.engine.trace import RequestRecord
+from specledger.records import RequestRecord
 
 
 def request_ledger(spec: RequestRecord, plain: RequestRecord | None = None) -> dict[str, Any]:

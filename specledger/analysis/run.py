@@ -23,7 +23,7 @@ from specledger.analysis.scenario import (
 )
 from specledger.analysis.stats import paired_speedup_bootstrap
 from specledger.analysis.trees import analyze_trees
-from specledger.engine.trace import RequestRecord
+from specledger.records import RequestRecord
 from specledger.rundir import json_safe
 
 

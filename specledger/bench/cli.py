@@ -73,7 +73,7 @@ def run(
 
     from specledger.bench.runner import RunPlan, preset
     from specledger.bench.runner import run as run_plan
-    from specledger.engine.cli import build_engine
+    from specledger.engine.build import build_engine
     from specledger.report.build import build_report
     from specledger.report.cli import print_summary
     from specledger.rundir import META_NAME, SUMMARY_NAME, read_json

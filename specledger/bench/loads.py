@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specledger.engine.trace import RequestRecord
+from specledger.records import RequestRecord
 from specledger.rundir import EXPERIMENT_KEY, append_records, read_records
 
 LOAD_EXPERIMENT = "load"

@@ -33,8 +33,8 @@ from specledger.bench.quant4 import (
     setting_figures,
     tag,
 )
-from specledger.engine.trace import RequestRecord
 from specledger.errors import require
+from specledger.records import RequestRecord
 from specledger.rundir import (
     POLICIES_JSON,
     TRACE_NAME,

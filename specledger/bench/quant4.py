@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError, require
+from specledger.records import RequestRecord
 from specledger.rundir import (
     EXPERIMENT_KEY,
     QUANT_JSON,
@@ -66,7 +66,7 @@ def encode_prompts(
 ) -> tuple[list[Prompt], list[str]]:
     """Encode items with the engine's chat template; items whose prompt + ``max_tokens`` do not fit
     the context (or exceed ``max_prompt_tokens``) are skipped with a reason. Returns (prompts, skipped)."""
-    from specledger.bench.runner import encode_item
+    from specledger.workloads import encode_item
 
     require(engine.loaded is not None, "the engine has no tokenizer/chat template (build it with build_engine)")
     prompts, skipped = [], []

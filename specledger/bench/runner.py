@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 from warnings import warn
 
-from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError, SpecLedgerWarning, require
+from specledger.records import RequestRecord
 from specledger.rundir import (
     EXPERIMENT_KEY,
     META_NAME,
@@ -170,14 +170,6 @@ def load_items(plan: RunPlan, vocab_size: int):
     return items, warnings
 
 
-def encode_item(loaded: Any, item: Any) -> list[int]:
-    if item.meta.get("token_ids"):
-        return [int(t) for t in item.meta["token_ids"]]
-    if item.messages:
-        return loaded.encode_prompt(messages=item.messages)
-    return loaded.encode_prompt(prompt=item.prompt, chat=False)
-
-
 def machine_info() -> dict[str, Any]:
     import torch
 
@@ -226,6 +218,7 @@ def run(
     keeps them too."""
     from specledger.engine.drafters.registry import make_drafter
     from specledger.engine.sampling import SamplingParams
+    from specledger.workloads import encode_item
 
     plan.validate()
     run_dir.mkdir(parents=True, exist_ok=True)

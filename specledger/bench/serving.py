@@ -33,9 +33,9 @@ from specledger.bench.serving_metrics import (
     speedup_over,
 )
 from specledger.engine.batch import BatchEngine, BatchRequest
-from specledger.engine.trace import RequestRecord
 from specledger.errors import require
 from specledger.probe.loadgen import poisson_arrivals
+from specledger.records import RequestRecord
 from specledger.rundir import SERVING_JSON, TRACE_NAME, append_records, read_json, write_json_atomic
 
 

@@ -61,7 +61,7 @@ def sweep(
     from specledger.bench.policies import DYNAMIC, run_policies
     from specledger.bench.quant4 import run_quantization
     from specledger.bench.serving import check_serving_settings, run_serving
-    from specledger.engine.cli import build_engine
+    from specledger.engine.build import build_engine
     from specledger.engine.drafters.registry import DRAFTERS
     from specledger.report.build import build_report
     from specledger.report.cli import print_experiments

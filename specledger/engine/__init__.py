@@ -8,5 +8,6 @@
 - ``request.py``   one request's round: gamma plan, proposal, verify, cut and commit, stops, records
 - ``decode.py``    the solo loop: drives one request's rounds, timed per round
 - ``batch.py``     continuous batching: packs many requests' rounds into one forward per step
-- ``trace.py``     round and request records (the ledger's raw material); their files: ``specledger.rundir``
+Its records (round and request, the ledger's raw material) are :mod:`specledger.records`, a floor below;
+their files are :mod:`specledger.rundir`'s.
 """

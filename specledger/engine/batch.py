@@ -36,7 +36,7 @@ freed, the others in the step go on unchanged. An exception in the packed forwar
 blamed on one request: every request of that step gets RequestFailed; the scheduler goes on.
 
 Timing: a round record's t_draft, t_verify and t_other have the meanings stated in
-:mod:`specledger.engine.trace` (t_verify is the step's packed forward, which everybody waits
+:mod:`specledger.records` (t_verify is the step's packed forward, which everybody waits
 for; t_other holds the request's own bookkeeping plus an equal share of the step's overhead);
 batch_size is the number of requests that drafted in the step. A request's times (token_times,
 ttft) count from its arrival (``t_arrival`` given to ``add``, default the moment it is added).
@@ -57,9 +57,9 @@ from specledger.engine.drafters.base import Drafter
 from specledger.engine.policy import GammaPolicy, as_policy
 from specledger.engine.request import Emitted, Request, StopReleaser, check_request, check_tree_budget
 from specledger.engine.sampling import SamplingParams
-from specledger.engine.trace import RequestRecord, RoundRecord
 from specledger.engine.tree import DraftTree
 from specledger.errors import require
+from specledger.records import RequestRecord, RoundRecord
 
 
 @dataclass
@@ -124,7 +124,7 @@ class _Plan:
 class StepRecord:
     """One scheduler step. t_forward + t_draft + t_other = the step's wall time from drafting to
     the last release (admission and prefills excluded); t_draft and t_other are the sums of its
-    round records' (see :mod:`specledger.engine.trace`)."""
+    round records' (see :mod:`specledger.records`)."""
 
     batch_size: int
     rows: int  # tokens in the packed forward = sum over requests of (candidates + 1)

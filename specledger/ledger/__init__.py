@@ -8,6 +8,8 @@
 * :mod:`.trees` -- expected length of token trees, Sequoia-style best tree by DP.
 * :mod:`.memory` -- candidate KV and draft memory from a model config.
 * :mod:`.fourway` -- the four-way quantization × speculation comparison.
+* :mod:`.server_acceptance` -- a server's spec-decode figures (per-position rates) as the acceptance
+  ledger, and their consistency check.
 * :mod:`.report` -- every figure ``specledger ledger`` shows, as one dict (its ``--json`` output).
 """
 

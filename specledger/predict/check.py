@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from specledger.engine.trace import RequestRecord
 from specledger.predict.acceptance import AcceptanceModel
 from specledger.predict.costmodel import fit_cost_model
 from specledger.predict.predict import predict_category, request_noise
 from specledger.predict.replay import run_forecast_inputs
+from specledger.records import RequestRecord
 
 
 def usable(records: Iterable[RequestRecord], temperature: float | None = None) -> list[RequestRecord]:

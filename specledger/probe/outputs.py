@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
-from specledger.probe.acceptance import NO_ROUNDS_NOTE, VLLM_BENCH_NOTE, acceptance_ledger
+from specledger.ledger.server_acceptance import NO_ROUNDS_NOTE, VLLM_BENCH_NOTE, acceptance_ledger
 from specledger.probe.loadgen import RequestResult, Tokenizer
 from specledger.probe.records import BASELINE_DRAFTER, PROBE_KIND, gamma_label, records_from_probe
 from specledger.probe.workload import ProbeWorkload
+from specledger.records import RequestRecord
 from specledger.rundir import (
     META_NAME,
     PROBE_JSON,

@@ -13,7 +13,6 @@ from typing import Any
 
 from specledger.analysis.run import analyze_run
 from specledger.analysis.scenario import baseline_key, group_scenarios
-from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
 from specledger.gates import (
     GATES,
@@ -27,6 +26,7 @@ from specledger.gates import (
 )
 from specledger.predict.check import run_prediction_check, scenario_predictions
 from specledger.predict.replay import run_forecast_inputs
+from specledger.records import RequestRecord
 from specledger.report.endpoints import endpoint_experiments
 from specledger.rundir import (
     ENDPOINT_FILES,

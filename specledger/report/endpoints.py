@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from specledger.probe.acceptance import NO_ROUNDS_NOTE, VLLM_BENCH_NOTE, acceptance_ledger
+from specledger.ledger.server_acceptance import NO_ROUNDS_NOTE, VLLM_BENCH_NOTE, acceptance_ledger
 from specledger.rundir import GUIDELLM_JSON, PROBE_JSON, VLLM_BENCH_JSON, json_safe, read_json
 
 _SUMMARY_KEYS = (

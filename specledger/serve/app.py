@@ -37,8 +37,8 @@ from starlette.requests import ClientDisconnect
 from specledger.engine.decode import Emitted
 from specledger.engine.policy import AcceptanceChain, GammaPolicy, make_policy, parse_gamma_spec
 from specledger.engine.sampling import SamplingParams
-from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
+from specledger.records import RequestRecord
 from specledger.serve.hardening import BodyLimit, Limits
 from specledger.serve.metrics import ServeMetrics
 from specledger.serve.protocol import (

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from specledger.engine.trace import RequestRecord
 from specledger.errors import require
+from specledger.records import RequestRecord
 from specledger.rundir import SERVING_JSON, TRACE_NAME, read_json, read_records
 from specledger.simulate.chains import ChainTable
 

