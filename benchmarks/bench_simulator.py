@@ -157,14 +157,14 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from specledger.cost.pricer import load_pricer as load_cost
-    from specledger.simulate.source import load_run
+    from specledger.simulate.source import RunSource
     from specledger.simulate.validate import validate
 
     print("command: flock /tmp/specledger-bench.lock .venv/bin/python benchmarks/bench_simulator.py "
           + " ".join(sys.argv[1:]))
     run_dir = args.from_ or real_sweep(args.out or ROOT / "runs" / time.strftime("bench-simulator-%Y%m%d-%H%M%S"),
                                         args.repeats, args.workload)
-    run = load_run(run_dir)
+    run = RunSource.open(run_dir)
     t = time.perf_counter()
     res = validate(run, cost=load_cost(args.profile) if args.profile else None, seeds=args.seeds)
     print(f"\nsimulator vs real serving ({run_dir}; simulated in {time.perf_counter() - t:.1f} s)\n")

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from specledger.records import RequestRecord
-from specledger.rundir import EXPERIMENT_KEY, append_records, read_records
+from specledger.rundir import EXPERIMENT_KEY, RunDir
 
 LOAD_EXPERIMENT = "load"
 
@@ -66,15 +65,14 @@ def requests_at(load: int, prompt_ids: Sequence[str]) -> list[str]:
     return [prompt_ids[i % len(prompt_ids)] for i in range(max(load, len(prompt_ids)))]
 
 
-def done_points(trace_path: Path) -> set[tuple[int, float, str]]:
-    if not trace_path.exists():
-        return set()
+def done_points(run: RunDir) -> set[tuple[int, float, str]]:
+    """The (load, temperature, setting) points the run's trace already holds."""
     return {(int(r.extra["load"]), round(float(r.temperature), 6), str(r.extra.get("setting")))
-            for r in read_records(trace_path) if r.extra.get(EXPERIMENT_KEY) == LOAD_EXPERIMENT}
+            for r in load_records(run.records_so_far())}
 
 
 def run_load_points(
-    trace_path: Path,
+    run: RunDir,
     plan: Any,
     engine: Any,
     items: Mapping[str, Any],
@@ -82,7 +80,7 @@ def run_load_points(
     layers: str | None = None,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> None:
-    """Run every (load > 1, temperature, setting) point of ``plan`` not yet in ``trace_path``."""
+    """Run every (load > 1, temperature, setting) point of ``plan`` not yet in the run's trace."""
     from specledger.bench.serving import run_point
     from specledger.engine.drafters.registry import make_drafter
     from specledger.engine.sampling import SamplingParams
@@ -91,7 +89,7 @@ def run_load_points(
     loads = sorted({x for x in plan.loads if x > 1})
     settings = settings_of(plan)
     ids = interleaved(list(encoded), {pid: items[pid].category for pid in encoded})
-    done = done_points(trace_path)
+    done = done_points(run)
     total = len(loads) * len(plan.temperatures) * len(settings)
     count = 0
     eos = sorted(engine.eos_token_ids)
@@ -133,7 +131,7 @@ def run_load_points(
                     })
                     if (complete := answer_complete(item, r.text, r.stop_reason)) is not None:
                         r.extra["quality_complete"] = complete
-                append_records(trace_path, records)
+                run.append(records)
     if progress:
         progress(total, total, "done")
 

@@ -35,14 +35,7 @@ from specledger.bench.quant4 import (
 )
 from specledger.errors import require
 from specledger.records import RequestRecord
-from specledger.rundir import (
-    POLICIES_JSON,
-    TRACE_NAME,
-    append_records,
-    json_safe,
-    read_json,
-    write_json_atomic,
-)
+from specledger.rundir import POLICIES_JSON, RunDir, json_safe
 
 POLICY_EXPERIMENT = "policies"
 DYNAMIC = ("heuristic", "ema", "batch", "goodput")
@@ -165,7 +158,7 @@ def run_policies(
                                   max_tokens=max_tokens, request_id=f"policies|{p.id}|{name}",
                                   tree_budget=budget_of.get(name, 0))
             tag(rec, p, POLICY_EXPERIMENT, name, kind=kind)
-            append_records(out / TRACE_NAME, [rec])
+            RunDir(out).append([rec])
             by_setting[name].append(rec)
             done += 1
     if progress:
@@ -205,5 +198,4 @@ def run_policies(
         "goodput_vs_best_static": best,
         "goodput_learned": learned,
     }
-    write_json_atomic(out / POLICIES_JSON, result)
-    return read_json(out / POLICIES_JSON)
+    return RunDir(out).write_experiment(POLICIES_JSON, result)

@@ -34,15 +34,7 @@ import numpy as np
 
 from specledger.errors import SpecLedgerError, require
 from specledger.records import RequestRecord
-from specledger.rundir import (
-    EXPERIMENT_KEY,
-    QUANT_JSON,
-    TRACE_NAME,
-    append_records,
-    read_json,
-    read_records,
-    write_json_atomic,
-)
+from specledger.rundir import EXPERIMENT_KEY, QUANT_JSON, RunDir
 
 QUANT_EXPERIMENT = "quant4"
 MODEL_FREE_DRAFTERS = ("ngram", "suffix")  # cheap to build; fresh instance per setting (no shared state)
@@ -82,8 +74,7 @@ def encode_prompts(
 
 def check_fresh(out_dir: Path, experiment: str) -> None:
     """Refuse to append a second copy of ``experiment`` to a run directory's traces."""
-    trace = out_dir / TRACE_NAME
-    if trace.exists() and any(r.extra.get(EXPERIMENT_KEY) == experiment for r in read_records(trace)):
+    if any(r.extra.get(EXPERIMENT_KEY) == experiment for r in RunDir(out_dir).records_so_far()):
         raise SpecLedgerError(f"{out_dir} already holds the {experiment!r} experiment; use another --out")
 
 
@@ -314,7 +305,7 @@ def run_quantization(
             rec = eng.generate(list(p.ids), drafter=make(), gamma=g, params=params, max_tokens=max_tokens,
                                request_id=f"quant4|{p.id}|{key}")
             tag(rec, p, QUANT_EXPERIMENT, key, target=target)
-            append_records(out / TRACE_NAME, [rec])
+            RunDir(out).append([rec])
             by_setting[key].append(rec)
             done += 1
     if progress:
@@ -336,5 +327,4 @@ def run_quantization(
         **four_way_summary(by_setting, [p.id for p in prompts], n_resamples, seed),
     }
     result["statements"] = statements(result)
-    write_json_atomic(out / QUANT_JSON, result)
-    return read_json(out / QUANT_JSON)
+    return RunDir(out).write_experiment(QUANT_JSON, result)

@@ -24,17 +24,7 @@ from warnings import warn
 
 from specledger.errors import SpecLedgerError, SpecLedgerWarning, require
 from specledger.records import RequestRecord
-from specledger.rundir import (
-    EXPERIMENT_KEY,
-    META_NAME,
-    SURFACE_KEY,
-    TRACE_NAME,
-    append_records,
-    read_json,
-    read_records,
-    repair_tail,
-    write_json_atomic,
-)
+from specledger.rundir import EXPERIMENT_KEY, SURFACE_KEY, RunDir
 
 DEFAULT_CATEGORIES = ("code", "code-edit", "extraction", "agent", "dialogue", "summary", "math", "random")
 #: concurrencies of the presets (1 = the solo job); chosen so that ``make run`` fits 10 minutes on 2 cores
@@ -142,13 +132,12 @@ def plan_jobs(prompt_ids: Sequence[str], plan: RunPlan) -> list[Job]:
     return jobs
 
 
-def done_keys(trace_path: Path) -> set[tuple[str, str, int, float, int]]:
-    if not trace_path.exists():
-        return set()
+def done_keys(run: RunDir) -> set[tuple[str, str, int, float, int]]:
+    """The jobs the run's trace already holds (sweep experiments share the folder, not the job list)."""
     return {
         (r.prompt_id, r.drafter, int(r.gamma), round(r.temperature, 6), int(r.tree_budget))
-        for r in read_records(trace_path)
-        if not r.extra.get(EXPERIMENT_KEY)  # sweep experiments share the folder, not the job list
+        for r in run.records_so_far()
+        if not r.extra.get(EXPERIMENT_KEY)
     }
 
 
@@ -222,8 +211,8 @@ def run(
 
     plan.validate()
     run_dir.mkdir(parents=True, exist_ok=True)
-    trace_path = run_dir / TRACE_NAME
-    meta_path = run_dir / META_NAME
+    rd = RunDir(run_dir)
+    trace_path = rd.trace_path
     loaded = engine.loaded
     items, warnings = load_items(plan, engine.model.config.vocab_size)
     encoded: dict[str, list[int]] = {}
@@ -279,14 +268,15 @@ def run(
         from specledger.bench.loads import memory_facts
 
         meta.update(memory_facts(engine))
-    if resume and meta_path.exists():
-        old = read_json(meta_path, f"restart the run with another --out instead of --resume {run_dir}")
+    old: dict[str, Any] = {}
+    if resume and rd.meta_path.exists():
+        old = rd.meta(f"restart the run with another --out instead of --resume {run_dir}")
         if old.get("config") != meta["config"]:
             raise SpecLedgerError(f"{run_dir} was started with another configuration; resume it without options")
         meta["started"] = old.get("started", meta["started"])
     elif not resume and trace_path.exists() and trace_path.stat().st_size:
         raise SpecLedgerError(f"{run_dir} already holds a run; use --resume {run_dir} or another --out")
-    if resume and meta_path.exists() and old.get(SURFACE_KEY):
+    if resume and rd.meta_path.exists() and old.get(SURFACE_KEY):
         meta[SURFACE_KEY] = old[SURFACE_KEY]
     else:
         if progress:
@@ -294,15 +284,15 @@ def run(
         meta[SURFACE_KEY] = measure_run_surface(engine, [len(v) for v in encoded.values()],
                                                 max(plan.max_tokens_for(it.category) for it in by_id.values())
                                                 ).to_dict()
-    write_json_atomic(meta_path, meta)
-    if resume and (removed := repair_tail(trace_path)):
+    rd.write_meta(meta)
+    if resume and (removed := rd.repair_tail()):
         warn(f"{trace_path}: removed the torn last line ({removed} bytes) the interruption left; "
              "that request runs again", SpecLedgerWarning, stacklevel=2)
 
     from specledger.quality import answer_complete, score
 
     jobs = plan_jobs(list(by_id), plan)
-    done = done_keys(trace_path) if resume else set()
+    done = done_keys(rd) if resume else set()
     todo = [j for j in jobs if j.key not in done]
     total = len(jobs)
     finished = total - len(todo)
@@ -325,12 +315,12 @@ def run(
         if (complete := answer_complete(item, rec.text, rec.stop_reason)) is not None:
             rec.extra["quality_complete"] = complete
         rec.extra["peak_memory_bytes"] = peak_rss_bytes()
-        append_records(trace_path, [rec])
+        rd.append([rec])
         finished += 1
     if any(x > 1 for x in plan.loads):
         from specledger.bench.loads import run_load_points
 
-        run_load_points(trace_path, plan, engine, by_id, encoded, layers, progress)
+        run_load_points(rd, plan, engine, by_id, encoded, layers, progress)
     elif progress:
         progress(finished, total, "done")
     return trace_path

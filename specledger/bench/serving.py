@@ -36,7 +36,7 @@ from specledger.engine.batch import BatchEngine, BatchRequest
 from specledger.errors import require
 from specledger.probe.loadgen import poisson_arrivals
 from specledger.records import RequestRecord
-from specledger.rundir import SERVING_JSON, TRACE_NAME, append_records, read_json, write_json_atomic
+from specledger.rundir import SERVING_JSON, RunDir
 
 
 def run_point(
@@ -317,7 +317,7 @@ def run_serving(
                               f"|r{rec.extra.get('repeat', 0)}|{i}")
             rec.extra.update({"experiment": SERVING_EXPERIMENT, "setting": point["setting"],
                               "kind": point["kind"], "load": point["load"], "slots": point.get("slots")})
-        append_records(out / TRACE_NAME, records)
+        RunDir(out).append(records)
 
     result = run_serving_sweep(engine, [list(p.ids) for p in prompts], drafters, concurrencies, max_tokens,
                                rates, context_lengths, context_concurrency, progress=progress, on_point=keep,
@@ -345,5 +345,4 @@ def run_serving(
         "deploy_table": deploy_table(result),
         "deploy": deploy_configs(result),
     }
-    write_json_atomic(out / SERVING_JSON, doc)
-    return read_json(out / SERVING_JSON)
+    return RunDir(out).write_experiment(SERVING_JSON, doc)

@@ -57,10 +57,10 @@ def load_sweep_items(categories: list[str], n: int, seed: int, workload: Path | 
 def write_meta(run_dir: Path, engine: Any, config: dict[str, Any], warnings: list[str]) -> None:
     """``run.json`` for a fresh sweep directory; an existing one (a main run's) is left untouched."""
     from specledger.bench.runner import machine_info
-    from specledger.rundir import META_NAME, write_json_atomic
+    from specledger.rundir import RunDir
 
-    path = run_dir / META_NAME
-    if path.exists():
+    run = RunDir(run_dir)
+    if run.meta_path.exists():
         return
     meta = {
         "name": run_dir.name,
@@ -73,7 +73,7 @@ def write_meta(run_dir: Path, engine: Any, config: dict[str, Any], warnings: lis
         "sweep": config,
         "workload_warnings": warnings,
     }
-    write_json_atomic(path, meta)
+    run.write_meta(meta)
 
 
 # ``specledger run --full`` runs the side experiments too, with these settings, into the same directory.

@@ -47,13 +47,12 @@ def with_fallback(cost: CostModel, fallback: CostModel) -> CostModel:
 def load_run_models(run_dir: str | Path, cost_path: str | Path | None = None) -> RunModels:
     """Records of the run's main job, its cost model (``cost_path``, else the run's ``cost_model.json``,
     else fitted from its traces now) and its acceptance chains (each knows the run's max_tokens)."""
-    from specledger.rundir import META_NAME, TRACE_NAME, read_json, read_records
+    from specledger.rundir import RunDir
 
-    d = Path(run_dir)
-    if not (d / TRACE_NAME).exists():
-        raise SpecLedgerError(f"{d} holds no {TRACE_NAME}; give a directory written by `specledger run`")
-    meta = read_json(d / META_NAME) if (d / META_NAME).exists() else {}
-    records = usable(read_records(d / TRACE_NAME))
+    run = RunDir(run_dir)
+    d = run.path
+    records = usable(run.records())
+    meta = run.meta()
     if not records:
         raise SpecLedgerError(f"{d}: no solo, static-gamma requests to predict from; run `specledger run` first")
     max_tokens = (meta.get("config") or {}).get("max_tokens")

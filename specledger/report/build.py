@@ -13,7 +13,6 @@ from typing import Any
 
 from specledger.analysis.run import analyze_run
 from specledger.analysis.scenario import baseline_key, group_scenarios
-from specledger.errors import SpecLedgerError
 from specledger.gates import (
     GATES,
     NOT_ASSESSED,
@@ -29,46 +28,17 @@ from specledger.predict.replay import run_forecast_inputs
 from specledger.records import RequestRecord
 from specledger.report.endpoints import endpoint_experiments
 from specledger.rundir import (
-    ENDPOINT_FILES,
     EXPERIMENT_FILES,
     EXPERIMENT_KEY,
     HTML_NAME,
-    META_NAME,
     SUMMARY_NAME,
     TRACE_NAME,
+    RunDir,
     json_safe,
-    read_json,
-    read_records,
-    write_json_atomic,
-    write_text_atomic,
 )
 from specledger.schedule import schedules
 
 SCHEMA = "specledger.summary/1"
-
-
-def load_run(run_dir: str | Path) -> tuple[list[RequestRecord], dict[str, Any]]:
-    """Records of ``run_dir/traces.jsonl`` and the ``run.json`` metadata ({} when absent)."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise SpecLedgerError(f"run directory not found: {run_dir}; pass the folder that holds traces.jsonl")
-    trace = run_dir / TRACE_NAME
-    endpoint_only = any((run_dir / name).is_file() for name in ENDPOINT_FILES)
-    if not trace.is_file() and not endpoint_only:
-        raise SpecLedgerError(
-            f"no {TRACE_NAME} in {run_dir}; run `specledger run` first or point at a run folder"
-        )
-    records = list(read_records(trace)) if trace.is_file() else []
-    if not records and not endpoint_only:
-        raise SpecLedgerError(f"{trace} holds no complete request; run more requests before reporting")
-    meta: dict[str, Any] = {}
-    meta_path = run_dir / META_NAME
-    if meta_path.is_file():
-        loaded = read_json(meta_path, "fix or delete it")
-        if not isinstance(loaded, dict):
-            raise SpecLedgerError(f"{meta_path} must hold a JSON object")
-        meta = loaded
-    return records, meta
 
 
 def main_records(records: Sequence[RequestRecord]) -> list[RequestRecord]:
@@ -78,18 +48,13 @@ def main_records(records: Sequence[RequestRecord]) -> list[RequestRecord]:
     return [r for r in records if not r.extra.get(EXPERIMENT_KEY)]  # load points too (analysis.loads)
 
 
-def load_experiments(run_dir: str | Path) -> dict[str, Any]:
-    """The side-experiment results present in ``run_dir`` (``quantization.json``, ``policies.json``,
-    ``serving.json``), and the endpoint figures of ``probe.json`` / ``vllm_bench.json``."""
-    out: dict[str, Any] = {}
-    for name, filename in EXPERIMENT_FILES.items():
-        path = Path(run_dir) / filename
-        if not path.is_file():
-            continue
-        loaded = read_json(path, "re-run `specledger sweep` or delete it")
-        if isinstance(loaded, dict):
-            out[name] = loaded
-    out.update(endpoint_experiments(run_dir))  # "probe" / "vllm_bench": endpoint figures, no per-request rows
+def load_experiments(run: RunDir) -> dict[str, Any]:
+    """The side-experiment results present in the run directory (``quantization.json``, ``policies.json``,
+    ``serving.json``, ``simulate.json``) as they are, and the endpoint figures of ``probe.json`` /
+    ``vllm_bench.json`` / ``guidellm.json`` (:func:`~specledger.report.endpoints.endpoint_experiments`)."""
+    found = run.experiments()
+    out = {key: found[key] for key in EXPERIMENT_FILES if key in found}
+    out.update(endpoint_experiments(found))  # "probe" / "vllm_bench": endpoint figures, no per-request rows
     return out
 
 
@@ -244,17 +209,17 @@ def build_report(
 ) -> tuple[dict[str, Any], Path]:
     """Rebuild ``summary.json`` and ``report.html`` in ``run_dir`` from its traces; returns (summary, html path)."""
     run_dir = Path(run_dir)
+    run = RunDir(run_dir)
     slo_obj = slo if isinstance(slo, SLO) else load_slo(slo)
-    records, meta = load_run(run_dir)
+    records, meta = run.records(), run.meta()
     summary = summarize(records, meta, slo_obj, n_resamples=n_resamples, seed=seed,
-                        experiments=load_experiments(run_dir))
+                        experiments=load_experiments(run))
     summary["run_dir"] = str(run_dir)
     html = render_html(summary, title=str(meta.get("name") or run_dir.name))
-    write_json_atomic(run_dir / SUMMARY_NAME, summary)
+    run.write(SUMMARY_NAME, summary)
     _write_cost_model(run_dir, records, meta)
-    html_path = run_dir / HTML_NAME
-    write_text_atomic(html_path, html)
+    html_path = run.write_text(HTML_NAME, html)
     return summary, html_path
 
 
-__all__ = ["build_report", "summarize", "render_html", "load_run", "load_experiments", "main_records"]
+__all__ = ["build_report", "summarize", "render_html", "load_experiments", "main_records"]
