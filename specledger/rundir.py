@@ -37,6 +37,7 @@ TRACE_NAME = "traces.jsonl"
 META_NAME = "run.json"
 SURFACE_KEY = "cost_surface"  # run.json: the verify cost surface measured at the run's start (specledger.cost)
 SUMMARY_NAME = "summary.json"
+COST_MODEL_JSON = "cost_model.json"  # the run's cost model, fitted by the report (specledger.predict.costmodel)
 HTML_NAME = "report.html"
 QUANT_JSON = "quantization.json"
 POLICIES_JSON = "policies.json"
@@ -50,9 +51,6 @@ EXPERIMENT_FILES = {"quantization": QUANT_JSON, "policies": POLICIES_JSON, "serv
                     "simulate": SIMULATE_JSON}
 #: endpoint figures (``specledger probe`` / ``import-vllm-bench``): a folder with one of these is a run
 ENDPOINT_FILES = (PROBE_JSON, VLLM_BENCH_JSON, GUIDELLM_JSON)
-#: ``RequestRecord.extra`` key naming the side experiment (``specledger sweep``) a record belongs to;
-#: the main analysis leaves such records out
-EXPERIMENT_KEY = "experiment"
 
 _RECORD_ERRORS = (json.JSONDecodeError, UnicodeDecodeError, TypeError, KeyError, AttributeError, ValueError)
 
@@ -355,7 +353,7 @@ class RunDir:
 
 
 __all__ = [
-    "EXPERIMENT_FILES", "EXPERIMENT_KEY", "ENDPOINT_FILES", "ENDPOINT_KEYS", "GUIDELLM_JSON", "HTML_NAME", "META_NAME",
+    "COST_MODEL_JSON", "EXPERIMENT_FILES", "ENDPOINT_FILES", "ENDPOINT_KEYS", "GUIDELLM_JSON", "HTML_NAME", "META_NAME",
     "POLICIES_JSON", "PROBE_JSON", "QUANT_JSON", "RunDir", "SERVING_JSON", "SIMULATE_JSON", "SUMMARY_NAME",
     "TRACE_NAME", "VLLM_BENCH_JSON",
     "append_records", "json_safe", "read_json", "read_records", "repair_tail", "write_json_atomic",

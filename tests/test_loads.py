@@ -9,7 +9,7 @@ import json
 import pytest
 
 from specledger.analysis.loads import analyze_loads
-from specledger.bench.loads import LOAD_EXPERIMENT, interleaved, requests_at
+from specledger.bench.loads import interleaved, requests_at
 from specledger.bench.runner import RunPlan, run
 from specledger.engine.decode import Engine
 from specledger.errors import SpecLedgerError
@@ -24,8 +24,8 @@ from specledger.gates import (
     quality_gate,
     slo_from_dict,
 )
-from specledger.records import RequestRecord
-from specledger.report.build import build_report, main_records
+from specledger.records import LOAD_EXPERIMENT, RequestRecord, main_records
+from specledger.report.build import build_report
 from specledger.rundir import read_records
 from tests.conftest import CharLoaded, CharTokenizer
 

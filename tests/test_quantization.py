@@ -18,8 +18,9 @@ from specledger.engine.decode import Engine
 from specledger.engine.int8 import Int8Linear
 from specledger.errors import SpecLedgerError
 from specledger.records import RequestRecord
-from specledger.report.build import build_report, summarize
+from specledger.report.build import build_report
 from specledger.rundir import read_records
+from specledger.summary import summarize
 from specledger.workloads import load_jsonl
 from tests.conftest import CharLoaded, CharTokenizer, tiny_model
 

@@ -22,7 +22,6 @@ from typing import Any
 
 from specledger.analysis.run import analyze_baseline, analyze_scenario
 from specledger.analysis.scenario import baseline_key, group_scenarios
-from specledger.bench.loads import load_records
 from specledger.gates import (
     GATES,
     SLO,
@@ -32,7 +31,7 @@ from specledger.gates import (
     quality_gate,
     verdicts,
 )
-from specledger.records import RequestRecord
+from specledger.records import RequestRecord, load_records
 
 
 def analyze_loads(

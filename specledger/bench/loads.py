@@ -9,7 +9,7 @@ temperature, setting) is :func:`specledger.bench.serving.run_point` -- the servi
 loop, not a second one.
 
 Every request is a record in ``traces.jsonl`` tagged ``extra.experiment = "load"`` (kept apart
-from the solo records: :func:`specledger.report.build.main_records`) with its point's ``load``,
+from the solo records: :func:`specledger.records.main_records`) with its point's ``load``,
 ``setting``, wall time, CPU time (``time.process_time`` around the point) and committed tokens,
 from which :mod:`specledger.analysis.loads` builds the gates and the verdict per (category,
 temperature, load). ``--resume`` skips the points already in the trace (a point's records are
@@ -22,10 +22,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from specledger.records import RequestRecord
-from specledger.rundir import EXPERIMENT_KEY, RunDir
-
-LOAD_EXPERIMENT = "load"
+from specledger.records import EXPERIMENT_KEY, LOAD_EXPERIMENT, load_records
+from specledger.rundir import RunDir
 
 
 def memory_facts(engine: Any) -> dict[str, Any]:
@@ -136,6 +134,3 @@ def run_load_points(
         progress(total, total, "done")
 
 
-def load_records(records: Sequence[RequestRecord]) -> list[RequestRecord]:
-    """The records of the load points (``extra.experiment == "load"``)."""
-    return [r for r in records if r.extra.get(EXPERIMENT_KEY) == LOAD_EXPERIMENT]

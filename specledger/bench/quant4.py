@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from specledger.errors import SpecLedgerError, require
-from specledger.records import RequestRecord
-from specledger.rundir import EXPERIMENT_KEY, QUANT_JSON, RunDir
+from specledger.records import EXPERIMENT_KEY, RequestRecord
+from specledger.rundir import QUANT_JSON, RunDir
 
 QUANT_EXPERIMENT = "quant4"
 MODEL_FREE_DRAFTERS = ("ngram", "suffix")  # cheap to build; fresh instance per setting (no shared state)

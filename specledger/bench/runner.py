@@ -23,8 +23,8 @@ from typing import Any
 from warnings import warn
 
 from specledger.errors import SpecLedgerError, SpecLedgerWarning, require
-from specledger.records import RequestRecord
-from specledger.rundir import EXPERIMENT_KEY, SURFACE_KEY, RunDir
+from specledger.records import EXPERIMENT_KEY, RequestRecord
+from specledger.rundir import SURFACE_KEY, RunDir
 
 DEFAULT_CATEGORIES = ("code", "code-edit", "extraction", "agent", "dialogue", "summary", "math", "random")
 #: concurrencies of the presets (1 = the solo job); chosen so that ``make run`` fits 10 minutes on 2 cores

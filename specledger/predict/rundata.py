@@ -12,8 +12,8 @@ from specledger.predict.check import usable
 from specledger.predict.costmodel import CostModel, Part, fit_cost_model
 from specledger.predict.replay import Replayer, run_forecast_inputs
 from specledger.records import RequestRecord
-
-COST_NAME = "cost_model.json"
+from specledger.rundir import COST_MODEL_JSON as COST_NAME
+from specledger.rundir import RunDir
 
 
 @dataclass
@@ -47,8 +47,6 @@ def with_fallback(cost: CostModel, fallback: CostModel) -> CostModel:
 def load_run_models(run_dir: str | Path, cost_path: str | Path | None = None) -> RunModels:
     """Records of the run's main job, its cost model (``cost_path``, else the run's ``cost_model.json``,
     else fitted from its traces now) and its acceptance chains (each knows the run's max_tokens)."""
-    from specledger.rundir import RunDir
-
     run = RunDir(run_dir)
     d = run.path
     records = usable(run.records())

@@ -1,5 +1,5 @@
 """The report: ``summary.json`` (every figure, machine-readable) and one self-contained ``report.html``."""
 
-from specledger.report.build import build_report, render_html, summarize
+from specledger.report.build import build_report, render_html
 
-__all__ = ["build_report", "render_html", "summarize"]
+__all__ = ["build_report", "render_html"]
