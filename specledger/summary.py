@@ -7,7 +7,7 @@ that runs the steps in order, each a layer below this one.
 2. The prediction check (:func:`specledger.predict.check.run_prediction_check`: leave one γ out) and
    the end-to-end model's speed-up of every measured setting.
 3. The four gates per scenario (:mod:`specledger.gates`) and the verdicts at load 1, then at every
-   load > 1 of ``specledger run --loads`` (:func:`specledger.analysis.loads.analyze_loads`).
+   load > 1 of ``specledger run --loads`` (:func:`specledger.gates.loads.analyze_loads`).
 4. The schedule over loads (:mod:`specledger.schedule`).
 
 The run's forecast inputs -- the verify surface measured at its start and the exact replayer of its
@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from specledger.analysis.endpoints import endpoint_experiments
-from specledger.analysis.loads import analyze_loads
 from specledger.analysis.run import analyze_run
 from specledger.analysis.scenario import baseline_key, group_scenarios
 from specledger.gates import GATES, SLO, check_target_load, control_repetition, evaluate_gates, verdicts
+from specledger.gates.loads import analyze_loads
 from specledger.predict.check import run_prediction_check, scenario_predictions, usable
 from specledger.predict.costmodel import CostModel, fit_cost_model
 from specledger.predict.replay import run_forecast_inputs
@@ -98,7 +98,7 @@ def summarize(
         s["prediction_kind"] = pred["kind"] if pred else None
         s["gates"] = {name: gates[name].to_dict() for name in GATES}
     # the main job decodes one request at a time: its verdicts are at load 1, measured; the load
-    # points (``specledger run --loads``) add a verdict per load > 1 (specledger.analysis.loads)
+    # points (``specledger run --loads``) add a verdict per load > 1 (specledger.gates.loads)
     controls = control_repetition(records)
     decided = [{**v, "load": 1, "simulated": False} for v in verdicts(analysis["scenarios"], slo, controls)]
     at_loads = analyze_loads(all_records, meta, slo, controls, n_resamples=n_resamples, seed=seed)

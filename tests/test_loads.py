@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from specledger.analysis.loads import analyze_loads
 from specledger.bench.loads import interleaved, requests_at
 from specledger.bench.runner import RunPlan, run
 from specledger.engine.decode import Engine
@@ -24,6 +23,7 @@ from specledger.gates import (
     quality_gate,
     slo_from_dict,
 )
+from specledger.gates.loads import analyze_loads
 from specledger.records import LOAD_EXPERIMENT, RequestRecord, main_records
 from specledger.report.build import build_report
 from specledger.rundir import read_records
