@@ -32,6 +32,7 @@ import numpy as np
 
 from specledger.analysis.metrics import latency_stats
 from specledger.errors import require
+from specledger.ledger.speedup import best_point
 from specledger.simulate.arrivals import closed_loop
 from specledger.simulate.profile import fit_serving_cost
 from specledger.simulate.simulator import simulate
@@ -166,8 +167,8 @@ def crossovers(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         entry: dict[str, Any] = {"load": load, "drafter": drafter}
         for side in ("real", "sim"):
             entry[f"crossover_{side}"] = next((r["gamma"] for r in rs if r["speedup"][side] < 1.0), None)
-            best = max(rs, key=lambda r: r["speedup"][side])
-            entry[f"best_{side}"] = best["gamma"] if best["speedup"][side] > 1.0 else 0
+            gamma, speed = best_point((r["gamma"], r["speedup"][side]) for r in rs)
+            entry[f"best_{side}"] = gamma if speed > 1.0 else 0
         entry["same"] = entry["crossover_real"] == entry["crossover_sim"]
         # resolved by the measurement? a γ whose real repeats straddle 1 cannot say on which side it lies
         entry["real_sides"] = {r["gamma"]: _side(r["speedup"]) for r in rs}
