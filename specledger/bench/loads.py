@@ -22,11 +22,12 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from specledger.engine.protocol import TargetEngine
 from specledger.records import EXPERIMENT_KEY, LOAD_EXPERIMENT, load_records
 from specledger.rundir import RunDir
 
 
-def memory_facts(engine: Any) -> dict[str, Any]:
+def memory_facts(engine: TargetEngine) -> dict[str, Any]:
     """What the KV-capacity gate needs: m_KV (bytes of K and V per token, from the model config:
     2 · layers · kv_heads · head_dim · bytes per element) and the machine's memory."""
     from specledger.bench.serving_memory import model_kv_shape
@@ -72,7 +73,7 @@ def done_points(run: RunDir) -> set[tuple[int, float, str]]:
 def run_load_points(
     run: RunDir,
     plan: Any,
-    engine: Any,
+    engine: TargetEngine,
     items: Mapping[str, Any],
     encoded: Mapping[str, list[int]],
     layers: str | None = None,

@@ -33,6 +33,7 @@ from specledger.bench.quant4 import (
     setting_figures,
     tag,
 )
+from specledger.engine.protocol import TargetEngine
 from specledger.errors import require
 from specledger.records import RequestRecord
 from specledger.rundir import POLICIES_JSON, RunDir, json_safe
@@ -99,7 +100,7 @@ def compare_to_best_static(settings: Sequence[dict], records: dict[str, list[Req
 
 
 def run_policies(
-    engine: Any,
+    engine: TargetEngine,
     items: Sequence[Any],
     drafter: str = "ngram",
     static_gammas: Sequence[int] = (1, 2, 4, 6, 8),

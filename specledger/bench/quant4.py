@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from specledger.engine.protocol import TargetEngine
 from specledger.errors import SpecLedgerError, require
 from specledger.records import EXPERIMENT_KEY, RequestRecord
 from specledger.rundir import QUANT_JSON, RunDir
@@ -54,7 +55,7 @@ class Prompt:
 
 
 def encode_prompts(
-    engine: Any, items: Sequence[Any], max_tokens: int, max_prompt_tokens: int = 1536
+    engine: TargetEngine, items: Sequence[Any], max_tokens: int, max_prompt_tokens: int = 1536
 ) -> tuple[list[Prompt], list[str]]:
     """Encode items with the engine's chat template; items whose prompt + ``max_tokens`` do not fit
     the context (or exceed ``max_prompt_tokens``) are skipped with a reason. Returns (prompts, skipped)."""
@@ -78,7 +79,7 @@ def check_fresh(out_dir: Path, experiment: str) -> None:
         raise SpecLedgerError(f"{out_dir} already holds the {experiment!r} experiment; use another --out")
 
 
-def drafter_factory(name: str, engine: Any, layers: str | None = None, draft_path: str | None = None
+def drafter_factory(name: str, engine: TargetEngine, layers: str | None = None, draft_path: str | None = None
                     ) -> Callable[[], Any]:
     """A function returning the drafter for one setting. Model-free drafters get a fresh instance per
     call (the suffix tree must not learn one setting's outputs and reuse them in another); neural
@@ -154,7 +155,7 @@ def quality_scores(records: Sequence[RequestRecord], prompt_ids: Sequence[str]) 
 
 
 # ----------------------------------------------------------------------------- the experiment
-def int8_engine(engine: Any) -> Any:
+def int8_engine(engine: TargetEngine) -> TargetEngine:
     """An Engine over ``quantize_int8(engine.model)`` sharing tokenizer, EOS ids, context and chat template."""
     from specledger.engine.decode import Engine
     from specledger.engine.int8 import quantize_int8
@@ -261,7 +262,7 @@ def _warm_up(runs: Sequence[tuple[Any, Callable[[], Any], int]], prompt: Prompt,
 
 
 def run_quantization(
-    engine: Any,
+    engine: TargetEngine,
     items: Sequence[Any],
     drafter: str = "ngram",
     gamma: int = 4,

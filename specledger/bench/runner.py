@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from warnings import warn
 
+from specledger.engine.protocol import TargetEngine
 from specledger.errors import SpecLedgerError, SpecLedgerWarning, require
 from specledger.records import EXPERIMENT_KEY, RequestRecord
 from specledger.rundir import SURFACE_KEY, RunDir
@@ -179,7 +180,7 @@ def surface_contexts(prompt_lengths: Sequence[int], max_tokens: int, limit: int)
     return sorted({min(c, limit) for c in (lo, mid, hi)})
 
 
-def measure_run_surface(engine: Any, prompt_lengths: Sequence[int], max_tokens: int, repeats: int = 3) -> Any:
+def measure_run_surface(engine: TargetEngine, prompt_lengths: Sequence[int], max_tokens: int, repeats: int = 3) -> Any:
     """The verify cost surface this run's forecasts use: solo forwards of 1..33 rows at the run's contexts,
     interleaved and repeated (:func:`specledger.predict.calibrate.measure_rows_axis`), measured at start."""
     from specledger.predict.calibrate import ROWS_AXIS, measure_rows_axis
@@ -197,7 +198,7 @@ def peak_rss_bytes() -> int:
 def run(
     run_dir: Path,
     plan: RunPlan,
-    engine: Any,
+    engine: TargetEngine,
     resume: bool = False,
     progress: Callable[[int, int, str], None] | None = None,
     on_warning: Callable[[str], None] | None = None,

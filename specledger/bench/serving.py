@@ -33,6 +33,7 @@ from specledger.bench.serving_metrics import (
     speedup_over,
 )
 from specledger.engine.batch import BatchEngine, BatchRequest
+from specledger.engine.protocol import TargetEngine
 from specledger.errors import require
 from specledger.probe.loadgen import poisson_arrivals
 from specledger.records import RequestRecord
@@ -121,7 +122,7 @@ def _warm_up(model: Any, prompts: Sequence[list[int]], factories: Sequence[tuple
 
 
 def run_serving_sweep(
-    engine: Any,
+    engine: TargetEngine,
     prompts: Sequence[list[int]],
     drafters: Sequence[tuple[str, int]],
     concurrencies: Sequence[int] = (1, 2, 4, 8, 16, 32),
@@ -275,7 +276,7 @@ def check_serving_settings(drafters: Sequence[tuple[str, int | str]], concurrenc
 
 
 def run_serving(
-    engine: Any,
+    engine: TargetEngine,
     items: Sequence[Any],
     drafters: Sequence[tuple[str, int]] = (("ngram", 4), ("suffix", 4)),
     concurrencies: Sequence[int] = (1, 2, 4, 8, 16),

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from specledger.engine.protocol import TargetEngine
 from specledger.errors import SpecLedgerError, require
 
 
@@ -54,7 +55,7 @@ def load_sweep_items(categories: list[str], n: int, seed: int, workload: Path | 
     return load_items(plan, vocab_size)
 
 
-def write_meta(run_dir: Path, engine: Any, config: dict[str, Any], warnings: list[str]) -> None:
+def write_meta(run_dir: Path, engine: TargetEngine, config: dict[str, Any], warnings: list[str]) -> None:
     """``run.json`` for a fresh sweep directory; an existing one (a main run's) is left untouched."""
     from specledger.bench.runner import machine_info
     from specledger.rundir import RunDir
@@ -86,7 +87,7 @@ FULL_SIDE_EXPERIMENTS: dict[str, Any] = {
 }
 
 
-def run_side_experiments(engine: Any, run_dir: Path, seed: int, progress: Any, warn: Any,
+def run_side_experiments(engine: TargetEngine, run_dir: Path, seed: int, progress: Any, warn: Any,
                          settings: dict[str, Any] | None = None) -> list[str]:
     """Quantization four-way, γ policies and serving (concurrency, context up to the model's limit)
     into ``run_dir``; an experiment whose JSON is already there is skipped (``--resume``), one that

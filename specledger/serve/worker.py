@@ -41,6 +41,7 @@ from specledger.engine.batch import BatchEngine, BatchRequest, BatchScheduler, R
 from specledger.engine.decode import Emitted
 from specledger.engine.drafters.base import Drafter
 from specledger.engine.policy import GammaPolicy
+from specledger.engine.protocol import TargetEngine
 from specledger.engine.sampling import SamplingParams
 from specledger.records import RequestRecord, RoundRecord
 from specledger.serve.metrics import ServeMetrics
@@ -185,7 +186,7 @@ class EngineWorker:
 
     def __init__(
         self,
-        engine: Any,
+        engine: TargetEngine,
         drafter: Drafter,
         gamma: GammaSpec,
         queue: JobQueue,
