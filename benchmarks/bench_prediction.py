@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     print("command: " + " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]))
 
-    from specledger.bench.runner import RunPlan, run
+    from specledger.mainjob.job import RunPlan, run
     from specledger.predict.check import leave_one_gamma_out, predict_held_out, summarize_errors, usable
     from specledger.rundir import META_NAME, TRACE_NAME, read_json, read_records, write_json_atomic
 

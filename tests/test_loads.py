@@ -8,8 +8,6 @@ import json
 
 import pytest
 
-from specledger.bench.loads import interleaved, requests_at
-from specledger.bench.runner import RunPlan, run
 from specledger.engine.decode import Engine
 from specledger.errors import SpecLedgerError
 from specledger.gates import (
@@ -24,6 +22,8 @@ from specledger.gates import (
     slo_from_dict,
 )
 from specledger.gates.loads import analyze_loads
+from specledger.mainjob.job import RunPlan, run
+from specledger.mainjob.loads import interleaved, requests_at
 from specledger.records import LOAD_EXPERIMENT, RequestRecord, main_records
 from specledger.report.build import build_report
 from specledger.rundir import read_records

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from specledger.bench.quant4 import (
+from specledger.bench.quantization import (
     QUANT_EXPERIMENT,
     SETTINGS,
     identical,

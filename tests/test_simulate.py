@@ -382,8 +382,8 @@ def _serving_run(tmp_path: Path) -> Path:
 
 def test_validation_against_a_serving_run_compares_every_point(tmp_path):
     from specledger.cost.pricer import load_pricer as load_cost
+    from specledger.simulate.measured_run import RunSource
     from specledger.simulate.profile import fit_serving_cost
-    from specledger.simulate.source import RunSource
     from specledger.simulate.validate import validate
 
     run = RunSource.open(_serving_run(tmp_path))

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specledger.bench.quant4 import (
+from specledger.bench.experiment import (
     Progress,
     check_fresh,
     drafter_factory,

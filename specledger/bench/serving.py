@@ -295,7 +295,7 @@ def run_serving(
     """The serving experiment into a run directory: every request's record (tagged
     ``extra.experiment = "serving"``) appended to ``traces.jsonl`` as its point finishes, the
     curves, crossovers, memory ledger and deploy table to ``serving.json`` (atomic)."""
-    from specledger.bench.quant4 import check_fresh, encode_prompts
+    from specledger.bench.experiment import check_fresh, encode_prompts
 
     check_serving_settings(drafters, concurrencies, rates, max_tokens, context_concurrencies or [context_concurrency],
                            context_sources)

@@ -120,9 +120,9 @@ def simulate(
     from specledger.simulate.arrivals import closed_loop, poisson, replay_file
     from specledger.simulate.cluster import SLO, capacity_plan, crossover_map
     from specledger.simulate.cluster import router as make_router
+    from specledger.simulate.measured_run import RunSource, tables_per_gamma
     from specledger.simulate.simulator import break_even_verify_premium
     from specledger.simulate.simulator import simulate as run_sim
-    from specledger.simulate.source import RunSource, tables_per_gamma
     from specledger.simulate.state import ServerConfig
 
     concs = _csv(concurrency, int, "--concurrency", "1,4,16")

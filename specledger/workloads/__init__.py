@@ -33,6 +33,7 @@ from .item import CATEGORIES, WorkloadItem, encode_item
 from .jsonl import load_jsonl
 from .langtest_data import normalise_answer
 from .random_tokens import random_token_items, random_token_prompts
+from .select import run_items
 
 __all__ = [
     "CATEGORIES",
@@ -48,6 +49,7 @@ __all__ = [
     "normalise_answer",
     "random_token_items",
     "random_token_prompts",
+    "run_items",
     "sample_order",
     "split_of",
     "training_items",

@@ -12,8 +12,6 @@ setting run back to back (interleaved), so slow phases of the machine hit all se
 
 from __future__ import annotations
 
-import os
-import platform
 import resource
 import time
 from collections.abc import Callable, Sequence
@@ -60,7 +58,7 @@ class RunPlan:
     #: also run ``specledger sweep``'s experiments (quant4, policies, serving) into the run directory
     side_experiments: bool = False
     #: concurrencies: 1 is the solo job above; every load > 1 runs each setting under continuous
-    #: batching, closed loop over the same prompts (:mod:`specledger.bench.loads`)
+    #: batching, closed loop over the same prompts (:mod:`specledger.mainjob.loads`)
     loads: list[int] = field(default_factory=lambda: [1])
     #: output budget per category where the task metric needs room (a whole function, an answer);
     #: other categories get ``max_tokens``
@@ -143,33 +141,10 @@ def done_keys(run: RunDir) -> set[tuple[str, str, int, float, int]]:
 
 
 def load_items(plan: RunPlan, vocab_size: int):
-    """Workload items: built-in categories (seeded, stable) or the user's JSONL; returns (items, warnings)."""
-    from specledger.workloads import load_category, load_jsonl, random_token_items
+    """The plan's workload items (:func:`specledger.workloads.run_items`); returns (items, warnings)."""
+    from specledger.workloads import run_items
 
-    warnings: list[str] = []
-    if plan.workload_file:
-        items, warnings = load_jsonl(plan.workload_file)
-        require(bool(items), f"{plan.workload_file}: no usable workload items")
-        return items, warnings
-    items = []
-    for c in plan.categories:
-        if c == "random":
-            items += random_token_items(plan.n_per_category, vocab_size=vocab_size, length=64, seed=plan.seed)
-        else:
-            items += load_category(c, plan.n_per_category, seed=plan.seed)
-    return items, warnings
-
-
-def machine_info() -> dict[str, Any]:
-    import torch
-
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpus": os.cpu_count(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-    }
+    return run_items(plan.categories, plan.n_per_category, plan.seed, plan.workload_file, vocab_size)
 
 
 def surface_contexts(prompt_lengths: Sequence[int], max_tokens: int, limit: int) -> list[int]:
@@ -206,6 +181,7 @@ def run(
     """Execute (or continue) the plan into ``run_dir``; returns the trace path. ``on_warning`` hears
     each workload warning (a bad JSONL line, a prompt over the budget) as the run starts; run.json
     keeps them too."""
+    from specledger.engine.device import machine_info
     from specledger.engine.drafters.registry import make_drafter
     from specledger.engine.sampling import SamplingParams
     from specledger.workloads import encode_item
@@ -266,7 +242,7 @@ def run(
                     for pid, it in by_id.items()},
     }
     if any(x > 1 for x in plan.loads):  # what the KV-capacity gate needs (m_KV from the model config)
-        from specledger.bench.loads import memory_facts
+        from specledger.mainjob.loads import memory_facts
 
         meta.update(memory_facts(engine))
     old: dict[str, Any] = {}
@@ -319,7 +295,7 @@ def run(
         rd.append([rec])
         finished += 1
     if any(x > 1 for x in plan.loads):
-        from specledger.bench.loads import run_load_points
+        from specledger.mainjob.loads import run_load_points
 
         run_load_points(rd, plan, engine, by_id, encoded, layers, progress)
     elif progress:

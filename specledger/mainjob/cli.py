@@ -71,9 +71,9 @@ def run(
         TimeRemainingColumn,
     )
 
-    from specledger.bench.runner import RunPlan, preset
-    from specledger.bench.runner import run as run_plan
     from specledger.engine.build import build_engine
+    from specledger.mainjob.job import RunPlan, preset
+    from specledger.mainjob.job import run as run_plan
     from specledger.report.build import build_report
     from specledger.report.cli import print_summary
     from specledger.rundir import META_NAME, SUMMARY_NAME, RunDir
