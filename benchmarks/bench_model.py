@@ -24,8 +24,9 @@ from collections.abc import Callable
 import torch
 
 from specledger.engine.int8 import quantize_int8
+from specledger.engine.layers import Linear
 from specledger.engine.loader import convert_gguf, default_target_path, load_model
-from specledger.engine.model import Linear, Transformer
+from specledger.engine.model import Transformer
 
 PROMPT = "Write a short story about a robot who learns to paint, in about three paragraphs."
 

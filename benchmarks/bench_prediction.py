@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     print("command: " + " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]))
 
-    from specledger.bench.runner import RunPlan, run
+    from specledger.mainjob.job import RunPlan, run
     from specledger.predict.check import (
         leave_one_gamma_out,
         machine_noise,
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path("runs") / time.strftime("bench-prediction-%Y%m%d-%H%M%S")
     t_start = time.perf_counter()
     if not args.reuse:
-        from specledger.engine.cli import build_engine
+        from specledger.engine.build import build_engine
 
         workload = str(args.workload) if str(args.workload) else None
         plan = RunPlan(categories=_csv(args.categories), n_per_category=args.n, drafters=_csv(args.drafters),

@@ -107,8 +107,8 @@ def speed(run, n: int, concurrency: int | None, rate: float | None, fast: bool =
     ``fast=False``: one step at a time (the reference the event-skipping path is tested against)."""
     from specledger.simulate.arrivals import closed_loop, poisson
     from specledger.simulate.hardware import model_config_from_dict, roofline
+    from specledger.simulate.measured_run import acceptance_table
     from specledger.simulate.simulator import simulate
-    from specledger.simulate.source import acceptance_table
     from specledger.simulate.state import ServerConfig
 
     table, _ = acceptance_table(run.serving_records() or run.records, "ngram")
@@ -157,14 +157,14 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from specledger.cost.pricer import load_pricer as load_cost
-    from specledger.simulate.source import load_run
+    from specledger.simulate.measured_run import RunSource
     from specledger.simulate.validate import validate
 
     print("command: flock /tmp/specledger-bench.lock .venv/bin/python benchmarks/bench_simulator.py "
           + " ".join(sys.argv[1:]))
     run_dir = args.from_ or real_sweep(args.out or ROOT / "runs" / time.strftime("bench-simulator-%Y%m%d-%H%M%S"),
                                         args.repeats, args.workload)
-    run = load_run(run_dir)
+    run = RunSource.open(run_dir)
     t = time.perf_counter()
     res = validate(run, cost=load_cost(args.profile) if args.profile else None, seeds=args.seeds)
     print(f"\nsimulator vs real serving ({run_dir}; simulated in {time.perf_counter() - t:.1f} s)\n")

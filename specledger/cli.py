@@ -1,6 +1,6 @@
 """The ``specledger`` command line: one app, one verb per concern.
 
-Each verb's implementation lives in its own package (``ledger/cli.py``, ``engine/cli.py`` ...)
+Each verb's implementation lives in its own package (``ledger/cli.py``, ``mainjob/cli.py`` ...; ``generate.py``)
 and keeps heavy imports (torch) inside the function body, so ``specledger --help`` and
 ``specledger ledger`` start fast.
 """
@@ -29,12 +29,12 @@ def _root() -> None:
 
 
 def _register() -> None:
-    from specledger.bench.cli import run
     from specledger.bench.sweep_cli import sweep
     from specledger.cost.cli import cost
-    from specledger.engine.cli import generate
     from specledger.engine.head_cli import train_head
+    from specledger.generate import generate
     from specledger.ledger.cli import ledger
+    from specledger.mainjob.cli import run
     from specledger.predict.cli import calibrate, predict
     from specledger.probe.cli import import_file, import_vllm_bench, inspect, probe
     from specledger.report.cli import report

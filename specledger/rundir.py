@@ -1,10 +1,11 @@
-"""The run directory: its file names, the one JSON writer, and the trace reader / appender.
+"""The run directory: its file names, :class:`RunDir` (the one loader and writer of a run's files),
+the one JSON writer, and the trace reader / appender.
 
 Every verb that writes or reads a run directory (``run``, ``sweep``, ``probe``,
-``import-vllm-bench``, ``generate --trace``, ``report``) goes through this module, so the files
-have one name each and one format:
+``import-vllm-bench``, ``generate --trace``, ``report``, ``simulate --from``, ``predict``) goes through
+this module, so the files have one name each and one format:
 
-* ``traces.jsonl`` -- one :class:`~specledger.engine.trace.RequestRecord` per line, appended and
+* ``traces.jsonl`` -- one :class:`~specledger.records.RequestRecord` per line, appended and
   fsync'ed per request (:func:`append_records`), so an interruption loses at most the request in
   flight. A torn last line (the write the interruption cut) is skipped with a warning by
   :func:`read_records` and removed by :func:`repair_tail` before anything is appended again.
@@ -23,19 +24,20 @@ import math
 import os
 import tempfile
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError, SpecLedgerWarning
+from specledger.records import RequestRecord
 
 TRACE_NAME = "traces.jsonl"
 META_NAME = "run.json"
 SURFACE_KEY = "cost_surface"  # run.json: the verify cost surface measured at the run's start (specledger.cost)
 SUMMARY_NAME = "summary.json"
+COST_MODEL_JSON = "cost_model.json"  # the run's cost model, fitted by the report (specledger.predict.costmodel)
 HTML_NAME = "report.html"
 QUANT_JSON = "quantization.json"
 POLICIES_JSON = "policies.json"
@@ -49,9 +51,6 @@ EXPERIMENT_FILES = {"quantization": QUANT_JSON, "policies": POLICIES_JSON, "serv
                     "simulate": SIMULATE_JSON}
 #: endpoint figures (``specledger probe`` / ``import-vllm-bench``): a folder with one of these is a run
 ENDPOINT_FILES = (PROBE_JSON, VLLM_BENCH_JSON, GUIDELLM_JSON)
-#: ``RequestRecord.extra`` key naming the side experiment (``specledger sweep``) a record belongs to;
-#: the main analysis leaves such records out
-EXPERIMENT_KEY = "experiment"
 
 _RECORD_ERRORS = (json.JSONDecodeError, UnicodeDecodeError, TypeError, KeyError, AttributeError, ValueError)
 
@@ -214,9 +213,149 @@ def append_records(path: str | os.PathLike, records: Iterable[RequestRecord]) ->
         os.fsync(f.fileno())
 
 
+# ----------------------------------------------------------------------------- the folder
+
+
+#: endpoint figures by the key the summary files them under
+ENDPOINT_KEYS = {PROBE_JSON: "probe", VLLM_BENCH_JSON: "vllm_bench", GUIDELLM_JSON: "guidellm"}
+
+
+class RunDir:
+    """One run directory, the only API to its files: the records, ``run.json``, the side experiments'
+    and endpoints' JSON files; every write atomic (JSON) or appended and fsync'ed (traces).
+
+    Readers that a verb needs in order to go on (:meth:`records`, :meth:`meta`) raise one-line
+    :class:`SpecLedgerError` s naming the folder and the fix; the others (:meth:`records_so_far`,
+    :meth:`experiments`) take a missing file as nothing measured yet.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def trace_path(self) -> Path:
+        return self.path / TRACE_NAME
+
+    @property
+    def meta_path(self) -> Path:
+        return self.path / META_NAME
+
+    def file(self, name: str) -> Path:
+        """The path of ``name`` (one of this module's file names) in the folder."""
+        return self.path / name
+
+    def has(self, name: str) -> bool:
+        return (self.path / name).is_file()
+
+    def endpoint_only(self) -> bool:
+        """Endpoint figures (``probe.json``, ``vllm_bench.json``, ``guidellm.json``) make a folder a run
+        even without request traces."""
+        return any(self.has(name) for name in ENDPOINT_FILES)
+
+    # -- reading ------------------------------------------------------------------------------
+    def records(self) -> list[RequestRecord]:
+        """Every record of ``traces.jsonl``, in order (:func:`read_records`): the one run loader of the
+        report, the forecasts and the simulator. One-line errors: no such folder; no trace (unless the
+        folder holds endpoint figures); a trace with no complete request (same exception)."""
+        if not self.path.is_dir():
+            raise SpecLedgerError(f"run directory not found: {self.path}; pass the folder that holds {TRACE_NAME}")
+        endpoint_only = self.endpoint_only()
+        if not self.trace_path.is_file():
+            if endpoint_only:
+                return []
+            raise SpecLedgerError(
+                f"no {TRACE_NAME} in {self.path}; run `specledger run` first or point at a run folder"
+            )
+        records = list(read_records(self.trace_path))
+        if not records and not endpoint_only:
+            raise SpecLedgerError(f"{self.trace_path} holds no complete request; run more requests before reporting")
+        return records
+
+    def records_so_far(self) -> list[RequestRecord]:
+        """The records written so far ([] without a trace): what a resumed or extended run skips."""
+        return list(read_records(self.trace_path)) if self.trace_path.is_file() else []
+
+    def meta(self, fix: str = "fix or delete it") -> dict[str, Any]:
+        """``run.json`` ({} when absent); a file that is not a JSON object is a one-line error ending in ``fix``."""
+        if not self.meta_path.is_file():
+            return {}
+        loaded = read_json(self.meta_path, fix)
+        if not isinstance(loaded, dict):
+            raise SpecLedgerError(f"{self.meta_path} must hold a JSON object")
+        return loaded
+
+    def read(self, name: str, fix: str = "fix or delete it") -> Any:
+        """The JSON value of the folder's file ``name`` (:func:`read_json`)."""
+        return read_json(self.path / name, fix)
+
+    def read_object(self, name: str, fix: str = "fix or delete it") -> dict[str, Any] | None:
+        """The JSON object in ``name``; None when the file is absent or holds something else."""
+        if not self.has(name):
+            return None
+        loaded = self.read(name, fix)
+        return loaded if isinstance(loaded, dict) else None
+
+    def experiments(self) -> dict[str, Any]:
+        """The side experiments' results present (``quantization.json``, ``policies.json``, ``serving.json``,
+        ``simulate.json``) by :data:`EXPERIMENT_FILES` key, and the endpoint documents present
+        (``probe.json``, ``vllm_bench.json``, ``guidellm.json``) by :data:`ENDPOINT_KEYS` key, as written."""
+        out: dict[str, Any] = {}
+        for key, name in EXPERIMENT_FILES.items():
+            loaded = self.read_object(name, "re-run `specledger sweep` or delete it")
+            if loaded is not None:
+                out[key] = loaded
+        for name, key in ENDPOINT_KEYS.items():
+            loaded = self.read_object(name, "re-run the probe/import or delete it")
+            if loaded is not None:
+                out[key] = loaded
+        return out
+
+    # -- writing ------------------------------------------------------------------------------
+    def write_meta(self, meta: Mapping[str, Any], keep_existing: bool = False) -> bool:
+        """Write ``run.json`` (atomically; the folder is created): the only writer of that file. With
+        ``keep_existing`` a folder that already has one (a main run's, say) keeps it. True if written."""
+        if keep_existing and self.meta_path.exists():
+            return False
+        write_json_atomic(self.meta_path, dict(meta))
+        return True
+
+    def write(self, name: str, obj: Any) -> Path:
+        """``obj`` as the folder's strict-JSON file ``name`` (:func:`write_json_atomic`); returns its path."""
+        path = self.path / name
+        write_json_atomic(path, obj)
+        return path
+
+    def write_experiment(self, name: str, result: Any) -> Any:
+        """A side experiment's result as the folder's file ``name``, returned as read back: what the report
+        will see (strict JSON: NaN -> null, tuples -> lists)."""
+        self.write(name, result)
+        return self.read(name)
+
+    def write_text(self, name: str, text: str) -> Path:
+        path = self.path / name
+        write_text_atomic(path, text)
+        return path
+
+    def append(self, records: Iterable[RequestRecord]) -> None:
+        """Append records to ``traces.jsonl``, fsync'ed (:func:`append_records`)."""
+        append_records(self.trace_path, records)
+
+    def repair_tail(self) -> int:
+        """Remove a torn last line of the trace (:func:`repair_tail`); the bytes removed."""
+        return repair_tail(self.trace_path)
+
+
 __all__ = [
-    "EXPERIMENT_FILES", "EXPERIMENT_KEY", "ENDPOINT_FILES", "GUIDELLM_JSON", "HTML_NAME", "META_NAME", "POLICIES_JSON", "PROBE_JSON",
-    "QUANT_JSON", "SERVING_JSON", "SIMULATE_JSON", "SUMMARY_NAME", "TRACE_NAME", "VLLM_BENCH_JSON",
+    "COST_MODEL_JSON", "EXPERIMENT_FILES", "ENDPOINT_FILES", "ENDPOINT_KEYS", "GUIDELLM_JSON", "HTML_NAME", "META_NAME",
+    "POLICIES_JSON", "PROBE_JSON", "QUANT_JSON", "RunDir", "SERVING_JSON", "SIMULATE_JSON", "SUMMARY_NAME",
+    "TRACE_NAME", "VLLM_BENCH_JSON",
     "append_records", "json_safe", "read_json", "read_records", "repair_tail", "write_json_atomic",
     "write_text_atomic",
 ]

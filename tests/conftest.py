@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from specledger.engine.model import ModelConfig, Transformer
+from specledger.engine.model import Transformer
+from specledger.engine.model_config import ModelConfig
 
 # Tiny models run faster on one thread, and a second OpenMP thread spin-waits badly when the
 # other core is busy (2-core CI machine). Tests assert behaviour, never speed.

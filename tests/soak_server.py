@@ -47,7 +47,7 @@ class SoakLoaded:
 
 
 def main(port_file: str) -> None:
-    import specledger.engine.cli as engine_cli
+    import specledger.engine.build as engine_build
     from specledger.serve.cli import serve
 
     torch.set_num_threads(1)
@@ -57,7 +57,7 @@ def main(port_file: str) -> None:
         engine.loaded = SoakLoaded()
         return engine
 
-    engine_cli.build_engine = build_engine  # serve() imports it at call time
+    engine_build.build_engine = build_engine  # serve() imports it at call time
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -13,8 +13,8 @@ from synthetic import plain_rounds, request_from_rounds, spec_rounds
 from specledger.analysis import (
     analyze_run,
     analyze_scenario,
-    best_gamma,
     conditional_acceptance,
+    curve_best_gamma,
     describe_cost,
     k_histogram,
     latency_stats,
@@ -24,7 +24,7 @@ from specledger.analysis import (
     verify_points,
 )
 from specledger.analysis.scenario import ScenarioKey, key_of
-from specledger.engine.trace import RoundRecord
+from specledger.records import RoundRecord
 
 KEY = ScenarioKey("code", 0.0, "ngram", 2)
 
@@ -197,7 +197,21 @@ def test_optimal_gamma_from_fitted_costs_and_measured_chain():
 
 def test_best_gamma_is_zero_when_nothing_pays():
     curve = [{"gamma": 0, "speedup": 1.0}, {"gamma": 1, "speedup": 0.7}, {"gamma": 2, "speedup": math.nan}]
-    assert best_gamma(curve) == 0
+    assert curve_best_gamma(curve) == 0
+
+
+def test_one_optimal_gamma_ties_to_the_smaller_gamma_and_never_picks_nan():
+    from specledger.ledger.speedup import best_gamma, best_point
+
+    assert best_point([(1, 1.2), (2, math.nan), (3, 1.2), (4, 1.1)]) == (1, 1.2)
+    assert best_gamma([(4, 1.3), (2, 1.3)]) == 2 and best_gamma([(0, math.nan), (3, math.nan)]) == 0
+
+
+def test_measured_speedup_is_the_ledgers_s_and_nan_without_full_rounds():
+    from specledger.ledger.speedup import speedup, speedup_or_nan
+
+    assert speedup_or_nan(10.0, 2.5, 12.5) == speedup(10.0, 2.5, 12.5) == 2.0
+    assert math.isnan(speedup_or_nan(10.0, math.nan, 12.5)) and math.isnan(speedup_or_nan(10.0, 2.5, 0.0))
 
 
 def test_why_names_draft_cost_when_drafting_eats_the_gain():

@@ -102,7 +102,7 @@ def _drain(sched, events_by_ticket, max_steps: int = 10000):
 def _check_stream(events):
     """Per request: chunks, then rounds, end with exactly one record; the chunks spell the output."""
     from specledger.engine.decode import Emitted
-    from specledger.engine.trace import RequestRecord, RoundRecord
+    from specledger.records import RequestRecord, RoundRecord
 
     assert isinstance(events[-1], RequestRecord)
     assert not any(isinstance(e, RequestRecord) for e in events[:-1])
@@ -206,7 +206,7 @@ def test_a_failing_request_fails_alone(target, solo, hook, after):
     """Drafting, verification/commit, prefill or the final record raising in one request: that request
     ends with RequestFailed (its last event), its slot is freed, the others equal their solo outputs."""
     from specledger.engine.batch import RequestFailed
-    from specledger.engine.trace import RequestRecord
+    from specledger.records import RequestRecord
 
     engine = BatchEngine(target, max_batch=3, capacity=128)
     sched = engine.scheduler()
@@ -269,7 +269,7 @@ def test_a_failing_packed_forward_fails_its_step_and_the_scheduler_goes_on(targe
 def test_step_times_add_up(target):
     """One meaning of the round times: a step's t_draft and t_other are the sums of its rounds', every
     round's t_other (own bookkeeping + share of the step's overhead) is >= 0, t_verify the forward."""
-    from specledger.engine.trace import RoundRecord
+    from specledger.records import RoundRecord
 
     engine = BatchEngine(target, max_batch=3, capacity=128)
     sched = engine.scheduler()

@@ -16,8 +16,8 @@ import specledger.engine.request as rq
 from specledger import correctness as c
 from specledger.engine.drafters.draft_model import DraftModelDrafter
 from specledger.engine.drafters.ngram import NgramDrafter
-from specledger.engine.trace import RequestRecord
 from specledger.gates import sampled_correctness
+from specledger.records import RequestRecord
 
 PROMPT = [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2, 3]
 

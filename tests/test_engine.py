@@ -16,9 +16,9 @@ from specledger.engine.drafters.draft_model import DraftModelDrafter
 from specledger.engine.drafters.layerskip import LayerSkipDrafter
 from specledger.engine.drafters.registry import make_drafter
 from specledger.engine.sampling import SamplingParams
-from specledger.engine.trace import RequestRecord, RoundRecord
 from specledger.engine.verify import verify_greedy, verify_sampling
 from specledger.errors import SpecLedgerError
+from specledger.records import RequestRecord, RoundRecord
 from tests.conftest import exact_tokens_2_3, tiny_model
 
 

@@ -28,8 +28,8 @@ from specledger.engine.batch import BatchEngine, BatchRequest
 from specledger.engine.decode import Engine
 from specledger.engine.device import RoundClock, default_dtype, resolve_device
 from specledger.engine.drafters.registry import make_drafter
+from specledger.engine.layers import Linear
 from specledger.engine.loader import parse_dtype
-from specledger.engine.model import Linear
 from specledger.engine.sampling import SamplingParams
 from specledger.errors import SpecLedgerError
 

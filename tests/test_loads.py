@@ -8,11 +8,7 @@ import json
 
 import pytest
 
-from specledger.analysis.loads import analyze_loads
-from specledger.bench.loads import LOAD_EXPERIMENT, interleaved, requests_at
-from specledger.bench.runner import RunPlan, run
 from specledger.engine.decode import Engine
-from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
 from specledger.gates import (
     FAIL,
@@ -25,7 +21,11 @@ from specledger.gates import (
     quality_gate,
     slo_from_dict,
 )
-from specledger.report.build import build_report, main_records
+from specledger.gates.loads import analyze_loads
+from specledger.mainjob.job import RunPlan, run
+from specledger.mainjob.loads import interleaved, requests_at
+from specledger.records import LOAD_EXPERIMENT, RequestRecord, main_records
+from specledger.report.build import build_report
 from specledger.rundir import read_records
 from tests.conftest import CharLoaded, CharTokenizer
 

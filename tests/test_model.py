@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 transformers = pytest.importorskip("transformers")
 
 from specledger.engine.int8 import quantize_int8  # noqa: E402
-from specledger.engine.model import KVCache, ModelConfig, Transformer  # noqa: E402
+from specledger.engine.model import Transformer  # noqa: E402
+from specledger.engine.model_config import KVCache, ModelConfig  # noqa: E402
 from specledger.errors import SpecLedgerError  # noqa: E402
 
 VOCAB = 211
@@ -228,7 +229,7 @@ def test_int8_close_to_float(pair, tokens, dtype):
 def test_prepacked_linear_matches_f_linear(dtype, rows):
     """Every kernel path of the prepacked Linear computes F.linear, and an in-place weight
     update is picked up (the packed copies are rebuilt, never stale)."""
-    from specledger.engine.model import Linear
+    from specledger.engine.layers import Linear
 
     torch.manual_seed(0)
     lin = Linear(64, 96, bias=True).to(dtype).requires_grad_(False)

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-import specledger.engine.cli as engine_cli
+import specledger.engine.build as engine_build
 import specledger.engine.policy as policy_module
 from specledger.bench.policies import (
     POLICY_EXPERIMENT,
@@ -166,7 +166,7 @@ def test_report_renders_the_policies_section(policy_run, capsys):
 
 
 def test_sweep_command_runs_both_experiments_and_writes_the_report(tmp_path, monkeypatch):
-    monkeypatch.setattr(engine_cli, "build_engine", lambda target, dtype="auto": tiny_engine())
+    monkeypatch.setattr(engine_build, "build_engine", lambda target, dtype="auto": tiny_engine())
     wl = tmp_path / "w.jsonl"
     wl.write_text(json.dumps({"id": "a", "prompt": "abcabcabc abcabc", "category": "copy"}) + "\n"
                   + json.dumps({"id": "b", "prompt": "hello hello", "category": "chat"}) + "\n")

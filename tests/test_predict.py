@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from synthetic import request_from_rounds, spec_rounds
 
-from specledger.engine.trace import RoundRecord
 from specledger.predict.acceptance import ASSUMPTION, AcceptanceModel
 from specledger.predict.check import leave_one_gamma_out, measured_speedup
 from specledger.predict.costmodel import CostModel, fit_cost_model
 from specledger.predict.predict import expected_features, predict_category, round_distribution
+from specledger.records import RoundRecord
 
 # a machine with known costs: forward = 10 ms + 1 ms per extra row + 2 µs per context token
 F0, FR, FC, DRAFT, OTHER, PREFILL = 0.010, 0.001, 2e-6, 2e-4, 5e-4, 1e-4

@@ -53,7 +53,7 @@ def test_generate_cli_prints_decode_only_and_end_to_end_speedups(monkeypatch):
     from conftest import CharLoaded, CharTokenizer
     from typer.testing import CliRunner
 
-    import specledger.engine.cli as engine_cli
+    import specledger.engine.build as engine_build
     from specledger.cli import app
 
     def tiny_engine(target, dtype="auto"):
@@ -61,7 +61,7 @@ def test_generate_cli_prints_decode_only_and_end_to_end_speedups(monkeypatch):
         engine.loaded = CharLoaded()
         return engine
 
-    monkeypatch.setattr(engine_cli, "build_engine", tiny_engine)
+    monkeypatch.setattr(engine_build, "build_engine", tiny_engine)
     res = CliRunner().invoke(app, ["generate", "--prompt", "abcabcabcabc", "--drafter", "ngram", "--gamma", "3",
                                    "--max-tokens", "16", "--repeats", "2", "--json"])
     assert res.exit_code == 0, res.output

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from specledger.cli import app as cli_app
 from specledger.errors import SpecLedgerError
-from specledger.probe.acceptance import per_position_mismatch
+from specledger.ledger.server_acceptance import per_position_mismatch
 from specledger.probe.cli import spec_rows
 from specledger.probe.endpoint import probe_endpoint
 from specledger.probe.loadgen import LoadConfig, PromptItem

@@ -11,14 +11,14 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from specledger.cli import app as cli_app
-from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
 from specledger.gates import FAIL, PASS, greedy_correctness
-from specledger.probe.acceptance import acceptance_ledger
+from specledger.ledger.server_acceptance import acceptance_ledger
 from specledger.probe.loadgen import RequestResult
 from specledger.probe.outputs import check_new_run_dir
 from specledger.probe.records import check_label, emission_times, gamma_label, records_from_probe
 from specledger.probe.workload import workload_from_jsonl, workload_from_prompts
+from specledger.records import RequestRecord
 from specledger.report.build import build_report
 from specledger.rundir import read_records
 from tests.fake_server import FakeServer, FakeServerConfig

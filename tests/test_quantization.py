@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from specledger.bench.quant4 import (
+from specledger.bench.quantization import (
     QUANT_EXPERIMENT,
     SETTINGS,
     identical,
@@ -16,10 +16,11 @@ from specledger.bench.quant4 import (
 )
 from specledger.engine.decode import Engine
 from specledger.engine.int8 import Int8Linear
-from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
-from specledger.report.build import build_report, summarize
+from specledger.records import RequestRecord
+from specledger.report.build import build_report
 from specledger.rundir import read_records
+from specledger.summary import summarize
 from specledger.workloads import load_jsonl
 from tests.conftest import CharLoaded, CharTokenizer, tiny_model
 

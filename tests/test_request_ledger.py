@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from specledger.analysis.request_ledger import request_ledger
-from specledger.engine.trace import RequestRecord, RoundRecord
+from specledger.records import RequestRecord, RoundRecord
 
 
 def _record(rounds: list[tuple[int, int, int]], total_time: float, tokens: list[int]) -> RequestRecord:

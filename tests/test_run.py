@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from specledger.bench.runner import RunPlan, plan_jobs, run
 from specledger.engine.decode import Engine
 from specledger.errors import SpecLedgerError
+from specledger.mainjob.job import RunPlan, plan_jobs, run
 from specledger.report.build import build_report
 from specledger.rundir import read_records
 from tests.conftest import CharLoaded, CharTokenizer

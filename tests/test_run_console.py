@@ -14,8 +14,8 @@ from tests.conftest import CharLoaded, CharTokenizer, tiny_model
 def test_run_prints_workload_warnings_on_the_console(tmp_path, monkeypatch) -> None:
     import typer
 
-    import specledger.engine.cli as engine_cli
-    from specledger.bench.cli import run
+    import specledger.engine.build as engine_build
+    from specledger.mainjob.cli import run
 
     workload = tmp_path / "w.jsonl"
     lines = [json.dumps({"id": "a", "prompt": "abcabcabcabc def", "category": "copy"}), "not json [x]",
@@ -28,7 +28,7 @@ def test_run_prints_workload_warnings_on_the_console(tmp_path, monkeypatch) -> N
         e.loaded = CharLoaded()
         return e
 
-    monkeypatch.setattr(engine_cli, "build_engine", tiny_engine)
+    monkeypatch.setattr(engine_build, "build_engine", tiny_engine)
     app = typer.Typer()
     app.command()(run)
     out = tmp_path / "run"

@@ -15,6 +15,7 @@ from synthetic import plain_rounds, request_from_rounds
 
 from specledger.errors import SpecLedgerError, SpecLedgerWarning
 from specledger.rundir import (
+    RunDir,
     append_records,
     json_safe,
     read_json,
@@ -136,3 +137,29 @@ def test_report_verb_on_a_non_utf8_slo_file_prints_one_error_line(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [f"error: SLO file {slo} is not UTF-8 text; save it as UTF-8 TOML or JSON"]
+
+
+def test_run_dir_is_the_one_loader_and_writer(tmp_path):
+    run = RunDir(tmp_path / "run")
+    with pytest.raises(SpecLedgerError, match="run directory not found"):
+        run.records()
+    assert run.records_so_far() == [] and run.meta() == {} and run.experiments() == {}
+    assert run.write_meta({"name": "a"}) and not run.write_meta({"name": "b"}, keep_existing=True)
+    assert run.meta() == {"name": "a"}
+    with pytest.raises(SpecLedgerError, match="no traces.jsonl"):
+        run.records()
+    run.append(_records(2))
+    assert [r.request_id for r in run.records()] == ["r0", "r1"] == [r.request_id for r in run.records_so_far()]
+    assert run.write_experiment("policies.json", {"x": math.nan, "t": (1, 2)}) == {"x": None, "t": [1, 2]}
+    run.write("probe.json", {"probe": {}})
+    run.write("serving.json", [1, 2])  # not an object: not an experiment's result
+    assert run.experiments() == {"policies": {"x": None, "t": [1, 2]}, "probe": {"probe": {}}}
+    run.write("run.json", [1])
+    with pytest.raises(SpecLedgerError, match="must hold a JSON object"):
+        run.meta()
+
+
+def test_endpoint_figures_alone_make_a_run(tmp_path):
+    run = RunDir(tmp_path)
+    run.write("vllm_bench.json", {"summary": {}})
+    assert run.endpoint_only() and run.records() == []

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from specledger.engine.decode import Engine
 from specledger.engine.drafters.ngram import NgramDrafter
-from specledger.engine.trace import RoundRecord
 from specledger.errors import SpecLedgerError
 from specledger.probe.loadgen import LoadConfig, PromptItem, run_load
 from specledger.probe.prometheus import (
@@ -28,6 +27,7 @@ from specledger.probe.prometheus import (
     spec_decode_figures,
 )
 from specledger.probe.sse import OpenAIStreamDecoder
+from specledger.records import RoundRecord
 from specledger.serve.app import create_app, goodput_step_cost, max_positions, parse_gamma
 from specledger.serve.cli import check_serve_options, is_loopback, serve
 from specledger.serve.hardening import Limits
@@ -410,7 +410,7 @@ def wait_idle(client: httpx.Client, tries: int = 200) -> bool:
 
 @pytest.mark.real_model
 def test_real_model_chat_completion() -> None:
-    from specledger.engine.cli import build_engine
+    from specledger.engine.build import build_engine
 
     app = create_app(build_engine(None), "ngram", 4, max_queue=4)
     name = app.state.service.model_name

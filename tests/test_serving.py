@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-import specledger.engine.cli as engine_cli
+import specledger.engine.build as engine_build
 from specledger.bench.deploy import batch_size_ranges, best_overall, deploy_configs, deploy_table
 from specledger.bench.serving import run_point, run_serving_sweep
 from specledger.bench.serving_memory import memory_ledger
@@ -135,7 +135,7 @@ def _app():
 
 
 def test_sweep_serving_writes_traces_json_deploy_table_and_report(tmp_path, monkeypatch):
-    monkeypatch.setattr(engine_cli, "build_engine", lambda target, dtype="auto": _engine())
+    monkeypatch.setattr(engine_build, "build_engine", lambda target, dtype="auto": _engine())
     wl = tmp_path / "w.jsonl"
     wl.write_text(json.dumps({"id": "a", "prompt": "abcabcabc abcabc abc", "category": "copy"}) + "\n"
                   + json.dumps({"id": "b", "prompt": "hello hello", "category": "chat"}) + "\n")
@@ -177,7 +177,7 @@ def test_sweep_serving_writes_traces_json_deploy_table_and_report(tmp_path, monk
 
 
 def test_sweep_serving_rejects_bad_options(tmp_path, monkeypatch):
-    monkeypatch.setattr(engine_cli, "build_engine", lambda target, dtype="auto": _engine())
+    monkeypatch.setattr(engine_build, "build_engine", lambda target, dtype="auto": _engine())
     base = ["sweep", "--experiment", "serving", "--out", str(tmp_path / "x")]
     for extra, message in ((["--serving-drafters", "nope:4"], "unknown drafter"),
                            (["--serving-drafters", "ngram:x"], "drafter:gamma"),

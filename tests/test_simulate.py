@@ -230,7 +230,7 @@ def test_roofline_is_labelled_and_monotone():
 
 # ---------------------------------------------------------------------------------- CLI
 def _record(pid, drafter, gamma, rounds, prompt=120, category="code"):
-    from specledger.engine.trace import RequestRecord, RoundRecord
+    from specledger.records import RequestRecord, RoundRecord
 
     rds = [RoundRecord(drafter, gamma, p, k, k + 1, False, 1e-5, 0.02, 1e-4, prompt + i, 1)
            for i, (p, k) in enumerate(rounds)]
@@ -345,7 +345,7 @@ def test_cli_policy_only_and_roofline(run_dir, tmp_path, capsys):
 
 def _serving_run(tmp_path: Path) -> Path:
     """A small synthetic serving sweep: concurrency 1 and 2, plain and ngram γ=2, two repeats."""
-    from specledger.engine.trace import RequestRecord, RoundRecord
+    from specledger.records import RequestRecord, RoundRecord
 
     rng = np.random.default_rng(0)
     prompts = ["a", "b", "c", "d"]
@@ -382,11 +382,11 @@ def _serving_run(tmp_path: Path) -> Path:
 
 def test_validation_against_a_serving_run_compares_every_point(tmp_path):
     from specledger.cost.pricer import load_pricer as load_cost
+    from specledger.simulate.measured_run import RunSource
     from specledger.simulate.profile import fit_serving_cost
-    from specledger.simulate.source import load_run
     from specledger.simulate.validate import validate
 
-    run = load_run(_serving_run(tmp_path))
+    run = RunSource.open(_serving_run(tmp_path))
     res = validate(run, seeds=2)
     assert len(res["points"]) == 4
     for p in res["points"]:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specledger.engine.trace import RequestRecord, RoundRecord
+from specledger.records import RequestRecord, RoundRecord
 from specledger.simulate.arrivals import closed_loop
 from specledger.simulate.chains import ChainTable, Draws, keyed_uniforms
 from specledger.simulate.profile import SLOT_TERM, fit_serving_cost
@@ -103,7 +103,7 @@ def test_step_noise_is_the_measured_step_to_step_jitter():
 
 
 def test_chains_per_gamma_use_the_rounds_measured_at_that_gamma():
-    from specledger.simulate.source import tables_per_gamma
+    from specledger.simulate.measured_run import tables_per_gamma
     from tests.test_simulate import _record
 
     recs = [_record(f"p{i}", "ngram", 2, [(2, 2)] * 10) for i in range(3)]  # γ=2: everything accepted

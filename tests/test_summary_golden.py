@@ -38,14 +38,14 @@ from typing import Any
 
 import pytest
 
-from specledger.bench import runner
-from specledger.bench.runner import RunPlan, run
 from specledger.engine.batch import BatchEngine, BatchRequest
 from specledger.engine.decode import Emitted, Engine
 from specledger.engine.drafters import registry
 from specledger.engine.policy import make_policy
 from specledger.engine.sampling import SamplingParams
-from specledger.engine.trace import RequestRecord, RoundRecord
+from specledger.mainjob import job as runner
+from specledger.mainjob.job import RunPlan, run
+from specledger.records import RequestRecord, RoundRecord
 from specledger.report.build import build_report
 from specledger.rundir import read_records
 from tests.conftest import CharLoaded, CharTokenizer

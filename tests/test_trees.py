@@ -262,7 +262,7 @@ def test_bad_tree_budgets_are_one_line_errors(target):
 
 
 def test_a_run_with_tree_budgets_reports_the_tree_ledger(target, tmp_path):
-    from specledger.bench.runner import RunPlan, run
+    from specledger.mainjob.job import RunPlan, run
     from specledger.report.build import build_report
     from tests.conftest import CharLoaded
 

@@ -1,10 +1,10 @@
 """Turn traces into answers: ledger figures per scenario, bootstrap CIs, reconciliation of predicted
 vs measured speed-up, fitted cost curves, optimal γ and the 'why' of slow-downs.
 
-Pure functions over lists of :class:`~specledger.engine.trace.RequestRecord`; no I/O.
+Pure functions over lists of :class:`~specledger.records.RequestRecord`; no I/O.
 """
 
-from specledger.analysis.cost_fit import best_gamma, describe_cost, verify_points
+from specledger.analysis.cost_fit import curve_best_gamma, describe_cost, verify_points
 from specledger.analysis.metrics import (
     baseline_t0,
     conditional_acceptance,
@@ -24,8 +24,8 @@ __all__ = [
     "analyze_run",
     "analyze_scenario",
     "baseline_t0",
-    "best_gamma",
     "conditional_acceptance",
+    "curve_best_gamma",
     "describe_cost",
     "distribution",
     "group_scenarios",

@@ -9,7 +9,7 @@ surface measured at the run's start, drafting and other per drafter), per drafte
 
 and, per candidate count n, the measured mean T_verify beside the model's price of n + 1 rows at that
 group's mean context (:func:`verify_points`). Optimal γ comes from the end-to-end curve
-(:mod:`specledger.predict.gamma`); :func:`best_gamma` reads its argmax.
+(:mod:`specledger.predict.gamma`); :func:`curve_best_gamma` reads its argmax.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from specledger.engine.trace import RoundRecord
+from specledger.ledger.speedup import best_gamma
 from specledger.predict.costmodel import CostModel, Part
+from specledger.records import RoundRecord
 
 FORMS = {
     "surface": "t_verify = s·Σ(rows, context), Σ measured at the run's start",
@@ -81,7 +82,7 @@ def verify_points(cost: CostModel, rounds: Sequence[RoundRecord]) -> list[dict[s
     return out
 
 
-def best_gamma(curve: Sequence[dict[str, float]]) -> int:
-    """argmax of S(γ) over the curve (ties go to the smaller γ; γ = 0 means plain decoding)."""
-    best = max(curve, key=lambda p: (p["speedup"] if math.isfinite(p["speedup"]) else -math.inf, -p["gamma"]))
-    return int(best["gamma"])
+def curve_best_gamma(curve: Sequence[dict[str, float]]) -> int:
+    """The optimal γ of an S(γ) curve (:func:`specledger.ledger.speedup.best_gamma`: ties to the smaller γ,
+    γ = 0 plain decoding)."""
+    return int(best_gamma((p["gamma"], p["speedup"]) for p in curve))

@@ -20,8 +20,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from specledger.analysis.stats import distribution
-from specledger.engine.trace import RequestRecord, RoundRecord
 from specledger.ledger.acceptance import expected_length_from_chain
+from specledger.records import RequestRecord, RoundRecord
 
 MS = 1e3
 

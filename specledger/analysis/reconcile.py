@@ -4,6 +4,8 @@ Multiplicative decomposition (each factor is a ratio of measured totals, so they
 
     predicted S  = T0 · E[L]_full / E[T_round]_full          (the simplified ledger: full rounds only)
     decode S     = T0 · Σ L_all / Σ T_round_all                (every round, truncated ones included)
+
+(both :func:`specledger.ledger.speedup.speedup_or_nan`, the ledger's S)
     measured S   = (Σ tokens / Σ total_time)_spec / (same)_plain
 
     measured S = predicted S × boundary factor × outside-rounds factor
@@ -16,6 +18,7 @@ from __future__ import annotations
 import math
 
 from specledger.analysis.stats import finite_or_none
+from specledger.ledger.speedup import speedup_or_nan
 
 
 def _ratio(a: float, b: float) -> float:
@@ -29,8 +32,8 @@ def reconcile(spec: dict, base: dict, t0_s: float, measured_s: float) -> dict[st
     :func:`~specledger.analysis.metrics.totals` of the paired requests.
     """
     t0_ms = t0_s * 1e3
-    predicted = _ratio(t0_ms * spec["el_full"], spec["t_round_ms"])
-    decode = _ratio(t0_s * spec["committed_in_rounds"], spec["round_time_s"])
+    predicted = speedup_or_nan(t0_ms, spec["el_full"], spec["t_round_ms"])
+    decode = speedup_or_nan(t0_s, spec["committed_in_rounds"], spec["round_time_s"])
     in_rounds_spec = _ratio(spec["round_time_s"], spec["total_time_s"])
     in_rounds_base = _ratio(base["round_time_s"], base["total_time_s"])
     full = spec["full_rounds"] or 0

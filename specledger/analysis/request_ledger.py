@@ -6,13 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from specledger.analysis.metrics import round_stats
-from specledger.engine.trace import RequestRecord
+from specledger.ledger.speedup import speedup_or_nan
+from specledger.records import RequestRecord
 
 
 def request_ledger(spec: RequestRecord, plain: RequestRecord | None = None) -> dict[str, Any]:
     """E[L], the conditional acceptances a_j, the mean round-time split and the K histogram of ``spec``;
     with ``plain`` also the speed-up, measured as (committed tokens / time of ``spec``) / (the same
-    of ``plain``), and the predicted one, T0 * E[L] / mean round time (T0: plain's mean step time)."""
+    of ``plain``), and the predicted one, the ledger's S = T0 · E[L] / mean round time
+    (:func:`specledger.ledger.speedup.speedup_or_nan`; T0: plain's mean step time)."""
     st = round_stats([spec])
     out: dict[str, Any] = {
         "drafter": spec.drafter,
@@ -36,7 +38,7 @@ def request_ledger(spec: RequestRecord, plain: RequestRecord | None = None) -> d
         t0 = base["t_round_ms"]
         out["plain_tokens_per_s"] = plain.output_tokens / plain.total_time
         out["T0_ms"] = t0
-        out["predicted_speedup"] = t0 * st["el_full"] / st["t_round_ms"] if st["full_rounds"] else None
+        out["predicted_speedup"] = speedup_or_nan(t0, st["el_full"], st["t_round_ms"]) if st["full_rounds"] else None
         out["speedup"] = out["tokens_per_s"] / out["plain_tokens_per_s"]
         out["identical_to_plain"] = spec.token_ids == plain.token_ids
     return out

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from specledger.analysis.cost_fit import best_gamma, describe_cost, verify_points
+from specledger.analysis.cost_fit import curve_best_gamma, describe_cost, verify_points
 from specledger.analysis.metrics import all_rounds, baseline_t0, latency_stats, round_stats, totals
 from specledger.analysis.reconcile import reconcile, reconciliation_sentences, why_sentences
 from specledger.analysis.scenario import (
@@ -23,7 +23,8 @@ from specledger.analysis.scenario import (
 )
 from specledger.analysis.stats import paired_speedup_bootstrap
 from specledger.analysis.trees import analyze_trees
-from specledger.engine.trace import RequestRecord
+from specledger.ledger.speedup import best_point
+from specledger.records import RequestRecord
 from specledger.rundir import json_safe
 
 
@@ -139,10 +140,10 @@ def optimal_gamma(
         static = sorted(k.gamma for k in keys if isinstance(k.gamma, int))
         points = [(g, measured.get((cat, temp, drafter, g))) for g in static]
         points = [(g, s) for g, s in points if s is not None and math.isfinite(s)]
-        measured_best = max(points, key=lambda p: p[1]) if points else None
+        measured_best = best_point(points) if points else None
         m_best = (measured_best[0] if measured_best[1] > 1.0 else 0) if measured_best else None
-        p_best = best_gamma(curve)  # over the whole predicted range: the recommendation
-        p_best_run = best_gamma([p for p in curve if p["gamma"] == 0 or p["gamma"] in static])
+        p_best = curve_best_gamma(curve)  # over the whole predicted range: the recommendation
+        p_best_run = curve_best_gamma([p for p in curve if p["gamma"] == 0 or p["gamma"] in static])
         out.append(
             {
                 "category": cat,

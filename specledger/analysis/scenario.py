@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from specledger.engine.trace import RequestRecord
+from specledger.records import RequestRecord
 
 BASELINE_DRAFTER = "none"
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from specledger.analysis.scenario import ScenarioKey
-from specledger.engine.trace import RequestRecord, RoundRecord
+from specledger.records import RequestRecord, RoundRecord
 
 
 def round_tree(rd: RoundRecord) -> tuple[list[int], list[int]]:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specledger.bench.quant4 import (
+from specledger.bench.experiment import (
     Progress,
     check_fresh,
     drafter_factory,
@@ -33,16 +33,10 @@ from specledger.bench.quant4 import (
     setting_figures,
     tag,
 )
-from specledger.engine.trace import RequestRecord
+from specledger.engine.protocol import TargetEngine
 from specledger.errors import require
-from specledger.rundir import (
-    POLICIES_JSON,
-    TRACE_NAME,
-    append_records,
-    json_safe,
-    read_json,
-    write_json_atomic,
-)
+from specledger.records import RequestRecord
+from specledger.rundir import POLICIES_JSON, RunDir, json_safe
 
 POLICY_EXPERIMENT = "policies"
 DYNAMIC = ("heuristic", "ema", "batch", "goodput")
@@ -106,7 +100,7 @@ def compare_to_best_static(settings: Sequence[dict], records: dict[str, list[Req
 
 
 def run_policies(
-    engine: Any,
+    engine: TargetEngine,
     items: Sequence[Any],
     drafter: str = "ngram",
     static_gammas: Sequence[int] = (1, 2, 4, 6, 8),
@@ -165,7 +159,7 @@ def run_policies(
                                   max_tokens=max_tokens, request_id=f"policies|{p.id}|{name}",
                                   tree_budget=budget_of.get(name, 0))
             tag(rec, p, POLICY_EXPERIMENT, name, kind=kind)
-            append_records(out / TRACE_NAME, [rec])
+            RunDir(out).append([rec])
             by_setting[name].append(rec)
             done += 1
     if progress:
@@ -205,5 +199,4 @@ def run_policies(
         "goodput_vs_best_static": best,
         "goodput_learned": learned,
     }
-    write_json_atomic(out / POLICIES_JSON, result)
-    return read_json(out / POLICIES_JSON)
+    return RunDir(out).write_experiment(POLICIES_JSON, result)

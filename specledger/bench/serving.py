@@ -33,10 +33,11 @@ from specledger.bench.serving_metrics import (
     speedup_over,
 )
 from specledger.engine.batch import BatchEngine, BatchRequest
-from specledger.engine.trace import RequestRecord
+from specledger.engine.protocol import TargetEngine
 from specledger.errors import require
 from specledger.probe.loadgen import poisson_arrivals
-from specledger.rundir import SERVING_JSON, TRACE_NAME, append_records, read_json, write_json_atomic
+from specledger.records import RequestRecord
+from specledger.rundir import SERVING_JSON, RunDir
 
 
 def run_point(
@@ -121,7 +122,7 @@ def _warm_up(model: Any, prompts: Sequence[list[int]], factories: Sequence[tuple
 
 
 def run_serving_sweep(
-    engine: Any,
+    engine: TargetEngine,
     prompts: Sequence[list[int]],
     drafters: Sequence[tuple[str, int]],
     concurrencies: Sequence[int] = (1, 2, 4, 8, 16, 32),
@@ -275,7 +276,7 @@ def check_serving_settings(drafters: Sequence[tuple[str, int | str]], concurrenc
 
 
 def run_serving(
-    engine: Any,
+    engine: TargetEngine,
     items: Sequence[Any],
     drafters: Sequence[tuple[str, int]] = (("ngram", 4), ("suffix", 4)),
     concurrencies: Sequence[int] = (1, 2, 4, 8, 16),
@@ -294,7 +295,7 @@ def run_serving(
     """The serving experiment into a run directory: every request's record (tagged
     ``extra.experiment = "serving"``) appended to ``traces.jsonl`` as its point finishes, the
     curves, crossovers, memory ledger and deploy table to ``serving.json`` (atomic)."""
-    from specledger.bench.quant4 import check_fresh, encode_prompts
+    from specledger.bench.experiment import check_fresh, encode_prompts
 
     check_serving_settings(drafters, concurrencies, rates, max_tokens, context_concurrencies or [context_concurrency],
                            context_sources)
@@ -317,7 +318,7 @@ def run_serving(
                               f"|r{rec.extra.get('repeat', 0)}|{i}")
             rec.extra.update({"experiment": SERVING_EXPERIMENT, "setting": point["setting"],
                               "kind": point["kind"], "load": point["load"], "slots": point.get("slots")})
-        append_records(out / TRACE_NAME, records)
+        RunDir(out).append(records)
 
     result = run_serving_sweep(engine, [list(p.ids) for p in prompts], drafters, concurrencies, max_tokens,
                                rates, context_lengths, context_concurrency, progress=progress, on_point=keep,
@@ -345,5 +346,4 @@ def run_serving(
         "deploy_table": deploy_table(result),
         "deploy": deploy_configs(result),
     }
-    write_json_atomic(out / SERVING_JSON, doc)
-    return read_json(out / SERVING_JSON)
+    return RunDir(out).write_experiment(SERVING_JSON, doc)

@@ -12,7 +12,7 @@ from typing import Any
 
 from specledger.analysis.metrics import latency_stats
 from specledger.engine.batch import BatchEngine
-from specledger.engine.trace import RequestRecord
+from specledger.records import RequestRecord
 
 
 def point_metrics(records: Sequence[RequestRecord], wall_s: float, engine: BatchEngine) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from specledger.engine.protocol import TargetEngine
 from specledger.errors import SpecLedgerError, require
 
 
@@ -46,21 +47,19 @@ def parse_drafter_gammas(text: str) -> list[tuple[str, int | str]]:
 def load_sweep_items(categories: list[str], n: int, seed: int, workload: Path | None, vocab_size: int
                      ) -> tuple[list, list[str]]:
     """Built-in categories (seeded sample of ``n`` each) or the user's JSONL: (items, warnings)."""
-    from specledger.bench.runner import RunPlan, load_items
+    from specledger.workloads import run_items
 
-    plan = RunPlan(categories=categories, n_per_category=n, seed=seed,
-                   workload_file=str(workload) if workload else None)
     require(n >= 1, "--n must be >= 1")
-    return load_items(plan, vocab_size)
+    return run_items(categories, n, seed, str(workload) if workload else None, vocab_size)
 
 
-def write_meta(run_dir: Path, engine: Any, config: dict[str, Any], warnings: list[str]) -> None:
+def write_meta(run_dir: Path, engine: TargetEngine, config: dict[str, Any], warnings: list[str]) -> None:
     """``run.json`` for a fresh sweep directory; an existing one (a main run's) is left untouched."""
-    from specledger.bench.runner import machine_info
-    from specledger.rundir import META_NAME, write_json_atomic
+    from specledger.engine.device import machine_info
+    from specledger.rundir import RunDir
 
-    path = run_dir / META_NAME
-    if path.exists():
+    run = RunDir(run_dir)
+    if run.meta_path.exists():
         return
     meta = {
         "name": run_dir.name,
@@ -73,7 +72,7 @@ def write_meta(run_dir: Path, engine: Any, config: dict[str, Any], warnings: lis
         "sweep": config,
         "workload_warnings": warnings,
     }
-    write_json_atomic(path, meta)
+    run.write_meta(meta)
 
 
 # ``specledger run --full`` runs the side experiments too, with these settings, into the same directory.
@@ -86,13 +85,14 @@ FULL_SIDE_EXPERIMENTS: dict[str, Any] = {
 }
 
 
-def run_side_experiments(engine: Any, run_dir: Path, seed: int, progress: Any, warn: Any,
+def run_side_experiments(engine: TargetEngine, run_dir: Path, seed: int, progress: Any, warn: Any,
                          settings: dict[str, Any] | None = None) -> list[str]:
     """Quantization four-way, γ policies and serving (concurrency, context up to the model's limit)
     into ``run_dir``; an experiment whose JSON is already there is skipped (``--resume``), one that
     an interrupted run left half-written is skipped with a warning. Returns the experiments run."""
+    from specledger.bench.experiment import check_fresh
     from specledger.bench.policies import POLICY_EXPERIMENT, run_policies
-    from specledger.bench.quant4 import QUANT_EXPERIMENT, check_fresh, run_quantization
+    from specledger.bench.quantization import QUANT_EXPERIMENT, run_quantization
     from specledger.bench.serving import SERVING_EXPERIMENT, run_serving
     from specledger.rundir import POLICIES_JSON, QUANT_JSON, SERVING_JSON
 

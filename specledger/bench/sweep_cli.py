@@ -1,7 +1,7 @@
 """``specledger sweep``: the side experiments -- quantization four-way and speculation-length
 policies at concurrency 1, and serving (continuous batching under load and long context) --
 written into a run directory (traces + JSON) with its report. Flags here; the experiments in
-:mod:`specledger.bench.sweep`, :mod:`~specledger.bench.quant4`, :mod:`~specledger.bench.policies`
+:mod:`specledger.bench.sweep`, :mod:`~specledger.bench.quantization`, :mod:`~specledger.bench.policies`
 and :mod:`~specledger.bench.serving`."""
 
 from __future__ import annotations
@@ -59,9 +59,9 @@ def sweep(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from specledger.bench.policies import DYNAMIC, run_policies
-    from specledger.bench.quant4 import run_quantization
+    from specledger.bench.quantization import run_quantization
     from specledger.bench.serving import check_serving_settings, run_serving
-    from specledger.engine.cli import build_engine
+    from specledger.engine.build import build_engine
     from specledger.engine.drafters.registry import DRAFTERS
     from specledger.report.build import build_report
     from specledger.report.cli import print_experiments

@@ -36,7 +36,7 @@ freed, the others in the step go on unchanged. An exception in the packed forwar
 blamed on one request: every request of that step gets RequestFailed; the scheduler goes on.
 
 Timing: a round record's t_draft, t_verify and t_other have the meanings stated in
-:mod:`specledger.engine.trace` (t_verify is the step's packed forward, which everybody waits
+:mod:`specledger.records` (t_verify is the step's packed forward, which everybody waits
 for; t_other holds the request's own bookkeeping plus an equal share of the step's overhead);
 batch_size is the number of requests that drafted in the step. A request's times (token_times,
 ttft) count from its arrival (``t_arrival`` given to ``add``, default the moment it is added).
@@ -47,46 +47,19 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Union
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from specledger.engine.batch_types import BatchEvent, BatchRequest, RequestFailed, StepRecord
 from specledger.engine.device import model_device
 from specledger.engine.drafters.base import Drafter
 from specledger.engine.policy import GammaPolicy, as_policy
 from specledger.engine.request import Emitted, Request, StopReleaser, check_request, check_tree_budget
-from specledger.engine.sampling import SamplingParams
-from specledger.engine.trace import RequestRecord, RoundRecord
 from specledger.engine.tree import DraftTree
 from specledger.errors import require
-
-
-@dataclass
-class BatchRequest:
-    prompt: list[int]
-    max_tokens: int = 128
-    params: SamplingParams = field(default_factory=SamplingParams)
-    request_id: str = ""
-    arrival: float = 0.0  # seconds after the run starts (open loop); ignored in closed loop
-    category: str = ""
-    prompt_id: str = ""
-    stop: Sequence[str] = ()  # stop strings (need the engine's tokenizer)
-    ignore_eos: bool = False
-    tree_budget: int = 0  # nodes per round of a token tree (0: chains); see engine/tree.py
-
-
-@dataclass
-class RequestFailed:
-    """A request's last event when it failed: ``error`` says what raised (``Type: message``); the
-    request's slot is already free. ``exception`` is the exception itself (for logs), if any."""
-
-    error: str
-    exception: BaseException | None = field(default=None, repr=False, compare=False)
-
-    @classmethod
-    def of(cls, exc: BaseException, where: str = "") -> RequestFailed:
-        return cls(f"{where}{type(exc).__name__}: {exc}", exc)
+from specledger.records import RequestRecord, RoundRecord
 
 
 class _Live(Request):
@@ -118,26 +91,6 @@ class _Plan:
     failure: RequestFailed | None = None
     tree: DraftTree | None = None  # a tree round's proposal (``cand`` is its tokens)
     path: list[int] | None = None  # its accepted path
-
-
-@dataclass
-class StepRecord:
-    """One scheduler step. t_forward + t_draft + t_other = the step's wall time from drafting to
-    the last release (admission and prefills excluded); t_draft and t_other are the sums of its
-    round records' (see :mod:`specledger.engine.trace`)."""
-
-    batch_size: int
-    rows: int  # tokens in the packed forward = sum over requests of (candidates + 1)
-    candidates: int
-    t_forward: float
-    t_draft: float
-    t_other: float
-    kv_reserved_tokens: int
-    context_tokens: int
-
-
-#: (ticket from :meth:`BatchScheduler.add`, one of that request's events)
-BatchEvent = tuple[int, Union[Emitted, RoundRecord, RequestRecord, RequestFailed]]
 
 
 class BatchEngine:

@@ -38,7 +38,7 @@ from specledger.engine.request import (
     cut_at_stop,
 )
 from specledger.engine.sampling import SamplingParams
-from specledger.engine.trace import RequestRecord, RoundRecord
+from specledger.records import RequestRecord, RoundRecord
 
 __all__ = ["Emitted", "Engine", "StopReleaser", "cut_at_stop"]  # the last three live in engine/request.py
 

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import os
+import platform
 import time
 from typing import Any
 
@@ -22,6 +24,17 @@ from specledger.errors import SpecLedgerError
 
 CUDA_FIX = ("use --device cpu, or run on a machine with an NVIDIA GPU and a CUDA build of torch "
             "(pip install torch==2.13.0 from PyTorch's CUDA wheel index)")
+
+
+def machine_info() -> dict[str, Any]:
+    """The host a run measured on, for its ``run.json``: platform, processor, CPUs, torch and its threads."""
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 def resolve_device(device: str | torch.device | None = "cpu") -> torch.device:

@@ -83,7 +83,7 @@ def _noop(phase: str, frac: float, note: str) -> None:
 
 
 def encode_items(loaded: Any, items: Sequence[Any], max_prompt_tokens: int) -> list[list[int]]:
-    from specledger.bench.runner import encode_item
+    from specledger.workloads import encode_item
 
     prompts = []
     for item in items:

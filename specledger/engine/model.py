@@ -4,7 +4,7 @@ Design (in the spirit of gpt-fast, written for CPU decode):
 
 - q/k/v are fused into one linear (``wqkv``) and gate/up into one (``w13``): a decode step
   runs 4 matmuls per layer instead of 7, and each weight is read exactly once per step.
-  Matmuls run on prepacked weight copies (see :class:`Linear`), the bulk of the speed-up.
+  Matmuls run on prepacked weight copies (:class:`specledger.engine.layers.Linear`), the bulk of the speed-up.
 - One RoPE call per layer rotates the q and k heads and passes the v heads through (cos=1,
   sin=0), so the new keys and values land in the cache with a single copy.
 - The KV cache is a pair of preallocated tensors ``[n_layers, B, n_kv_heads, capacity, head_dim]``
@@ -16,230 +16,23 @@ Design (in the spirit of gpt-fast, written for CPU decode):
   ``[B, n_kv_heads, group*T, head_dim]`` queries against the unrepeated cache slice.
 - Numerics follow Hugging Face Llama: RMSNorm in float32 then cast back before the weight
   multiply, RoPE with the rotate-half convention, cos/sin computed in float32 and cast to the
-  activation dtype, logits computed in the model dtype and returned as float32.
+  activation dtype (:mod:`specledger.engine.layers`), logits computed in the model dtype and
+  returned as float32.
+
+The config and the KV cache are :mod:`specledger.engine.model_config`'s; this module is the forward.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specledger.engine import kernels
+from specledger.engine.layers import Linear, apply_rope, rms_norm, rope_cos_sin
+from specledger.engine.model_config import KVCache, ModelConfig
 from specledger.errors import SpecLedgerError
-
-_LLAMA_LIKE = ("llama", "mistral")
-
-
-@dataclass
-class ModelConfig:
-    vocab_size: int
-    dim: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    hidden_dim: int
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-5
-    max_seq_len: int = 2048
-    tie_embeddings: bool = True
-    head_dim: int | None = None
-    attention_bias: bool = False
-
-    def __post_init__(self) -> None:
-        if self.head_dim is None:
-            self.head_dim = self.dim // self.n_heads
-        if self.n_heads % self.n_kv_heads:
-            raise SpecLedgerError(
-                f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}; fix the model config"
-            )
-
-    @classmethod
-    def from_hf(cls, hf_config: dict) -> ModelConfig:
-        """Map a Hugging Face ``config.json`` dict (LlamaConfig keys) onto a ModelConfig."""
-        model_type = str(hf_config.get("model_type", "llama"))
-        if model_type not in _LLAMA_LIKE:
-            raise SpecLedgerError(
-                f"model_type {model_type!r} is not supported natively (only the Llama family: "
-                f"{', '.join(_LLAMA_LIKE)}); use a Llama-architecture checkpoint"
-            )
-        if hf_config.get("sliding_window"):
-            window = int(hf_config["sliding_window"])
-            if window < int(hf_config.get("max_position_embeddings", 2048)):
-                raise SpecLedgerError(
-                    "sliding-window attention is not supported natively; use a checkpoint without it"
-                )
-        rope_params = hf_config.get("rope_parameters") or {}
-        rope_scaling = hf_config.get("rope_scaling") or rope_params
-        rope_type = rope_scaling.get("rope_type", rope_scaling.get("type", "default"))
-        if rope_type not in ("default", None):
-            raise SpecLedgerError(
-                f"rope_scaling type {rope_type!r} is not supported natively; use a checkpoint with plain RoPE"
-            )
-        if hf_config.get("mlp_bias"):
-            raise SpecLedgerError("MLP biases are not supported natively; use a checkpoint without mlp_bias")
-        theta = hf_config.get("rope_theta", rope_params.get("rope_theta", 10000.0))
-        n_heads = int(hf_config["num_attention_heads"])
-        return cls(
-            vocab_size=int(hf_config["vocab_size"]),
-            dim=int(hf_config["hidden_size"]),
-            n_layers=int(hf_config["num_hidden_layers"]),
-            n_heads=n_heads,
-            n_kv_heads=int(hf_config.get("num_key_value_heads") or n_heads),
-            hidden_dim=int(hf_config["intermediate_size"]),
-            rope_theta=float(theta),
-            norm_eps=float(hf_config.get("rms_norm_eps", 1e-5)),
-            max_seq_len=int(hf_config.get("max_position_embeddings", 2048)),
-            tie_embeddings=bool(hf_config.get("tie_word_embeddings", True)),
-            head_dim=hf_config.get("head_dim"),
-            attention_bias=bool(hf_config.get("attention_bias", False)),
-        )
-
-    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        """KV bytes one token occupies: ``n_layers * 2 * n_kv_heads * head_dim * dtype_bytes``."""
-        return self.n_layers * 2 * self.n_kv_heads * int(self.head_dim) * dtype_bytes
-
-
-class KVCache:
-    """Static, position-indexed: k, v tensors [n_layers, B, n_kv_heads, capacity, head_dim].
-
-    Holds no length: the caller passes ``start_pos`` to forward; rolling back rejected tokens is
-    simply passing a smaller ``start_pos`` next time (stale slots get overwritten).
-    ``k`` and ``v`` are views of one tensor ``kv`` [n_layers, 2, B, n_kv_heads, capacity, head_dim]
-    so a layer writes its new keys and values with a single copy.
-    """
-
-    def __init__(self, config: ModelConfig, capacity: int, batch_size: int, dtype: torch.dtype,
-                 device: torch.device | str | None = None):
-        self.capacity = capacity
-        self.batch_size = batch_size
-        self.kv = torch.zeros(
-            (config.n_layers, 2, batch_size, config.n_kv_heads, capacity, int(config.head_dim)), dtype=dtype,
-            device=device,
-        )
-        self.k = self.kv[:, 0]
-        self.v = self.kv[:, 1]
-
-    def nbytes(self) -> int:
-        """Bytes held by the k and v tensors together."""
-        return self.kv.numel() * self.kv.element_size()
-
-    def slot(self, b: int) -> KVCache:
-        """A batch-1 view of sequence slot ``b`` (shares storage): prefill one request of a batch."""
-        view = object.__new__(KVCache)
-        view.capacity, view.batch_size = self.capacity, 1
-        view.kv = self.kv[:, :, b : b + 1]
-        view.k, view.v = view.kv[:, 0], view.kv[:, 1]
-        return view
-
-
-def rope_cos_sin(config: ModelConfig, n_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """HF Llama RoPE tables: ``inv_freq_i = theta^(-2i/d)``, angle ``p * inv_freq`` duplicated
-    to the full head_dim (rotate-half layout). Returns float32 ``cos, sin`` of shape [P, head_dim]."""
-    head_dim = int(config.head_dim)
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
-    inv_freq = 1.0 / (config.rope_theta**exponents)
-    angles = torch.outer(torch.arange(n_positions, dtype=torch.int64).float(), inv_freq)
-    emb = torch.cat((angles, angles), dim=-1)
-    return emb.cos(), emb.sin()
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """``x * cos + rotate_half(x) * sin`` with ``rotate_half([a, b]) = [-b, a]`` on the last axis.
-
-    ``x`` is [B, T, heads, head_dim]; ``cos``/``sin`` broadcast to [T, heads, head_dim] in x's dtype.
-    A head with ``cos = 1, sin = 0`` passes through unchanged (exactly), which is how the value
-    heads ride along in the one fused q|k|v rotation.
-    """
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """HF RMSNorm: ``weight * (x32 / sqrt(mean(x32^2) + eps)).to(x.dtype)``."""
-    if x.dtype == torch.float32:
-        return F.rms_norm(x, weight.shape, weight, eps)
-    return weight * F.rms_norm(x.float(), weight.shape, None, eps).to(x.dtype)
-
-
-#: dtypes this CPU's oneDNN refused to prepack (found at the first attempt, then not retried)
-_UNPACKABLE: set[torch.dtype] = set()
-
-
-def _can_prepack(weight: torch.Tensor) -> bool:
-    return (
-        weight.device.type == "cpu"
-        and weight.dtype in (torch.float32, torch.bfloat16)
-        and torch.backends.mkldnn.is_available()
-    )
-
-
-class Linear(nn.Linear):
-    """``nn.Linear`` whose matmul runs on a prepacked copy of its weight (derived state): the
-    native row-invariant kernel of :mod:`specledger.engine.kernels` when it is built (fp32 and
-    bf16, every row count), else oneDNN as below.
-
-    Measured on the 2-core EPYC target (benchmarks/bench_model.py): the prepacked kernel
-    (``mkldnn._linear_pointwise``) is ~1.7x faster than ``F.linear`` for bf16 decode and costs
-    about the same for 1 and 9 rows.
-
-    Row invariance (what greedy exactness rests on): in fp32 the oneDNN kernel gives every row
-    the same bits whether 2 or 9 rows share the call, but a 1-row call takes another path with
-    other rounding. So a single fp32 row is computed as a 2-row call (the row twice) and a
-    decode step rounds exactly like a verify pass -- speculation can then never flip a greedy
-    token. bf16 kernels are not row-invariant (results depend on a row's place in the M-block),
-    which is why fp32 is the default dtype. The pack is built lazily on the first forward,
-    rebuilt whenever the weight is replaced or modified in place, and never copied or saved.
-    Set ``prepack = False`` (class or instance) for plain ``F.linear``.
-    """
-
-    prepack: bool = True
-    #: run on the native row-invariant kernel (``engine/kernels``) when it is built; else oneDNN
-    native: bool = True
-
-    def __init__(self, in_features: int, out_features: int, bias: bool = False):
-        super().__init__(in_features, out_features, bias=bias)
-        self._packed: torch.Tensor | None = None
-        self._packed_key: tuple | None = None
-        self._native = None
-
-    def _weight_key(self) -> tuple:
-        w = self.weight
-        return (w.data_ptr(), w.dtype, 0 if w.is_inference() else w._version, self.prepack, self.native)
-
-    def _repack(self) -> None:
-        self._packed, self._native = None, None
-        self._packed_key = self._weight_key()
-        if self.prepack and self.native and kernels.supports(self.weight):
-            with torch.inference_mode(False), torch.no_grad():
-                self._native = kernels.PackedLinear(self.weight, self.bias)
-            return
-        if self.prepack and _can_prepack(self.weight) and self.weight.dtype not in _UNPACKABLE:
-            try:
-                with torch.inference_mode(False), torch.no_grad():
-                    self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), 1)
-            except RuntimeError:  # e.g. bf16 packing needs AVX-512 or AVX-NE-CONVERT: plain F.linear then
-                _UNPACKABLE.add(self.weight.dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._weight_key() != self._packed_key:
-            self._repack()
-        if self._native is not None and x.dtype == self._native.dtype and x.device.type == "cpu":
-            return self._native(x)
-        if self._packed is None or x.dtype != self.weight.dtype:
-            return F.linear(x, self.weight, self.bias)
-        if x.dtype == torch.float32 and x.numel() == x.shape[-1]:  # one row: run it as two (see above)
-            pair = torch.cat([x, x], dim=-2)
-            return torch.ops.mkldnn._linear_pointwise(pair, self._packed, self.bias, "none", [], "")[..., :1, :]
-        return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_packed": None, "_packed_key": None, "_native": None}
-
 
 #: Up to this many positions per forward (decode steps and verify passes) attention runs row by
 #: row, making each row's result independent of how many rows share the pass.

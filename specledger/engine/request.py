@@ -17,7 +17,7 @@ the :class:`RoundRecord`, the release of tokens and text past stop strings, and 
     req.close_round(t_other)                 # rd.t_other set, the policy observes the round
     req.stamp(chunk, now)                    # the chunk's emission time
 
-Time meanings are stated once, in :mod:`specledger.engine.trace`.
+Time meanings are stated once, in :mod:`specledger.records`.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ import torch
 from specledger.engine.drafters.base import Drafter
 from specledger.engine.policy import GammaPolicy, StaticGamma
 from specledger.engine.sampling import SamplingParams, probs_from_logits
-from specledger.engine.trace import RequestRecord, RoundRecord
 from specledger.engine.tree import DraftTree, verify_tree_greedy, verify_tree_sampling
 from specledger.engine.verify import verify_greedy, verify_sampling
 from specledger.errors import SpecLedgerError, require
+from specledger.records import RequestRecord, RoundRecord
 
 
 @dataclass(slots=True)

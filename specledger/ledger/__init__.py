@@ -8,6 +8,8 @@
 * :mod:`.trees` -- expected length of token trees, Sequoia-style best tree by DP.
 * :mod:`.memory` -- candidate KV and draft memory from a model config.
 * :mod:`.fourway` -- the four-way quantization × speculation comparison.
+* :mod:`.server_acceptance` -- a server's spec-decode figures (per-position rates) as the acceptance
+  ledger, and their consistency check.
 * :mod:`.report` -- every figure ``specledger ledger`` shows, as one dict (its ``--json`` output).
 """
 
@@ -60,6 +62,8 @@ from specledger.ledger.speedup import (
     SpeedAveraging,
     SplitCostModel,
     TableCostModel,
+    best_gamma,
+    best_point,
     break_even_round_ms,
     compare_speed_averages,
     ledger_row,
@@ -73,6 +77,7 @@ from specledger.ledger.speedup import (
     round_time_ms,
     speed_from_totals,
     speedup,
+    speedup_or_nan,
     unweighted_mean_speed,
 )
 from specledger.ledger.trees import (
@@ -99,6 +104,8 @@ __all__ = [
     "MarginalRow",
     "MemoryLedger",
     "OptimalGamma",
+    "best_gamma",
+    "best_point",
     "RoundTime",
     "SMOLLM2_135M",
     "SpeedAveraging",
@@ -154,6 +161,7 @@ __all__ = [
     "speculation_memory",
     "speed_from_totals",
     "speedup",
+    "speedup_or_nan",
     "survival_from_chain",
     "survival_from_histogram",
     "tree_from_shape",

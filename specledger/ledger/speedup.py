@@ -15,7 +15,7 @@ speed is total committed tokens ÷ total time, never an unweighted mean of per-r
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -78,6 +78,16 @@ def break_even_round_ms(base_ms: float, expected_length: float) -> float:
 def speedup(base_ms: float, expected_length: float, round_ms: float) -> float:
     """S = T0 · E[L] / E[T_round]; > 1 exactly when E[T_round] < T0 · E[L]."""
     return break_even_round_ms(base_ms, expected_length) / _positive_ms(round_ms, "round time")
+
+
+def speedup_or_nan(base_ms: float, expected_length: float, round_ms: float) -> float:
+    """S = T0 · E[L] / E[T_round] of measured figures (any one time unit), as :func:`speedup` but never
+    an error: NaN when T0 · E[L] or the round time is not finite, or the round time is 0 (no full
+    rounds to measure). With E[L] = ΣL / n and E[T_round] = ΣT / n it is also T0 · ΣL / ΣT."""
+    even = base_ms * expected_length
+    if not round_ms or not (math.isfinite(even) and math.isfinite(round_ms)):
+        return math.nan
+    return even / round_ms
 
 
 def ms_per_token(round_ms: float, expected_length: float) -> float:
@@ -369,6 +379,17 @@ def marginal_table(
     return rows
 
 
+def best_point(points: Iterable[tuple[int, float]]) -> tuple[int, float]:
+    """argmax_γ S(γ) over (γ, S) points, the one definition of the optimal γ: the (γ, S) of the largest
+    S, ties to the smaller γ; a non-finite S never beats a finite one (γ = 0 means plain decoding)."""
+    return min(points, key=lambda p: (-p[1] if math.isfinite(p[1]) else math.inf, p[0]))
+
+
+def best_gamma(points: Iterable[tuple[int, float]]) -> int:
+    """The γ of :func:`best_point`."""
+    return best_point(points)[0]
+
+
 @dataclass(frozen=True)
 class OptimalGamma:
     """argmax_γ S(γ) over the searched γ (ties → the smallest γ); γ = 0 means 'off'."""
@@ -386,8 +407,5 @@ def optimal_gamma(chain: Sequence[float], base_ms: float, model: CostModel, max_
     chain = check_chain(chain)
     limit = min(check_gamma(max_gamma), len(chain))
     rows = tuple(ledger_rows(chain, [0, *model.supported_gammas(limit)], base_ms, model))
-    best = rows[0]
-    for row in rows[1:]:
-        if row.speedup > best.speedup:
-            best = row
-    return OptimalGamma(best=best, searched=rows)
+    by_gamma = {row.gamma: row for row in rows}
+    return OptimalGamma(best=by_gamma[best_gamma((row.gamma, row.speedup) for row in rows)], searched=rows)

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from specledger.engine.trace import RequestRecord
+from specledger.records import RequestRecord
 
 PRIOR = 2.0  # pseudo-rounds of the pooled value added to every per-request estimate
 DEEP_FROM = 1  # index of the first position (j = DEEP_FROM + 1) whose acceptance extends the chain

@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from specledger.engine.trace import RequestRecord
 from specledger.predict.acceptance import AcceptanceModel
 from specledger.predict.costmodel import fit_cost_model
 from specledger.predict.predict import measured_baseline, predict_category, request_noise
 from specledger.predict.replay import run_forecast_inputs
+from specledger.records import RequestRecord
 
 
 def usable(records: Iterable[RequestRecord], temperature: float | None = None) -> list[RequestRecord]:
@@ -66,13 +66,15 @@ def predict_held_out(
     max_tokens: int | None = None,
     n_boot: int = 0,
     meta: dict[str, Any] | None = None,
+    inputs: tuple[Any, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Fit on ``train`` only, predict ``drafter`` at ``gamma`` for each category of ``test`` (its records of
     that setting and plain decoding), and compare. ``train`` must not contain that setting. ``meta`` (the
     run's ``run.json``) brings the measured surface and the prompts' token ids (replay); the replayed
-    outputs are the *plain* records of ``train``."""
+    outputs are the *plain* records of ``train``. ``inputs``: (surface, replayer) already built from the
+    run's records, shared (every ``train`` keeps the plain records, so the replayer is the same)."""
     assert not any(r.drafter == drafter and r.gamma == gamma for r in train), "fitted on the γ under test"
-    surface, replay = run_forecast_inputs(train, meta)
+    surface, replay = inputs if inputs is not None else run_forecast_inputs(train, meta)
     cost = fit_cost_model(train, source="fitted without the held-out setting", n_boot=10 if n_boot else 0,
                           surface=surface)
     noise = request_noise(cost, train) if n_boot else None
@@ -161,7 +163,8 @@ def summarize_errors(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def leave_one_gamma_out(records: Iterable[RequestRecord], max_tokens: int | None = None,
-                        meta: dict[str, Any] | None = None, n_boot: int = 0) -> dict[str, Any]:
+                        meta: dict[str, Any] | None = None, n_boot: int = 0,
+                        inputs: tuple[Any, Any] | None = None) -> dict[str, Any]:
     """The run's self-check (see module docstring): rows, median and P90 absolute relative error."""
     recs = usable(records)
     gammas: dict[str, set[int]] = defaultdict(set)
@@ -174,7 +177,7 @@ def leave_one_gamma_out(records: Iterable[RequestRecord], max_tokens: int | None
             continue
         for g in sorted(gammas[drafter]):
             train = [r for r in recs if not (r.drafter == drafter and r.gamma == g)]
-            rows += predict_held_out(train, recs, drafter, g, max_tokens, n_boot=n_boot, meta=meta)
+            rows += predict_held_out(train, recs, drafter, g, max_tokens, n_boot=n_boot, meta=meta, inputs=inputs)
     out: dict[str, Any] = {"rows": rows, **summarize_errors(rows), "machine_noise": machine_noise(recs),
                            "method": "leave one gamma out: fit cost and acceptance without it, predict it, compare "
                                      "end-to-end speed-ups on the same prompts",
@@ -184,17 +187,19 @@ def leave_one_gamma_out(records: Iterable[RequestRecord], max_tokens: int | None
     return out
 
 
-def run_prediction_check(records: Iterable[RequestRecord], meta: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_prediction_check(records: Iterable[RequestRecord], meta: dict[str, Any] | None = None,
+                         inputs: tuple[Any, Any] | None = None) -> dict[str, Any]:
     """:func:`leave_one_gamma_out` of a run directory's records, with the run's max_tokens from ``run.json``."""
     config = (meta or {}).get("config") or {}
     max_tokens = config.get("max_tokens")
     if config.get("category_max_tokens"):  # budgets differ by category: every request keeps its own
         max_tokens = None
-    return leave_one_gamma_out(records, max_tokens if isinstance(max_tokens, int) else None, meta)
+    return leave_one_gamma_out(records, max_tokens if isinstance(max_tokens, int) else None, meta, inputs=inputs)
 
 
 def scenario_predictions(records: Iterable[RequestRecord], check: dict[str, Any],
-                         meta: dict[str, Any] | None = None) -> dict[tuple, dict[str, Any]]:
+                         meta: dict[str, Any] | None = None,
+                         inputs: tuple[Any, Any] | None = None) -> dict[tuple, dict[str, Any]]:
     """{(category, temperature, drafter, gamma): {"speedup", "kind"}}: the end-to-end model's speed-up of
     every measured static-γ setting of the check's temperature — held out (fitted without that γ, from
     ``check``) where the drafter ran two or more γ's, in sample (fitted on everything) otherwise."""
@@ -209,7 +214,7 @@ def scenario_predictions(records: Iterable[RequestRecord], check: dict[str, Any]
     missing = [s for s in settings if (s[0], temp, s[1], s[2]) not in out]
     if not missing or not any(r.drafter == "none" for r in recs):
         return out
-    surface, replay = run_forecast_inputs(recs, meta)
+    surface, replay = inputs if inputs is not None else run_forecast_inputs(recs, meta)
     cost = fit_cost_model(recs, n_boot=0, surface=surface)
     acc = AcceptanceModel.from_records(recs)
     from specledger.predict.gamma import infer_max_tokens

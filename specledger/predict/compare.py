@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specledger.engine.trace import RequestRecord
+from specledger.records import RequestRecord
 
 CROSS_REQUEST_DRAFTERS = frozenset({"suffix"})
 

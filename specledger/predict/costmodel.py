@@ -44,8 +44,8 @@ from scipy.optimize import nnls
 from specledger.cost.levels import fit_row_levels, levelled
 from specledger.cost.pricer import step_s_each
 from specledger.cost.surface import CostSurface
-from specledger.engine.trace import RequestRecord, RoundRecord
 from specledger.errors import SpecLedgerError
+from specledger.records import RequestRecord, RoundRecord
 
 FORWARD_TERMS = ("1", "spec", "rows", "batch", "ctx", "rows_ctx")
 SURFACE_TERMS = ("surface",)  # T_s = s · Σ(R, B, c) when a measured surface prices the forward

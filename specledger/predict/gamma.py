@@ -14,11 +14,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from specledger.cost.surface import CostSurface
-from specledger.engine.trace import RequestRecord
 from specledger.predict.acceptance import AcceptanceModel
 from specledger.predict.costmodel import fit_cost_model
 from specledger.predict.predict import gamma_curve
 from specledger.predict.replay import Replayer
+from specledger.records import RequestRecord
 
 
 def infer_max_tokens(records: Iterable[RequestRecord]) -> int | None:

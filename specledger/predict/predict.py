@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from specledger.engine.trace import RequestRecord, RoundRecord
 from specledger.predict.acceptance import AcceptanceModel, RequestChain
 from specledger.predict.costmodel import DRAFT_TERMS, FORWARD_TERMS, OTHER_TERMS, CostModel, forward_features
 from specledger.predict.replay import REPLAY_ASSUMPTION, Replayer
+from specledger.records import RequestRecord, RoundRecord
 
 N_D, N_O = len(DRAFT_TERMS), len(OTHER_TERMS)
 

@@ -32,7 +32,7 @@ from specledger.engine.drafters.base import Drafter
 from specledger.engine.policy import StaticGamma
 from specledger.engine.request import Request, StopReleaser
 from specledger.engine.sampling import SamplingParams
-from specledger.engine.trace import RequestRecord, RoundRecord
+from specledger.records import RequestRecord, RoundRecord
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
 from specledger.predict.acceptance import AcceptanceModel
 from specledger.predict.check import usable
 from specledger.predict.costmodel import CostModel, Part, fit_cost_model
 from specledger.predict.replay import Replayer, run_forecast_inputs
-
-COST_NAME = "cost_model.json"
+from specledger.records import RequestRecord
+from specledger.rundir import COST_MODEL_JSON as COST_NAME
+from specledger.rundir import RunDir
 
 
 @dataclass
@@ -47,13 +47,10 @@ def with_fallback(cost: CostModel, fallback: CostModel) -> CostModel:
 def load_run_models(run_dir: str | Path, cost_path: str | Path | None = None) -> RunModels:
     """Records of the run's main job, its cost model (``cost_path``, else the run's ``cost_model.json``,
     else fitted from its traces now) and its acceptance chains (each knows the run's max_tokens)."""
-    from specledger.rundir import META_NAME, TRACE_NAME, read_json, read_records
-
-    d = Path(run_dir)
-    if not (d / TRACE_NAME).exists():
-        raise SpecLedgerError(f"{d} holds no {TRACE_NAME}; give a directory written by `specledger run`")
-    meta = read_json(d / META_NAME) if (d / META_NAME).exists() else {}
-    records = usable(read_records(d / TRACE_NAME))
+    run = RunDir(run_dir)
+    d = run.path
+    records = usable(run.records())
+    meta = run.meta()
     if not records:
         raise SpecLedgerError(f"{d}: no solo, static-gamma requests to predict from; run `specledger run` first")
     max_tokens = (meta.get("config") or {}).get("max_tokens")

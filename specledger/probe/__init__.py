@@ -1,7 +1,7 @@
 """Measure any OpenAI-compatible serving endpoint (vLLM, SGLang, ours) with the same ledger.
 
-Modules: ``prometheus`` (metrics text -> spec-decode figures), ``acceptance`` (those figures as
-the acceptance ledger), ``sse`` (streaming parser), ``vllm_bench`` (``vllm bench serve`` JSON
+Modules: ``prometheus`` (metrics text -> spec-decode figures; their acceptance ledger is
+:mod:`specledger.ledger.server_acceptance`), ``sse`` (streaming parser), ``vllm_bench`` (``vllm bench serve`` JSON
 import), ``loadgen`` (async load generator), ``metrics`` (TTFT/TPOT/ITL summaries), ``workload``
 (what is sent), ``endpoint`` (measure one endpoint, or it and a baseline), ``records`` (results as
 run records), ``outputs`` (the run directory), ``cli`` (verbs ``probe`` and ``import-vllm-bench``).

@@ -15,21 +15,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
-from specledger.probe.acceptance import NO_ROUNDS_NOTE, VLLM_BENCH_NOTE, acceptance_ledger
+from specledger.ledger.server_acceptance import NO_ROUNDS_NOTE, VLLM_BENCH_NOTE, acceptance_ledger
 from specledger.probe.loadgen import RequestResult, Tokenizer
 from specledger.probe.records import BASELINE_DRAFTER, PROBE_KIND, gamma_label, records_from_probe
 from specledger.probe.workload import ProbeWorkload
-from specledger.rundir import (
-    META_NAME,
-    PROBE_JSON,
-    TRACE_NAME,
-    VLLM_BENCH_JSON,
-    append_records,
-    json_safe,
-    write_json_atomic,
-)
+from specledger.records import RequestRecord
+from specledger.rundir import PROBE_JSON, TRACE_NAME, VLLM_BENCH_JSON, RunDir, json_safe
 
 VLLM_BENCH_KIND = "vllm-bench"
 GUIDELLM_KIND = "guidellm"
@@ -85,12 +77,12 @@ def probe_run_meta(
 
 def write_probe_run(out: Path, records: Sequence[RequestRecord], meta: Mapping[str, Any]) -> None:
     """``out/traces.jsonl`` (appended, fsync'ed) and ``out/run.json`` (atomic)."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    check_new_run_dir(out)
+    run = RunDir(out)
+    run.path.mkdir(parents=True, exist_ok=True)
+    check_new_run_dir(run.path)
     if records:
-        append_records(out / TRACE_NAME, records)
-    write_json_atomic(out / META_NAME, dict(meta))
+        run.append(records)
+    run.write_meta(meta)
 
 
 def vllm_bench_document(
@@ -116,21 +108,19 @@ def write_import_run(
     filename: str = VLLM_BENCH_JSON,
 ) -> None:
     """``out/<filename>`` and, unless the folder already has one, ``out/run.json`` (``kind``)."""
-    out = Path(out)
-    write_json_atomic(out / filename, document)
-    meta_path = out / META_NAME
-    if not meta_path.exists():
-        write_json_atomic(
-            meta_path,
-            {
-                "kind": kind,
-                "name": out.name,
-                "model": model or "",
-                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "source_file": document.get("source_file"),
-                "note": document.get("note"),
-            },
-        )
+    run = RunDir(out)
+    run.write(filename, document)
+    run.write_meta(
+        {
+            "kind": kind,
+            "name": run.name,
+            "model": model or "",
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "source_file": document.get("source_file"),
+            "note": document.get("note"),
+        },
+        keep_existing=True,
+    )
 
 
 def write_vllm_bench_run(out: Path, document: Mapping[str, Any], model: str | None) -> None:
@@ -170,7 +160,7 @@ def write_probe_dir(
             base_results, drafter=BASELINE_DRAFTER, gamma=0, model=base_report["model"],
             endpoint=base_report["url"], **common,
         )
-    write_json_atomic(out / PROBE_JSON, full)
+    RunDir(out).write(PROBE_JSON, full)
     meta = probe_run_meta(out.name, report, base_report, drafter=label, gamma=g, workload=workload)
     write_probe_run(out, records, meta)
     from specledger.report.build import build_report

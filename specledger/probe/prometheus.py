@@ -37,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specledger.errors import SpecLedgerError
 from specledger.ledger.acceptance import conditional_ratios
-from specledger.probe.acceptance import per_position_mismatch
+from specledger.ledger.server_acceptance import per_position_mismatch
 from specledger.probe.engines import (
     ENGINES,
     LATENCY_DEFINITIONS,

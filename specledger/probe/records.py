@@ -1,7 +1,7 @@
 """Probe results as run-directory records, so ``specledger report`` reads a probe like a run.
 
 A probe of an endpoint (and of a ``--baseline`` endpoint) becomes one
-:class:`~specledger.engine.trace.RequestRecord` per successful request in ``traces.jsonl``, with a
+:class:`~specledger.records.RequestRecord` per successful request in ``traces.jsonl``, with a
 ``run.json`` next to it (``"kind": "probe"``). The report then groups them like any run:
 
 * the baseline endpoint's records have drafter ``"none"`` (plain decoding, gamma 0), the probed
@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
 from specledger.probe.loadgen import RequestResult, Tokenizer
+from specledger.records import RequestRecord
 
 PROBE_KIND = "probe"
 BASELINE_DRAFTER = "none"

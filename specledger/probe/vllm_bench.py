@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 
 from specledger.errors import SpecLedgerError
 from specledger.ledger.acceptance import conditional_ratios
-from specledger.probe.acceptance import per_position_mismatch
+from specledger.ledger.server_acceptance import per_position_mismatch
 from specledger.probe.prometheus import SERVER_WIDE_WARNING
 
 OLD_GOODPUT_KEY = "request_goodput:"

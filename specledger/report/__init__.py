@@ -1,5 +1,6 @@
-"""The report: ``summary.json`` (every figure, machine-readable) and one self-contained ``report.html``."""
+"""The report: renders a run's summary (:mod:`specledger.summary`, written as ``summary.json``) as one
+self-contained ``report.html``, and prints it on the console (``cli.py``)."""
 
-from specledger.report.build import build_report, load_run, render_html, summarize
+from specledger.report.build import build_report, render_html
 
-__all__ = ["build_report", "load_run", "render_html", "summarize"]
+__all__ = ["build_report", "render_html"]

@@ -36,9 +36,10 @@ from starlette.requests import ClientDisconnect
 
 from specledger.engine.decode import Emitted
 from specledger.engine.policy import AcceptanceChain, GammaPolicy, make_policy, parse_gamma_spec
+from specledger.engine.protocol import TargetEngine
 from specledger.engine.sampling import SamplingParams
-from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
+from specledger.records import RequestRecord
 from specledger.serve.hardening import BodyLimit, Limits
 from specledger.serve.metrics import ServeMetrics
 from specledger.serve.protocol import (
@@ -88,7 +89,7 @@ def parse_gamma(gamma: int | str, step_cost: Any = None) -> Callable[[], int | G
     return lambda: make_policy(spec, step_cost=step_cost, chain=chain)
 
 
-def goodput_step_cost(engine: Any, gamma: int | str) -> Any:
+def goodput_step_cost(engine: TargetEngine, gamma: int | str) -> Any:
     """For ``--gamma goodput``: the engine's packed-forward cost, measured once at start-up (a few
     seconds), which the per-request goodput policies share; None otherwise."""
     model = getattr(engine, "model", None)
@@ -105,7 +106,7 @@ def max_positions(gamma: int | str) -> int:
     return max(0, value)
 
 
-def engine_encoder(engine: Any) -> PromptEncoder:
+def engine_encoder(engine: TargetEngine) -> PromptEncoder:
     """Encode with the engine's LoadedModel (chat template for messages, raw text otherwise)."""
     loaded = getattr(engine, "loaded", None)
 
@@ -147,7 +148,7 @@ class JobStreamingResponse(StreamingResponse):
 class Service:
     """Everything a route needs: engine, encoder, queue, worker, metrics and the served name."""
 
-    def __init__(self, engine: Any, drafter: Any, gamma: int | str, model_name: str, max_queue: int,
+    def __init__(self, engine: TargetEngine, drafter: Any, gamma: int | str, model_name: str, max_queue: int,
                  encode: PromptEncoder, retry_after_s: int, keep_records: int, max_batch: int = 8) -> None:
         self.engine, self.model_name, self.encode, self.retry_after_s = engine, model_name, encode, retry_after_s
         self.gamma_label = str(gamma)
@@ -303,7 +304,7 @@ class Service:
 
 
 def create_app(
-    engine: Any,
+    engine: TargetEngine,
     drafter_name: str = "ngram",
     gamma: int | str = 4,
     model_name: str | None = None,

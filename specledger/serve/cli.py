@@ -64,7 +64,7 @@ def serve(
     """Serve the target with speculative decoding: /v1/completions, /v1/chat/completions, /metrics."""
     import uvicorn
 
-    from specledger.engine.cli import build_engine
+    from specledger.engine.build import build_engine
     from specledger.serve.app import create_app
     from specledger.serve.hardening import Limits, uvicorn_config
 

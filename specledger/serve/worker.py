@@ -12,7 +12,7 @@ Invariants:
   leaves the queue at once, a cancelled one in the batch is dropped at the next step
   boundary (its slot is free for the next step).
 - Events travel to the request's asyncio queue with ``loop.call_soon_threadsafe``; every job
-  that left the queue ends with exactly one :class:`~specledger.engine.trace.RequestRecord`,
+  that left the queue ends with exactly one :class:`~specledger.records.RequestRecord`,
   :class:`JobFailed` or :class:`JobCancelled`, pushed after it left ``active``.
 - Failure isolation: when one request's drafting / verify / sampling / prefill raises, the
   scheduler ends that request alone with ``RequestFailed`` (its last event, its slot freed) and
@@ -41,8 +41,9 @@ from specledger.engine.batch import BatchEngine, BatchRequest, BatchScheduler, R
 from specledger.engine.decode import Emitted
 from specledger.engine.drafters.base import Drafter
 from specledger.engine.policy import GammaPolicy
+from specledger.engine.protocol import TargetEngine
 from specledger.engine.sampling import SamplingParams
-from specledger.engine.trace import RequestRecord, RoundRecord
+from specledger.records import RequestRecord, RoundRecord
 from specledger.serve.metrics import ServeMetrics
 from specledger.serve.protocol import FINISH_REASONS
 
@@ -185,7 +186,7 @@ class EngineWorker:
 
     def __init__(
         self,
-        engine: Any,
+        engine: TargetEngine,
         drafter: Drafter,
         gamma: GammaSpec,
         queue: JobQueue,

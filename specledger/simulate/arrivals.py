@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from specledger.errors import require
-from specledger.rundir import TRACE_NAME, read_json, read_records
+from specledger.rundir import TRACE_NAME, RunDir, read_json
 
 
 @dataclass(frozen=True)
@@ -52,9 +52,10 @@ def replay_file(path: str | Path) -> Arrivals:
     """Send times from a probe run directory (its traces' ``extra.start_s``) or a JSON list of offsets (s)."""
     p = Path(path)
     if p.is_dir():
-        trace = p / TRACE_NAME
+        run = RunDir(p)
+        trace = run.trace_path
         require(trace.is_file(), f"{p} has no {TRACE_NAME}; give a probe run directory or a JSON list of offsets")
-        starts = [r.extra["start_s"] for r in read_records(trace) if "start_s" in r.extra]
+        starts = [r.extra["start_s"] for r in run.records_so_far() if "start_s" in r.extra]
         require(bool(starts), f"{trace} has no send times (extra.start_s); replay needs a probe run")
         return replay(starts, label=f"replay {p.name}")
     require(p.is_file(), f"replay file not found: {p}")

@@ -120,9 +120,9 @@ def simulate(
     from specledger.simulate.arrivals import closed_loop, poisson, replay_file
     from specledger.simulate.cluster import SLO, capacity_plan, crossover_map
     from specledger.simulate.cluster import router as make_router
+    from specledger.simulate.measured_run import RunSource, tables_per_gamma
     from specledger.simulate.simulator import break_even_verify_premium
     from specledger.simulate.simulator import simulate as run_sim
-    from specledger.simulate.source import load_run, tables_per_gamma
     from specledger.simulate.state import ServerConfig
 
     concs = _csv(concurrency, int, "--concurrency", "1,4,16")
@@ -144,7 +144,7 @@ def simulate(
     make_router(router)
     ctx_list = _csv(contexts, int, "--contexts", "512,2048,8192")
     require(not ctx_list or bool(concs), "a crossover map (--contexts) needs --concurrency levels")
-    run = load_run(from_)
+    run = RunSource.open(from_)
     if hardware is not None:
         from specledger.simulate.hardware import overheads
 
@@ -211,10 +211,10 @@ def simulate(
         doc["crossover_map"] = crossover_map(table, concs, ctx_list, cost, settings, cfg,
                                              n_requests=min(requests, 400), seed=seed)
     if out is not None:
-        from specledger.rundir import write_json_atomic
+        from specledger.rundir import RunDir
 
         out.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(out / SIMULATE_JSON, doc)
+        RunDir(out).write(SIMULATE_JSON, doc)
     if as_json:
         print(json.dumps(points, indent=1, default=str))
         return

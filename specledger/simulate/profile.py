@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 
-from specledger.engine.trace import RequestRecord
 from specledger.errors import require
 from specledger.predict.costmodel import (
     FORWARD_TERMS,
@@ -55,6 +54,7 @@ from specledger.predict.costmodel import (
     prefill_features,
     slot_prefill_features,
 )
+from specledger.records import RequestRecord
 
 
 def record_slots(r: RequestRecord) -> int | None:

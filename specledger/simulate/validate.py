@@ -3,7 +3,7 @@
 For every concurrency point (load c, setting plain or drafter γ=g, repeat r) of a
 ``sweep --experiment serving`` run, the simulator serves the same prompts in the same order at the
 same load, with acceptance from the run's per-prompt chains measured at that γ
-(:func:`~specledger.simulate.source.tables_per_gamma`; draws keyed per prompt: the sweep is
+(:func:`~specledger.simulate.measured_run.tables_per_gamma`; draws keyed per prompt: the sweep is
 greedy, so a prompt served twice accepts alike both times) and a cost profile (with its measured
 step-to-step jitter), averaged over ``seeds`` simulations. Honest by default:
 leave-one-repeat-out -- the steps of repeat r are predicted with costs fitted on the *other*
@@ -32,10 +32,11 @@ import numpy as np
 
 from specledger.analysis.metrics import latency_stats
 from specledger.errors import require
+from specledger.ledger.speedup import best_point
 from specledger.simulate.arrivals import closed_loop
+from specledger.simulate.measured_run import RunSource, plain_table, tables_per_gamma, workload_order
 from specledger.simulate.profile import fit_serving_cost
 from specledger.simulate.simulator import simulate
-from specledger.simulate.source import RunSource, plain_table, tables_per_gamma, workload_order
 from specledger.simulate.state import ServerConfig
 
 METRICS = ("throughput_tok_s", "tpot_p50_ms", "ttft_p50_ms", "itl_p99_ms")
@@ -166,8 +167,8 @@ def crossovers(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         entry: dict[str, Any] = {"load": load, "drafter": drafter}
         for side in ("real", "sim"):
             entry[f"crossover_{side}"] = next((r["gamma"] for r in rs if r["speedup"][side] < 1.0), None)
-            best = max(rs, key=lambda r: r["speedup"][side])
-            entry[f"best_{side}"] = best["gamma"] if best["speedup"][side] > 1.0 else 0
+            gamma, speed = best_point((r["gamma"], r["speedup"][side]) for r in rs)
+            entry[f"best_{side}"] = gamma if speed > 1.0 else 0
         entry["same"] = entry["crossover_real"] == entry["crossover_sim"]
         # resolved by the measurement? a γ whose real repeats straddle 1 cannot say on which side it lies
         entry["real_sides"] = {r["gamma"]: _side(r["speedup"]) for r in rs}

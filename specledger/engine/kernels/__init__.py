@@ -10,7 +10,7 @@ The shared library is compiled on first use with the system C compiler (``$CC``,
 into ``<cache root>/kernels/`` (the cache root as in :mod:`specledger.engine.loader`), keyed by the
 source, the flags and the CPU's feature flags, written under a temporary name and renamed into
 place. Without a compiler, or with ``SPECLEDGER_NATIVE=0``, :func:`lib` returns None and
-:class:`specledger.engine.model.Linear` uses oneDNN as before; :func:`status` says which and why.
+:class:`specledger.engine.layers.Linear` uses oneDNN as before; :func:`status` says which and why.
 """
 
 from __future__ import annotations

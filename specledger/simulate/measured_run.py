@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from specledger.engine.trace import RequestRecord
 from specledger.errors import require
-from specledger.rundir import SERVING_JSON, TRACE_NAME, read_json, read_records
+from specledger.records import RequestRecord
+from specledger.rundir import SERVING_JSON, RunDir
 from specledger.simulate.chains import ChainTable
 
 
@@ -49,18 +49,16 @@ class RunSource:
         """The serving sweep's prompt ids in serving order (request i of a point serves prompt i mod n)."""
         return list((self.serving or {}).get("prompts", []))
 
-
-def load_run(path: str | Path) -> RunSource:
-    p = Path(path)
-    require(p.is_dir(), f"run directory not found: {p}; give a directory written by `specledger sweep` or `run`")
-    trace = p / TRACE_NAME
-    require(trace.is_file(), f"{p} has no {TRACE_NAME}; give a run directory with request traces")
-    records = list(read_records(trace))
-    require(any(r.rounds for r in records), f"{trace} has no decoding rounds to take acceptance from")
-    serving = None
-    if (p / SERVING_JSON).is_file():
-        serving = read_json(p / SERVING_JSON, "re-run `specledger sweep --experiment serving`")
-    return RunSource(p, records, serving)
+    @classmethod
+    def open(cls, path: str | Path) -> RunSource:
+        """A run directory's records (:meth:`specledger.rundir.RunDir.records`) and its serving sweep's
+        ``serving.json`` (None without one); a run with no decoding rounds is a one-line error."""
+        run = RunDir(path)
+        records = run.records()
+        require(any(r.rounds for r in records), f"{run.trace_path} has no decoding rounds to take acceptance from")
+        serving = run.read(SERVING_JSON, "re-run `specledger sweep --experiment serving`") \
+            if run.has(SERVING_JSON) else None
+        return cls(run.path, records, serving)
 
 
 def acceptance_table(records: Sequence[RequestRecord], drafter: str, max_gamma: int = 16,

@@ -12,8 +12,6 @@ setting run back to back (interleaved), so slow phases of the machine hit all se
 
 from __future__ import annotations
 
-import os
-import platform
 import resource
 import time
 from collections.abc import Callable, Sequence
@@ -22,19 +20,10 @@ from pathlib import Path
 from typing import Any
 from warnings import warn
 
-from specledger.engine.trace import RequestRecord
+from specledger.engine.protocol import TargetEngine
 from specledger.errors import SpecLedgerError, SpecLedgerWarning, require
-from specledger.rundir import (
-    EXPERIMENT_KEY,
-    META_NAME,
-    SURFACE_KEY,
-    TRACE_NAME,
-    append_records,
-    read_json,
-    read_records,
-    repair_tail,
-    write_json_atomic,
-)
+from specledger.records import EXPERIMENT_KEY, RequestRecord
+from specledger.rundir import SURFACE_KEY, RunDir
 
 DEFAULT_CATEGORIES = ("code", "code-edit", "extraction", "agent", "dialogue", "summary", "math", "random")
 #: drafters of ``make run`` (the default preset); --full adds quant-self
@@ -71,7 +60,7 @@ class RunPlan:
     #: also run ``specledger sweep``'s experiments (quant4, policies, serving) into the run directory
     side_experiments: bool = False
     #: concurrencies: 1 is the solo job above; every load > 1 runs each setting under continuous
-    #: batching, closed loop over the same prompts (:mod:`specledger.bench.loads`)
+    #: batching, closed loop over the same prompts (:mod:`specledger.mainjob.loads`)
     loads: list[int] = field(default_factory=lambda: [1])
     #: output budget per category where the task metric needs room (a whole function, an answer);
     #: other categories get ``max_tokens``
@@ -145,52 +134,20 @@ def plan_jobs(prompt_ids: Sequence[str], plan: RunPlan) -> list[Job]:
     return jobs
 
 
-def done_keys(trace_path: Path) -> set[tuple[str, str, int, float, int]]:
-    if not trace_path.exists():
-        return set()
+def done_keys(run: RunDir) -> set[tuple[str, str, int, float, int]]:
+    """The jobs the run's trace already holds (sweep experiments share the folder, not the job list)."""
     return {
         (r.prompt_id, r.drafter, int(r.gamma), round(r.temperature, 6), int(r.tree_budget))
-        for r in read_records(trace_path)
-        if not r.extra.get(EXPERIMENT_KEY)  # sweep experiments share the folder, not the job list
+        for r in run.records_so_far()
+        if not r.extra.get(EXPERIMENT_KEY)
     }
 
 
 def load_items(plan: RunPlan, vocab_size: int):
-    """Workload items: built-in categories (seeded, stable) or the user's JSONL; returns (items, warnings)."""
-    from specledger.workloads import load_category, load_jsonl, random_token_items
+    """The plan's workload items (:func:`specledger.workloads.run_items`); returns (items, warnings)."""
+    from specledger.workloads import run_items
 
-    warnings: list[str] = []
-    if plan.workload_file:
-        items, warnings = load_jsonl(plan.workload_file)
-        require(bool(items), f"{plan.workload_file}: no usable workload items")
-        return items, warnings
-    items = []
-    for c in plan.categories:
-        if c == "random":
-            items += random_token_items(plan.n_per_category, vocab_size=vocab_size, length=64, seed=plan.seed)
-        else:
-            items += load_category(c, plan.n_per_category, seed=plan.seed)
-    return items, warnings
-
-
-def encode_item(loaded: Any, item: Any) -> list[int]:
-    if item.meta.get("token_ids"):
-        return [int(t) for t in item.meta["token_ids"]]
-    if item.messages:
-        return loaded.encode_prompt(messages=item.messages)
-    return loaded.encode_prompt(prompt=item.prompt, chat=False)
-
-
-def machine_info() -> dict[str, Any]:
-    import torch
-
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpus": os.cpu_count(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-    }
+    return run_items(plan.categories, plan.n_per_category, plan.seed, plan.workload_file, vocab_size)
 
 
 def surface_contexts(prompt_lengths: Sequence[int], max_tokens: int, limit: int) -> list[int]:
@@ -201,7 +158,7 @@ def surface_contexts(prompt_lengths: Sequence[int], max_tokens: int, limit: int)
     return sorted({min(c, limit) for c in (lo, mid, hi)})
 
 
-def measure_run_surface(engine: Any, prompt_lengths: Sequence[int], max_tokens: int, repeats: int = 5) -> Any:
+def measure_run_surface(engine: TargetEngine, prompt_lengths: Sequence[int], max_tokens: int, repeats: int = 5) -> Any:
     """The verify cost surface this run's forecasts use: solo forwards of 1..33 rows at the run's contexts,
     interleaved and repeated (:func:`specledger.predict.calibrate.measure_rows_axis`), measured at start."""
     from specledger.predict.calibrate import ROWS_AXIS, measure_rows_axis
@@ -219,7 +176,7 @@ def peak_rss_bytes() -> int:
 def run(
     run_dir: Path,
     plan: RunPlan,
-    engine: Any,
+    engine: TargetEngine,
     resume: bool = False,
     progress: Callable[[int, int, str], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
@@ -227,13 +184,15 @@ def run(
     """Execute (or continue) the plan into ``run_dir``; returns the trace path. ``on_warning`` hears
     each workload warning (a bad JSONL line, a prompt over the budget) as the run starts; run.json
     keeps them too."""
+    from specledger.engine.device import machine_info
     from specledger.engine.drafters.registry import make_drafter
     from specledger.engine.sampling import SamplingParams
+    from specledger.workloads import encode_item
 
     plan.validate()
     run_dir.mkdir(parents=True, exist_ok=True)
-    trace_path = run_dir / TRACE_NAME
-    meta_path = run_dir / META_NAME
+    rd = RunDir(run_dir)
+    trace_path = rd.trace_path
     loaded = engine.loaded
     items, warnings = load_items(plan, engine.model.config.vocab_size)
     encoded: dict[str, list[int]] = {}
@@ -286,17 +245,18 @@ def run(
                     for pid, it in by_id.items()},
     }
     if any(x > 1 for x in plan.loads):  # what the KV-capacity gate needs (m_KV from the model config)
-        from specledger.bench.loads import memory_facts
+        from specledger.mainjob.loads import memory_facts
 
         meta.update(memory_facts(engine))
-    if resume and meta_path.exists():
-        old = read_json(meta_path, f"restart the run with another --out instead of --resume {run_dir}")
+    old: dict[str, Any] = {}
+    if resume and rd.meta_path.exists():
+        old = rd.meta(f"restart the run with another --out instead of --resume {run_dir}")
         if old.get("config") != meta["config"]:
             raise SpecLedgerError(f"{run_dir} was started with another configuration; resume it without options")
         meta["started"] = old.get("started", meta["started"])
     elif not resume and trace_path.exists() and trace_path.stat().st_size:
         raise SpecLedgerError(f"{run_dir} already holds a run; use --resume {run_dir} or another --out")
-    if resume and meta_path.exists() and old.get(SURFACE_KEY):
+    if resume and rd.meta_path.exists() and old.get(SURFACE_KEY):
         meta[SURFACE_KEY] = old[SURFACE_KEY]
     else:
         if progress:
@@ -304,15 +264,15 @@ def run(
         meta[SURFACE_KEY] = measure_run_surface(engine, [len(v) for v in encoded.values()],
                                                 max(plan.max_tokens_for(it.category) for it in by_id.values())
                                                 ).to_dict()
-    write_json_atomic(meta_path, meta)
-    if resume and (removed := repair_tail(trace_path)):
+    rd.write_meta(meta)
+    if resume and (removed := rd.repair_tail()):
         warn(f"{trace_path}: removed the torn last line ({removed} bytes) the interruption left; "
              "that request runs again", SpecLedgerWarning, stacklevel=2)
 
     from specledger.quality import answer_complete, score
 
     jobs = plan_jobs(list(by_id), plan)
-    done = done_keys(trace_path) if resume else set()
+    done = done_keys(rd) if resume else set()
     todo = [j for j in jobs if j.key not in done]
     total = len(jobs)
     finished = total - len(todo)
@@ -335,12 +295,12 @@ def run(
         if (complete := answer_complete(item, rec.text, rec.stop_reason)) is not None:
             rec.extra["quality_complete"] = complete
         rec.extra["peak_memory_bytes"] = peak_rss_bytes()
-        append_records(trace_path, [rec])
+        rd.append([rec])
         finished += 1
     if any(x > 1 for x in plan.loads):
-        from specledger.bench.loads import run_load_points
+        from specledger.mainjob.loads import run_load_points
 
-        run_load_points(trace_path, plan, engine, by_id, encoded, layers, progress)
+        run_load_points(rd, plan, engine, by_id, encoded, layers, progress)
     elif progress:
         progress(finished, total, "done")
     return trace_path

@@ -1,4 +1,8 @@
-"""``specledger generate``: one prompt, streamed, then its round ledger vs plain decoding."""
+"""``specledger generate``: one prompt, streamed, then its round ledger vs plain decoding.
+
+A verb above the engine: it decodes with :mod:`specledger.engine`, then reads the request's ledger
+(:mod:`specledger.analysis.request_ledger`) and the warm, interleaved comparison with plain decoding
+(:mod:`specledger.predict.compare`)."""
 
 from __future__ import annotations
 
@@ -10,14 +14,6 @@ from typing import Annotated
 import typer
 
 from specledger.errors import SpecLedgerError
-
-
-def build_engine(target: str | None, dtype: str = "auto", device: str = "cpu"):
-    """Load the target (default: bundled SmolLM2-135M-Instruct) on ``device`` and wrap it in an Engine."""
-    from specledger.engine.decode import Engine
-    from specledger.engine.loader import load_model
-
-    return Engine.from_loaded(load_model(target, dtype=dtype, device=device))
 
 
 def _print_ledger(led: dict) -> None:
@@ -93,10 +89,11 @@ def generate(
 ) -> None:
     """Generate for one prompt with speculative decoding, stream the text, then print the round ledger."""
     from specledger.analysis.request_ledger import request_ledger
+    from specledger.engine.build import build_engine
     from specledger.engine.decode import Emitted
     from specledger.engine.drafters.registry import make_drafter
     from specledger.engine.sampling import SamplingParams
-    from specledger.engine.trace import RequestRecord
+    from specledger.records import RequestRecord
     from specledger.rundir import append_records
 
     if gamma < 0:

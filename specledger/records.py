@@ -30,8 +30,15 @@ writes them.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+#: ``RequestRecord.extra`` key naming the side experiment (``specledger sweep``) or the load points
+#: (``specledger run --loads``) a record belongs to; the main analysis leaves such records out
+EXPERIMENT_KEY = "experiment"
+#: the ``EXPERIMENT_KEY`` value of the load points (``specledger run --loads``)
+LOAD_EXPERIMENT = "load"
 
 
 @dataclass(slots=True)
@@ -104,3 +111,16 @@ class RequestRecord:
         kwargs = {k: v for k, v in d.items() if k in known}
         kwargs["rounds"] = [RoundRecord(**r) for r in d.get("rounds", [])]
         return cls(**kwargs)
+
+
+def main_records(records: Iterable[RequestRecord]) -> list[RequestRecord]:
+    """The records of the main job: side-experiment records (``extra["experiment"]`` set, e.g. the
+    four-way's int8 target or a second plain baseline of the same prompt) would pair wrongly with
+    the main baselines, so they are analysed only by their own experiment (its JSON file); the load
+    points too (:func:`load_records`)."""
+    return [r for r in records if not r.extra.get(EXPERIMENT_KEY)]
+
+
+def load_records(records: Iterable[RequestRecord]) -> list[RequestRecord]:
+    """The records of the load points (``extra.experiment == "load"``)."""
+    return [r for r in records if r.extra.get(EXPERIMENT_KEY) == LOAD_EXPERIMENT]

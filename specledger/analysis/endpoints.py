@@ -1,14 +1,14 @@
-"""The endpoint figures of a run directory, for the report: ``probe.json`` (``specledger probe``)
-and ``vllm_bench.json`` (``specledger import-vllm-bench``), per-request results left out."""
+"""The endpoint figures of a run directory, for the report: ``probe.json`` (``specledger probe``),
+``vllm_bench.json`` (``specledger import-vllm-bench``) and ``guidellm.json``, per-request results left
+out. Pure: the documents as :meth:`specledger.rundir.RunDir.experiments` read them in, views out."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from specledger.probe.acceptance import NO_ROUNDS_NOTE, VLLM_BENCH_NOTE, acceptance_ledger
-from specledger.rundir import GUIDELLM_JSON, PROBE_JSON, VLLM_BENCH_JSON, json_safe, read_json
+from specledger.ledger.server_acceptance import NO_ROUNDS_NOTE, VLLM_BENCH_NOTE, acceptance_ledger
+from specledger.rundir import json_safe
 
 _SUMMARY_KEYS = (
     "requests_ok",
@@ -29,13 +29,6 @@ _SUMMARY_KEYS = (
 )
 
 
-def _read_object(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    loaded = read_json(path, "re-run the probe/import or delete it")
-    return loaded if isinstance(loaded, dict) else None
-
-
 def _endpoint_view(report: Mapping[str, Any], role: str) -> dict[str, Any]:
     summary = report.get("summary") or {}
     spec = report.get("spec_decode")
@@ -52,20 +45,20 @@ def _endpoint_view(report: Mapping[str, Any], role: str) -> dict[str, Any]:
     }
 
 
-def endpoint_experiments(run_dir: str | Path) -> dict[str, Any]:
-    """The endpoint figures of ``run_dir`` for the report: ``{"probe": ...}`` from ``probe.json`` and
-    ``{"vllm_bench": ...}`` from ``vllm_bench.json`` and ``{"guidellm": ...}`` from ``guidellm.json`` (each only
-    when present; per-request results dropped)."""
-    run_dir = Path(run_dir)
+def endpoint_experiments(documents: Mapping[str, Any]) -> dict[str, Any]:
+    """The endpoint figures for the report: ``{"probe": ...}`` from the ``probe.json`` document,
+    ``{"vllm_bench": ...}`` from ``vllm_bench.json``'s and ``{"guidellm": ...}`` from ``guidellm.json``'s
+    (each only when present; per-request results dropped). ``documents``: the run directory's files by
+    :data:`specledger.rundir.ENDPOINT_KEYS` key (other keys are ignored)."""
     out: dict[str, Any] = {}
-    probe = _read_object(run_dir / PROBE_JSON)
+    probe = documents.get("probe")
     if probe and isinstance(probe.get("probe"), dict):
         views = [_endpoint_view(probe["probe"], "endpoint")]
         if isinstance(probe.get("baseline"), dict):
             views.append(_endpoint_view(probe["baseline"], "baseline"))
         out["probe"] = json_safe({"endpoints": views, "speedup": probe.get("speedup"), "note": NO_ROUNDS_NOTE})
-    for name, key in ((VLLM_BENCH_JSON, "vllm_bench"), (GUIDELLM_JSON, "guidellm")):
-        bench = _read_object(run_dir / name)
+    for key in ("vllm_bench", "guidellm"):
+        bench = documents.get(key)
         if not bench or not isinstance(bench.get("summary"), dict):
             continue
         summary = bench["summary"]

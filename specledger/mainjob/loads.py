@@ -9,9 +9,9 @@ temperature, setting) is :func:`specledger.bench.serving.run_point` -- the servi
 loop, not a second one.
 
 Every request is a record in ``traces.jsonl`` tagged ``extra.experiment = "load"`` (kept apart
-from the solo records: :func:`specledger.report.build.main_records`) with its point's ``load``,
+from the solo records: :func:`specledger.records.main_records`) with its point's ``load``,
 ``setting``, wall time, CPU time (``time.process_time`` around the point) and committed tokens,
-from which :mod:`specledger.analysis.loads` builds the gates and the verdict per (category,
+from which :mod:`specledger.gates.loads` builds the gates and the verdict per (category,
 temperature, load). ``--resume`` skips the points already in the trace (a point's records are
 appended together).
 """
@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from specledger.engine.trace import RequestRecord
-from specledger.rundir import EXPERIMENT_KEY, append_records, read_records
+from specledger.engine.protocol import TargetEngine
+from specledger.records import EXPERIMENT_KEY, LOAD_EXPERIMENT, load_records
+from specledger.rundir import RunDir
 
-LOAD_EXPERIMENT = "load"
 
-
-def memory_facts(engine: Any) -> dict[str, Any]:
+def memory_facts(engine: TargetEngine) -> dict[str, Any]:
     """What the KV-capacity gate needs: m_KV (bytes of K and V per token, from the model config:
     2 · layers · kv_heads · head_dim · bytes per element) and the machine's memory."""
     from specledger.bench.serving_memory import model_kv_shape
@@ -66,23 +64,22 @@ def requests_at(load: int, prompt_ids: Sequence[str]) -> list[str]:
     return [prompt_ids[i % len(prompt_ids)] for i in range(max(load, len(prompt_ids)))]
 
 
-def done_points(trace_path: Path) -> set[tuple[int, float, str]]:
-    if not trace_path.exists():
-        return set()
+def done_points(run: RunDir) -> set[tuple[int, float, str]]:
+    """The (load, temperature, setting) points the run's trace already holds."""
     return {(int(r.extra["load"]), round(float(r.temperature), 6), str(r.extra.get("setting")))
-            for r in read_records(trace_path) if r.extra.get(EXPERIMENT_KEY) == LOAD_EXPERIMENT}
+            for r in load_records(run.records_so_far())}
 
 
 def run_load_points(
-    trace_path: Path,
+    run: RunDir,
     plan: Any,
-    engine: Any,
+    engine: TargetEngine,
     items: Mapping[str, Any],
     encoded: Mapping[str, list[int]],
     layers: str | None = None,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> None:
-    """Run every (load > 1, temperature, setting) point of ``plan`` not yet in ``trace_path``."""
+    """Run every (load > 1, temperature, setting) point of ``plan`` not yet in the run's trace."""
     from specledger.bench.serving import run_point
     from specledger.engine.drafters.registry import make_drafter
     from specledger.engine.sampling import SamplingParams
@@ -91,7 +88,7 @@ def run_load_points(
     loads = sorted({x for x in plan.loads if x > 1})
     settings = settings_of(plan)
     ids = interleaved(list(encoded), {pid: items[pid].category for pid in encoded})
-    done = done_points(trace_path)
+    done = done_points(run)
     total = len(loads) * len(plan.temperatures) * len(settings)
     count = 0
     eos = sorted(engine.eos_token_ids)
@@ -133,11 +130,8 @@ def run_load_points(
                     })
                     if (complete := answer_complete(item, r.text, r.stop_reason)) is not None:
                         r.extra["quality_complete"] = complete
-                append_records(trace_path, records)
+                run.append(records)
     if progress:
         progress(total, total, "done")
 
 
-def load_records(records: Sequence[RequestRecord]) -> list[RequestRecord]:
-    """The records of the load points (``extra.experiment == "load"``)."""
-    return [r for r in records if r.extra.get(EXPERIMENT_KEY) == LOAD_EXPERIMENT]

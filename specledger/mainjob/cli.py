@@ -71,25 +71,25 @@ def run(
         TimeRemainingColumn,
     )
 
-    from specledger.bench.runner import RunPlan, preset
-    from specledger.bench.runner import run as run_plan
-    from specledger.engine.cli import build_engine
+    from specledger.engine.build import build_engine
+    from specledger.mainjob.job import RunPlan, preset
+    from specledger.mainjob.job import run as run_plan
     from specledger.report.build import build_report
     from specledger.report.cli import print_summary
-    from specledger.rundir import META_NAME, SUMMARY_NAME, read_json
+    from specledger.rundir import META_NAME, SUMMARY_NAME, RunDir
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     if quick and full:
         raise SpecLedgerError("choose one of --quick and --full")
     if resume is not None:
-        meta_path = resume / META_NAME
-        if not meta_path.exists():
+        rd = RunDir(resume)
+        if not rd.meta_path.exists():
             raise SpecLedgerError(f"{resume} has no {META_NAME}; it is not a run directory")
-        meta = read_json(meta_path, f"start a new run with --out instead of --resume {resume}")
+        meta = rd.meta(f"start a new run with --out instead of --resume {resume}")
         try:
             plan = RunPlan(**meta["config"])
         except (KeyError, TypeError):
-            raise SpecLedgerError(f"{meta_path} holds no run plan ('config'); start a new run with --out") from None
+            raise SpecLedgerError(f"{rd.meta_path} holds no run plan ('config'); start a new run with --out") from None
         run_dir = resume
     else:
         plan = preset("quick" if quick else "full" if full else "default")

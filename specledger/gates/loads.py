@@ -1,16 +1,16 @@
 """The verdict at loads > 1: the load points' scenarios, gates and decisions per (category, temperature, load).
 
 Input: the records of ``specledger run --loads`` (``extra.experiment == "load"``,
-:mod:`specledger.bench.loads`). Per load, each speculative setting is paired with plain decoding at
+:mod:`specledger.mainjob.loads`). Per load, each speculative setting is paired with plain decoding at
 the same load on the same prompts (:func:`~specledger.analysis.run.analyze_scenario`: speed-up =
 paired per-prompt tokens/s of the request under that load, with its bootstrap interval), then:
 
 - correctness and quality as at load 1 (greedy token identity with plain at the same load; task score);
-- latency: :func:`specledger.gates.load_latency_gate` (TTFT P99, TPOT P50/P99, token-ITL P99, stall);
-- capacity: :func:`specledger.gates.load_capacity_gate` (goodput vs plain's, KV capacity vs the
+- latency: :func:`specledger.gates.latency.load_latency_gate` (TTFT P99, TPOT P50/P99, token-ITL P99, stall);
+- capacity: :func:`specledger.gates.capacity.load_capacity_gate` (goodput vs plain's, KV capacity vs the
   load, CPU-seconds per 1k committed tokens).
 
-The decisions come from :func:`specledger.gates.verdicts`, each entry labelled with its ``load``
+The decisions come from :func:`specledger.gates.verdicts.verdicts`, each entry labelled with its ``load``
 and ``simulated: false``.
 """
 
@@ -22,17 +22,14 @@ from typing import Any
 
 from specledger.analysis.run import analyze_baseline, analyze_scenario
 from specledger.analysis.scenario import baseline_key, group_scenarios
-from specledger.bench.loads import load_records
-from specledger.engine.trace import RequestRecord
-from specledger.gates import (
-    GATES,
-    SLO,
-    correctness_gate,
-    load_capacity_gate,
-    load_latency_gate,
-    quality_gate,
-    verdicts,
-)
+from specledger.gates.capacity import load_capacity_gate
+from specledger.gates.correctness import correctness_gate
+from specledger.gates.latency import load_latency_gate
+from specledger.gates.quality import quality_gate
+from specledger.gates.result import GATES
+from specledger.gates.slo import SLO
+from specledger.gates.verdicts import verdicts
+from specledger.records import RequestRecord, load_records
 
 
 def analyze_loads(

@@ -1,0 +1,21 @@
+"""The engine of a target model by name: the one constructor the CLI verbs share (``generate``, ``run``,
+``sweep``, ``serve``).
+
+Callers import it at call time (``from specledger.engine.build import build_engine`` inside the verb),
+so a test can stand a tiny engine in by patching this module's attribute.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specledger.engine.decode import Engine
+
+
+def build_engine(target: str | None, dtype: str = "auto", device: str = "cpu") -> Engine:
+    """Load the target (default: bundled SmolLM2-135M-Instruct) on ``device`` and wrap it in an Engine."""
+    from specledger.engine.decode import Engine
+    from specledger.engine.loader import load_model
+
+    return Engine.from_loaded(load_model(target, dtype=dtype, device=device))

@@ -1,0 +1,18 @@
+"""A gate's outcome: ``pass``, ``fail`` or ``not assessed`` (shown honestly, never guessed), with its evidence."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+PASS, FAIL, NOT_ASSESSED = "pass", "fail", "not assessed"
+GATES = ("correctness", "quality", "latency", "capacity")
+
+
+@dataclass(frozen=True)
+class GateResult:
+    name: str
+    status: str  # PASS | FAIL | NOT_ASSESSED
+    evidence: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)

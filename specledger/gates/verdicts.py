@@ -1,0 +1,188 @@
+"""The verdict per (category, temperature): the fastest scenario with no failed gate and a speed-up CI
+lower bound above ``min_ci_low``; otherwise "off". ``not assessed`` blocks only with ``require_assessed``.
+Ties (overlapping intervals) go to the smaller memory footprint; controls (random tokens) are reported,
+never deployed."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from specledger.gates.result import FAIL, GATES, NOT_ASSESSED
+from specledger.gates.slo import SLO
+from specledger.records import RequestRecord
+
+
+def _blocking(gates: dict[str, dict[str, str]], slo: SLO) -> list[str]:
+    bad = {FAIL, NOT_ASSESSED} if slo.require_assessed else {FAIL}
+    return [name for name in GATES if gates.get(name, {}).get("status", NOT_ASSESSED) in bad]
+
+
+#: categories that are controls, never deployed: they show what the drafters do on input without structure
+CONTROL_CATEGORIES = frozenset({"random"})
+#: memory rank of a drafter's own state (weights, KV): model-free < shared weights < int8 copy < separate model
+DRAFTER_MEMORY_RANK = {"ngram": 0, "suffix": 1, "layerskip": 2, "quant-self": 3, "model": 4}
+
+
+def repeated_ngram_fraction(token_ids: Sequence[int], n: int = 4) -> float | None:
+    """Share of an output's n-grams that already occurred earlier in it (None when shorter than n + 1)."""
+    grams = [tuple(token_ids[i : i + n]) for i in range(len(token_ids) - n + 1)]
+    if len(grams) < 2:
+        return None
+    seen: set[tuple[int, ...]] = set()
+    repeats = 0
+    for g in grams:
+        repeats += g in seen
+        seen.add(g)
+    return repeats / len(grams)
+
+
+def control_repetition(records: Sequence[RequestRecord], n: int = 4) -> dict[tuple[str, float], float]:
+    """Mean repeated-n-gram fraction of plain decoding's outputs per control (category, temperature)."""
+    acc: dict[tuple[str, float], list[float]] = defaultdict(list)
+    for r in records:
+        if r.category in CONTROL_CATEGORIES and (r.drafter or "none") == "none":
+            if (f := repeated_ngram_fraction(r.token_ids, n)) is not None:
+                acc[(r.category, float(r.temperature))].append(f)
+    return {k: sum(v) / len(v) for k, v in acc.items()}
+
+
+def _memory_key(s: dict[str, Any]) -> tuple:
+    g = s["gamma"] if isinstance(s["gamma"], (int, float)) else math.inf
+    return (DRAFTER_MEMORY_RANK.get(s["drafter"], 5), g)
+
+
+def _half_width(s: dict[str, Any]) -> float | None:
+    lo, hi = s["speedup_ci"]
+    return None if lo is None or hi is None else (hi - lo) / 2
+
+
+def prompts_to_separate(a: dict[str, Any], b: dict[str, Any] | None = None, threshold: float = 1.0) -> int | None:
+    """Paired prompts that would make the 95 % intervals of ``a`` and ``b`` (or ``a`` and ``threshold``)
+    stop overlapping, if the half-widths shrink as 1/sqrt(n) and the point estimates stay put."""
+    n = max(int(a.get("paired_prompts") or 1), 1)
+    ha = _half_width(a)
+    if ha is None:
+        return None
+    if b is None:
+        gap, width = abs(a["speedup"] - threshold), ha
+    else:
+        hb = _half_width(b)
+        if hb is None:
+            return None
+        gap, width = abs(a["speedup"] - b["speedup"]), ha + hb
+    if not (math.isfinite(gap) and math.isfinite(width)) or gap <= 0:  # a NaN speed-up separates nothing
+        return None
+    return max(n + 1, math.ceil(n * (width / gap) ** 2))
+
+
+def _name(s: dict[str, Any]) -> str:
+    return f"{s['drafter']} γ {s['gamma']}"
+
+
+def verdicts(
+    scenarios: Sequence[dict[str, Any]],
+    slo: SLO = SLO(),
+    controls: dict[tuple[str, float], float] | None = None,
+) -> list[dict[str, Any]]:
+    """One decision per (category, temperature) from scenario dicts carrying ``gates`` (as dicts).
+
+    Among the settings with no blocking gate and CI low > ``slo.min_ci_low``, take the fastest; every
+    setting whose interval overlaps its interval is as good as far as the data can tell ("ngram γ 2 ≈
+    γ 4"): pick among them by the stated rule (the cheaper in memory: model-free drafter before
+    shared-weight, int8 and separate-model drafters, then the smaller γ), and mark the decision
+    unresolved with the prompts it would take to separate them. Control categories
+    (:data:`CONTROL_CATEGORIES`) are never deployed: their entry is ``decision = "control"``.
+    """
+    controls = controls or {}
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for s in scenarios:
+        groups[(s["category"], s["temperature"])].append(s)
+    out = []
+    for (cat, temp), items in groups.items():
+        measured = [s for s in items if s.get("speedup") is not None]
+        eligible = [
+            s
+            for s in measured
+            if not _blocking(s["gates"], slo) and (s["speedup_ci"][0] or -math.inf) > slo.min_ci_low
+        ]
+        base = {"category": cat, "temperature": temp, "resolved": True, "tied_with": [], "prompts_needed": None}
+        if cat in CONTROL_CATEGORIES:
+            rep = controls.get((cat, float(temp)))
+            fastest = max(measured, key=lambda s: s["speedup"]) if measured else None
+            seen = (f"; its fastest setting, {_name(fastest)}, measured S = {fastest['speedup']:.2f}"
+                    if fastest else "")
+            rep_text = (f"plain decoding's replies to random tokens repeat themselves: {100 * rep:.0f} % of their "
+                        "4-grams occurred earlier in the same reply, which the n-gram and suffix drafters copy"
+                        if rep is not None else "no plain output long enough to measure its repetition")
+            out.append({**base, "decision": "control", "drafter": None, "gamma": None, "label": "control",
+                        "speedup": None, "speedup_ci": [None, None], "repeated_ngram_fraction": rep,
+                        "reason": (f"Control, never deployed: random token ids have no structure to predict, so "
+                                   f"any speed-up here comes from the model's own output, not the workload; "
+                                   f"{rep_text}{seen}.")})
+            continue
+        if eligible:
+            fastest = max(eligible, key=lambda s: s["speedup"])
+            flo = fastest["speedup_ci"][0]
+            tied = [s for s in eligible if s is fastest or (s["speedup_ci"][1] is not None and flo is not None
+                                                            and s["speedup_ci"][1] >= flo)]
+            best = min(tied, key=lambda s: (*_memory_key(s), -s["speedup"]))
+            lo, hi = best["speedup_ci"]
+            caveat = [n for n in GATES if best["gates"][n]["status"] == NOT_ASSESSED]
+            others = [s for s in tied if s is not best]
+            reason = (
+                f"{best['drafter']} γ={best['gamma']} passes the gates: "
+                f"S = {best['speedup']:.2f} (95% CI {lo:.2f}–{hi:.2f})"
+                + (f"; {', '.join(caveat)} not assessed" if caveat else "")
+            )
+            entry = {**base, "decision": "deploy", "drafter": best["drafter"], "gamma": best["gamma"],
+                     "label": best["label"], "speedup": best["speedup"], "speedup_ci": best["speedup_ci"]}
+            if others:
+                need = [prompts_to_separate(best, o) for o in others]
+                known = [x for x in need if x is not None]
+                entry.update(resolved=False, tied_with=[o["label"] for o in others],
+                             prompts_needed=max(known) if known else None)
+                ties = " ≈ ".join([_name(best)] + [_name(o) for o in others])
+                reason += (f". Not yet resolved: {ties} (their 95% intervals overlap); chosen by the rule "
+                           "'cheaper in memory, then smaller γ'; "
+                           + (f"≈ {entry['prompts_needed']} paired prompts per category would separate them"
+                              if known else "more prompts are needed to separate them"))
+            out.append({**entry, "reason": reason + "."})
+            continue
+        entry = {**base, "decision": "off", "drafter": None, "gamma": None, "label": "off", "speedup": None,
+                 "speedup_ci": [None, None], "reason": _off_reason(measured, slo)}
+        passing = [s for s in measured if not _blocking(s["gates"], slo)]
+        if passing:
+            top = max(passing, key=lambda s: s["speedup"])
+            if top["speedup"] > slo.min_ci_low and top["speedup_ci"][0] is not None:
+                need = prompts_to_separate(top, threshold=slo.min_ci_low)
+                entry.update(resolved=False, prompts_needed=need)
+                entry["reason"] += (f" Not yet resolved: {_name(top)} measured S = {top['speedup']:.2f} but its "
+                                    f"interval reaches {slo.min_ci_low:g}"
+                                    + (f"; ≈ {need} paired prompts would settle it." if need else "."))
+        out.append(entry)
+    return out
+
+
+def _off_reason(measured: Sequence[dict[str, Any]], slo: SLO) -> str:
+    if not measured:
+        return "Off: no speculative setting was measured against plain decoding on the same prompts."
+    fastest = max(measured, key=lambda s: s["speedup"])
+    lo = fastest["speedup_ci"][0]
+    blocked = _blocking(fastest["gates"], slo)
+    name = f"{fastest['drafter']} γ={fastest['gamma']} (S = {fastest['speedup']:.2f})"
+    if blocked:
+        ok = [s for s in measured if not _blocking(s["gates"], slo)]
+        tail = (
+            f"; the best setting that passes, {ok[0]['drafter']} γ={ok[0]['gamma']}, has a CI lower bound of "
+            f"{ok[0]['speedup_ci'][0] if ok[0]['speedup_ci'][0] is not None else float('nan'):.2f} ≤ {slo.min_ci_low:g}"
+            if (ok := sorted(ok, key=lambda s: -s["speedup"]))
+            else ""
+        )
+        return f"Off: the fastest setting, {name}, fails the {' and '.join(blocked)} gate{'s' if len(blocked) > 1 else ''}{tail}."
+    if lo is None:
+        return (f"Off: the fastest setting, {name}, has no confidence interval (one prompt cannot be resampled); "
+                "measure more prompts (--n 2 or more) before deploying.")
+    return f"Off: the fastest setting, {name}, has a speed-up CI lower bound of {lo:.2f}, not above {slo.min_ci_low:g}."

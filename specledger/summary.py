@@ -1,0 +1,151 @@
+"""Every figure of a run and its verdicts as one JSON-ready dict (``summary.json``): the one place
+that runs the steps in order, each a layer below this one.
+
+1. The main job's records (:func:`specledger.records.main_records`) are analysed per scenario
+   (:func:`specledger.analysis.run.analyze_run`: ledger figures, bootstrap CIs, reconciliation, the
+   run's cost model per drafter, optimal γ).
+2. The prediction check (:func:`specledger.predict.check.run_prediction_check`: leave one γ out) and
+   the end-to-end model's speed-up of every measured setting.
+3. The four gates per scenario (:mod:`specledger.gates`) and the verdicts at load 1, then at every
+   load > 1 of ``specledger run --loads`` (:func:`specledger.gates.loads.analyze_loads`).
+4. The schedule over loads (:mod:`specledger.schedule`).
+
+The run's forecast inputs -- the verify surface measured at its start and the exact replayer of its
+greedy rounds -- are built once per summary and shared by every step (the replayer keeps each
+(drafter, γ) it has replayed). Nothing here draws: :mod:`specledger.report` renders the result.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from specledger.analysis.endpoints import endpoint_experiments
+from specledger.analysis.run import analyze_run
+from specledger.analysis.scenario import baseline_key, group_scenarios
+from specledger.gates import GATES, SLO, check_target_load, control_repetition, evaluate_gates, verdicts
+from specledger.gates.loads import analyze_loads
+from specledger.predict.check import run_prediction_check, scenario_predictions, usable
+from specledger.predict.costmodel import CostModel, fit_cost_model
+from specledger.predict.replay import run_forecast_inputs
+from specledger.records import RequestRecord, main_records
+from specledger.rundir import EXPERIMENT_FILES, TRACE_NAME, RunDir, json_safe
+from specledger.schedule import schedules
+
+SCHEMA = "specledger.summary/1"
+#: (the run's measured verify surface or None, the replayer of its greedy rounds or None)
+ForecastInputs = tuple[Any, Any]
+
+
+def load_experiments(run: RunDir) -> dict[str, Any]:
+    """The side-experiment results present in the run directory (``quantization.json``, ``policies.json``,
+    ``serving.json``, ``simulate.json``) as they are, and the endpoint figures of ``probe.json`` /
+    ``vllm_bench.json`` / ``guidellm.json`` (:func:`~specledger.analysis.endpoints.endpoint_experiments`)."""
+    found = run.experiments()
+    out = {key: found[key] for key in EXPERIMENT_FILES if key in found}
+    out.update(endpoint_experiments(found))  # "probe" / "vllm_bench": endpoint figures, no per-request rows
+    return out
+
+
+def _chains(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    """The main job's chain records: the γ performance model is for chains (trees: ``analyze_trees``)."""
+    return [r for r in main_records(records) if not r.tree_budget]
+
+
+def _run_memory(meta: dict[str, Any]) -> float | None:
+    for key in ("peak_memory_bytes", "peak_mem_bytes"):
+        value = meta.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def summarize(
+    records: Sequence[RequestRecord],
+    meta: dict[str, Any] | None = None,
+    slo: SLO | None = None,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    experiments: dict[str, Any] | None = None,
+    forecast_inputs: ForecastInputs | None = None,
+) -> dict[str, Any]:
+    """Every figure of the report as one JSON-ready dict: analysis + prediction check + gates + verdicts,
+    plus the side experiments' results (``experiments``) as they are. Side-experiment records are left
+    out of the main analysis (:func:`~specledger.records.main_records`). ``forecast_inputs``: the run's
+    (surface, replayer) when the caller has built them (:func:`run_forecast_inputs` of the chains)."""
+    meta = dict(meta or {})
+    slo = slo or SLO()
+    all_records = list(records)
+    records = main_records(all_records)
+    chains = _chains(records)
+    inputs = forecast_inputs if forecast_inputs is not None else run_forecast_inputs(chains, meta)
+    surface, replay = inputs  # the run's verify surface; exact replay of greedy rounds
+    analysis = analyze_run(records, n_resamples=n_resamples, seed=seed, surface=surface, replay=replay)
+    check = run_prediction_check(chains, meta, inputs=inputs)
+    predicted = scenario_predictions(chains, check, meta, inputs=inputs)
+    groups = group_scenarios(records)
+    by_label = {k.label: k for k in groups}
+    run_memory = _run_memory(meta)
+    for s in analysis["scenarios"]:
+        key = by_label[s["label"]]
+        if s.get("memory_bytes") is None and run_memory is not None:
+            s["memory_bytes"] = run_memory
+        gates = evaluate_gates(s, groups[key], groups.get(baseline_key(key), []), slo)
+        pred = None if key.tree_budget else predicted.get((key.category, float(key.temperature), key.drafter, key.gamma))
+        s["predicted_speedup_e2e"] = pred["speedup"] if pred else None  # specledger.predict, end to end
+        s["prediction_kind"] = pred["kind"] if pred else None
+        s["gates"] = {name: gates[name].to_dict() for name in GATES}
+    # the main job decodes one request at a time: its verdicts are at load 1, measured; the load
+    # points (``specledger run --loads``) add a verdict per load > 1 (specledger.gates.loads)
+    controls = control_repetition(records)
+    decided = [{**v, "load": 1, "simulated": False} for v in verdicts(analysis["scenarios"], slo, controls)]
+    at_loads = analyze_loads(all_records, meta, slo, controls, n_resamples=n_resamples, seed=seed)
+    decided += at_loads["verdicts"]
+    loads = sorted({1, *at_loads["loads"]}) if records else at_loads["loads"]
+    check_target_load(slo, loads)
+    return json_safe(
+        {
+            "schema": SCHEMA,
+            "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "meta": meta,
+            "slo": slo.to_dict(),
+            "requests": len(records),
+            "experiment_requests": len(all_records) - len(records),
+            "experiments": dict(experiments or {}),
+            "verdicts": decided,
+            "schedules": [{k: v for k, v in sch.items() if k != "cells"} for sch in schedules(decided, slo.target_load)],
+            "loads": loads,
+            "load_scenarios": at_loads["scenarios"],
+            "load_baselines": at_loads["baselines"],
+            **analysis,
+            "prediction_check": check,
+        }
+    )  # type: ignore[return-value]
+
+
+def run_cost_model(records: Sequence[RequestRecord], surface: Any, source: str) -> CostModel | None:
+    """The run's cost model (``cost_model.json``, :mod:`specledger.predict.costmodel`) fitted, with its
+    bootstrap, on the main job's solo static-γ requests over the verify ``surface`` measured at the run's
+    start; None without such requests."""
+    solo = usable(main_records(records))
+    return fit_cost_model(solo, source=source, surface=surface) if solo else None
+
+
+def summarize_run(
+    run_dir: str | Path | RunDir, slo: SLO | None = None, n_resamples: int = 1000, seed: int = 0
+) -> tuple[dict[str, Any], CostModel | None]:
+    """A run directory's summary (:func:`summarize` of its records, ``run.json`` and side experiments,
+    ``run_dir`` noted) and its cost model (:func:`run_cost_model`), both from one load of the folder
+    and one build of its forecast inputs. Writes nothing."""
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    records, meta = run.records(), run.meta()
+    inputs = run_forecast_inputs(_chains(records), meta)
+    summary = summarize(records, meta, slo, n_resamples=n_resamples, seed=seed,
+                        experiments=load_experiments(run), forecast_inputs=inputs)
+    summary["run_dir"] = str(run.path)
+    return summary, run_cost_model(records, inputs[0], f"fitted from {run.name}/{TRACE_NAME}")
+
+
+__all__ = ["SCHEMA", "load_experiments", "run_cost_model", "summarize", "summarize_run"]
