@@ -225,7 +225,9 @@ def test_overlapping_intervals_are_said_and_the_tie_rule_picks_cheaper_then_smal
     assert "cheaper in memory, then smaller γ" in v["reason"]
     assert v["prompts_needed"] is not None and v["prompts_needed"] > 2
     assert f"≈ {v['prompts_needed']} paired prompts" in v["reason"]
-    (v,) = verdicts(scenarios)  # a clear winner: resolved
+    (v,) = verdicts(scenarios)  # 2 prompts: even suffix γ 4's lead is within the small-sample intervals
+    assert (v["drafter"], v["gamma"], v["resolved"]) == ("ngram", 2, False)
+    (v,) = verdicts([{**s, "paired_prompts": 40} for s in scenarios])  # the same intervals from 40 prompts
     assert (v["drafter"], v["gamma"]) == ("suffix", 4) and v["resolved"] is True and v["tied_with"] == []
 
 
@@ -286,3 +288,24 @@ def test_prompts_to_separate_says_nothing_for_a_nan_speedup():
     assert prompts_to_separate({"speedup": nan, "speedup_ci": [nan, nan], "paired_prompts": 2}) is None
     assert prompts_to_separate({"speedup": 1.2, "speedup_ci": [1.1, 1.3], "paired_prompts": 2},
                                {"speedup": nan, "speedup_ci": [0.9, 1.4]}) is None
+
+
+def test_two_prompts_do_not_resolve_what_a_third_could_reorder():
+    """Bootstrap intervals of 2 prompts that do not overlap still tie once widened by Student's t (1 df):
+    the rule (cheaper in memory, smaller γ) picks, and the verdict says it is not resolved."""
+    from specledger.gates.verdicts import small_sample_factor
+
+    assert small_sample_factor(2) == pytest.approx(12.706 / 1.960, rel=1e-3)
+    assert small_sample_factor(100) == 1.0 and small_sample_factor(8) < small_sample_factor(3)
+    fast, slow = _scenario("suffix", 4, 1.60, (1.52, 1.68)), _scenario("ngram", 2, 1.40, (1.33, 1.47))
+    (v,) = verdicts([fast, slow])  # sample size unknown: the intervals as given, a clear winner
+    assert (v["drafter"], v["resolved"]) == ("suffix", True)
+    for s in (fast, slow):
+        s["paired_prompts"] = 2
+    (v,) = verdicts([fast, slow])
+    assert (v["drafter"], v["gamma"], v["resolved"]) == ("ngram", 2, False)
+    assert "widened ×6.5 for 2 prompts" in v["reason"]
+    for s in (fast, slow):
+        s["paired_prompts"] = 64  # the same intervals from many prompts separate them
+    (v,) = verdicts([fast, slow])
+    assert (v["drafter"], v["resolved"]) == ("suffix", True)

@@ -1,6 +1,7 @@
 """The verdict per (category, temperature): the fastest scenario with no failed gate and a speed-up CI
 lower bound above ``min_ci_low``; otherwise "off". ``not assessed`` blocks only with ``require_assessed``.
-Ties (overlapping intervals) go to the smaller memory footprint; controls (random tokens) are reported,
+Ties (overlapping intervals, widened for small samples: :func:`small_sample_factor`) go to the smaller
+memory footprint, then the smaller γ; controls (random tokens) are reported,
 never deployed."""
 
 from __future__ import annotations
@@ -78,6 +79,30 @@ def prompts_to_separate(a: dict[str, Any], b: dict[str, Any] | None = None, thre
     return max(n + 1, math.ceil(n * (width / gap) ** 2))
 
 
+def small_sample_factor(n: int) -> float:
+    """t_{n-1, 0.975} / z_{0.975}: how much wider a 95 % interval of a mean over ``n`` paired prompts is
+    than the percentile bootstrap's, which assumes many (with 2 prompts the bootstrap's interval is just
+    the two prompts' speed-ups; Student's t with 1 degree of freedom is 6.5 times wider). 1 for n >= 100."""
+    if n >= 100:
+        return 1.0
+    from scipy.stats import norm, t
+
+    return float(t.ppf(0.975, max(n, 2) - 1) / norm.ppf(0.975))
+
+
+def _tie_bounds(s: dict[str, Any]) -> tuple[float | None, float | None]:
+    """The speed-up interval the tie test uses: the bootstrap interval widened about the point by
+    :func:`small_sample_factor` of its paired prompts, so that 2 prompts do not 'resolve' settings that a
+    third prompt could reorder."""
+    lo, hi = s["speedup_ci"]
+    if lo is None or hi is None:
+        return lo, hi
+    n = s.get("paired_prompts")
+    k = small_sample_factor(int(n)) if n else 1.0  # unknown sample size: the interval as given
+    x = s["speedup"]
+    return x - k * (x - lo), x + k * (hi - x)
+
+
 def _name(s: dict[str, Any]) -> str:
     return f"{s['drafter']} γ {s['gamma']}"
 
@@ -125,9 +150,9 @@ def verdicts(
             continue
         if eligible:
             fastest = max(eligible, key=lambda s: s["speedup"])
-            flo = fastest["speedup_ci"][0]
-            tied = [s for s in eligible if s is fastest or (s["speedup_ci"][1] is not None and flo is not None
-                                                            and s["speedup_ci"][1] >= flo)]
+            flo = _tie_bounds(fastest)[0]
+            tied = [s for s in eligible if s is fastest or ((hi := _tie_bounds(s)[1]) is not None and flo is not None
+                                                            and hi >= flo)]
             best = min(tied, key=lambda s: (*_memory_key(s), -s["speedup"]))
             lo, hi = best["speedup_ci"]
             caveat = [n for n in GATES if best["gates"][n]["status"] == NOT_ASSESSED]
@@ -145,7 +170,10 @@ def verdicts(
                 entry.update(resolved=False, tied_with=[o["label"] for o in others],
                              prompts_needed=max(known) if known else None)
                 ties = " ≈ ".join([_name(best)] + [_name(o) for o in others])
-                reason += (f". Not yet resolved: {ties} (their 95% intervals overlap); chosen by the rule "
+                n_min = min((int(x["paired_prompts"]) for x in tied if x.get("paired_prompts")), default=100)
+                widened = (f", each widened ×{small_sample_factor(n_min):.1f} for {n_min} prompts"
+                           if small_sample_factor(n_min) > 1.05 else "")
+                reason += (f". Not yet resolved: {ties} (their 95% intervals overlap{widened}); chosen by the rule "
                            "'cheaper in memory, then smaller γ'; "
                            + (f"≈ {entry['prompts_needed']} paired prompts per category would separate them"
                               if known else "more prompts are needed to separate them"))
