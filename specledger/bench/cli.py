@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from specledger.bench.loads import parse_loads
 from specledger.errors import SpecLedgerError
 
 
@@ -17,19 +17,6 @@ def _csv(text: str | None, cast=str) -> list | None:
     from specledger.bench.sweep import parse_csv
 
     return None if text is None else parse_csv(text, cast)
-
-
-def _parse_loads(text: str | None) -> list[int] | None:
-    """``"1,4,16"`` -> [1, 4, 16]; anything else is a one-line error naming the fix."""
-    if text is None:
-        return None
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        values = []
-    if not values or any(not math.isfinite(v) or v < 1 or v != int(v) for v in values):
-        raise SpecLedgerError(f"--loads {text!r}: give whole numbers of concurrent requests >= 1, e.g. --loads 1,4,16")
-    return sorted({int(v) for v in values})
 
 
 def run(
@@ -98,7 +85,7 @@ def run(
             ("model_gammas", _csv(gammas, int)), ("tree_budgets", _csv(tree_budgets, int)),
             ("temperatures", _csv(temperatures, float)), ("n_per_category", n), ("max_tokens", max_tokens),
             ("layers", layers), ("draft", draft), ("seed", seed if seed else None),
-            ("workload_file", str(workload) if workload else None), ("loads", _parse_loads(loads)),
+            ("workload_file", str(workload) if workload else None), ("loads", parse_loads(loads)),
         ):
             if value is not None:
                 setattr(plan, attr, value)

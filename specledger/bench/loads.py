@@ -18,15 +18,31 @@ appended together).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from specledger.engine.trace import RequestRecord
+from specledger.errors import SpecLedgerError
 from specledger.rundir import EXPERIMENT_KEY, append_records, read_records
 
 LOAD_EXPERIMENT = "load"
+
+
+def parse_loads(text: str | None, flag: str = "--loads") -> list[int] | None:
+    """``"1,4,16"`` -> [1, 4, 16] (sorted, distinct); anything else is a one-line error naming the fix."""
+    if text is None:
+        return None
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or any(not math.isfinite(v) or v < 1 or v != int(v) for v in values):
+        raise SpecLedgerError(f"{flag} {text!r}: give whole numbers of concurrent requests >= 1, "
+                              f"e.g. {flag} 1,4,16")
+    return sorted({int(v) for v in values})
 
 
 def memory_facts(engine: Any) -> dict[str, Any]:

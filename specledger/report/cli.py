@@ -71,12 +71,13 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
             _f(t0 * el if t0 is not None and el is not None else None),
             gates,
         )
-    console.print(table)
+    if table.row_count:  # a probe at loads > 1 only has no solo rows
+        console.print(table)
+        console.print("[dim]pred S: the end-to-end performance model (prefill and boundary rounds included), fitted "
+                      "without that γ; * in sample (the drafter ran one γ only)[/]")
     console.print(
         "[dim]gates: C correctness, Q quality, L latency, Cap capacity (✓ pass, ✗ fail, – not assessed)[/]"
     )
-    console.print("[dim]pred S: the end-to-end performance model (prefill and boundary rounds included), fitted "
-                  "without that γ; * in sample (the drafter ran one γ only)[/]")
     loads = summary.get("loads") or [1]
     for v in summary.get("verdicts", []):
         head = (f"deploy {v['drafter']} γ={v['gamma']}" if v["decision"] == "deploy"

@@ -52,6 +52,20 @@ def _endpoint_view(report: Mapping[str, Any], role: str) -> dict[str, Any]:
     }
 
 
+def _load_views(loads: Any) -> list[dict[str, Any]]:
+    """``probe --loads``: each load's endpoint views and whole-load ratios ([] for a probe at one concurrency)."""
+    out = []
+    for point in loads if isinstance(loads, list) else []:
+        if not isinstance(point, dict) or not isinstance(point.get("probe"), dict):
+            continue
+        views = [_endpoint_view(point["probe"], "endpoint")]
+        if isinstance(point.get("baseline"), dict):
+            views.append(_endpoint_view(point["baseline"], "baseline"))
+        out.append({"load": point.get("load"), "order": point.get("order"), "endpoints": views,
+                    "speedup": point.get("speedup")})
+    return out
+
+
 def endpoint_experiments(run_dir: str | Path) -> dict[str, Any]:
     """The endpoint figures of ``run_dir`` for the report: ``{"probe": ...}`` from ``probe.json`` and
     ``{"vllm_bench": ...}`` from ``vllm_bench.json`` and ``{"guidellm": ...}`` from ``guidellm.json`` (each only
@@ -63,7 +77,8 @@ def endpoint_experiments(run_dir: str | Path) -> dict[str, Any]:
         views = [_endpoint_view(probe["probe"], "endpoint")]
         if isinstance(probe.get("baseline"), dict):
             views.append(_endpoint_view(probe["baseline"], "baseline"))
-        out["probe"] = json_safe({"endpoints": views, "speedup": probe.get("speedup"), "note": NO_ROUNDS_NOTE})
+        out["probe"] = json_safe({"endpoints": views, "speedup": probe.get("speedup"), "note": NO_ROUNDS_NOTE,
+                                  "loads": _load_views(probe.get("loads"))})
     for name, key in ((VLLM_BENCH_JSON, "vllm_bench"), (GUIDELLM_JSON, "guidellm")):
         bench = _read_object(run_dir / name)
         if not bench or not isinstance(bench.get("summary"), dict):
