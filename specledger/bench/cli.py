@@ -20,7 +20,7 @@ def _csv(text: str | None, cast=str) -> list | None:
 
 
 def run(
-    quick: Annotated[bool, typer.Option("--quick", help="About 2 minutes: 3 categories, 2 prompts each, gamma 4, loads 1 and 16.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="About 2 minutes: 3 categories, 2 prompts each, gamma 4, loads 1 and 16 (64 simulated).")] = False,
     full: Annotated[bool, typer.Option("--full", help="Hours: 8 prompts per category, gamma 1-8, T 0 and 0.8, "
                                                        "then the sweep's quant4, policies and serving experiments.")] = False,
     out: Annotated[Path | None, typer.Option(help="Run directory (default: runs/<timestamp>).")] = None,
@@ -43,7 +43,15 @@ def run(
     draft: Annotated[str | None, typer.Option(help="Draft model path for the 'model' drafter; a .safetensors head file for 'head'.")] = None,
     loads: Annotated[str | None, typer.Option(help="Concurrencies, e.g. 1,4,16: every setting also runs under "
                                                    "continuous batching at each load > 1 (default: 1,16; 1,4,16 adds ~2.5 min).")] = None,
-    slo: Annotated[Path | None, typer.Option(help="SLO file (TOML/JSON): latency/capacity targets, target_load.")] = None,
+    simulate_loads: Annotated[str | None, typer.Option(help="Loads beyond the measured ones, e.g. 64,256: after the "
+                                                           "measured part the simulator (priced by this run's own "
+                                                           "cost model) runs every setting at each; those verdicts "
+                                                           "are labelled simulated, with the simulator's error at "
+                                                           "the measured loads > 1 beside them. Every preset "
+                                                           "simulates 64 (about a second); give loads to replace it, "
+                                                           "e.g. 64,256, or none.")] = None,
+    slo: Annotated[Path | None, typer.Option(help="SLO file (TOML/JSON): latency/capacity targets, target_load "
+                                                  "(a measured or a simulated load).")] = None,
     seed: Annotated[int, typer.Option(help="Workload sampling and sampling seed.")] = 0,
 ) -> None:
     """Run plain decoding and every drafter over real workloads; write traces, report.html, summary.json and the verdict."""
@@ -86,6 +94,7 @@ def run(
             ("temperatures", _csv(temperatures, float)), ("n_per_category", n), ("max_tokens", max_tokens),
             ("layers", layers), ("draft", draft), ("seed", seed if seed else None),
             ("workload_file", str(workload) if workload else None), ("loads", parse_loads(loads)),
+            ("simulate_loads", parse_loads(simulate_loads, "--simulate-loads", "64,256", allow_none=True)),
         ):
             if value is not None:
                 setattr(plan, attr, value)
@@ -95,7 +104,7 @@ def run(
     plan.validate()
     from specledger.gates import check_target_load, load_slo
 
-    check_target_load(load_slo(slo), sorted({1, *plan.loads}))  # a bad SLO file fails before any model loads
+    check_target_load(load_slo(slo), sorted({1, *plan.loads}), plan.simulate_loads)  # before any model loads
 
     from specledger.engine.device import resolve_device
 
@@ -106,7 +115,8 @@ def run(
     with console.status("loading the target model (first use converts the GGUF once, ~30 s)"):
         engine = build_engine(target, dtype) if device == "cpu" else build_engine(target, dtype, device)
     console.print(f"target: {engine.name} ({engine.dtype}), drafters: {', '.join(plan.drafters)}, "
-                  f"gammas: {plan.gammas}, temperatures: {plan.temperatures}, loads: {sorted({1, *plan.loads})}")
+                  f"gammas: {plan.gammas}, temperatures: {plan.temperatures}, loads: {sorted({1, *plan.loads})}"
+                  + (f", simulated loads: {plan.simulate_loads}" if plan.simulate_loads else ""))
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn())
     with Progress(*columns, console=console, transient=False) as bar:

@@ -108,10 +108,13 @@ def summarize(
     n_resamples: int = 1000,
     seed: int = 0,
     experiments: dict[str, Any] | None = None,
+    simulate_loads: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """Every figure of the report as one JSON-ready dict: analysis + gates + verdicts, plus the
     side experiments' results (``experiments``) as they are. Side-experiment records are left out
-    of the main analysis (:func:`main_records`)."""
+    of the main analysis (:func:`main_records`). ``simulate_loads`` (default: ``run.json``'s
+    ``config.simulate_loads``): loads to simulate beyond the measured ones, each with verdicts
+    labelled ``simulated`` (:mod:`specledger.report.simulated`)."""
     meta = dict(meta or {})
     slo = slo or SLO()
     all_records = list(records)
@@ -142,7 +145,17 @@ def summarize(
     at_loads = analyze_loads(all_records, meta, slo, controls, n_resamples=n_resamples, seed=seed)
     decided += at_loads["verdicts"]
     loads = sorted({1, *at_loads["loads"]}) if records else at_loads["loads"]
-    check_target_load(slo, loads)
+    # loads beyond what ran here: the simulator, priced by this run (specledger.report.simulated)
+    sim_loads = simulate_loads if simulate_loads is not None else (meta.get("config") or {}).get("simulate_loads")
+    sim_loads = sorted(set(int(x) for x in sim_loads or []) - set(loads)) if records else []
+    sim = None
+    if sim_loads:
+        from specledger.report.simulated import simulated_loads
+
+        sim = simulated_loads(all_records, meta, slo, sim_loads, analysis["scenarios"] + at_loads["scenarios"],
+                              controls, surface, n_resamples=n_resamples, seed=seed)
+        decided += sim["verdicts"]
+    check_target_load(slo, loads, sim_loads)
     return json_safe(
         {
             "schema": SCHEMA,
@@ -155,7 +168,9 @@ def summarize(
             "verdicts": decided,
             "schedules": [{k: v for k, v in sch.items() if k != "cells"} for sch in schedules(decided, slo.target_load)],
             "loads": loads,
-            "load_scenarios": at_loads["scenarios"],
+            "simulated_loads": sim_loads,
+            "simulation": sim["simulation"] if sim else None,
+            "load_scenarios": at_loads["scenarios"] + (sim["scenarios"] if sim else []),
             "load_baselines": at_loads["baselines"],
             **analysis,
             "prediction_check": check,
@@ -208,6 +223,7 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
         verdicts=summary["verdicts"],
         schedules=summary.get("schedules", []),
         load_scenarios=summary.get("load_scenarios", []),
+        simulation=summary.get("simulation"),
         unpaired=summary["unpaired"],
         scenarios=summary["scenarios"],
         baselines=summary["baselines"],
@@ -240,14 +256,16 @@ def _write_cost_model(run_dir: Path, records: Sequence[RequestRecord], meta: dic
 
 
 def build_report(
-    run_dir: str | Path, slo: SLO | str | Path | None = None, n_resamples: int = 1000, seed: int = 0
+    run_dir: str | Path, slo: SLO | str | Path | None = None, n_resamples: int = 1000, seed: int = 0,
+    simulate_loads: Sequence[int] | None = None,
 ) -> tuple[dict[str, Any], Path]:
-    """Rebuild ``summary.json`` and ``report.html`` in ``run_dir`` from its traces; returns (summary, html path)."""
+    """Rebuild ``summary.json`` and ``report.html`` in ``run_dir`` from its traces; returns (summary, html path).
+    ``simulate_loads``: as :func:`summarize` (None: the run's own)."""
     run_dir = Path(run_dir)
     slo_obj = slo if isinstance(slo, SLO) else load_slo(slo)
     records, meta = load_run(run_dir)
     summary = summarize(records, meta, slo_obj, n_resamples=n_resamples, seed=seed,
-                        experiments=load_experiments(run_dir))
+                        experiments=load_experiments(run_dir), simulate_loads=simulate_loads)
     summary["run_dir"] = str(run_dir)
     html = render_html(summary, title=str(meta.get("name") or run_dir.name))
     write_json_atomic(run_dir / SUMMARY_NAME, summary)
