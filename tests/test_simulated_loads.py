@@ -117,6 +117,11 @@ def test_simulated_loads_are_verdicts_labelled_simulated_with_the_validation_err
     (tmp_path / "slo.json").write_text(json.dumps({"target_load": 32}))
     with pytest.raises(SpecLedgerError, match="or simulated \\(loads 8, 64\\)"):
         build_report(run, tmp_path / "slo.json", n_resamples=20)
+    # an SLO nobody meets: the simulated verdicts say that plain decoding misses it too
+    (tmp_path / "slo.json").write_text(json.dumps({"ttft_p99_ms": 1}))
+    tight, _ = build_report(run, tmp_path / "slo.json", n_resamples=20)
+    assert all("Plain decoding misses the latency SLO at load 64 too" in v["reason"]
+               for v in tight["verdicts"] if v["simulated"] and v["load"] == 64)
 
 
 def test_without_a_measured_load_the_simulation_is_not_validated(tmp_path: Path) -> None:

@@ -184,10 +184,24 @@ def _sim_latency_gate(latency: dict[str, Any], slo: SLO) -> GateResult:
     return GateResult("latency", g.status, f"simulated: {g.evidence} (token-ITL P99 of the whole point)")
 
 
+def plain_latency(points: Sequence[Any], categories: Mapping[str, str], slo: SLO) -> dict[tuple, GateResult]:
+    """Plain decoding's simulated latency gate per (category, temperature, load)."""
+    out = {}
+    for p in points:
+        if p.drafter != "none":
+            continue
+        for cat in sorted({categories.get(pid, "") for pid in p.prompt_ids}):
+            mask = p.select({pid for pid in p.prompt_ids if categories.get(pid, "") == cat})
+            out[(cat, p.temperature, p.load)] = _sim_latency_gate(sim_latency(p, mask), slo)
+    return out
+
+
 def simulated_verdicts(scenarios: Sequence[dict[str, Any]], slo: SLO, controls: dict | None,
-                       note: dict[str, Any]) -> list[dict[str, Any]]:
+                       note: dict[str, Any], plain: Mapping[tuple, GateResult] | None = None) -> list[dict[str, Any]]:
     """:func:`specledger.gates.verdicts` per simulated load, each entry labelled ``simulated`` with ``note``
-    (:func:`error_note`) as ``simulation_error``; the reason says it was simulated and how well validated."""
+    (:func:`error_note`) as ``simulation_error``; the reason says it was simulated and how well validated,
+    and, where ``plain`` (:func:`plain_latency`) misses the latency SLO too, that the load needs capacity."""
+    plain = plain or {}
     out = []
     for load in sorted({s["load"] for s in scenarios}):
         at = [s for s in scenarios if s["load"] == load]
@@ -201,10 +215,15 @@ def simulated_verdicts(scenarios: Sequence[dict[str, Any]], slo: SLO, controls: 
                                + "; measure a load > 1 too (e.g. --loads 1,16) to validate it.")
                 v["resolved"] = False
             elif v["decision"] != "control":
+                lat = plain.get((v["category"], v["temperature"], load))
+                if v["decision"] == "off" and lat is not None and lat.status == FAIL:
+                    v["reason"] += (f" Plain decoding misses the latency SLO at load {load} too ({lat.evidence}): "
+                                    "this load needs more capacity or a looser SLO whichever setting runs.")
                 v["reason"] += f" Simulated at load {load}; {note['text']}."
             out.append({**v, "load": load, "simulated": True, "simulation_error": note})
     return out
 
 
-__all__ = ["NOT_VALIDATED", "carried_gate", "error_note", "sim_capacity_gate", "sim_goodput", "sim_latency",
+__all__ = ["NOT_VALIDATED", "carried_gate", "error_note", "plain_latency", "sim_capacity_gate", "sim_goodput",
+           "sim_latency",
            "sim_speedup", "simulated_scenarios", "simulated_verdicts"]

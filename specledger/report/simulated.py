@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from specledger.analysis.simulated import error_note, simulated_scenarios, simulated_verdicts
+from specledger.analysis.simulated import error_note, plain_latency, simulated_scenarios, simulated_verdicts
 from specledger.bench.loads import interleaved, load_records
 from specledger.engine.trace import RequestRecord
 from specledger.errors import SpecLedgerError
@@ -122,7 +122,7 @@ def simulated_loads(records: Sequence[RequestRecord], meta: dict[str, Any], slo:
         mine = simulated_scenarios(at, categories, solo, history, meta, slo, errors.get("speedup") if validated
                                    else None, n_resamples, seed)
         scenarios += mine
-        decided += simulated_verdicts(mine, slo, controls, note)
+        decided += simulated_verdicts(mine, slo, controls, note, plain_latency(at, categories, slo))
     doc.update(min_requests=per_point, cost_source=cost.source, validation=rows, errors=notes, requests=int(sum(p.tokens.size for p in points)),
                seconds=time.perf_counter() - start)
     return {"verdicts": decided, "scenarios": scenarios, "simulation": doc}
