@@ -173,3 +173,12 @@ def test_report_verb_chooses_the_simulated_loads(tmp_path: Path) -> None:
     summary = json.loads((run / "summary.json").read_text())
     assert res.exit_code == 0 and summary["simulated_loads"] == [] and summary["simulation"] is None
     assert not any(v["simulated"] for v in summary["verdicts"])
+
+
+def test_a_run_without_speculative_rounds_is_not_simulated(tmp_path: Path) -> None:
+    run = make_run(tmp_path, [r for r in solo_records() if r.drafter == "none"], [64])
+    summary, _ = build_report(run, n_resamples=20)
+    assert summary["simulated_loads"] == [] and summary["simulation"]["note"].startswith("not simulated")
+    (tmp_path / "slo.json").write_text(json.dumps({"target_load": 64}))
+    with pytest.raises(SpecLedgerError, match="target_load 64 was not measured"):
+        build_report(run, tmp_path / "slo.json", n_resamples=20)

@@ -155,6 +155,7 @@ def summarize(
         sim = simulated_loads(all_records, meta, slo, sim_loads, analysis["scenarios"] + at_loads["scenarios"],
                               controls, surface, n_resamples=n_resamples, seed=seed)
         decided += sim["verdicts"]
+        sim_loads = sorted({int(v["load"]) for v in sim["verdicts"]})  # none when nothing could be simulated
     check_target_load(slo, loads, sim_loads)
     return json_safe(
         {
