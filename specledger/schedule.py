@@ -2,7 +2,8 @@
 
 The decision at each load comes from :func:`specledger.gates.verdicts` run on that load's
 scenarios (entries carry ``load`` and ``simulated``). This module folds them into one line per
-category ("ngram γ=4 at 1–4, ngram γ=2 at 16, off from 64") and emits it paste-ready:
+category ("ngram γ=4 at 1–4, ngram γ=2 at 16, off from 64 (sim)"; "(sim)": decided by the
+simulator, :mod:`specledger.simulated_loads`) and emits it paste-ready:
 
 - vLLM-style: ``speculative_config`` with ``num_speculative_tokens`` (the largest γ used) and
   ``num_speculative_tokens_per_batch_size`` (batch size -> γ, 0 = off);
@@ -60,25 +61,32 @@ def schedules(verdicts: Sequence[dict[str, Any]], target_load: int | None = None
     return out
 
 
+def _span(loads: Sequence[int]) -> str:
+    return f"{loads[0]}" if len(loads) == 1 else f"{loads[0]}–{loads[-1]}"
+
+
+def _run_text(setting: str, cells: Sequence[dict[str, Any]], last: bool, alone: bool) -> str:
+    """One run of equal settings: its measured loads, then its simulated ones marked "(sim)"."""
+    real = [int(v.get("load") or 1) for v in cells if not v.get("simulated")]
+    sim = [int(v.get("load") or 1) for v in cells if v.get("simulated")]
+    if setting == "off" and last and not alone:
+        first = real[0] if real else sim[0]
+        return f"off from {first}" + (" (sim)" if not real else f" (sim from {sim[0]})" if sim else "")
+    parts = ([_span(real)] if real else []) + ([f"{_span(sim)} (sim)"] if sim else [])
+    return f"{setting} at {' and '.join(parts)}"
+
+
 def schedule_text(cells: Sequence[dict[str, Any]]) -> str:
-    """"ngram γ=4 at 1–4, ngram γ=2 at 16, off from 64" (runs of equal settings merged; ``*`` = simulated)."""
-    runs: list[list[Any]] = []
+    """"ngram γ=4 at 1–4, ngram γ=2 at 16, off from 64 (sim)": runs of equal settings merged (cells
+    sorted by load), loads the simulator decided marked "(sim)"."""
+    runs: list[tuple[str, list[dict[str, Any]]]] = []
     for v in cells:
-        load = int(v.get("load") or 1)
-        mark = "*" if v.get("simulated") else ""
         s = _setting(v)
         if runs and runs[-1][0] == s:
-            runs[-1][2] = f"{load}{mark}"
+            runs[-1][1].append(v)
         else:
-            runs.append([s, f"{load}{mark}", f"{load}{mark}"])
-    parts = []
-    for i, (s, lo, hi) in enumerate(runs):
-        last = i == len(runs) - 1
-        if s == "off" and last and len(runs) > 1:
-            parts.append(f"off from {lo}")
-        else:
-            parts.append(f"{s} at {lo}" if lo == hi else f"{s} at {lo}–{hi}")
-    return ", ".join(parts)
+            runs.append((s, [v]))
+    return ", ".join(_run_text(s, vs, i == len(runs) - 1, len(runs) == 1) for i, (s, vs) in enumerate(runs))
 
 
 def snippet(schedule: dict[str, Any], kind: str) -> str:

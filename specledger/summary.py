@@ -70,11 +70,14 @@ def summarize(
     seed: int = 0,
     experiments: dict[str, Any] | None = None,
     forecast_inputs: ForecastInputs | None = None,
+    simulate_loads: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """Every figure of the report as one JSON-ready dict: analysis + prediction check + gates + verdicts,
     plus the side experiments' results (``experiments``) as they are. Side-experiment records are left
     out of the main analysis (:func:`~specledger.records.main_records`). ``forecast_inputs``: the run's
-    (surface, replayer) when the caller has built them (:func:`run_forecast_inputs` of the chains)."""
+    (surface, replayer) when the caller has built them (:func:`run_forecast_inputs` of the chains).
+    ``simulate_loads`` (default: ``run.json``'s ``config.simulate_loads``): loads to simulate beyond the
+    measured ones, each with verdicts labelled ``simulated`` (:mod:`specledger.simulated_loads`)."""
     meta = dict(meta or {})
     slo = slo or SLO()
     all_records = list(records)
@@ -104,7 +107,18 @@ def summarize(
     at_loads = analyze_loads(all_records, meta, slo, controls, n_resamples=n_resamples, seed=seed)
     decided += at_loads["verdicts"]
     loads = sorted({1, *at_loads["loads"]}) if records else at_loads["loads"]
-    check_target_load(slo, loads)
+    # loads beyond what ran here: the simulator, priced by this run (specledger.simulated_loads)
+    sim_loads = simulate_loads if simulate_loads is not None else (meta.get("config") or {}).get("simulate_loads")
+    sim_loads = sorted(set(int(x) for x in sim_loads or []) - set(loads)) if records else []
+    sim = None
+    if sim_loads:
+        from specledger.simulated_loads import simulated_loads
+
+        sim = simulated_loads(all_records, meta, slo, sim_loads, analysis["scenarios"] + at_loads["scenarios"],
+                              controls, surface, n_resamples=n_resamples, seed=seed)
+        decided += sim["verdicts"]
+        sim_loads = sorted({int(v["load"]) for v in sim["verdicts"]})  # none when nothing could be simulated
+    check_target_load(slo, loads, sim_loads)
     return json_safe(
         {
             "schema": SCHEMA,
@@ -117,7 +131,9 @@ def summarize(
             "verdicts": decided,
             "schedules": [{k: v for k, v in sch.items() if k != "cells"} for sch in schedules(decided, slo.target_load)],
             "loads": loads,
-            "load_scenarios": at_loads["scenarios"],
+            "simulated_loads": sim_loads,
+            "simulation": sim["simulation"] if sim else None,
+            "load_scenarios": at_loads["scenarios"] + (sim["scenarios"] if sim else []),
             "load_baselines": at_loads["baselines"],
             **analysis,
             "prediction_check": check,
@@ -134,7 +150,8 @@ def run_cost_model(records: Sequence[RequestRecord], surface: Any, source: str) 
 
 
 def summarize_run(
-    run_dir: str | Path | RunDir, slo: SLO | None = None, n_resamples: int = 1000, seed: int = 0
+    run_dir: str | Path | RunDir, slo: SLO | None = None, n_resamples: int = 1000, seed: int = 0,
+    simulate_loads: Sequence[int] | None = None,
 ) -> tuple[dict[str, Any], CostModel | None]:
     """A run directory's summary (:func:`summarize` of its records, ``run.json`` and side experiments,
     ``run_dir`` noted) and its cost model (:func:`run_cost_model`), both from one load of the folder
@@ -143,7 +160,7 @@ def summarize_run(
     records, meta = run.records(), run.meta()
     inputs = run_forecast_inputs(_chains(records), meta)
     summary = summarize(records, meta, slo, n_resamples=n_resamples, seed=seed,
-                        experiments=load_experiments(run), forecast_inputs=inputs)
+                        experiments=load_experiments(run), forecast_inputs=inputs, simulate_loads=simulate_loads)
     summary["run_dir"] = str(run.path)
     return summary, run_cost_model(records, inputs[0], f"fitted from {run.name}/{TRACE_NAME}")
 

@@ -20,7 +20,7 @@ def _v(load, drafter=None, gamma=None, simulated=False, category="code"):
 def test_schedule_merges_runs_and_emits_snippets():
     cells = [_v(1, "ngram", 4), _v(4, "ngram", 4), _v(16, "ngram", 2), _v(64, simulated=True)]
     (s,) = schedules(cells, target_load=16)
-    assert s["text"] == "ngram γ=4 at 1–4, ngram γ=2 at 16, off from 64*"
+    assert s["text"] == "ngram γ=4 at 1–4, ngram γ=2 at 16, off from 64 (sim)"
     assert s["at_target"]["load"] == 16
     assert s["vllm"]["speculative_config"]["num_speculative_tokens_per_batch_size"] == {1: 4, 4: 4, 16: 2, 64: 0}
     assert s["vllm"]["speculative_config"]["num_speculative_tokens"] == 4
@@ -37,6 +37,14 @@ def test_off_everywhere_and_controls_have_no_snippet():
 
 def test_schedule_text_solo_differs_from_load():
     assert schedule_text([_v(1, "suffix", 4), _v(16)]) == "suffix γ=4 at 1, off from 16"
+
+
+def test_schedule_text_marks_simulated_loads():
+    cells = [_v(1, "ngram", 4), _v(16, "ngram", 4), _v(64, "ngram", 4, True), _v(256, "ngram", 4, True)]
+    assert schedule_text(cells) == "ngram γ=4 at 1–16 and 64–256 (sim)"
+    assert schedule_text([_v(1, "ngram", 4), _v(16), _v(64, simulated=True)]) == "ngram γ=4 at 1, off from 16 (sim from 64)"
+    assert schedule_text([_v(1), _v(64, simulated=True)]) == "off at 1 and 64 (sim)"
+    assert schedule_text([_v(1, "ngram", 2), _v(64, "suffix", 4, True)]) == "ngram γ=2 at 1, suffix γ=4 at 64 (sim)"
 
 
 def test_target_load_checks_are_one_line_errors():

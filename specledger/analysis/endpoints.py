@@ -45,6 +45,20 @@ def _endpoint_view(report: Mapping[str, Any], role: str) -> dict[str, Any]:
     }
 
 
+def _load_views(loads: Any) -> list[dict[str, Any]]:
+    """``probe --loads``: each load's endpoint views and whole-load ratios ([] for a probe at one concurrency)."""
+    out = []
+    for point in loads if isinstance(loads, list) else []:
+        if not isinstance(point, dict) or not isinstance(point.get("probe"), dict):
+            continue
+        views = [_endpoint_view(point["probe"], "endpoint")]
+        if isinstance(point.get("baseline"), dict):
+            views.append(_endpoint_view(point["baseline"], "baseline"))
+        out.append({"load": point.get("load"), "order": point.get("order"), "endpoints": views,
+                    "speedup": point.get("speedup")})
+    return out
+
+
 def endpoint_experiments(documents: Mapping[str, Any]) -> dict[str, Any]:
     """The endpoint figures for the report: ``{"probe": ...}`` from the ``probe.json`` document,
     ``{"vllm_bench": ...}`` from ``vllm_bench.json``'s and ``{"guidellm": ...}`` from ``guidellm.json``'s
@@ -56,7 +70,8 @@ def endpoint_experiments(documents: Mapping[str, Any]) -> dict[str, Any]:
         views = [_endpoint_view(probe["probe"], "endpoint")]
         if isinstance(probe.get("baseline"), dict):
             views.append(_endpoint_view(probe["baseline"], "baseline"))
-        out["probe"] = json_safe({"endpoints": views, "speedup": probe.get("speedup"), "note": NO_ROUNDS_NOTE})
+        out["probe"] = json_safe({"endpoints": views, "speedup": probe.get("speedup"), "note": NO_ROUNDS_NOTE,
+                                  "loads": _load_views(probe.get("loads"))})
     for key in ("vllm_bench", "guidellm"):
         bench = documents.get(key)
         if not bench or not isinstance(bench.get("summary"), dict):

@@ -91,7 +91,8 @@ def check_target_load(slo: SLO, measured: Sequence[int], simulated: Sequence[int
     raise SpecLedgerError(
         f"SLO target_load {slo.target_load} was not measured (loads {have})"
         + (f" or simulated (loads {sim})" if sim else "")
-        + f"; add it with --loads ...,{slo.target_load} or change target_load"
+        + f"; add it with --loads ...,{slo.target_load}"
+        + (f" (or --simulate-loads ...,{slo.target_load})" if sim else "") + " or change target_load"
     )
 
 

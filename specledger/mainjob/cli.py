@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Annotated
 import typer
 
 from specledger.errors import SpecLedgerError
+from specledger.mainjob.loads import parse_loads
 
 
 def _csv(text: str | None, cast=str) -> list | None:
@@ -19,21 +19,8 @@ def _csv(text: str | None, cast=str) -> list | None:
     return None if text is None else parse_csv(text, cast)
 
 
-def _parse_loads(text: str | None) -> list[int] | None:
-    """``"1,4,16"`` -> [1, 4, 16]; anything else is a one-line error naming the fix."""
-    if text is None:
-        return None
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        values = []
-    if not values or any(not math.isfinite(v) or v < 1 or v != int(v) for v in values):
-        raise SpecLedgerError(f"--loads {text!r}: give whole numbers of concurrent requests >= 1, e.g. --loads 1,4,16")
-    return sorted({int(v) for v in values})
-
-
 def run(
-    quick: Annotated[bool, typer.Option("--quick", help="About 2 minutes: 3 categories, 2 prompts each, gamma 4, loads 1 and 16.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="About 2 minutes: 3 categories, 2 prompts each, gamma 4, loads 1 and 16 (64 simulated).")] = False,
     full: Annotated[bool, typer.Option("--full", help="Hours: 8 prompts per category, gamma 1-8, T 0 and 0.8, "
                                                        "then the sweep's quant4, policies and serving experiments.")] = False,
     out: Annotated[Path | None, typer.Option(help="Run directory (default: runs/<timestamp>).")] = None,
@@ -56,7 +43,15 @@ def run(
     draft: Annotated[str | None, typer.Option(help="Draft model path for the 'model' drafter; a .safetensors head file for 'head'.")] = None,
     loads: Annotated[str | None, typer.Option(help="Concurrencies, e.g. 1,4,16: every setting also runs under "
                                                    "continuous batching at each load > 1 (default: 1,16; 1,4,16 adds ~2.5 min).")] = None,
-    slo: Annotated[Path | None, typer.Option(help="SLO file (TOML/JSON): latency/capacity targets, target_load.")] = None,
+    simulate_loads: Annotated[str | None, typer.Option(help="Loads beyond the measured ones, e.g. 64,256: after the "
+                                                           "measured part the simulator (priced by this run's own "
+                                                           "cost model) runs every setting at each; those verdicts "
+                                                           "are labelled simulated, with the simulator's error at "
+                                                           "the measured loads > 1 beside them. Every preset "
+                                                           "simulates 64 (about a second); give loads to replace it, "
+                                                           "e.g. 64,256, or none.")] = None,
+    slo: Annotated[Path | None, typer.Option(help="SLO file (TOML/JSON): latency/capacity targets, target_load "
+                                                  "(a measured or a simulated load).")] = None,
     seed: Annotated[int, typer.Option(help="Workload sampling and sampling seed.")] = 0,
 ) -> None:
     """Run plain decoding and every drafter over real workloads; write traces, report.html, summary.json and the verdict."""
@@ -98,7 +93,8 @@ def run(
             ("model_gammas", _csv(gammas, int)), ("tree_budgets", _csv(tree_budgets, int)),
             ("temperatures", _csv(temperatures, float)), ("n_per_category", n), ("max_tokens", max_tokens),
             ("layers", layers), ("draft", draft), ("seed", seed if seed else None),
-            ("workload_file", str(workload) if workload else None), ("loads", _parse_loads(loads)),
+            ("workload_file", str(workload) if workload else None), ("loads", parse_loads(loads)),
+            ("simulate_loads", parse_loads(simulate_loads, "--simulate-loads", "64,256", allow_none=True)),
         ):
             if value is not None:
                 setattr(plan, attr, value)
@@ -108,7 +104,7 @@ def run(
     plan.validate()
     from specledger.gates import check_target_load, load_slo
 
-    check_target_load(load_slo(slo), sorted({1, *plan.loads}))  # a bad SLO file fails before any model loads
+    check_target_load(load_slo(slo), sorted({1, *plan.loads}), plan.simulate_loads)  # before any model loads
 
     from specledger.engine.device import resolve_device
 
@@ -119,7 +115,8 @@ def run(
     with console.status("loading the target model (first use converts the GGUF once, ~30 s)"):
         engine = build_engine(target, dtype) if device == "cpu" else build_engine(target, dtype, device)
     console.print(f"target: {engine.name} ({engine.dtype}), drafters: {', '.join(plan.drafters)}, "
-                  f"gammas: {plan.gammas}, temperatures: {plan.temperatures}, loads: {sorted({1, *plan.loads})}")
+                  f"gammas: {plan.gammas}, temperatures: {plan.temperatures}, loads: {sorted({1, *plan.loads})}"
+                  + (f", simulated loads: {plan.simulate_loads}" if plan.simulate_loads else ""))
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn())
     with Progress(*columns, console=console, transient=False) as bar:

@@ -33,6 +33,8 @@ DEFAULT_DRAFTERS = ("ngram", "suffix", "layerskip")
 DEFAULT_LOADS = (1, 16)
 QUICK_LOADS = (1, 16)
 FULL_LOADS = (1, 2, 4, 8, 16, 32)
+#: simulated after every preset's measured part (:mod:`specledger.simulated_loads`): about a second on 2 cores
+SIMULATED_LOADS = (64,)
 #: output budgets where the task metric needs room: HumanEval a whole function, ASDiv a stated answer
 QUALITY_MAX_TOKENS = {"code": 96, "math": 64}
 
@@ -62,6 +64,9 @@ class RunPlan:
     #: concurrencies: 1 is the solo job above; every load > 1 runs each setting under continuous
     #: batching, closed loop over the same prompts (:mod:`specledger.mainjob.loads`)
     loads: list[int] = field(default_factory=lambda: [1])
+    #: loads beyond the measured ones, simulated from this run after it (:mod:`specledger.simulated_loads`);
+    #: their verdicts are labelled simulated
+    simulate_loads: list[int] = field(default_factory=list)
     #: output budget per category where the task metric needs room (a whole function, an answer);
     #: other categories get ``max_tokens``
     category_max_tokens: dict[str, int] = field(default_factory=dict)
@@ -85,6 +90,12 @@ class RunPlan:
         require(bool(self.loads) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1
                                          for x in self.loads),
                 f"--loads must be whole numbers of concurrent requests >= 1, e.g. 1,4,16 (got {self.loads})")
+        require(all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in self.simulate_loads),
+                f"--simulate-loads must be whole numbers of concurrent requests >= 1, e.g. 64,256 "
+                f"(got {self.simulate_loads})")
+        both = sorted(set(self.simulate_loads) & {1, *self.loads})
+        require(not both, f"--simulate-loads {','.join(map(str, both))} is measured too (--loads "
+                f"{','.join(map(str, sorted({1, *self.loads})))}); simulate only loads that are not measured")
         require(all(isinstance(v, int) and v >= 1 for v in self.category_max_tokens.values()),
                 "category max_tokens must be whole numbers >= 1")
         from specledger.engine.drafters.registry import DRAFTERS
@@ -98,13 +109,15 @@ def preset(name: str) -> RunPlan:
     if name == "quick":  # two prompts per category: the least that gives a bootstrap CI, hence a verdict
         return RunPlan(categories=["code-edit", "dialogue", "math"], n_per_category=2,
                        drafters=["ngram", "suffix", "layerskip"], gammas=[4], max_tokens=40,
-                       loads=list(QUICK_LOADS), category_max_tokens=dict(QUALITY_MAX_TOKENS))
+                       loads=list(QUICK_LOADS), category_max_tokens=dict(QUALITY_MAX_TOKENS),
+                       simulate_loads=list(SIMULATED_LOADS))
     if name == "default":  # quant-self (S ~0.5 on this CPU, a third of the run's time) is left to --full
         return RunPlan(drafters=list(DEFAULT_DRAFTERS), loads=list(DEFAULT_LOADS),
-                       category_max_tokens=dict(QUALITY_MAX_TOKENS))
+                       category_max_tokens=dict(QUALITY_MAX_TOKENS), simulate_loads=list(SIMULATED_LOADS))
     if name == "full":
         return RunPlan(n_per_category=8, gammas=[1, 2, 3, 4, 6, 8], model_gammas=None, temperatures=[0.0, 0.8],
-                       max_tokens=256, max_prompt_tokens=6144, side_experiments=True, loads=list(FULL_LOADS))
+                       max_tokens=256, max_prompt_tokens=6144, side_experiments=True, loads=list(FULL_LOADS),
+                       simulate_loads=list(SIMULATED_LOADS))
     raise SpecLedgerError(f"unknown preset {name!r}; use quick, default or full")
 
 

@@ -18,13 +18,33 @@ appended together).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from specledger.engine.protocol import TargetEngine
+from specledger.errors import SpecLedgerError
 from specledger.records import EXPERIMENT_KEY, LOAD_EXPERIMENT, load_records
 from specledger.rundir import RunDir
+
+
+def parse_loads(text: str | None, flag: str = "--loads", example: str = "1,4,16",
+                allow_none: bool = False) -> list[int] | None:
+    """``"1,4,16"`` -> [1, 4, 16] (sorted, distinct); ``"none"`` -> [] where ``allow_none``; anything else
+    is a one-line error naming the fix."""
+    if text is None:
+        return None
+    if allow_none and text.strip().lower() == "none":
+        return []
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or any(not math.isfinite(v) or v < 1 or v != int(v) for v in values):
+        raise SpecLedgerError(f"{flag} {text!r}: give whole numbers of concurrent requests >= 1, "
+                              f"e.g. {flag} {example}" + (" (or none)" if allow_none else ""))
+    return sorted({int(v) for v in values})
 
 
 def memory_facts(engine: TargetEngine) -> dict[str, Any]:

@@ -5,7 +5,9 @@ call the library (:mod:`~specledger.probe.endpoint`, :mod:`~specledger.probe.wor
 ``probe`` loads an OpenAI-compatible streaming endpoint (fixed concurrency or Poisson rate),
 times every chunk, scrapes ``URL/metrics`` before and after for spec-decode counters, and
 prints one summary table; ``--baseline URL2`` repeats the same load on a second endpoint
-and prints the speed-up. It only ever contacts the URLs it is given.
+and prints the speed-up. ``--loads 1,4,16`` probes both endpoints at each concurrency
+(:mod:`~specledger.probe.loads`) and ends in the per-load gates, verdicts and schedule of
+``specledger run --loads``. It only ever contacts the URLs it is given.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ from rich.console import Console
 from rich.table import Table
 
 from specledger.errors import SpecLedgerError
+from specledger.mainjob.loads import parse_loads
 from specledger.probe.endpoint import load_tokenizer, run_probe
 from specledger.probe.guidellm import guidellm_version, load_guidellm
 from specledger.probe.loadgen import LoadConfig
+from specledger.probe.loads import run_probe_loads, without_results
+from specledger.probe.loads_cli import print_run_report, show_loads, summary_in_memory
 from specledger.probe.outputs import (
     GUIDELLM_KIND,
     GUIDELLM_NOTE,
@@ -30,11 +35,12 @@ from specledger.probe.outputs import (
     vllm_bench_document,
     write_import_run,
     write_probe_dir,
+    write_probe_loads_dir,
 )
 from specledger.probe.records import ENDPOINT_DRAFTER, check_label
 from specledger.probe.vllm_bench import load_vllm_bench_records, records_of
 from specledger.probe.workload import select_workload
-from specledger.rundir import GUIDELLM_JSON, HTML_NAME, META_NAME, PROBE_JSON, TRACE_NAME, VLLM_BENCH_JSON
+from specledger.rundir import GUIDELLM_JSON, VLLM_BENCH_JSON
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -177,18 +183,37 @@ def probe(
     out: Annotated[
         Path | None, typer.Option(help="Run folder: traces.jsonl, run.json, probe.json, then the report")
     ] = None,
+    loads: Annotated[
+        str | None,
+        typer.Option(help="Concurrencies, e.g. 1,4,16,64: both endpoints at each load, closed loop over the same "
+                     "max(--requests, load) requests, alternating which goes first; with --baseline the gates, "
+                     "verdict and schedule per load (as `specledger run --loads`), without it the figures per "
+                     "load and no verdict. Not with --concurrency / --rate."),
+    ] = None,
+    slo: Annotated[
+        Path | None, typer.Option(help="SLO file (TOML/JSON) for the gates: latency/capacity targets, target_load")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON")] = False,
 ) -> None:
     """Measure an OpenAI-compatible endpoint under load: TTFT, TPOT, ITL, stalls, spec-decode.
 
     With --out DIR the requests are also written as a run (traces.jsonl + run.json) and the report is
     built: with --baseline URL2 (drafter "none") it shows the paired speed-up and the four gates.
+    With --loads 1,4,16 both endpoints run at each load and the verdict is a schedule: load -> setting.
     """
     if concurrency is not None and rate is not None:
         raise SpecLedgerError("give either --concurrency or --rate, not both")
+    load_list = parse_loads(loads)
+    if load_list is not None and (concurrency is not None or rate is not None):
+        raise SpecLedgerError("give either --loads (every concurrency to probe) or --concurrency/--rate, not both")
     if workload is not None and categories:
         raise SpecLedgerError("give either --workload or --categories, not both")
     label = check_label(label)
+    from specledger.gates import check_target_load, load_slo
+
+    slo_obj = load_slo(slo)  # a bad SLO file fails before any request is sent
+    if load_list is not None:
+        check_target_load(slo_obj, load_list)
     if out is not None:
         check_new_run_dir(out)
     wl = select_workload(workload, categories, n, seed)
@@ -215,6 +240,15 @@ def probe(
     if concurrency is None and rate is None:
         concurrency = 4
     config_for(model).validate()
+    if load_list is not None:
+        points = run_probe_loads(url, config_for(model), wl.items, load_list, baseline=baseline,
+                                 baseline_config=config_for(baseline_model), metrics=metrics, tokenizer=tok)
+        if out is not None:
+            summary = write_probe_loads_dir(out, points, wl, label, gamma, tok, slo_obj)
+        else:
+            summary = summary_in_memory(points, wl, label, gamma, tok, slo_obj)
+        show_loads(points, summary, out, as_json)
+        return
     full, results, base_results = run_probe(
         url, config_for(model), wl.items, baseline=baseline, baseline_config=config_for(baseline_model),
         metrics=metrics, tokenizer=tok,
@@ -225,33 +259,14 @@ def probe(
         columns[f"baseline {base_report['url']}"] = base_report
     summary = None
     if out is not None:
-        summary = write_probe_dir(out, full, results, base_results, wl, label, gamma, tok)
+        summary = write_probe_dir(out, full, results, base_results, wl, label, gamma, tok, slo_obj)
     if as_json:
-        typer.echo(json.dumps(_without_results(full), indent=2, default=str))
+        typer.echo(json.dumps(without_results(full), indent=2, default=str))
         return
     console = Console()
     render_report(console, "specledger probe", columns, ratios)
     if out is not None:
-        _print_run_report(console, out, summary)
-
-
-def _print_run_report(console: Console, out: Path, summary: dict[str, Any] | None) -> None:
-    from specledger.report.cli import print_summary
-
-    if summary is not None and (summary.get("baselines") or summary.get("scenarios")):
-        print_summary(summary, console)
-    else:
-        console.print("[yellow]no request finished: the run folder holds no traces to compare[/]")
-    written = [out / name for name in (PROBE_JSON, TRACE_NAME, META_NAME) if (out / name).is_file()]
-    console.print("wrote " + ", ".join(map(str, written)))
-    console.print(f"report: {out / HTML_NAME} (rebuild with `specledger report {out}`)")
-
-
-def _without_results(full: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: ({kk: vv for kk, vv in v.items() if kk != "results"} if isinstance(v, dict) else v)
-        for k, v in full.items()
-    }
+        print_run_report(console, out, summary)
 
 
 Imported = tuple[int, str | None, dict[str, Any]]  # (1-based index, model, import document)

@@ -3,7 +3,9 @@
 ``specledger probe --out DIR`` writes ``probe.json`` (every figure of both endpoints),
 ``traces.jsonl`` (one record per finished request, :mod:`specledger.probe.records`) and
 ``run.json`` (``"kind": "probe"``: endpoints, their spec-decode figures and acceptance ledger,
-config, workload), then builds the report. ``vllm bench serve`` results have no per-request timings
+config, workload), then builds the report. ``probe --loads`` writes every load's requests
+(:mod:`specledger.probe.loads`: load 1 as the main records, loads > 1 as load points) and a
+``probe.json`` with every load's figures under ``loads``. ``vllm bench serve`` results have no per-request timings
 to pair; ``import-vllm-bench --out`` writes ``vllm_bench.json`` (figures + acceptance ledger) and a
 ``run.json`` (``"kind": "vllm-bench"``), and the report shows them in their own section.
 """
@@ -18,6 +20,7 @@ from typing import Any
 from specledger.errors import SpecLedgerError
 from specledger.ledger.server_acceptance import NO_ROUNDS_NOTE, VLLM_BENCH_NOTE, acceptance_ledger
 from specledger.probe.loadgen import RequestResult, Tokenizer
+from specledger.probe.loads import LoadPoint, first_spec_decode, probe_document, tag_load_point
 from specledger.probe.records import BASELINE_DRAFTER, PROBE_KIND, gamma_label, records_from_probe
 from specledger.probe.workload import ProbeWorkload
 from specledger.records import RequestRecord
@@ -128,6 +131,13 @@ def write_vllm_bench_run(out: Path, document: Mapping[str, Any], model: str | No
     write_import_run(out, document, model)
 
 
+def _record_options(config: Mapping[str, Any], workload: ProbeWorkload, tokenizer: Tokenizer | None
+                    ) -> dict[str, Any]:
+    """What every endpoint's records of one probe share: sampling, categories, scores, tokenizer."""
+    return dict(temperature=config["temperature"], category_of=workload.category_of, score_of=workload.score_of,
+                tokenizer=tokenizer, top_p=config["top_p"], seed=config["seed"])
+
+
 def write_probe_dir(
     out: Path,
     full: dict[str, Any],
@@ -137,21 +147,15 @@ def write_probe_dir(
     label: str,
     gamma: str | None,
     tokenizer: Tokenizer | None,
+    slo: Any = None,
 ) -> dict[str, Any] | None:
-    """probe.json, then traces.jsonl + run.json (both endpoints' records), then the report.
+    """probe.json, then traces.jsonl + run.json (both endpoints' records), then the report (``slo``: an
+    :class:`~specledger.gates.SLO`, a file or None).
 
     Returns the report summary, or None when no request of either endpoint finished."""
     report, base_report = full["probe"], full.get("baseline")
-    config = report["config"]
     g = gamma_label(report.get("spec_decode"), gamma)
-    common = dict(
-        temperature=config["temperature"],
-        category_of=workload.category_of,
-        score_of=workload.score_of,
-        tokenizer=tokenizer,
-        top_p=config["top_p"],
-        seed=config["seed"],
-    )
+    common = _record_options(report["config"], workload, tokenizer)
     records = records_from_probe(
         results, drafter=label, gamma=g, model=report["model"], endpoint=report["url"], **common
     )
@@ -165,14 +169,56 @@ def write_probe_dir(
     write_probe_run(out, records, meta)
     from specledger.report.build import build_report
 
-    return build_report(out)[0]
+    return build_report(out, slo)[0]
+
+
+def probe_loads_run(
+    points: Sequence[LoadPoint], workload: ProbeWorkload, label: str, gamma: str | None,
+    tokenizer: Tokenizer | None, name: str,
+) -> tuple[list[RequestRecord], dict[str, Any]]:
+    """The records (tagged per load, :func:`specledger.probe.loads.tag_load_point`) and ``run.json`` of a
+    probe at several loads. One gamma label for every load (:func:`~specledger.probe.loads.first_spec_decode`)."""
+    g = gamma_label(first_spec_decode(points), gamma)
+    records: list[RequestRecord] = []
+    for p in points:
+        report, base_report = p.full["probe"], p.full.get("baseline")
+        common = _record_options(report["config"], workload, tokenizer)
+        spec = records_from_probe(p.results, drafter=label, gamma=g, model=report["model"],
+                                  endpoint=report["url"], **common)
+        records += tag_load_point(spec, p.load, label, g, report["summary"].get("wall_time_s"))
+        if base_report is not None:
+            base = records_from_probe(p.base_results, drafter=BASELINE_DRAFTER, gamma=0,
+                                      model=base_report["model"], endpoint=base_report["url"], **common)
+            records += tag_load_point(base, p.load, BASELINE_DRAFTER, 0, base_report["summary"].get("wall_time_s"))
+    first = points[0].full
+    meta = probe_run_meta(name, first["probe"], first.get("baseline"), drafter=label, gamma=g, workload=workload)
+    meta["loads"] = [p.load for p in points]
+    meta["load_order"] = {str(p.load): list(p.order) for p in points}
+    return records, meta
+
+
+def write_probe_loads_dir(
+    out: Path, points: Sequence[LoadPoint], workload: ProbeWorkload, label: str, gamma: str | None,
+    tokenizer: Tokenizer | None, slo: Any = None,
+) -> dict[str, Any]:
+    """probe.json (:func:`~specledger.probe.loads.probe_document`), traces.jsonl + run.json of every load,
+    then the report: gates and verdicts per load, the schedule (``slo`` as in :func:`write_probe_dir`)."""
+    records, meta = probe_loads_run(points, workload, label, gamma, tokenizer, Path(out).name)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    RunDir(out).write(PROBE_JSON, probe_document(points))
+    write_probe_run(out, records, meta)
+    from specledger.report.build import build_report
+
+    return build_report(out, slo)[0]
 
 
 __all__ = [
     "check_new_run_dir",
+    "probe_loads_run",
     "probe_run_meta",
     "vllm_bench_document",
     "write_probe_dir",
+    "write_probe_loads_dir",
     "write_import_run",
     "write_probe_run",
     "write_vllm_bench_run",

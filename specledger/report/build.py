@@ -7,6 +7,7 @@ files, atomically (:class:`specledger.rundir.RunDir`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,7 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
         verdicts=summary["verdicts"],
         schedules=summary.get("schedules", []),
         load_scenarios=summary.get("load_scenarios", []),
+        simulation=summary.get("simulation"),
         unpaired=summary["unpaired"],
         scenarios=summary["scenarios"],
         baselines=summary["baselines"],
@@ -78,12 +80,15 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
 
 
 def build_report(
-    run_dir: str | Path, slo: SLO | str | Path | None = None, n_resamples: int = 1000, seed: int = 0
+    run_dir: str | Path, slo: SLO | str | Path | None = None, n_resamples: int = 1000, seed: int = 0,
+    simulate_loads: Sequence[int] | None = None,
 ) -> tuple[dict[str, Any], Path]:
     """Rebuild ``summary.json``, ``cost_model.json`` and ``report.html`` in ``run_dir`` from its traces
-    (:func:`specledger.summary.summarize_run`); returns (summary, html path)."""
+    (:func:`specledger.summary.summarize_run`; ``simulate_loads``: as there, None = the run's own);
+    returns (summary, html path)."""
     run = RunDir(run_dir)
-    summary, cost = summarize_run(run, slo if isinstance(slo, SLO) else load_slo(slo), n_resamples, seed)
+    summary, cost = summarize_run(run, slo if isinstance(slo, SLO) else load_slo(slo), n_resamples, seed,
+                                  simulate_loads=simulate_loads)
     html = render_html(summary, title=str(summary["meta"].get("name") or run.name))
     run.write(SUMMARY_NAME, summary)
     if cost is not None:

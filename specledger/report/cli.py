@@ -71,23 +71,27 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
             _f(t0 * el if t0 is not None and el is not None else None),
             gates,
         )
-    console.print(table)
+    if table.row_count:  # a probe at loads > 1 only has no solo rows
+        console.print(table)
+        console.print("[dim]pred S: the end-to-end performance model (prefill and boundary rounds included), fitted "
+                      "without that γ; * in sample (the drafter ran one γ only)[/]")
     console.print(
         "[dim]gates: C correctness, Q quality, L latency, Cap capacity (✓ pass, ✗ fail, – not assessed)[/]"
     )
-    console.print("[dim]pred S: the end-to-end performance model (prefill and boundary rounds included), fitted "
-                  "without that γ; * in sample (the drafter ran one γ only)[/]")
     loads = summary.get("loads") or [1]
+    several = len(loads) + len(summary.get("simulated_loads") or []) > 1
     for v in summary.get("verdicts", []):
         head = (f"deploy {v['drafter']} γ={v['gamma']}" if v["decision"] == "deploy"
                 else "control" if v["decision"] == "control" else "off")
         colour = "green" if v["decision"] == "deploy" else "yellow"
-        at = f" load {v.get('load') or 1}" + (" (simulated)" if v.get("simulated") else "") if len(loads) > 1 else ""
+        at = f" load {v.get('load') or 1}" + (" (simulated)" if v.get("simulated") else "") if several else ""
         console.print(f"[bold]{v['category']} T={v['temperature']:g}{at}[/]: [{colour}]{head}[/] — {escape(v['reason'])}")
     print_load_gates(summary, console)
     schedules = summary.get("schedules", [])
     if schedules:
-        console.print(f"[bold]schedule (load → setting; loads {', '.join(map(str, loads))})[/]")
+        sim = summary.get("simulated_loads") or []
+        console.print(f"[bold]schedule (load → setting; loads {', '.join(map(str, loads))}"
+                      + (f"; simulated {', '.join(map(str, sim))}, marked (sim)" if sim else "") + ")[/]")
         for s in schedules:
             console.print(f"  {s['category']} T={s['temperature']:g}: {escape(s['text'])}", highlight=False)
             if s.get("vllm"):
@@ -327,11 +331,19 @@ def report(
         int, typer.Option("--resamples", min=0, help="Bootstrap resamples for the speed-up CI.")
     ] = 1000,
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
+    simulate_loads: Annotated[
+        str | None,
+        typer.Option("--simulate-loads", help="Loads to simulate beyond the measured ones, e.g. 64,256, or none "
+                     "(default: the run's own, run.json config.simulate_loads)."),
+    ] = None,
 ) -> None:
-    """Rebuild summary.json and a self-contained report.html from recorded traces (nothing is re-run)."""
+    """Rebuild summary.json and a self-contained report.html from recorded traces (nothing is re-run; simulated
+    loads are simulated again, seeded, from the same traces)."""
+    from specledger.mainjob.loads import parse_loads
     from specledger.report.build import build_report
 
-    summary, html_path = build_report(run_dir, slo, n_resamples=resamples, seed=seed)
+    sim = parse_loads(simulate_loads, "--simulate-loads", "64,256", allow_none=True)
+    summary, html_path = build_report(run_dir, slo, n_resamples=resamples, seed=seed, simulate_loads=sim)
     if json_output:
         typer.echo(json.dumps(summary, indent=2, ensure_ascii=False))
     else:

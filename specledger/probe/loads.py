@@ -1,0 +1,136 @@
+"""``specledger probe URL --baseline URL2 --loads 1,4,16``: the verdict per load for a real engine.
+
+At each load L (ascending) both endpoints serve the same requests -- max(``--requests``, L) of them,
+the workload cycled in the same order -- closed loop at concurrency L, one endpoint after the other.
+The order alternates from one load to the next (the endpoint first at the 1st, 3rd, ... load, the
+baseline first at the others), so a slow phase of the machine does not always hit the same side.
+``/metrics`` is scraped around each endpoint's part, so every load has its own spec-decode figures.
+
+The requests become a run (:func:`load_point_records`) shaped like ``specledger run --loads``:
+
+* load 1 is the solo job's shape (one request at a time): its records are the run's main records
+  (``extra.load = 1``), analysed like the local solo job -- the gates of :mod:`specledger.gates`;
+* every load L > 1 is a load point as :mod:`specledger.mainjob.loads` writes them:
+  ``extra.experiment = "load"``, ``kind = "concurrency"``, ``load``, ``setting``, ``point_wall_s``
+  (that endpoint's wall time at that load), ``point_tokens`` and ``point_requests``; there is no
+  ``point_cpu_s`` (the server's CPU is not the client's to see), so the capacity gate reports no CPU
+  cost. :mod:`specledger.gates.loads` then gives the four gates and the verdict per (category,
+  temperature, load), and :mod:`specledger.schedule` the schedule.
+
+Without ``--baseline`` every load still gets its figures (records per load), but no verdict: there
+is no plain decoding to compare with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from specledger.errors import SpecLedgerError
+from specledger.mainjob.loads import LOAD_EXPERIMENT, setting_name
+from specledger.probe.endpoint import probe_endpoint_results
+from specledger.probe.loadgen import LoadConfig, PromptItem, RequestResult, Tokenizer
+from specledger.probe.metrics import speedup
+from specledger.records import EXPERIMENT_KEY, RequestRecord
+
+
+@dataclass
+class LoadPoint:
+    """Both endpoints at one load: ``full = {"probe": report[, "baseline": report, "speedup": ratios]}``
+    and each side's per-request results; ``order`` says which side ran first."""
+
+    load: int
+    full: dict[str, Any]
+    results: list[RequestResult]
+    base_results: list[RequestResult] = field(default_factory=list)
+    order: tuple[str, ...] = ("probe",)
+
+
+def at_load(config: LoadConfig, load: int) -> LoadConfig:
+    """``config`` as a closed loop at concurrency ``load`` over max(its request count, ``load``) requests."""
+    if load < 1:
+        raise SpecLedgerError(f"load {load} is not a concurrency; give whole numbers >= 1, e.g. --loads 1,4,16")
+    return replace(config, concurrency=int(load), rate=None, num_requests=max(int(config.num_requests), int(load)))
+
+
+def side_order(index: int, with_baseline: bool) -> tuple[str, ...]:
+    """Which endpoint runs first at the ``index``-th load: the probed one at even indexes, the baseline at odd."""
+    if not with_baseline:
+        return ("probe",)
+    return ("probe", "baseline") if index % 2 == 0 else ("baseline", "probe")
+
+
+def run_probe_loads(
+    url: str,
+    config: LoadConfig,
+    items: list[PromptItem],
+    loads: Sequence[int],
+    *,
+    baseline: str | None = None,
+    baseline_config: LoadConfig | None = None,
+    metrics: bool = True,
+    tokenizer: Tokenizer | None = None,
+    progress: Callable[[int, str], None] | None = None,
+) -> list[LoadPoint]:
+    """Both endpoints at every load of ``loads`` (ascending), alternating which goes first."""
+    points = []
+    targets = {"probe": (url, config), "baseline": (baseline, baseline_config or config)}
+    for k, load in enumerate(sorted(set(int(x) for x in loads))):
+        order = side_order(k, bool(baseline))
+        got: dict[str, tuple[dict[str, Any], list[RequestResult]]] = {}
+        for role in order:
+            where, cfg = targets[role]
+            if progress:
+                progress(load, role)
+            got[role] = probe_endpoint_results(str(where), at_load(cfg, load), items, metrics=metrics,
+                                               tokenizer=tokenizer)
+        full: dict[str, Any] = {"probe": got["probe"][0]}
+        base_results: list[RequestResult] = []
+        if "baseline" in got:
+            base_report, base_results = got["baseline"]
+            full.update(baseline=base_report, speedup=speedup(full["probe"]["summary"], base_report["summary"]))
+        points.append(LoadPoint(load, full, got["probe"][1], base_results, order))
+    return points
+
+
+def tag_load_point(records: list[RequestRecord], load: int, drafter: str, gamma: int | str,
+                   wall_s: float | None) -> list[RequestRecord]:
+    """Label one endpoint's records at ``load`` (in place; returned): ``extra.load`` always; at load > 1
+    also the load-point keys of :mod:`specledger.mainjob.loads` and a request id unique across loads."""
+    tokens = sum(r.output_tokens for r in records)
+    for r in records:
+        r.extra["load"] = int(load)
+        if load > 1:
+            r.request_id = f"load{load}|{r.request_id}"
+            r.extra.update({
+                EXPERIMENT_KEY: LOAD_EXPERIMENT, "kind": "concurrency", "setting": setting_name(drafter, gamma),
+                "point_wall_s": wall_s, "point_tokens": tokens, "point_requests": len(records),
+            })
+    return records
+
+
+def first_spec_decode(points: Sequence[LoadPoint]) -> dict[str, Any] | None:
+    """The probed endpoint's spec-decode figures at the lowest load that has per-position rates (else the
+    lowest load's): the gamma label of every load comes from them, so all loads name the same setting."""
+    figures = [p.full["probe"].get("spec_decode") for p in points]
+    return next((f for f in figures if f and f.get("per_position_rates")), figures[0] if figures else None)
+
+
+def probe_document(points: Sequence[LoadPoint]) -> dict[str, Any]:
+    """``probe.json`` of a probe at loads: the lowest load's reports at the top (what the report's endpoint
+    section reads; per-request results left out there) and every load's in ``loads`` (results kept)."""
+    first = points[0].full
+    top = {k: ({kk: vv for kk, vv in v.items() if kk != "results"} if isinstance(v, dict) and "url" in v else v)
+           for k, v in first.items()}
+    return {**top, "loads": [{"load": p.load, "order": list(p.order), **p.full} for p in points]}
+
+
+def without_results(full: dict[str, Any]) -> dict[str, Any]:
+    """``full`` (a probe's ``{"probe": report, ...}``) without the per-request ``results`` of each report."""
+    return {k: ({kk: vv for kk, vv in v.items() if kk != "results"} if isinstance(v, dict) else v)
+            for k, v in full.items()}
+
+
+__all__ = ["LoadPoint", "at_load", "first_spec_decode", "probe_document", "run_probe_loads", "side_order",
+           "tag_load_point", "without_results"]
