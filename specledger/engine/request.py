@@ -234,10 +234,16 @@ class Request:
         return (max(0, min(budget, capacity - len(self.context))) if g > 0 else 0), g
 
     def propose_tree(self, nodes: int, depth: int) -> DraftTree:
-        """The drafter's tree, cut to ``nodes`` nodes and ``depth`` levels."""
+        """The drafter's tree, cut to ``nodes`` nodes and ``depth`` levels: the DP's static shape for them
+        when the drafter has one (``drafter.tree_shape``, :mod:`specledger.engine.tree_shape`), else its
+        dynamic tree."""
         if nodes <= 0 or depth <= 0:
             return DraftTree()
-        tree = self.drafter.propose_tree(self.context, nodes, depth, self.params, self.rng)
+        shaper = self.drafter.tree_shape
+        if shaper is not None:
+            tree = self.drafter.propose_shaped(self.context, shaper.shape_for(nodes, depth), self.params, self.rng)
+        else:
+            tree = self.drafter.propose_tree(self.context, nodes, depth, self.params, self.rng)
         return tree.trimmed(nodes, depth)
 
     def accept_tree(self, logits: torch.Tensor, tree: DraftTree, g: int, t_draft: float, t_verify: float,

@@ -87,7 +87,7 @@ def solo_main(records: Iterable[RequestRecord]) -> list[RequestRecord]:
     return [r for r in recs if abs(r.temperature - t) < 1e-9]
 
 
-def _trees(rounds: Iterable[RoundRecord]) -> Iterable[tuple[list[int], list[int]]]:
+def verified_trees(rounds: Iterable[RoundRecord]) -> Iterable[tuple[list[int], list[int]]]:
     """(parents, accepted path) of every full proposing round; a chain round as the one-branch tree."""
     for rd in rounds:
         if rd.truncated or rd.proposed <= 0:
@@ -126,7 +126,7 @@ def dp_acceptance(records: Sequence[RequestRecord], budget: int, depth: int) -> 
     tree and chain in ``records`` (cells with fewer than :data:`MIN_TRIES` tries take the rank's value
     pooled over depths); the fill is the records' (tree rounds' where there are some)."""
     rounds = [rd for r in records for rd in r.rounds if not rd.truncated and rd.gamma > 0]
-    counts = count_depth_rank(_trees(rounds))
+    counts = count_depth_rank(verified_trees(rounds))
     require(counts.rounds > 0, "the run has no full proposing rounds of this drafter to measure acceptance on; "
             "run it with --tree-budgets (or any γ) first")
     rows, pooled = counts.rows(MIN_TRIES)
@@ -154,7 +154,7 @@ def tree_acceptance(records: Sequence[RequestRecord], drafter: str, budget: int,
     acc = measured_acceptance(cat, budget, depth)
     if acc is not None:
         return acc
-    full = sum(1 for _ in _trees(rd for r in cat for rd in r.rounds if rd.gamma > 0))
+    full = sum(1 for _ in verified_trees(rd for r in cat for rd in r.rounds if rd.gamma > 0))
     if full >= MIN_ROUNDS or category is None:
         return dp_acceptance(cat, budget, depth)
     acc = dp_acceptance(mine, budget, depth)
