@@ -6,8 +6,11 @@ noise hits all alike); speed is total tokens / total seconds vs our plain decode
 
 Prints:
   1. tokens/s and speed-up of plain, the chains (ngram, suffix, layerskip at several γ), the trees
-     (same drafters, depth γ, node budgets), and HF assisted generation (prompt lookup), with
-     "identical to our plain" (ours) / "identical to HF generate" (HF) counts, E[L] and nodes/round;
+     (same drafters, depth γ, node budgets), and HF assisted generation -- prompt lookup, and a layer-skip
+     assistant (``generate(assistant_early_exit=N)``: HF drafts with the target's first N layers, then its
+     final norm and LM head; N = the number of layers our layerskip drafter keeps, and N = 15 -- HF's
+     early exit takes a prefix, ours a calibrated subset) -- with "identical to our plain" (ours) /
+     "identical to HF generate" (HF) counts, E[L] and nodes/round;
   2. best tree vs best chain: the ratio of their speed-ups (target >= 1.2x);
   3. the extra cost of a tree node: one packed tree pass of 1..33 rows at a few contexts (rows -> ms,
      least-squares ms per row);
@@ -15,6 +18,9 @@ Prints:
      rank) vs the measured best, per drafter.
 
     flock /tmp/specledger-bench.lock nice -n 5 .venv/bin/python benchmarks/bench_trees.py [--max-tokens 96]
+
+``--smoke``: two prompts, 12 tokens, one configuration of each kind, a 3-point row-cost table -- checks
+that every path runs (about a minute), measures nothing worth quoting.
 """
 
 from __future__ import annotations
@@ -48,6 +54,17 @@ def load_prompts(lm) -> list[tuple[str, list[int]]]:
     return out
 
 
+def hf_early_exit_supported() -> str | None:
+    """None when the installed transformers' ``generate`` takes ``assistant_early_exit``, else why not."""
+    import transformers
+    from transformers import GenerationConfig
+
+    if hasattr(GenerationConfig(), "assistant_early_exit"):
+        return None
+    return (f"transformers {transformers.__version__} has no assistant_early_exit in generate (added in 4.47); "
+            "the HF layer-skip assistant is not timed")
+
+
 def row_cost(model, contexts=(128, 512), rows=(1, 2, 5, 9, 17, 33), repeats=5) -> dict:
     """ms of one verify pass over a bushy tree of ``r`` rows (r - 1 nodes, 4 children per node)."""
     out = {}
@@ -72,20 +89,24 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="2 prompts, 12 tokens, one config of each kind")
     args = ap.parse_args()
     console = Console(width=170)
-    mt = args.max_tokens
+    mt = 12 if args.smoke else args.max_tokens
     lm = load_model(None, dtype="float32")
     engine = Engine.from_loaded(lm)
-    prompts = load_prompts(lm)
+    prompts = load_prompts(lm)[:2] if args.smoke else load_prompts(lm)
     layers = ",".join(map(str, make_drafter("layerskip", engine).layers))  # calibrated once (built-in text)
 
     configs: dict[str, dict] = {"plain": {"drafter": "none", "gamma": 0, "tree": 0}}
-    for name, gammas in (("ngram", (4, 8)), ("suffix", (4, 8)), ("layerskip", (2, 4))):
+    chains = (("ngram", (4,)), ("layerskip", (2,))) if args.smoke else \
+        (("ngram", (4, 8)), ("suffix", (4, 8)), ("layerskip", (2, 4)))
+    for name, gammas in chains:
         for g in gammas:
             configs[f"{name} γ={g}"] = {"drafter": name, "gamma": g, "tree": 0}
-    for name, settings in (("ngram", ((8, 16), (8, 32))), ("suffix", ((8, 16), (8, 32))),
-                           ("layerskip", ((4, 8), (4, 16)))):
+    trees = (("ngram", ((8, 16),)), ("layerskip", ((4, 8),))) if args.smoke else \
+        (("ngram", ((8, 16), (8, 32))), ("suffix", ((8, 16), (8, 32))), ("layerskip", ((4, 8), (4, 16))))
+    for name, settings in trees:
         for g, b in settings:
             configs[f"{name} γ={g} tree={b}"] = {"drafter": name, "gamma": g, "tree": b}
     drafters = {k: make_drafter(c["drafter"], engine, layers=layers) for k, c in configs.items()}
@@ -106,6 +127,14 @@ def main() -> None:
 
     hf_configs = {} if hf is None else {"HF generate": {}, "HF prompt lookup (10)": {"prompt_lookup_num_tokens": 10},
                                         "HF prompt lookup (4)": {"prompt_lookup_num_tokens": 4}}
+    early_exit_missing = hf_early_exit_supported() if hf is not None else None
+    if hf is not None and early_exit_missing is None:  # HF's layer-skip assistant: the target's first N layers
+        n_ours = len(layers.split(","))
+        for n_layers in sorted({n_ours, 15}):
+            hf_configs[f"HF early exit ({n_layers} layers, 4/round)"] = {"assistant_early_exit": n_layers,
+                                                                        "num_assistant_tokens": 4}
+    if args.smoke:
+        hf_configs = {k: v for i, (k, v) in enumerate(hf_configs.items()) if i in (0, 2, 3)}
     warm = lm.encode_prompt("Say hello.")
     for c in configs.values():
         engine.generate(warm, drafter=make_drafter(c["drafter"], engine, layers=layers), gamma=c["gamma"],
@@ -159,7 +188,9 @@ def main() -> None:
     console.print(f"[bold]best tree {bt}: S={trees[bt]:.3f}; best chain {bc}: S={chains[bc]:.3f}; "
                   f"tree / chain = {trees[bt] / chains[bc]:.3f}x (target >= 1.2x); every config of ours identical to "
                   f"plain: {all_ident}[/]")
-    for h in ("HF prompt lookup (10)", "HF prompt lookup (4)"):
+    if early_exit_missing:
+        console.print(f"[yellow]{early_exit_missing}[/]")
+    for h in [k for k in hf_configs if k != "HF generate"]:
         if h in speed:
             console.print(f"best tree vs {h}: {speed[bt]:.3f} vs {speed[h]:.3f} (each vs its own plain: ours vs our "
                           f"plain; HF's tok/s {res[h]['tok'] / res[h]['sec']:.1f} vs HF generate "
@@ -167,7 +198,7 @@ def main() -> None:
                           f"{res[h]['ident']}/{len(prompts)}")
 
     # 3. extra cost per tree node
-    costs = row_cost(engine.model)
+    costs = row_cost(engine.model, contexts=(128,), rows=(1, 5, 9), repeats=1) if args.smoke else row_cost(engine.model)
     ct = Table(title="one packed tree verify pass: rows (nodes + 1) -> ms (best of 5)")
     ct.add_column("context")
     rows = sorted({r for _, r in costs})
@@ -181,7 +212,7 @@ def main() -> None:
     console.print(ct)
 
     # 4. DP predicted best shape vs measured
-    for name in ("ngram", "suffix", "layerskip"):
+    for name in sorted({c["drafter"] for c in configs.values()} - {"none"}):
         keys = [k for k in configs if configs[k]["drafter"] == name]
         tree_rounds = [rd for k in keys if configs[k]["tree"] for rd in res[k]["rounds"]]
         pooled = tree_round_stats(tree_rounds)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -70,6 +70,9 @@ def generate(
     drafter: Annotated[str, typer.Option(help="none | ngram | suffix | layerskip | quant-self | model | head")] = "ngram",
     gamma: Annotated[int, typer.Option(help="Candidates per round (0 = plain decoding); a tree's depth limit.")] = 4,
     tree_budget: Annotated[int, typer.Option(help="Token-tree nodes per round (0 = a chain of gamma).")] = 0,
+    tree_shape: Annotated[str, typer.Option(help="Tree rounds propose: dynamic (EAGLE-2 best-first) | dp (the DP's "
+                                                 "static shape) | dp:0.6,0.2 | dp:RUN_DIR (measured acceptance).")]
+    = "dynamic",
     max_tokens: Annotated[int, typer.Option(help="Most tokens to generate.")] = 128,
     temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
     top_p: Annotated[float, typer.Option(help="Nucleus sampling mass (1 = off).")] = 1.0,
@@ -100,13 +103,23 @@ def generate(
         raise SpecLedgerError(f"--gamma must be >= 0, got {gamma}")
     if tree_budget < 0:
         raise SpecLedgerError(f"--tree-budget must be >= 1 (0 for chains), got {tree_budget}")
+    from specledger.predict.tree_shape_spec import check_tree_shape, tree_shape_from_spec
+
+    check_tree_shape(tree_shape)
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     engine = build_engine(target, dtype) if device == "cpu" else build_engine(target, dtype, device)
     ids = engine.loaded.encode_prompt(prompt, chat=not raw)
-    d = make_drafter(drafter, engine, layers=layers, draft_path=draft)
+    tb = tree_budget if drafter != "none" else 0
+    shape = tree_shape_from_spec(tree_shape, drafter) if tb else None
+
+    def build(chosen: str | None = layers) -> Any:
+        made = make_drafter(drafter, engine, layers=chosen, draft_path=draft)
+        made.tree_shape = shape
+        return made
+
+    d = build()
     kwargs = dict(max_tokens=max_tokens, params=params, stop=stop or [])
     record = None
-    tb = tree_budget if drafter != "none" else 0
     for ev in engine.stream(ids, drafter=d, gamma=gamma if drafter != "none" else 0, tree_budget=tb, **kwargs):
         if isinstance(ev, Emitted) and not as_json:
             sys.stdout.write(ev.text)
@@ -119,12 +132,14 @@ def generate(
     if compare and drafter != "none":  # warm both sides up, then interleave (specledger.predict.compare)
         from specledger.predict.compare import compare_plain_spec
 
-        again = lambda: make_drafter(drafter, engine, layers=layers or _layers_of(d), draft_path=draft)  # noqa: E731
+        again = lambda: build(layers or _layers_of(d))  # noqa: E731
         comparison = compare_plain_spec(engine, ids, again, drafter, gamma, kwargs, repeats=repeats, tree_budget=tb)
         record, plain = comparison.spec[-1], comparison.plain[-1]
     if trace is not None:
         append_records(trace, [r for r in (record, plain) if r is not None])
     led = request_ledger(record, plain)
+    if shape is not None:
+        led["tree_shape"] = shape.describe(tb, gamma)
     if comparison is not None:
         for key in ("speedup", "predicted_speedup"):  # one warm pair's figure; the medians below replace it
             led.pop(key, None)

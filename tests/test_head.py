@@ -23,6 +23,7 @@ from specledger.engine.drafters.head import (
 from specledger.engine.drafters.registry import make_drafter
 from specledger.engine.head_train import TrainSettings, train_head
 from specledger.engine.sampling import SamplingParams
+from specledger.engine.tree import DraftTree
 from specledger.errors import SpecLedgerError
 from tests.conftest import CharLoaded, exact_tokens_2_3, tiny_model
 
@@ -199,3 +200,92 @@ def test_return_hidden_leaves_the_logits_unchanged(target):
     assert torch.equal(plain, logits) and hidden.shape == (1, 6, target.config.dim)
     assert torch.equal(last[0, -1], plain[0, -1])
     assert torch.equal(packed, packed_h) and hid.shape == (3, target.config.dim)
+
+
+# ---------------------------------------------------------------------------- the head in token trees
+
+
+@pytest.mark.parametrize("budget", [4, 8, 16, 32])
+def test_greedy_head_trees_are_token_identical_to_plain(trained, target, budget):
+    engine = Engine(target)
+    drafter = make_head_drafter(target, trained[0])
+    accepted = branched = deep = 0
+    for prompt in _prompts(5, target.config.vocab_size, seed=2):
+        plain = engine.generate(prompt, max_tokens=36)
+        spec = engine.generate(prompt, drafter=drafter, gamma=5, max_tokens=36, tree_budget=budget)
+        assert spec.token_ids == plain.token_ids
+        for rd in spec.rounds:
+            tree = DraftTree([0] * rd.proposed, rd.tree_parents)
+            assert rd.proposed <= budget and tree.depth() <= 5
+            branched += not tree.is_chain
+            accepted += rd.accepted
+            deep += rd.accepted >= 2  # the head's features after a speculative step are right
+    assert accepted > 0 and deep > 0 and (branched > 0 or budget <= 5)
+
+
+def test_the_head_tree_follows_the_chain_on_its_first_ranked_path(trained, target):
+    """The rank-0 path of a static shape is the greedy chain: tree rows see the same context and features
+    as the chain's one-row head steps (the tree mask and positions are right)."""
+    drafter = make_head_drafter(target, trained[0])
+    params = SamplingParams()
+    for prompt in _prompts(4, target.config.vocab_size, seed=8):
+        with torch.inference_mode():
+            _, hidden = target(torch.tensor([prompt]), 0, target.new_cache(256), return_hidden=True)
+        context = prompt + [int(prompt[-1])]
+        drafter.observe_hidden(0, hidden[0])
+        drafter.begin(prompt, params)
+        chain = drafter.propose(context, 3, params, None).tokens
+        tree = drafter.propose_shaped(context, ((((),),), ((),)), params, None)  # a 3-deep first branch
+        assert [tree.tokens[i] for i in tree.path(2)] == chain
+        assert tree.widths() == [2, 2, 1]
+
+
+def test_batched_greedy_head_trees_equal_solo_plain_even_when_preempted(trained, target):
+    engine = Engine(target)
+    prompts = [p[:14] for p in _prompts(8, target.config.vocab_size, seed=3)]
+    plain = [engine.generate(p, max_tokens=30).token_ids for p in prompts]
+    drafter = make_head_drafter(target, trained[0])
+    batch = BatchEngine(target, max_batch=4, capacity=128, kv_budget_tokens=110)
+    reqs = [BatchRequest(p, max_tokens=30, request_id=str(i), tree_budget=0 if i % 3 == 0 else 8)
+            for i, p in enumerate(prompts)]
+    records = batch.run(reqs, drafter.fork, gamma=4, concurrency=4)
+    assert {r.request_id: r.token_ids for r in records} == {str(i): t for i, t in enumerate(plain)}
+    assert any(rd.tree_parents and rd.accepted for r in records for rd in r.rounds)
+    assert batch.preemptions > 0
+
+
+def test_the_head_fills_the_dp_static_shape(trained, target):
+    from specledger.engine.tree_shape import StaticTreeShape
+    from specledger.ledger.trees import width_per_depth
+
+    engine = Engine(target)
+    drafter = make_head_drafter(target, trained[0])
+    drafter.tree_shape = StaticTreeShape([[0.6, 0.2, 0.1]], "test")
+    for prompt in _prompts(3, target.config.vocab_size, seed=4):
+        spec = engine.generate(prompt, drafter=drafter, gamma=4, max_tokens=30, tree_budget=8)
+        assert spec.token_ids == engine.generate(prompt, max_tokens=30).token_ids
+        full = [rd for rd in spec.rounds if rd.gamma == 4 and rd.proposed]
+        assert full and all(DraftTree([0] * rd.proposed, rd.tree_parents).widths()
+                            == width_per_depth(drafter.tree_shape.shape_for(8, 4)) for rd in full)
+
+
+def test_sampled_head_trees_with_a_reduced_vocabulary_keep_the_target_distribution(tmp_path):
+    """Tokens 2-3 from one tree round (budget 5, depth 2) of a random head whose draft vocabulary lacks a token."""
+    vocab = 4
+    target = tiny_model(11, vocab=vocab, n_layers=2, dim=16)
+    torch.manual_seed(5)
+    net = HeadNet(HeadConfig.for_target(target.config, hidden_dim=16, draft_vocab=3))
+    path = save_head(tmp_path / "h.safetensors", net, torch.tensor([0, 1, 3]), target_fingerprint(target))
+    drafter = make_head_drafter(target, path)
+    params = SamplingParams(temperature=1.0)
+    exact = exact_tokens_2_3(target, [1, 2, 3], params)
+    engine = Engine(target)
+    samples, branched = [], 0
+    for seed in range(2500):
+        rec = engine.generate([1, 2, 3], drafter=drafter, gamma=2, max_tokens=3, tree_budget=5,
+                              params=SamplingParams(temperature=1.0, seed=seed), ignore_eos=True)
+        samples.append(rec.token_ids[1] * vocab + rec.token_ids[2])
+        rd = rec.rounds[0]
+        branched += not DraftTree([0] * rd.proposed, rd.tree_parents).is_chain
+    assert branched > 1000
+    assert _chi2_pvalue(samples, exact / exact.sum()) > 1e-3

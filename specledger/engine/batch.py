@@ -397,13 +397,17 @@ class BatchScheduler:
             else:
                 positions += range(len(context) - 1, len(context) - 1 + n)
         branched = any(p.tree is not None and not p.tree.is_chain for p in plans)
+        wants_hidden = any(p.live.drafter.wants_hidden for p in plans)
         tf = perf()
         try:
             hidden = None
             with torch.inference_mode():
-                if branched:  # rows of trees: per-row k/v writes, the accepted paths compacted below
+                if branched and wants_hidden:  # trees, and a head drafter reads the accepted paths' features
+                    logits, tree_kv, hidden = engine.model.forward_tree(tokens, slots, positions, engine.cache,
+                                                                        return_hidden=True)
+                elif branched:  # rows of trees: per-row k/v writes, the accepted paths compacted below
                     logits, tree_kv = engine.model.forward_tree(tokens, slots, positions, engine.cache)
-                elif any(p.live.drafter.wants_hidden for p in plans):  # a head drafter reads the target's features
+                elif wants_hidden:  # a head drafter reads the target's features
                     logits, hidden = engine.model.forward_packed(tokens, slots, positions, engine.cache,
                                                                  return_hidden=True)
                 else:  # chains only (tree rounds that proposed a chain included): the chain pass
@@ -421,17 +425,17 @@ class BatchScheduler:
         for p in plans:
             try:
                 rows = logits[p.rows[0] : p.rows[1]]
+                wants = hidden is not None and p.live.drafter.wants_hidden
+                own_hidden = hidden[p.rows[0] : p.rows[1]] if wants else None
                 if p.tree is not None:
                     p.round, p.path = p.live.accept_tree(rows, p.tree, p.g, p.t_draft, t_forward, b,
-                                                         budget=p.live.tree_budget)
+                                                         budget=p.live.tree_budget, hidden=own_hidden)
                     if branched and p.path:
                         with torch.inference_mode():
                             engine.model.commit_tree_kv(engine.cache, p.live.slot, p.round.context_len,
                                                         tree_kv, [p.rows[0] + i + 1 for i in p.path])
                 else:
-                    wants = hidden is not None and p.live.drafter.wants_hidden
-                    p.round = p.live.accept(rows, p.cand, p.q, p.g, p.t_draft, t_forward, b,
-                                            hidden=hidden[p.rows[0] : p.rows[1]] if wants else None)
+                    p.round = p.live.accept(rows, p.cand, p.q, p.g, p.t_draft, t_forward, b, hidden=own_hidden)
                 p.chunk = p.live.release()
             except Exception as exc:
                 p.failure = RequestFailed.of(exc, "verification: ")

@@ -139,13 +139,19 @@ class Engine:
             m1 = clock.mark()
             start = len(req.context) - 1
             rows = [req.context[-1]] + tree.tokens
-            if tree.is_chain:  # the chain pass (fast, no k/v to compact)
+            kv = hidden = None
+            if tree.is_chain and want_hidden:  # the chain pass (fast, no k/v to compact)
+                logits, hidden = model(torch.tensor([rows], device=device), start, cache, return_hidden=True)
+                logits, hidden = logits[0], hidden[0]
+            elif tree.is_chain:
                 logits = model(torch.tensor([rows], device=device), start, cache)[0]
-                kv = None
+            elif want_hidden:  # a learned head reads the accepted path's features
+                logits, kv, hidden = model.forward_tree(rows, [0] * len(rows), tree.positions(start), cache,
+                                                        return_hidden=True)
             else:
                 logits, kv = model.forward_tree(rows, [0] * len(rows), tree.positions(start), cache)
             m2 = clock.mark()
-            rd, path = req.accept_tree(logits, tree, g, 0.0, 0.0, budget=tree_budget)
+            rd, path = req.accept_tree(logits, tree, g, 0.0, 0.0, budget=tree_budget, hidden=hidden)
             if kv is not None:
                 model.commit_tree_kv(cache, 0, rd.context_len, kv, [i + 1 for i in path])
             chunk = req.release()

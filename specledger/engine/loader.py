@@ -156,12 +156,16 @@ def convert_gguf(gguf_path: Path, cache_dir: str | os.PathLike | None = None) ->
     folder, name = str(gguf_path.parent), gguf_path.name
     try:
         hf_config = AutoConfig.from_pretrained(folder, gguf_file=name)
-    except (ValueError, KeyError, OSError) as exc:
-        raise SpecLedgerError(f"cannot read GGUF {gguf_path}: {exc}; pass a valid Llama GGUF file") from exc
+    except Exception as exc:  # gguf raises ValueError, KeyError, OSError, struct errors ... for a bad file
+        raise SpecLedgerError(f"cannot read GGUF {gguf_path} ({_why(exc)}); pass a valid Llama GGUF file") from None
     _check_llama_family(hf_config.to_dict(), str(gguf_path))
     with torch.device("meta"):  # only for the GGUF -> HF tensor-name mapping; allocates nothing
         skeleton = AutoModelForCausalLM.from_config(hf_config)
-    tensors = load_gguf_checkpoint(str(gguf_path), return_tensors=True, model_to_load=skeleton)["tensors"]
+    try:
+        tensors = load_gguf_checkpoint(str(gguf_path), return_tensors=True, model_to_load=skeleton)["tensors"]
+    except Exception as exc:  # a truncated file: its header reads, its tensors do not
+        raise SpecLedgerError(f"cannot read the tensors of GGUF {gguf_path} ({_why(exc)}); the file is corrupt or "
+                              "truncated: download it again") from None
     if hf_config.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
@@ -191,24 +195,45 @@ def convert_gguf(gguf_path: Path, cache_dir: str | os.PathLike | None = None) ->
     return final
 
 
+def _why(exc: BaseException) -> str:
+    """``Type: first line of the message`` (a user error is one line)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
+
+
+def _corrupt_weights(path: Path, exc: BaseException) -> SpecLedgerError:
+    return SpecLedgerError(f"weights file {path} is corrupt or truncated ({_why(exc)}); download or convert it again")
+
+
 def read_hf_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     """All tensors of a HF checkpoint: model.safetensors, a sharded safetensors index, or
-    pytorch_model.bin (loaded with weights_only)."""
+    pytorch_model.bin (loaded with weights_only). A file that cannot be read is a one-line error."""
     from safetensors.torch import load_file
+
+    def read(path: Path) -> dict[str, torch.Tensor]:
+        try:
+            if path.suffix == ".bin":
+                return torch.load(path, map_location="cpu", weights_only=True)
+            return load_file(str(path))
+        except Exception as exc:  # safetensors and pickle raise their own types for a bad header or truncation
+            raise _corrupt_weights(path, exc) from None
 
     single = folder / "model.safetensors"
     if single.is_file():
-        return load_file(str(single))
+        return read(single)
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise _corrupt_weights(index, exc) from None
         state: dict[str, torch.Tensor] = {}
         for shard in shards:
-            state.update(load_file(str(folder / shard)))
+            state.update(read(folder / shard))
         return state
     binary = folder / "pytorch_model.bin"
     if binary.is_file():
-        return torch.load(binary, map_location="cpu", weights_only=True)
+        return read(binary)
     raise SpecLedgerError(f"no weights in {folder}; expected model.safetensors or pytorch_model.bin")
 
 
@@ -250,7 +275,11 @@ def load_hf_dir(folder: Path, dtype: torch.dtype, name: str, source: str) -> Loa
     hf_config = json.loads(config_file.read_text())
     _check_llama_family(hf_config, str(folder))
     config = ModelConfig.from_hf(hf_config)
-    model = Transformer.from_hf_state_dict(config, read_hf_state_dict(folder), dtype=dtype)
+    try:
+        model = Transformer.from_hf_state_dict(config, read_hf_state_dict(folder), dtype=dtype)
+    except RuntimeError as exc:  # a tensor of the wrong shape for config.json
+        raise SpecLedgerError(f"the weights in {folder} do not fit its config.json ({_why(exc)}); "
+                              "use a complete, unmodified checkpoint") from None
     tokenizer = _load_tokenizer(folder)
     return LoadedModel(
         model=model, config=config, tokenizer=tokenizer, name=name, source=source, dtype=dtype,

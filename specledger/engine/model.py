@@ -350,12 +350,13 @@ class Transformer(nn.Module):
         slots: Sequence[int],
         positions: Sequence[int],
         cache: KVCache,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return_hidden: bool = False,
+    ) -> tuple[torch.Tensor, ...]:
         """One packed verify pass over token trees (and chains): rows as :meth:`forward_packed`, each
         sequence's rows in DFS preorder at positions start + depth (see :mod:`specledger.engine.tree`).
-        Returns (float32 logits [M, V], the rows' new k/v [n_layers, 2, M, nkv, hd]); commit an
-        accepted path with :meth:`commit_tree_kv`. Each row is computed bit for bit like a plain
-        decode step of its root-to-node path."""
+        Returns (float32 logits [M, V], the rows' new k/v [n_layers, 2, M, nkv, hd]) -- and, with
+        ``return_hidden``, the rows' final hidden states [M, dim] third; commit an accepted path with
+        :meth:`commit_tree_kv`. Each row is computed bit for bit like a plain decode step of its path."""
         pos = torch.tensor(list(positions), dtype=torch.long)
         if len(pos) and (int(pos.max()) >= cache.capacity or int(pos.min()) < 0):
             raise SpecLedgerError(f"positions up to {int(pos.max())} do not fit the KV cache (capacity {cache.capacity})")
@@ -366,7 +367,10 @@ class Transformer(nn.Module):
         x = self.embed(torch.tensor([list(tokens)]))
         for i, layer in enumerate(self.layers):
             x = layer.forward_tree(x, cache.kv[i], slot_list, pos_list, cos, sin, kv_out[i])
-        return self.lm_head(rms_norm(x, self.norm, self.config.norm_eps)).float()[0], kv_out
+        hidden = rms_norm(x, self.norm, self.config.norm_eps)
+        if return_hidden:
+            return self.lm_head(hidden).float()[0], kv_out, hidden[0]
+        return self.lm_head(hidden).float()[0], kv_out
 
     @staticmethod
     def commit_tree_kv(cache: KVCache, slot: int, start: int, kv: torch.Tensor, rows: Sequence[int]) -> None:

@@ -181,9 +181,6 @@ class Request:
     ) -> None:
         self.prompt = [int(t) for t in prompt]
         self.tree_budget = int(tree_budget)  # nodes per round (0: chains)
-        require(not (self.tree_budget and getattr(drafter, "wants_hidden", False)),
-                f"the {getattr(drafter, 'name', 'head')} drafter drafts chains only (it reads the target's features "
-                "of the accepted tokens); use --tree-budget 0 with it")
         self.drafter, self.policy, self.params = drafter, policy, params
         self.max_tokens, self.eos, self.releaser = max_tokens, eos, releaser
         self.t_arrival = t_arrival  # absolute perf_counter time; token times count from here
@@ -234,18 +231,26 @@ class Request:
         return (max(0, min(budget, capacity - len(self.context))) if g > 0 else 0), g
 
     def propose_tree(self, nodes: int, depth: int) -> DraftTree:
-        """The drafter's tree, cut to ``nodes`` nodes and ``depth`` levels."""
+        """The drafter's tree, cut to ``nodes`` nodes and ``depth`` levels: the DP's static shape for them
+        when the drafter has one (``drafter.tree_shape``, :mod:`specledger.engine.tree_shape`), else its
+        dynamic tree."""
         if nodes <= 0 or depth <= 0:
             return DraftTree()
-        tree = self.drafter.propose_tree(self.context, nodes, depth, self.params, self.rng)
+        shaper = self.drafter.tree_shape
+        if shaper is not None:
+            tree = self.drafter.propose_shaped(self.context, shaper.shape_for(nodes, depth), self.params, self.rng)
+        else:
+            tree = self.drafter.propose_tree(self.context, nodes, depth, self.params, self.rng)
         return tree.trimmed(nodes, depth)
 
     def accept_tree(self, logits: torch.Tensor, tree: DraftTree, g: int, t_draft: float, t_verify: float,
-                    batch_size: int = 1, budget: int = 0) -> tuple[RoundRecord, list[int]]:
+                    batch_size: int = 1, budget: int = 0, hidden: torch.Tensor | None = None,
+                    ) -> tuple[RoundRecord, list[int]]:
         """:meth:`accept` for a tree: ``logits`` [len(tree) + 1, V] for rows ``[context[-1]] + tree.tokens``.
         Returns the round's record (proposed = nodes verified, accepted = the accepted path's length,
         plus the tree's parents and the path) and the accepted path (node indices) whose k/v the
-        driver commits."""
+        driver commits. ``hidden``: the same rows' final hidden states, for a ``wants_hidden`` drafter: the
+        root's and the accepted path's rows, compacted like their k/v, reach it before the commit."""
         p = self.params
         if p.greedy:
             path, new = verify_tree_greedy(logits, tree)
@@ -253,6 +258,9 @@ class Request:
             path, new = verify_tree_sampling(probs_from_logits(logits, p), tree, self.rng)
         kept, self.stop_reason = cut_at_stop(new, len(self.out), self.max_tokens, self.eos)
         ctx_len = len(self.context)
+        if hidden is not None:
+            rows = torch.tensor([0] + [i + 1 for i in path], dtype=torch.long, device=hidden.device)
+            self.drafter.observe_hidden(ctx_len - 1, hidden.index_select(0, rows))
         self.out.extend(kept)
         self.context.extend(kept)
         self.drafter.commit(self.context)

@@ -251,6 +251,23 @@ def default_width(budget: int, max_depth: int) -> int:
     return max(1, min(8, math.ceil(budget / max(1, max_depth))))
 
 
+def ranked_children(logits: torch.Tensor, k: int, params: SamplingParams, rng: torch.Generator | None,
+                    draws: bool) -> tuple[list[int], torch.Tensor, list[float]]:
+    """The (at most) ``k`` children a node gets, in rank order, from the drafter's ``logits`` there:
+    (tokens, the distribution q they come from, q's k largest values). Greedy or ``draws`` False: the k
+    most probable tokens (greedy: those of positive probability); ``draws``: k draws without replacement
+    from q = ``probs_from_logits(logits, params)`` (Gumbel top-k) -- q is then the distribution the
+    verifier's recursive rejection needs."""
+    dist = torch.softmax(logits.float(), -1) if params.greedy else probs_from_logits(logits, params)
+    top = torch.topk(dist, min(k, dist.shape[-1]))
+    values = top.values.tolist()
+    if draws:
+        gumbel = -torch.log(-torch.log(torch.rand(dist.shape, generator=rng).clamp_(min=1e-20)))
+        keys = torch.where(dist > 0, dist.log() + gumbel, torch.full_like(dist, -math.inf))
+        return torch.topk(keys, min(k, int((dist > 0).sum()))).indices.tolist(), dist, values
+    return [i for i, v in zip(top.indices.tolist(), values) if v > 0 or not params.greedy], dist, values
+
+
 def grow_tree(root_logits: torch.Tensor, expand: Expand, budget: int, max_depth: int, params: SamplingParams,
               rng: torch.Generator | None, topk: int = 4, width: int | None = None,
               draws: bool | None = None) -> DraftTree:
@@ -288,16 +305,9 @@ def grow_tree(root_logits: torch.Tensor, expand: Expand, budget: int, max_depth:
 
     def open_row(row: int, logits: torch.Tensor, base: float) -> None:
         nonlocal tie
-        dist = torch.softmax(logits.float(), -1) if greedy else probs_from_logits(logits, params)
-        top = torch.topk(dist, min(k, dist.shape[-1]))
-        sorted_p[row] = top.values.tolist()
+        picks, dist, sorted_p[row] = ranked_children(logits, k, params, rng, draws)
         if draws:
             q_rows[row] = dist
-            gumbel = -torch.log(-torch.log(torch.rand(dist.shape, generator=rng).clamp_(min=1e-20)))
-            keys = torch.where(dist > 0, dist.log() + gumbel, torch.full_like(dist, -math.inf))
-            picks = torch.topk(keys, min(k, int((dist > 0).sum()))).indices.tolist()
-        else:
-            picks = [i for i, v in zip(top.indices.tolist(), sorted_p[row]) if v > 0 or not greedy]
         order[row] = picks
         if picks:
             heapq.heappush(heap, (-base * sorted_p[row][0], tie, row, 0))

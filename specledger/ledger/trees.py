@@ -18,7 +18,7 @@ of N candidate nodes (each node costs verify compute and a KV slot).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from specledger.errors import require
@@ -226,46 +226,170 @@ def _dp_layer(
     return values, choice
 
 
+def _trimmed(p: Sequence[float], budget: int) -> list[float]:
+    """``p`` without its negligible tail ranks, and no more ranks than the budget can place."""
+    out = list(p)
+    while out and out[-1] <= _NEGLIGIBLE:
+        out.pop()
+    return out[: max(budget, 1)]
+
+
+def _best_layers(rows: Sequence[Sequence[float]], budget: int, max_depth: int) -> BestTree:
+    """The depth-limited DP with a positional vector per depth (``rows[d - 1]``: children at depth d).
+
+    Layer k (k = 1..D, D = ``max_depth``) is the G of a node whose children sit at depth D - k + 1, so
+    it uses that depth's vector; the last layer is the root's."""
+    ranks = max(len(r) for r in rows)
+    padded = [list(r) + [0.0] * (ranks - len(r)) for r in rows]
+    layer_values: list[float] = [0.0] * (budget + 1)
+    choices = []
+    for k in range(1, max_depth + 1):
+        depth = max_depth - k + 1
+        layer_values, layer_choice = _dp_layer(padded[min(depth, len(padded)) - 1], budget, layer_values)
+        choices.append(layer_choice)
+
+    def build(n: int, depth_left: int) -> Shape:
+        table = choices[depth_left - 1]
+        children: list[Shape] = []
+        for rank in range(ranks):
+            size = table[rank][n] if n > 0 else 0
+            if size == 0:
+                break
+            children.append(build(size - 1, depth_left - 1) if depth_left > 1 else ())
+            n -= size
+        return tuple(children)
+
+    return BestTree(shape=build(budget, max_depth), expected_length=1.0 + layer_values[budget], budget=budget)
+
+
 def best_tree(positional: Sequence[float], budget: int, max_depth: int | None = None) -> BestTree:
     """Sequoia-style DP: the tree of ≤ ``budget`` nodes (depth ≤ ``max_depth``) maximising E[L].
 
     Exact under the positional model (the i-th ranked child of any node accepted with p_i);
     never worse than the chain or any k-ary tree with the same budget.
     """
-    p = list(check_positional(positional))
     _check_budget(budget)
+    p = _trimmed(check_positional(positional), budget)
     if max_depth is not None:
         require(max_depth >= 0, f"max tree depth {max_depth} is negative")
-    while p and p[-1] <= _NEGLIGIBLE:
-        p.pop()
-    p = p[: max(budget, 1)]
     if not p or budget == 0 or max_depth == 0:
         return BestTree(shape=(), expected_length=1.0, budget=budget)
+    if max_depth is not None:
+        return _best_layers([p], budget, max_depth)
+    values, choice = _dp_layer(p, budget, None)
 
-    if max_depth is None:
-        values, choice = _dp_layer(p, budget, None)
-        choices = None
-    else:
-        layer_values: list[float] = [0.0] * (budget + 1)
-        choices = []
-        for _ in range(max_depth):
-            layer_values, layer_choice = _dp_layer(p, budget, layer_values)
-            choices.append(layer_choice)
-        values, choice = layer_values, choices[-1]
-
-    def build(n: int, depth_left: int) -> Shape:
-        table = choice if choices is None else choices[depth_left - 1]
+    def build(n: int) -> Shape:
         children: list[Shape] = []
         for rank in range(len(p)):
-            size = table[rank][n] if n > 0 else 0
+            size = choice[rank][n] if n > 0 else 0
             if size == 0:
                 break
-            children.append(build(size - 1, depth_left - 1) if choices is None or depth_left > 1 else ())
+            children.append(build(size - 1))
             n -= size
         return tuple(children)
 
-    shape = build(budget, max_depth or budget)
-    return BestTree(shape=shape, expected_length=1.0 + values[budget], budget=budget)
+    return BestTree(shape=build(budget), expected_length=1.0 + values[budget], budget=budget)
+
+
+def best_tree_by_depth(rows: Sequence[Sequence[float]], budget: int, max_depth: int) -> BestTree:
+    """The DP of :func:`best_tree` with acceptance by depth *and* rank: ``rows[d - 1][i]`` = p_{d,i}, the
+    probability that the i-th ranked child of a reached node at depth d - 1 is the accepted one (rows past
+    the last give the last row). E[L] = 1 + Σ_v Π_{u on path(v)} p_{depth(u), rank(u)}; exact under that
+    model, and equal to :func:`best_tree` when every row is the same vector."""
+    require(len(rows) > 0, "acceptance by depth is empty; give one positional vector per depth")
+    _check_budget(budget)
+    require(isinstance(max_depth, int) and max_depth >= 0, f"max tree depth {max_depth!r} must be an integer >= 0")
+    checked = [_trimmed(check_positional(r), budget) for r in rows]
+    if budget == 0 or max_depth == 0 or not any(checked):
+        return BestTree(shape=(), expected_length=1.0, budget=budget)
+    return _best_layers([r or [0.0] for r in checked], budget, max_depth)
+
+
+def survival_by_depth(shape: Shape, rows: Sequence[Sequence[float]]) -> list[float]:
+    """S_d = Pr(the accepted path reaches depth d) = Σ_{v at depth d} Π_{u on path(v)} p_{depth(u), rank(u)},
+    d = 1..depth(shape) (``rows`` as in :func:`best_tree_by_depth`); E[L] = 1 + Σ_d S_d."""
+    require(len(rows) > 0, "acceptance by depth is empty; give one positional vector per depth")
+    out: list[float] = []
+    level: list[tuple[Shape, float]] = [(shape, 1.0)]
+    depth = 0
+    while level:
+        depth += 1
+        row = rows[min(depth, len(rows)) - 1]
+        nxt = [(child, reach * (row[rank] if rank < len(row) else 0.0))
+               for children, reach in level for rank, child in enumerate(children)]
+        if not nxt:
+            break
+        out.append(sum(reach for _, reach in nxt))
+        level = nxt
+    return out
+
+
+@dataclass
+class DepthRankCounts:
+    """Measured acceptance by depth and rank over verified trees: ``tries[d][i]`` counts reached nodes at
+    depth d (0 = the root) that had an (i+1)-th ranked child, ``hits[d][i]`` those whose accepted child
+    was that one. p_{d+1,i} = hits / tries (a chain round is the one-branch tree: rank 0 only)."""
+
+    hits: list[list[int]]
+    tries: list[list[int]]
+    rounds: int = 0
+
+    def pooled_by_rank(self) -> list[float]:
+        """p_i over every depth (Sequoia's positional vector): Σ_d hits / Σ_d tries per rank."""
+        ranks = max((len(r) for r in self.tries), default=0)
+        out = []
+        for i in range(ranks):
+            t = sum(r[i] for r in self.tries if i < len(r))
+            h = sum(r[i] for r in self.hits if i < len(r))
+            out.append(h / t if t else 0.0)
+        return out
+
+    def rows(self, min_tries: int = 5) -> tuple[list[list[float]], int]:
+        """Per-depth positional vectors, cells with fewer than ``min_tries`` tries taking the rank's value
+        pooled over depths; each row scaled to sum ≤ 1 (siblings exclude). Returns (rows, cells pooled)."""
+        pooled = self.pooled_by_rank()
+        out, borrowed = [], 0
+        for hits, tries in zip(self.hits, self.tries):
+            row = []
+            for i, p in enumerate(pooled):
+                t = tries[i] if i < len(tries) else 0
+                if t >= min_tries:
+                    row.append(hits[i] / t)
+                else:
+                    row.append(p)
+                    borrowed += 1
+            total = sum(row)
+            out.append([x / total for x in row] if total > 1.0 else row)
+        return out, borrowed
+
+
+def count_depth_rank(trees: Iterable[tuple[Sequence[int], Sequence[int]]], max_rank: int = 8) -> DepthRankCounts:
+    """:class:`DepthRankCounts` of verified trees given as (parents, accepted path): parents[i] is node i's
+    parent (-1 the root), siblings in rank order; the path lists accepted node indices from the root down."""
+    hits: list[list[int]] = []
+    tries: list[list[int]] = []
+    rounds = 0
+    for parents, path in trees:
+        rounds += 1
+        kids: dict[int, list[int]] = {}
+        for i, p in enumerate(parents):
+            kids.setdefault(p, []).append(i)
+        node = -1
+        for depth in range(len(path) + 1):
+            children = kids.get(node, [])[:max_rank]
+            if not children:
+                break
+            while len(tries) <= depth:
+                tries.append([0] * max_rank)
+                hits.append([0] * max_rank)
+            accepted = path[depth] if depth < len(path) else None
+            for rank, child in enumerate(children):
+                tries[depth][rank] += 1
+                hits[depth][rank] += child == accepted
+            if accepted is None:
+                break
+            node = accepted
+    return DepthRankCounts(hits, tries, rounds)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,10 @@ def run(
     gammas: Annotated[str | None, typer.Option(help="Comma-separated gammas, e.g. 1,2,4,8.")] = None,
     tree_budgets: Annotated[str | None, typer.Option(help="Comma-separated token-tree node budgets per round, "
                                                         "0 = chain, e.g. 0,8,16 (a tree's depth <= gamma).")] = None,
+    tree_shape: Annotated[str | None, typer.Option(help="Tree rounds propose: dynamic (EAGLE-2 best-first, default) | "
+                                                      "dp (the DP's static shape, assumed acceptance) | dp:0.6,0.2 "
+                                                      "| dp:RUN_DIR (acceptance by depth x rank measured there).")]
+    = None,
     temperatures: Annotated[str | None, typer.Option(help="Comma-separated temperatures, e.g. 0,0.8.")] = None,
     n: Annotated[int | None, typer.Option("--n", help="Prompts per category.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Tokens generated per request (default 40; code 96 and "
@@ -90,7 +94,7 @@ def run(
         plan = preset("quick" if quick else "full" if full else "default")
         for attr, value in (
             ("categories", _csv(categories)), ("drafters", _csv(drafters)), ("gammas", _csv(gammas, int)),
-            ("model_gammas", _csv(gammas, int)), ("tree_budgets", _csv(tree_budgets, int)),
+            ("model_gammas", _csv(gammas, int)), ("tree_budgets", _csv(tree_budgets, int)), ("tree_shape", tree_shape),
             ("temperatures", _csv(temperatures, float)), ("n_per_category", n), ("max_tokens", max_tokens),
             ("layers", layers), ("draft", draft), ("seed", seed if seed else None),
             ("workload_file", str(workload) if workload else None), ("loads", parse_loads(loads)),

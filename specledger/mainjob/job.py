@@ -53,6 +53,9 @@ class RunPlan:
     temperatures: list[float] = field(default_factory=lambda: [0.0])
     #: token-tree node budgets per round for every drafter x gamma (0 = a chain; a tree's depth <= gamma)
     tree_budgets: list[int] = field(default_factory=lambda: [0])
+    #: which tree a tree round proposes: dynamic (EAGLE-2 best-first) or the DP's static shape
+    #: (dp, dp:p1,p2,.., dp:RUN_DIR; :mod:`specledger.predict.tree_shape_spec`)
+    tree_shape: str = "dynamic"
     max_tokens: int = 40
     max_prompt_tokens: int = 1536
     seed: int = 0
@@ -86,6 +89,9 @@ class RunPlan:
         require(bool(self.tree_budgets) and all(isinstance(b, int) and b >= 0 for b in self.tree_budgets),
                 "--tree-budgets must be integers >= 1 (0 = chain), e.g. 0,8,16")
         require(len(set(self.tree_budgets)) == len(self.tree_budgets), "--tree-budgets must be distinct")
+        from specledger.predict.tree_shape_spec import check_tree_shape
+
+        check_tree_shape(self.tree_shape)
         require(self.max_tokens >= 1, "--max-tokens must be >= 1")
         require(bool(self.loads) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1
                                          for x in self.loads),
@@ -236,11 +242,19 @@ def run(
     if "layerskip" in plan.drafters:
         drafter_info["layerskip_layers"] = layers
     drafters: dict[tuple[str, int, float, int], Any] = {}
+    shapes: dict[str, Any] = {}
+    if any(plan.tree_budgets) and plan.tree_shape != "dynamic":  # the DP's static shape, per drafter
+        from specledger.predict.tree_shape_spec import tree_shape_from_spec
+
+        shapes = {d: tree_shape_from_spec(plan.tree_shape, d) for d in plan.drafters}
+        drafter_info["tree_shape"] = {d: s.source for d, s in shapes.items()}
 
     def drafter_for(job: Job) -> Any:
         key = (job.drafter, job.gamma, job.temperature, job.tree_budget)
         if key not in drafters:
             drafters[key] = make_drafter(job.drafter, engine, layers=layers, draft_path=plan.draft)
+            if job.tree_budget:
+                drafters[key].tree_shape = shapes.get(job.drafter)
         return drafters[key]
 
     meta = {

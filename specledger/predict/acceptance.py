@@ -127,12 +127,15 @@ class AcceptanceModel:
     # -- building ---------------------------------------------------------------------------
     @classmethod
     def from_records(cls, records: Iterable[RequestRecord], exclude_gammas: Iterable[int] = ()) -> AcceptanceModel:
-        """One chain per (category, drafter, prompt), pooled over its static-γ records (policies and plain
-        decoding are skipped; ``exclude_gammas`` leaves those γ's out, for honest held-out checks)."""
+        """One chain per (category, drafter, prompt), pooled over its static-γ records (policies, plain
+        decoding and token trees are skipped -- a tree's siblings are alternatives, not chain positions: see
+        :mod:`specledger.predict.tree_forecast`; ``exclude_gammas`` leaves those γ's out, for honest
+        held-out checks)."""
         skip = set(exclude_gammas)
         groups: dict[tuple[str, str, str], list[RequestRecord]] = defaultdict(list)
         for r in records:
-            if r.drafter == "none" or not isinstance(r.gamma, int) or r.gamma <= 0 or r.gamma in skip:
+            if r.drafter == "none" or not isinstance(r.gamma, int) or r.gamma <= 0 or r.gamma in skip \
+                    or r.tree_budget:
                 continue
             groups[(r.category or "default", r.drafter, r.prompt_id or r.request_id)].append(r)
         return cls(chain_from_records(recs) for recs in groups.values())

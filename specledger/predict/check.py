@@ -30,10 +30,11 @@ from specledger.records import RequestRecord
 
 
 def usable(records: Iterable[RequestRecord], temperature: float | None = None) -> list[RequestRecord]:
-    """Solo, static-γ records of the main job (no side experiments) at one temperature (default: the lowest)."""
+    """Solo, static-γ chain records of the main job (no side experiments, no token trees: their forecasts are
+    :mod:`specledger.predict.tree_forecast`'s) at one temperature (default: the lowest)."""
     recs = [
         r for r in records
-        if not r.extra.get("experiment") and isinstance(r.gamma, int)
+        if not r.extra.get("experiment") and isinstance(r.gamma, int) and not r.tree_budget
         and all(rd.batch_size <= 1 for rd in r.rounds)
     ]
     if not recs:

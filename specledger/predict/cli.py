@@ -78,6 +78,8 @@ def predict(
     cost: Annotated[Path | None, typer.Option(help="A cost model from `specledger calibrate` to use instead.")] = None,
     categories: Annotated[str | None, typer.Option(help="Comma-separated categories (default: all).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False,
+    tree_budget: Annotated[int | None, typer.Option(help="Forecast token trees of N nodes per round (rows = N + 1, "
+                                                         "depth <= --gamma) instead of chains.")] = None,
 ) -> None:
     """Predict end-to-end speed-up and tokens/s per category for a configuration that was not run
     (from the run's lowest-temperature requests)."""
@@ -88,6 +90,11 @@ def predict(
         raise SpecLedgerError(f"--gamma must be >= 1 (plain decoding is the baseline), got {gamma}")
     if max_tokens is not None and max_tokens < 1:
         raise SpecLedgerError(f"--max-tokens must be >= 1, got {max_tokens}")
+    if tree_budget is not None:  # trees: specledger.predict.tree_forecast (acceptance measured or from the DP)
+        from specledger.predict.tree_forecast import forecast_cli
+
+        forecast_cli(run_dir, drafter, gamma, tree_budget, max_tokens, cost, categories, as_json)
+        return
     models = load_run_models(run_dir, cost)
     if drafter not in models.acceptance.drafters():
         known = ", ".join(models.acceptance.drafters()) or "none"

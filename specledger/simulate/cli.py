@@ -109,6 +109,9 @@ def simulate(
     = "per-gamma",
     slo_ttft_p99_ms: Annotated[float | None, typer.Option(help="Capacity plan SLO: P99 TTFT (ms).")] = None,
     slo_tpot_p50_ms: Annotated[float | None, typer.Option(help="Capacity plan SLO: P50 TPOT (ms).")] = None,
+    tree_budget: Annotated[int | None, typer.Option(help="Token trees of N nodes per round for every static gamma "
+                                                         "(rows N + 1, depth <= gamma; acceptance measured or from "
+                                                         "the DP, see specledger.simulate.tree_setting).")] = None,
     seed: Annotated[int, typer.Option(help="Sampling and arrival seed.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the points as JSON.")] = False,
     out: Annotated[Path | None, typer.Option(help="Write simulate.json (and the report section) here.")] = None,
@@ -155,6 +158,13 @@ def simulate(
     max_g = max([16, *[g for g in gammas if isinstance(g, int)]])
     tables = {g: t for g, (t, _) in tables_per_gamma(run.records, drafter, settings, max_g, chains).items()}
     table = tables[0]  # plain's table is the pooled one: the capacity plan and crossover map use it
+    trees: dict = {}
+    if tree_budget is not None:  # each static γ becomes a tree of N nodes at depth <= γ (simulate.tree_setting)
+        from specledger.simulate.tree_setting import tree_runs
+
+        require(not planning and not ctx_list, "--tree-budget simulates load points only; drop --slo-* / --contexts")
+        trees = tree_runs(run.records, drafter, tree_budget, settings, tables, cost)
+        tables.update({g: t for g, (t, _, _) in trees.items()})
 
     def shape(t: Any) -> Any:
         if acceptance != "spread":
@@ -181,8 +191,11 @@ def simulate(
         seqs = max_num_seqs or (int(load) if kind == "concurrency" else 256)
         cfg = ServerConfig(seqs, max_batched_tokens, kv_budget, block_size, chunked_prefill, reserve_gamma)
         for g in settings:
-            m = run_sim(tables[g], arr, n, cost, g, drafter, cfg, replicas, make_router(router), seed=seed).metrics()
-            points.append({kind: load, "setting": "plain" if g == 0 else f"{drafter} γ={g}", "gamma": g, **m})
+            asked, priced = (trees[g][1], trees[g][2]) if g in trees else (g, cost)
+            m = run_sim(tables[g], arr, n, priced, asked, drafter, cfg, replicas, make_router(router), seed=seed).metrics()
+            label = "plain" if g == 0 else f"{drafter} γ={g}" + (f" tree={tree_budget}" if g in trees else "")
+            points.append({kind: load, "setting": label, "gamma": g, "tree_budget": tree_budget if g in trees else 0,
+                           **m})
     base = {(p.get("concurrency"), p.get("rate"), p.get("replay")): p for p in points if p["gamma"] == 0}
     for p in points:
         b = base[(p.get("concurrency"), p.get("rate"), p.get("replay"))]
@@ -195,6 +208,7 @@ def simulate(
         "drafter": drafter, "settings": [str(g) for g in settings], "cost_source": cost.source,
         "acceptance": acceptance, "chains": chains, "acceptance_assumption": table.assumption,
         "acceptance_per_setting": {str(g): tables[g].assumption for g in settings if g != 0}, "requests": requests,
+        "tree_budget": tree_budget or 0, "cost_per_setting": {str(g): trees[g][2].source for g in trees},
         "replicas": replicas, "router": router,
         "server": {"max_num_seqs": max_num_seqs, "max_batched_tokens": max_batched_tokens, "kv_budget_tokens": kv_budget,
                    "block_size": block_size, "chunked_prefill": chunked_prefill, "reserve_gamma": reserve_gamma},
@@ -220,6 +234,8 @@ def simulate(
         return
     console = Console()
     console.print(f"[bold]specledger simulate[/] from {run.path} -- cost: {cost.source}")
+    for g in trees:  # where a tree setting's acceptance and costs came from
+        console.print(f"γ={g} tree={tree_budget}: acceptance {tables[g].assumption}; cost {trees[g][2].note}")
     tab = Table("load", "setting", "tok/s", "speed-up", "verify x", "break-even x", "TPOT P50 ms", "TTFT P50 ms",
                 "ITL P99 ms", "stall ms", "preempt")
     for p in points:

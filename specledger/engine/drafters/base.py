@@ -72,6 +72,20 @@ class Drafter:
         prop = self.propose(context, min(budget, max_depth), params, rng)
         return DraftTree.chain(prop.tokens, prop.q)
 
+    #: a :class:`specledger.engine.tree_shape.StaticTreeShape` makes tree rounds use the DP's static shape
+    #: (:meth:`propose_shaped`) instead of :meth:`propose_tree`'s dynamic one; None: dynamic
+    tree_shape: Any = None
+
+    def propose_shaped(self, context: list[int], shape: Any, params: SamplingParams, rng: Any) -> DraftTree:
+        """A tree in the fixed ``shape`` (:mod:`specledger.engine.tree_shape`). Default, for model-free
+        drafters: :meth:`propose_tree` with room to spare, cut to the shape (its own ranks decide which
+        continuations fill each node's places). Model drafters fill the shape with their top-k per node."""
+        from specledger.engine.tree_shape import restrict_to_shape, shape_budget_hint
+        from specledger.ledger.trees import tree_depth
+
+        tree = self.propose_tree(context, shape_budget_hint(shape), tree_depth(shape), params, rng)
+        return restrict_to_shape(tree, shape)
+
     def commit(self, context: list[int]) -> None:
         """The round is over; ``context`` is prompt + everything committed so far."""
 

@@ -1,4 +1,4 @@
-"""``head``: a learned draft head on the target's own features (EAGLE-style), one chain per round.
+"""``head``: a learned draft head on the target's own features (EAGLE-style): chains and token trees.
 
 Design and why
 --------------
@@ -39,10 +39,11 @@ Exactness: the verifier decides everything; greedy output equals plain greedy wh
 head proposes, and sampled drafting hands the verifier its true q (``probs_from_logits`` of
 the draft-vocabulary logits scattered into a full row of ``-inf``, same params as the target).
 
-For a tree proposer: :meth:`HeadDrafter.catch_up` and :meth:`HeadDrafter.step` expose one head
-step at a time (feature in, feature and full-vocabulary logits out), and every ``propose``
-leaves the per-step top-k (ids, probabilities) of the draft distribution in ``step_topk``.
-(A tree needs a tree mask in the head's own cache too; this drafter drafts chains.)
+Trees: :meth:`HeadDrafter.propose_tree` grows an EAGLE-2 top-k tree from the head's distribution (the
+nodes of highest path probability), :meth:`HeadDrafter.propose_shaped` fills the DP's static shape; both
+run the head over tree nodes with a tree mask in its own cache (:mod:`specledger.engine.drafters.head_tree`).
+:meth:`HeadDrafter.catch_up` and :meth:`HeadDrafter.step` expose one head step at a time, and every chain
+``propose`` leaves the per-step top-k (ids, probabilities) of the draft distribution in ``step_topk``.
 
 Files: safetensors with ``fc.*``, ``block.*`` (bf16), ``draft_vocab`` (int32 ids) and metadata
 (format, target hidden size, vocabulary, target fingerprint, head config, training figures).
@@ -70,6 +71,7 @@ from specledger.engine.layers import Linear, rope_cos_sin
 from specledger.engine.model import Block
 from specledger.engine.model_config import KVCache, ModelConfig
 from specledger.engine.sampling import SamplingParams, probs_from_logits
+from specledger.engine.tree import DraftTree
 from specledger.errors import SpecLedgerError
 
 HEAD_FORMAT = "specledger-head/1"
@@ -435,6 +437,38 @@ class HeadDrafter(Drafter):
             if i < gamma - 1:
                 feature, logits = self.step(tok, feature, len(context) + i)
         return Proposal(tokens, torch.stack(qs) if qs else None)
+
+    #: tree proposals: children per node, and (under sampling) draw them without replacement from q (True)
+    #: or take the top-k deterministically (False, one-hot q), as :class:`NeuralDrafter`'s
+    tree_topk: int = 4
+    tree_draws: bool = True
+
+    @torch.inference_mode()
+    def propose_tree(self, context: list[int], budget: int, max_depth: int, params: SamplingParams,
+                     rng: Any) -> DraftTree:
+        """EAGLE-2 top-k tree from the head's distribution (:mod:`specledger.engine.drafters.head_tree`)."""
+        from specledger.engine.drafters.head_tree import head_tree_pass, to_target_ids
+        from specledger.engine.tree import grow_tree
+
+        self.step_topk = []
+        start = head_tree_pass(self, context, budget) if budget > 0 and max_depth > 0 else None
+        if start is None:
+            return DraftTree()
+        return to_target_ids(self, grow_tree(start[0], start[1], budget, max_depth, params, rng,
+                                             topk=self.tree_topk, draws=self.tree_draws))
+
+    @torch.inference_mode()
+    def propose_shaped(self, context: list[int], shape: Any, params: SamplingParams, rng: Any) -> DraftTree:
+        """The DP's static ``shape`` filled with the head's top-k per node (one head pass per level)."""
+        from specledger.engine.drafters.head_tree import head_tree_pass, to_target_ids
+        from specledger.engine.tree_shape import fill_shape
+        from specledger.ledger.trees import count_nodes
+
+        self.step_topk = []
+        start = head_tree_pass(self, context, count_nodes(shape)) if shape else None
+        if start is None:
+            return DraftTree()
+        return to_target_ids(self, fill_shape(start[0], start[1], shape, params, rng, draws=self.tree_draws))
 
 
 def make_head_drafter(target: Any, path: str | os.PathLike | None = None, cache_dir: str | None = None) -> HeadDrafter:

@@ -105,6 +105,24 @@ class NeuralDrafter(Drafter):
         bonus are fed at the next round, as a chain's bonus is)."""
         if budget <= 0 or max_depth <= 0:
             return DraftTree()
+        root_logits, expand = self._tree_pass(context, budget)
+        return grow_tree(root_logits, expand, budget, max_depth, params, rng, topk=self.tree_topk,
+                         draws=self.tree_draws)
+
+    @torch.inference_mode()
+    def propose_shaped(self, context: list[int], shape: Any, params: SamplingParams, rng: Any) -> DraftTree:
+        """The DP's static ``shape`` filled with this drafter's top-k per node, one draft pass per level
+        (:func:`specledger.engine.tree_shape.fill_shape`); the same draft cache layout as :meth:`propose_tree`."""
+        from specledger.engine.tree_shape import fill_shape
+        from specledger.ledger.trees import count_nodes
+
+        if not shape:
+            return DraftTree()
+        root_logits, expand = self._tree_pass(context, count_nodes(shape))
+        return fill_shape(root_logits, expand, shape, params, rng, draws=self.tree_draws)
+
+    def _tree_pass(self, context: list[int], budget: int) -> tuple[torch.Tensor, Any]:
+        """Feed the context the draft cache lacks; (the root's logits, an ``expand`` over tree nodes)."""
         n_ctx = len(context)
         self._ensure_cache(n_ctx + budget + 1)
         n = common_prefix_len(self.cached, context, self._validated)
@@ -135,8 +153,7 @@ class NeuralDrafter(Drafter):
             written = hi
             return logits[[i - rows[0] for i in nodes]]
 
-        return grow_tree(root_logits, expand, budget, max_depth, params, rng, topk=self.tree_topk,
-                         draws=self.tree_draws)
+        return root_logits, expand
 
     def kv_bytes(self) -> int:
         """The draft cache as allocated (every layer, capacity rounded up), not just what is filled."""

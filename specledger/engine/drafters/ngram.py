@@ -183,4 +183,5 @@ class NgramDrafter(Drafter):
     def fork(self) -> NgramDrafter:
         clone = NgramDrafter(self.max_ngram, self.min_ngram)  # all state is per request
         clone._all_pos = None if self._all_pos is None else {}
+        clone.tree_shape = self.tree_shape
         return clone

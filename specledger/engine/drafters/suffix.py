@@ -222,6 +222,7 @@ class SuffixDrafter(Drafter):
         clone = SuffixDrafter(self.max_depth, self.min_token_prob, self.max_spec_factor, self.max_spec_offset,
                               self.global_window, self.global_include_prompts)
         clone._global = self._global
+        clone.tree_shape = self.tree_shape
         clone._reset_request()
         return clone
 
