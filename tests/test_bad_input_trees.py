@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import CharLoaded, CharTokenizer, tiny_model
 
-import specledger.engine.cli as engine_cli
+import specledger.engine.build as engine_cli
 from specledger.engine.decode import Engine
 from specledger.engine.drafters.head import HeadConfig, HeadNet, load_head, save_head, target_fingerprint
 from specledger.errors import SpecLedgerError

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from synthetic import plain_rounds, request_from_rounds
 
-from specledger.engine.trace import RoundRecord
 from specledger.ledger.trees import (
     best_tree,
     best_tree_by_depth,
@@ -32,6 +31,7 @@ from specledger.predict.tree_forecast import (
     tree_acceptance,
     tree_costs,
 )
+from specledger.records import RoundRecord
 from specledger.rundir import META_NAME, TRACE_NAME, append_records, write_json_atomic
 
 # one tree of 8 nodes, depth 4, DFS preorder: 0 -> 1 -> 2 -> 3, 0 -> 4 (rank 1), 5 (root rank 1) -> 6 -> 7

@@ -106,7 +106,7 @@ def test_tree_shape_specs(tmp_path, target):
     assert "assumed" in tree_shape_from_spec("dp", "ngram").source
     given = tree_shape_from_spec("dp:0.7,0.2", "ngram")
     assert given.rows == [[0.7, 0.2]] and len(given.shape_for(4, 4)) >= 1
-    from specledger.bench.runner import RunPlan, run
+    from specledger.mainjob.job import RunPlan, run
     from tests.conftest import CharLoaded
 
     engine = Engine(target)

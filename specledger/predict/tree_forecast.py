@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from specledger.engine.trace import RequestRecord, RoundRecord
 from specledger.errors import SpecLedgerError, require
 from specledger.ledger.trees import best_tree_by_depth, count_depth_rank, survival_by_depth, width_per_depth
+from specledger.records import RequestRecord, RoundRecord
 
 MIN_ROUNDS = 10  # full proposing rounds a measured acceptance (or a category of its own) needs
 MIN_TRIES = 5  # tries a depth×rank cell needs before it stands on its own (else the rank's pooled value)

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from specledger.engine.trace import RequestRecord
 from specledger.errors import require
+from specledger.records import RequestRecord
 from specledger.simulate.chains import ChainTable
 
 #: the simulator codes a round's outcome as P * 32 + K in 5 bits per count (simulate/rounds.py)
