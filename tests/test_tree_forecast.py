@@ -161,6 +161,19 @@ def test_the_recursion_by_hand():
     assert r_half > 4 and 0 < rt_half < r_half
 
 
+def test_a_longer_output_budget_extends_requests_cut_by_length():
+    from specledger.predict.tree_forecast import category_sizes
+
+    recs = synthetic_tree_run()
+    assert {s.output_tokens for s in category_sizes(recs, "ngram", "copy", None)} == {40}
+    longer = category_sizes(recs, "ngram", "copy", 80)
+    assert {(s.output_tokens, s.max_tokens) for s in longer} == {(80, 80)}
+    for r in recs:
+        r.stop_reason = "eos"
+        r.extra["max_tokens"] = 64
+    assert {s.output_tokens for s in category_sizes(recs, "ngram", "copy", 80)} == {40}  # stopped at EOS
+
+
 def test_costs_read_the_premium_and_the_measured_draft():
     costs = tree_costs(FakePricer(), synthetic_tree_run(), "ngram", 8, 4, 9.0)
     assert costs.premium == pytest.approx(1.2)

@@ -183,9 +183,10 @@ def _median_ratio(pricer: Any, rounds: Sequence[RoundRecord]) -> tuple[float, in
 
 
 def tree_costs(pricer: Any, records: Sequence[RequestRecord], drafter: str, budget: int, depth: int,
-               rows: float) -> TreeCosts:
+               rows: float, context: float = 512.0) -> TreeCosts:
     """π, the draft and other seconds of a tree round and plain's other seconds, from the run where it
-    measured them (this setting's rounds first, then the drafter's tree rounds), else the pricer."""
+    measured them (this setting's rounds first, then the drafter's tree rounds), else the pricer.
+    ``context``: where the verify source is read off the surface (measured / interpolated / extrapolated)."""
     mine = [r for r in records if r.drafter == drafter and r.tree_budget > 0]
     rounds = [rd for r in mine for rd in r.rounds]
     branched = [rd for rd in rounds if rd.tree_parents is not None and rd.proposed > 0
@@ -193,7 +194,8 @@ def tree_costs(pricer: Any, records: Sequence[RequestRecord], drafter: str, budg
     premium, n = _median_ratio(pricer, branched)
     src: dict[str, str] = {}
     lookup = getattr(getattr(pricer, "surface", None), "lookup", None)
-    where = f"{lookup(rows, 1, 512).source} on the surface" if lookup is not None else "the pricer's forward"
+    where = (f"{lookup(rows, 1, context).source} on the surface at context {context:.0f}" if lookup is not None
+             else "the pricer's forward")
     src["verify"] = (f"{pricer.source}: T_s({rows:.1f} rows, c) ({where}) × tree-pass premium {premium:.3f} "
                      + (f"(median t_verify / T_s over {n} measured branching tree rounds)" if n else
                         "(assumed 1: the run verified no branching tree, the chain pass's cost is used)"))
@@ -292,14 +294,19 @@ class TreePrediction:
 
 def category_sizes(records: Sequence[RequestRecord], drafter: str, category: str,
                    max_tokens: int | None) -> list[Sizes]:
-    """The category's prompts: sizes from its plain records (else the drafter's), one per prompt."""
+    """The category's prompts: sizes from its plain records (else the drafter's), one per prompt. ``max_tokens``
+    other than the run's (as chain forecasts do): a request cut by length goes on to the new budget, one that
+    stopped at EOS stops at the same token."""
     cat = [r for r in records if (r.category or "default") == category]
     pool = [r for r in cat if r.drafter == "none"] or [r for r in cat if r.drafter == drafter]
     out: dict[str, Sizes] = {}
     for r in pool:
         pid = r.prompt_id or r.request_id
-        m = r.extra.get("max_tokens") or max_tokens or r.output_tokens
-        out.setdefault(pid, Sizes(pid, r.prompt_tokens, r.output_tokens, int(max_tokens or m)))
+        run_m = int(r.extra.get("max_tokens") or r.output_tokens)
+        n_out = r.output_tokens
+        if max_tokens is not None:
+            n_out = int(max_tokens) if r.stop_reason == "length" or n_out >= run_m else min(n_out, int(max_tokens))
+        out.setdefault(pid, Sizes(pid, r.prompt_tokens, n_out, int(max_tokens or run_m)))
     return list(out.values())
 
 
@@ -314,7 +321,7 @@ def predict_tree_category(pricer: Any, records: Sequence[RequestRecord], categor
     acc = tree_acceptance(records, drafter, budget, depth, category)
     rows = 1.0 + (acc.nodes if acc.source == MEASURED else float(budget))
     costs = tree_costs(pricer, [r for r in records if (r.category or "default") == category] or records,
-                       drafter, budget, depth, rows)
+                       drafter, budget, depth, rows, float(np.median([s.prompt_tokens for s in sizes])))
     spec = [request_seconds(pricer, drafter, acc, costs, s, depth, rows) for s in sizes]
     plain = [request_seconds(pricer, "none", None, None, s, 0, 1.0)[0] for s in sizes]
     ts, tp = np.array([x[0] for x in spec]), np.array(plain)

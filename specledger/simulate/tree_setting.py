@@ -108,7 +108,8 @@ def tree_runs(records: Sequence[RequestRecord], drafter: str, budget: int, setti
         depth = int(g)
         base = tables[g]
         per_cat = {cat: tree_acceptance(recs, drafter, budget, depth, cat) for cat in sorted(set(base.categories))}
-        costs = tree_costs(cost, recs, drafter, budget, depth, float(budget + 1))
+        costs = tree_costs(cost, recs, drafter, budget, depth, float(budget + 1),
+                           float(np.median(base.prompt_tokens)))
         note = f"tree of {budget} nodes: verify {costs.sources['verify']}; draft {costs.sources['draft']}"
         out[g] = (tree_table(base, per_cat, budget, depth, drafter), budget,
                   TreePricer(cost, costs.premium, costs.draft, note))
