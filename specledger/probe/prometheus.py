@@ -128,7 +128,12 @@ def _base_name(sample_name: str) -> str:
 def counter_total(snapshot: MetricsSnapshot, name: str) -> float | None:
     """Sum of counter ``name`` (with or without ``_total``) across all label sets; None if absent."""
     values = [s.value for s in snapshot.samples if _base_name(s.name) == name]
-    return math.fsum(values) if values else None
+    if not values:
+        return None
+    try:
+        return math.fsum(values)
+    except OverflowError:  # partial sums past the float range (values near 1e308): the plain sum is ±inf
+        return float(sum(values))
 
 
 def counter_by_label(snapshot: MetricsSnapshot, name: str, label: str) -> dict[str, float]:
