@@ -86,3 +86,16 @@ def exact_tokens_2_3(target, prompt: list[int], params) -> np.ndarray:
                 p3 = probs_from_logits(target(torch.tensor([prompt + [t1, t2]]), 0, cache)[0, -1], params)
                 exact[t2 * vocab : (t2 + 1) * vocab] += float(p1[t1]) * float(p2[t2]) * p3.numpy()
     return exact
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    """Run ``specledger ARGV`` in-process: (exit code, stdout, stderr)."""
+    from specledger.cli import main
+
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err

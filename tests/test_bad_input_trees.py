@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from conftest import CharLoaded, CharTokenizer, tiny_model
+from conftest import CharLoaded, CharTokenizer, run_cli, tiny_model
 
 import specledger.engine.build as engine_cli
 from specledger.engine.decode import Engine
@@ -17,15 +17,7 @@ from specledger.errors import SpecLedgerError
 
 
 def _cli(argv, capsys):
-    from specledger.cli import main
-
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_cli(argv, capsys)
 
 
 @pytest.fixture()

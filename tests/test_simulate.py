@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import run_cli
 
 from specledger.simulate.arrivals import closed_loop, poisson
 from specledger.simulate.chains import ChainTable
@@ -251,15 +252,7 @@ def run_dir(tmp_path: Path) -> Path:
 
 
 def _cli(argv, capsys):
-    from specledger.cli import main
-
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_cli(argv, capsys)
 
 
 def test_cli_json_points(run_dir, capsys):

@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 import pytest
+from conftest import run_cli
 from synthetic import plain_rounds, request_from_rounds
 
 from specledger.ledger.trees import (
@@ -200,15 +201,7 @@ def run_dir(tmp_path):
 
 
 def _cli(argv, capsys):
-    from specledger.cli import main
-
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_cli(argv, capsys)
 
 
 def test_predict_tree_budget_json_and_sources(run_dir, capsys):
