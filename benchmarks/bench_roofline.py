@@ -7,7 +7,7 @@ bound + a CUDA-graph engine's overheads) and the eager preset's ("eager": the bo
 overheads, the engine that was measured), their ratio T(q)/T(1) beside the measured one, and whether
 the model stays at or below the measurement ("model <= measured": the roofline is a lower bound).
 
-The presets' defaults come from cited public figures (``specledger.simulate.hardware.OVERHEADS``), not
+The presets' defaults come from cited public figures (``specledger.cost.roofline.OVERHEADS``), not
 from these files: this is a check, not a fit. Pure arithmetic; runs in a second.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_roofline.py [--data DIR]
@@ -19,7 +19,7 @@ import argparse
 import json
 from pathlib import Path
 
-from specledger.simulate.hardware import model_config_from_dict, roofline
+from specledger.cost.roofline import model_config_from_dict, roofline
 
 LLAMA_8B = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
             "intermediate_size": 14336, "vocab_size": 128256, "torch_dtype": "bfloat16"}

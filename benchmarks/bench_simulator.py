@@ -105,8 +105,8 @@ def print_validation(res: dict) -> None:
 def speed(run, n: int, concurrency: int | None, rate: float | None, fast: bool = True) -> dict:
     """Wall time to simulate ``n`` requests on one replica: closed loop at ``concurrency`` or Poisson ``rate``;
     ``fast=False``: one step at a time (the reference the event-skipping path is tested against)."""
+    from specledger.cost.roofline import model_config_from_dict, roofline
     from specledger.simulate.arrivals import closed_loop, poisson
-    from specledger.simulate.hardware import model_config_from_dict, roofline
     from specledger.simulate.measured_run import acceptance_table
     from specledger.simulate.simulator import simulate
     from specledger.simulate.state import ServerConfig
@@ -156,7 +156,7 @@ def main() -> None:
                     help="speed test at light load: Poisson rate (req/s) for a tenth of the requests")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from specledger.cost.pricer import load_pricer as load_cost
+    from specledger.predict.pricers import load_pricer as load_cost
     from specledger.simulate.measured_run import RunSource
     from specledger.simulate.validate import validate
 

@@ -20,8 +20,8 @@ from typing import Any
 from specledger.errors import SpecLedgerError
 from specledger.gates import SLO
 from specledger.gates.simulated import error_note, plain_latency, simulated_scenarios, simulated_verdicts
-from specledger.mainjob.loads import interleaved, load_records
-from specledger.records import EXPERIMENT_KEY, RequestRecord
+from specledger.load_points import interleaved
+from specledger.records import EXPERIMENT_KEY, RequestRecord, load_records
 
 #: requests behind every simulated point (a point of n requests is simulated ceil(256 / n) times) ...
 MIN_REQUESTS = 256

@@ -248,8 +248,8 @@ def test_measure_rows_axis(target, interleaved):
 
 
 def test_simulate_prices_with_a_surface_profile(tmp_path, capsys):
-    from specledger.cost.pricer import load_pricer as load_cost
     from specledger.cost.serving import SurfaceCost
+    from specledger.predict.pricers import load_pricer as load_cost
     from tests.test_simulate import _cli, _record
 
     run = tmp_path / "run"

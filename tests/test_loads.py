@@ -22,8 +22,8 @@ from specledger.gates import (
     slo_from_dict,
 )
 from specledger.gates.loads import analyze_loads
+from specledger.load_points import interleaved, requests_at
 from specledger.mainjob.job import RunPlan, run
-from specledger.mainjob.loads import interleaved, requests_at
 from specledger.records import LOAD_EXPERIMENT, RequestRecord, main_records
 from specledger.report.build import build_report
 from specledger.rundir import read_records

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from specledger.analysis.stats import distribution
 from specledger.errors import SpecLedgerError
+from specledger.load_points import poisson_arrivals
 from specledger.probe.cli import import_vllm_bench, probe
 from specledger.probe.endpoint import normalize_base_url, probe_endpoint
 from specledger.probe.loadgen import (
@@ -26,7 +27,6 @@ from specledger.probe.loadgen import (
     PromptItem,
     RequestResult,
     load_prompt_items,
-    poisson_arrivals,
     reconcile_chunk_tokens,
     run_load,
 )

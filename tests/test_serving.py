@@ -19,7 +19,7 @@ from specledger.bench.serving_metrics import crossover, setting_label
 from specledger.bench.sweep_cli import sweep
 from specledger.engine.decode import Engine
 from specledger.engine.drafters.registry import make_drafter
-from specledger.probe.loadgen import poisson_arrivals
+from specledger.load_points import poisson_arrivals
 from specledger.rundir import read_records
 from tests.conftest import CharTokenizer, tiny_model
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from conftest import run_cli
 
+from specledger.cost.roofline import ModelConfig, roofline
 from specledger.simulate.arrivals import closed_loop, poisson
 from specledger.simulate.chains import ChainTable
 from specledger.simulate.cluster import SLO, capacity_plan, least_outstanding
 from specledger.simulate.dispatch import round_robin
-from specledger.simulate.hardware import ModelConfig, roofline
 from specledger.simulate.replica import _trim
 from specledger.simulate.simulator import break_even_verify_premium, simulate
 from specledger.simulate.state import ServerConfig
@@ -374,7 +374,7 @@ def _serving_run(tmp_path: Path) -> Path:
 
 
 def test_validation_against_a_serving_run_compares_every_point(tmp_path):
-    from specledger.cost.pricer import load_pricer as load_cost
+    from specledger.predict.pricers import load_pricer as load_cost
     from specledger.simulate.measured_run import RunSource
     from specledger.simulate.profile import fit_serving_cost
     from specledger.simulate.validate import validate

@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 
+from specledger.cost.roofline import ModelConfig, roofline
 from specledger.simulate import fastpath
 from specledger.simulate.arrivals import closed_loop, poisson, replay
 from specledger.simulate.chains import ChainTable, Draws, keyed_stream
 from specledger.simulate.cluster import least_outstanding
 from specledger.simulate.dispatch import round_robin
-from specledger.simulate.hardware import ModelConfig, roofline
 from specledger.simulate.pricing import draft_costs, scalar_step, step_costs
 from specledger.simulate.pricing import pairwise_sum as _pairwise_sum
 from specledger.simulate.profile import fit_serving_cost

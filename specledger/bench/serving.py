@@ -35,7 +35,7 @@ from specledger.bench.serving_metrics import (
 from specledger.engine.batch import BatchEngine, BatchRequest
 from specledger.engine.protocol import TargetEngine
 from specledger.errors import require
-from specledger.probe.loadgen import poisson_arrivals
+from specledger.load_points import poisson_arrivals
 from specledger.records import RequestRecord
 from specledger.rundir import SERVING_JSON, RunDir
 

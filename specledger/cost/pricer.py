@@ -1,4 +1,5 @@
-"""The one cost type: what every forecast prices a step with, and the one loader of cost files.
+"""The one cost type: what every forecast prices a step with (the protocol only; every implementation imports
+this module, and the one loader of cost files, :func:`specledger.predict.pricers.load_pricer`, imports them).
 
 :class:`StepPricer` is the contract. There is one implementation per *source* of the numbers, each saying
 in ``source`` where they came from:
@@ -12,7 +13,7 @@ measured    :class:`specledger.predict.costmodel.CostModel`  a run's rounds (for
                                                              (:func:`specledger.simulate.profile.fit_serving_cost`)
 imported    :class:`specledger.cost.serving.SurfaceCost`     a surface measured elsewhere (``calibrate
                                                              --import``, a GPU, another engine)
-roofline    :class:`specledger.simulate.hardware.RooflineCost`  a model config and a hardware table (a lower
+roofline    :class:`specledger.cost.roofline.RooflineCost`   a model config and a hardware table (a lower
                                                              bound plus assumed overheads; never measured)
 ==========  ===============================================  ============================================
 
@@ -27,12 +28,9 @@ no pricing rule of its own).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-
-from specledger.errors import require
 
 
 @runtime_checkable
@@ -70,7 +68,7 @@ class StepPricer(Protocol):
         ...
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict :func:`load_pricer` reads back."""
+        """A JSON-ready dict :func:`specledger.predict.pricers.load_pricer` reads back."""
         ...
 
 
@@ -79,37 +77,4 @@ def step_s_each(pricer: Any, rows: np.ndarray, batch: int, context: np.ndarray) 
     return np.array([pricer.step_s(r, batch, c) for r, c in zip(rows.tolist(), context.tolist())], dtype=np.float64)
 
 
-def pricer_from_dict(d: dict[str, Any], where: str = "cost profile") -> StepPricer:
-    """The pricer a dict describes, by its ``kind``: ``cost-surface`` (imported), ``roofline``, else a measured
-    cost model (``cost-model``, and ``serving-fit`` written before the serving fit became a cost model)."""
-    from specledger.cost.serving import SurfaceCost
-    from specledger.cost.surface import KIND as SURFACE_KIND
-    from specledger.cost.surface import CostSurface
-
-    require(isinstance(d, dict), f"{where} is not a cost profile (a JSON object); re-run `specledger calibrate`")
-    if d.get("kind") == SURFACE_KIND:
-        return SurfaceCost(CostSurface.from_dict(d, where))
-    if d.get("kind") == "roofline":
-        from specledger.simulate.hardware import roofline_from_dict
-
-        return roofline_from_dict(d)
-    from specledger.predict.costmodel import CostModel
-
-    return CostModel.from_dict(d)
-
-
-def load_pricer(path: str | Path) -> StepPricer:
-    """A cost file: a measured cost model (``specledger calibrate``, a run's ``cost_model.json``, a serving fit),
-    a measured surface (``kind: cost-surface`` or the import-format ``.jsonl``), or a roofline profile."""
-    from specledger.cost.serving import SurfaceCost
-    from specledger.cost.surface import CostSurface
-    from specledger.rundir import read_json
-
-    p = Path(path)
-    require(p.is_file(), f"cost profile not found: {p}; run `specledger calibrate --out {p}` or give --hardware")
-    if p.suffix == ".jsonl":
-        return SurfaceCost(CostSurface.from_jsonl(p))
-    return pricer_from_dict(read_json(p, "give a cost profile JSON (`specledger calibrate --out FILE`)"), str(p))
-
-
-__all__ = ["StepPricer", "load_pricer", "pricer_from_dict", "step_s_each"]
+__all__ = ["StepPricer", "step_s_each"]

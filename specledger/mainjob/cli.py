@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from specledger.errors import SpecLedgerError
-from specledger.mainjob.loads import parse_loads
+from specledger.load_points import parse_loads
 
 
 def _csv(text: str | None, cast=str) -> list | None:

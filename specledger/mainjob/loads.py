@@ -18,33 +18,14 @@ appended together).
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from specledger.engine.protocol import TargetEngine
-from specledger.errors import SpecLedgerError
+from specledger.load_points import interleaved, requests_at
 from specledger.records import EXPERIMENT_KEY, LOAD_EXPERIMENT, load_records
 from specledger.rundir import RunDir
-
-
-def parse_loads(text: str | None, flag: str = "--loads", example: str = "1,4,16",
-                allow_none: bool = False) -> list[int] | None:
-    """``"1,4,16"`` -> [1, 4, 16] (sorted, distinct); ``"none"`` -> [] where ``allow_none``; anything else
-    is a one-line error naming the fix."""
-    if text is None:
-        return None
-    if allow_none and text.strip().lower() == "none":
-        return []
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        values = []
-    if not values or any(not math.isfinite(v) or v < 1 or v != int(v) for v in values):
-        raise SpecLedgerError(f"{flag} {text!r}: give whole numbers of concurrent requests >= 1, "
-                              f"e.g. {flag} {example}" + (" (or none)" if allow_none else ""))
-    return sorted({int(v) for v in values})
 
 
 def memory_facts(engine: TargetEngine) -> dict[str, Any]:
@@ -66,22 +47,6 @@ def settings_of(plan: Any) -> list[tuple[str, int]]:
 
 def setting_name(drafter: str, gamma: int) -> str:
     return "plain" if drafter == "none" else f"{drafter} γ={gamma}"
-
-
-def interleaved(prompt_ids: Sequence[str], category: Mapping[str, str]) -> list[str]:
-    """Round-robin over categories (first-seen order)."""
-    by: dict[str, list[str]] = {}
-    for pid in prompt_ids:
-        by.setdefault(category[pid], []).append(pid)
-    out: list[str] = []
-    for i in range(max((len(v) for v in by.values()), default=0)):
-        out += [v[i] for v in by.values() if i < len(v)]
-    return out
-
-
-def requests_at(load: int, prompt_ids: Sequence[str]) -> list[str]:
-    """The requests of a closed-loop point at ``load``: max(load, prompts), the prompts cycled."""
-    return [prompt_ids[i % len(prompt_ids)] for i in range(max(load, len(prompt_ids)))]
 
 
 def done_points(run: RunDir) -> set[tuple[int, float, str]]:

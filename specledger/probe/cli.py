@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specledger.errors import SpecLedgerError
-from specledger.mainjob.loads import parse_loads
+from specledger.load_points import parse_loads
 from specledger.probe.endpoint import load_tokenizer, run_probe
 from specledger.probe.guidellm import guidellm_version, load_guidellm
 from specledger.probe.loadgen import LoadConfig

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -37,6 +36,7 @@ from typing import Any
 import httpx
 
 from specledger.errors import SpecLedgerError
+from specledger.load_points import poisson_arrivals
 from specledger.probe.sse import OpenAIStreamDecoder
 
 Tokenizer = Callable[[str], Any]
@@ -364,16 +364,6 @@ def _finish_counts(result: RequestResult, tokenizer: Tokenizer | None) -> None:
         result.chunk_tokens = reconcile_chunk_tokens(result.chunk_tokens, weights, usage)
         result.token_count_source = "usage-reconciled"
     result.completion_tokens = sum(result.chunk_tokens)
-
-
-def poisson_arrivals(rate: float, count: int, seed: int) -> list[float]:
-    """``count`` arrival offsets (s) of a Poisson process: cumulative Exp(rate) gaps, seeded."""
-    rng = random.Random(seed)
-    t, out = 0.0, []
-    for _ in range(count):
-        t += rng.expovariate(rate)
-        out.append(t)
-    return out
 
 
 async def run_load(

@@ -339,7 +339,7 @@ def report(
 ) -> None:
     """Rebuild summary.json and a self-contained report.html from recorded traces (nothing is re-run; simulated
     loads are simulated again, seeded, from the same traces)."""
-    from specledger.mainjob.loads import parse_loads
+    from specledger.load_points import parse_loads
     from specledger.report.build import build_report
 
     sim = parse_loads(simulate_loads, "--simulate-loads", "64,256", allow_none=True)

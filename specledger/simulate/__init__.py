@@ -2,6 +2,6 @@
 
 A step-level discrete-event simulator of continuous-batching servers with speculation
 (:mod:`.replica`, :mod:`.engine`), fed by measured acceptance chains (:mod:`.chains`), priced by a
-cost model (measured here, calibrated elsewhere, or a labelled roofline, :mod:`.hardware`), behind
-a router with a capacity planner (:mod:`.cluster`).
+cost model (measured here, calibrated elsewhere, or a labelled roofline, :mod:`specledger.cost.roofline`),
+behind a router with a capacity planner (:mod:`.cluster`).
 """

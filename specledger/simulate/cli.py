@@ -34,7 +34,7 @@ def resolve_cost(run: Any, profile: Path | None, hardware: str | None, model_con
                  eff_memory: float, eff_compute: float, draft_model_config: Path | None = None,
                  roofline_terms: str = "graphs") -> Any:
     """--profile FILE, or --hardware with --model-config [--draft-model-config] (roofline), or the run's own costs."""
-    from specledger.cost.pricer import load_pricer
+    from specledger.predict.pricers import load_pricer
     from specledger.simulate.profile import fit_serving_cost
 
     require(not (profile and hardware), "give either --profile or --hardware, not both")
@@ -43,8 +43,8 @@ def resolve_cost(run: Any, profile: Path | None, hardware: str | None, model_con
     if profile is not None:
         return load_pricer(profile)
     if hardware is not None:
-        from specledger.simulate.hardware import hardware as hw_lookup
-        from specledger.simulate.hardware import load_model_config, roofline
+        from specledger.cost.roofline import hardware as hw_lookup
+        from specledger.cost.roofline import load_model_config, roofline
 
         hw_lookup(hardware)
         require(model_config is not None, "--hardware needs --model-config FILE (params, layers, heads, kv_heads, "
@@ -149,7 +149,7 @@ def simulate(
     require(not ctx_list or bool(concs), "a crossover map (--contexts) needs --concurrency levels")
     run = RunSource.open(from_)
     if hardware is not None:
-        from specledger.simulate.hardware import overheads
+        from specledger.cost.roofline import overheads
 
         overheads(roofline_terms)
     cost = resolve_cost(run, profile, hardware, model_config, eff_memory, eff_compute, draft_model_config,

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from specledger.cost.pricer import step_s_each
+from specledger.cost.roofline import DRAFT_MODEL_DRAFTERS, RooflineCost
 from specledger.simulate.chains import STREAM_PREFILL_JITTER, STREAM_STEP_JITTER, keyed_stream
-from specledger.simulate.hardware import DRAFT_MODEL_DRAFTERS, RooflineCost
 
 
 def pairwise_sum(v: list[float]) -> float:

@@ -26,7 +26,7 @@ serving run:
                 count (:func:`noise_quantiles`); :meth:`CostModel.jitter`, used when asked
 
 Cost files (a cost model, a serving fit, a surface, a roofline) are read by the one loader,
-:func:`specledger.cost.pricer.load_pricer`.
+:func:`specledger.predict.pricers.load_pricer`.
 """
 
 from __future__ import annotations

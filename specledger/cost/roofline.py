@@ -1,4 +1,4 @@
-"""Roofline cost profiles: a model config and a hardware table -> a CostModel-compatible object.
+"""The roofline pricer: a model config and a hardware table -> a :class:`specledger.cost.pricer.StepPricer`.
 
 For machines this one cannot reach, the simulator prices a step from first principles, labelled
 as such ("roofline lower bound + assumed overheads (...)"), never as a measurement.

@@ -1,0 +1,59 @@
+"""What a load point is made of, shared by the main job, the probe, the simulated loads and the report:
+the ``--loads`` list (:func:`parse_loads`), the order of a closed-loop point's requests (:func:`interleaved`,
+:func:`requests_at`) and the open loop's seeded Poisson send times (:func:`poisson_arrivals`). Pure
+functions of their arguments; nothing here runs a point."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+
+from specledger.errors import SpecLedgerError
+
+
+def parse_loads(text: str | None, flag: str = "--loads", example: str = "1,4,16",
+                allow_none: bool = False) -> list[int] | None:
+    """``"1,4,16"`` -> [1, 4, 16] (sorted, distinct); ``"none"`` -> [] where ``allow_none``; anything else
+    is a one-line error naming the fix."""
+    if text is None:
+        return None
+    if allow_none and text.strip().lower() == "none":
+        return []
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or any(not math.isfinite(v) or v < 1 or v != int(v) for v in values):
+        raise SpecLedgerError(f"{flag} {text!r}: give whole numbers of concurrent requests >= 1, "
+                              f"e.g. {flag} {example}" + (" (or none)" if allow_none else ""))
+    return sorted({int(v) for v in values})
+
+
+def interleaved(prompt_ids: Sequence[str], category: Mapping[str, str]) -> list[str]:
+    """Round-robin over categories (first-seen order)."""
+    by: dict[str, list[str]] = {}
+    for pid in prompt_ids:
+        by.setdefault(category[pid], []).append(pid)
+    out: list[str] = []
+    for i in range(max((len(v) for v in by.values()), default=0)):
+        out += [v[i] for v in by.values() if i < len(v)]
+    return out
+
+
+def requests_at(load: int, prompt_ids: Sequence[str]) -> list[str]:
+    """The requests of a closed-loop point at ``load``: max(load, prompts), the prompts cycled."""
+    return [prompt_ids[i % len(prompt_ids)] for i in range(max(load, len(prompt_ids)))]
+
+
+def poisson_arrivals(rate: float, count: int, seed: int) -> list[float]:
+    """``count`` arrival offsets (s) of a Poisson process: cumulative Exp(rate) gaps, seeded."""
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(count):
+        t += rng.expovariate(rate)
+        out.append(t)
+    return out
+
+
+__all__ = ["interleaved", "parse_loads", "poisson_arrivals", "requests_at"]
