@@ -99,3 +99,12 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
         code = exc.code
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+def char_engine(target, max_context: int = 512):
+    """An Engine over the tiny ``target`` with the character tokenizer and a loaded stand-in (runs and loads)."""
+    from specledger.engine.decode import Engine
+
+    e = Engine(target, tokenizer=CharTokenizer(), max_context=max_context, name="tiny", dtype="float32")
+    e.loaded = CharLoaded()
+    return e

@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from specledger.engine.decode import Engine
 from specledger.errors import SpecLedgerError
 from specledger.gates import (
     FAIL,
@@ -27,14 +26,12 @@ from specledger.mainjob.job import RunPlan, run
 from specledger.records import LOAD_EXPERIMENT, RequestRecord, main_records
 from specledger.report.build import build_report
 from specledger.rundir import read_records
-from tests.conftest import CharLoaded, CharTokenizer
+from tests.conftest import char_engine
 
 
 @pytest.fixture()
 def engine(target):
-    e = Engine(target, tokenizer=CharTokenizer(), max_context=512, name="tiny", dtype="float32")
-    e.loaded = CharLoaded()
-    return e
+    return char_engine(target)
 
 
 @pytest.fixture()

@@ -6,19 +6,16 @@ import json
 
 import pytest
 
-from specledger.engine.decode import Engine
 from specledger.errors import SpecLedgerError
 from specledger.mainjob.job import RunPlan, plan_jobs, run
 from specledger.report.build import build_report
 from specledger.rundir import read_records
-from tests.conftest import CharLoaded, CharTokenizer
+from tests.conftest import char_engine
 
 
 @pytest.fixture()
 def engine(target):
-    e = Engine(target, tokenizer=CharTokenizer(), max_context=512, name="tiny", dtype="float32")
-    e.loaded = CharLoaded()
-    return e
+    return char_engine(target)
 
 
 @pytest.fixture()

@@ -140,11 +140,8 @@ class Engine:
             start = len(req.context) - 1
             rows = [req.context[-1]] + tree.tokens
             kv = hidden = None
-            if tree.is_chain and want_hidden:  # the chain pass (fast, no k/v to compact)
-                logits, hidden = model(torch.tensor([rows], device=device), start, cache, return_hidden=True)
-                logits, hidden = logits[0], hidden[0]
-            elif tree.is_chain:
-                logits = model(torch.tensor([rows], device=device), start, cache)[0]
+            if tree.is_chain:  # the chain pass (fast, no k/v to compact)
+                logits, hidden = _chain_pass(model, torch.tensor([rows], device=device), start, cache, want_hidden)
             elif want_hidden:  # a learned head reads the accepted path's features
                 logits, kv, hidden = model.forward_tree(rows, [0] * len(rows), tree.positions(start), cache,
                                                         return_hidden=True)
@@ -154,13 +151,7 @@ class Engine:
             rd, path = req.accept_tree(logits, tree, g, 0.0, 0.0, budget=tree_budget, hidden=hidden)
             if kv is not None:
                 model.commit_tree_kv(cache, 0, rd.context_len, kv, [i + 1 for i in path])
-            chunk = req.release()
-            m3 = clock.mark()
-            rd.t_draft, rd.t_verify, t_other = clock.split(m0, m1, m2, m3)
-            req.close_round(t_other)
-            if chunk is not None:
-                yield req.stamp(chunk, perf())
-            yield rd
+            yield from _end_round(req, rd, clock, m0, m1, m2)
         while not req.stop_reason:
             m0 = clock.mark()
             g = req.plan(1, capacity)
@@ -168,20 +159,10 @@ class Engine:
             m1 = clock.mark()
             context = req.context
             ids = torch.tensor([[context[-1]] + cand], device=device)
-            if want_hidden:
-                logits, hidden = model(ids, len(context) - 1, cache, return_hidden=True)
-                logits, hidden = logits[0], hidden[0]
-            else:
-                logits = model(ids, len(context) - 1, cache)[0]
+            logits, hidden = _chain_pass(model, ids, len(context) - 1, cache, want_hidden)
             m2 = clock.mark()
             rd = req.accept(logits, cand, q, g, 0.0, 0.0, hidden=hidden)  # the commit: the round's one read-back
-            chunk = req.release()
-            m3 = clock.mark()
-            rd.t_draft, rd.t_verify, t_other = clock.split(m0, m1, m2, m3)
-            req.close_round(t_other)
-            if chunk is not None:
-                yield req.stamp(chunk, perf())
-            yield rd
+            yield from _end_round(req, rd, clock, m0, m1, m2)
         yield req.finish(perf(), self.decode_text, self.name, self.dtype)
 
     def generate(self, prompt_ids: Sequence[int], **kwargs: Any) -> RequestRecord:
@@ -191,3 +172,26 @@ class Engine:
             record = ev
         assert isinstance(record, RequestRecord)
         return record
+
+
+def _chain_pass(model: Any, ids: torch.Tensor, start: int, cache: Any, want_hidden: bool
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One verify forward over a chain's rows (the last committed token + the candidates): (logits,
+    hidden states or None) of the single request."""
+    if want_hidden:
+        logits, hidden = model(ids, start, cache, return_hidden=True)
+        return logits[0], hidden[0]
+    return model(ids, start, cache)[0], None
+
+
+def _end_round(req: Any, rd: RoundRecord, clock: RoundClock, m0: Any, m1: Any, m2: Any
+               ) -> Iterator[Any]:
+    """A round's tail, chain or tree alike: release the committed tokens, split the round's time at its
+    marks (draft | verify | other), close the round, then yield the chunk (stamped) and the round record."""
+    chunk = req.release()
+    m3 = clock.mark()
+    rd.t_draft, rd.t_verify, t_other = clock.split(m0, m1, m2, m3)
+    req.close_round(t_other)
+    if chunk is not None:
+        yield req.stamp(chunk, time.perf_counter())
+    yield rd

@@ -92,7 +92,7 @@ def predict_held_out(
             plain_by_cat[cat].append(r)
         elif r.drafter == drafter and r.gamma == gamma:
             spec_by_cat[cat].append(r)
-    baseline = measured_baseline([r for r in train if r.drafter == "none"])  # the fit's own plain records
+    baseline = measured_baseline(train)  # the fit's own plain records
     rows = []
     for cat in sorted(spec_by_cat):
         both = {_pid(r) for r in spec_by_cat[cat]} & {_pid(r) for r in plain_by_cat[cat]}
