@@ -39,6 +39,16 @@ SCHEMA = "specledger.summary/1"
 ForecastInputs = tuple[Any, Any]
 
 
+
+def measured_load(meta: dict[str, Any]) -> int:
+    """The concurrency at which the run's plain records were measured: 1 for the main job (one request at a
+    time); a probe's ``--concurrency`` for a probe at one load. A probe driven by ``--rate`` has no fixed
+    concurrency; its verdict is read at the concurrency it reached, which the run does not record, so 1."""
+    config = meta.get("config") or {}
+    if meta.get("kind") == "probe" and config.get("concurrency") and not config.get("rate"):
+        return int(config["concurrency"])
+    return 1
+
 def load_experiments(run: RunDir) -> dict[str, Any]:
     """The side-experiment results present in the run directory (``quantization.json``, ``policies.json``,
     ``serving.json``, ``simulate.json``) as they are, and the endpoint figures of ``probe.json`` /
@@ -103,10 +113,11 @@ def summarize(
     # the main job decodes one request at a time: its verdicts are at load 1, measured; the load
     # points (``specledger run --loads``) add a verdict per load > 1 (specledger.gates.loads)
     controls = control_repetition(records)
-    decided = [{**v, "load": 1, "simulated": False} for v in verdicts(analysis["scenarios"], slo, controls)]
+    solo_load = measured_load(meta)
+    decided = [{**v, "load": solo_load, "simulated": False} for v in verdicts(analysis["scenarios"], slo, controls)]
     at_loads = analyze_loads(all_records, meta, slo, controls, n_resamples=n_resamples, seed=seed)
     decided += at_loads["verdicts"]
-    loads = sorted({1, *at_loads["loads"]}) if records else at_loads["loads"]
+    loads = sorted({solo_load, *at_loads["loads"]}) if records else at_loads["loads"]
     # loads beyond what ran here: the simulator, priced by this run (specledger.simulated_loads)
     sim_loads = simulate_loads if simulate_loads is not None else (meta.get("config") or {}).get("simulate_loads")
     sim_loads = sorted(set(int(x) for x in sim_loads or []) - set(loads)) if records else []

@@ -156,7 +156,9 @@ def test_probe_out_with_baseline_is_a_run_with_speedup_and_gates(tmp_path: Path)
             cli_app, probe_args(spec.url, base.url, out, "--label", "eagle3", "--workload", str(workload))
         )
     assert res.exit_code == 0, res.output
-    assert "summary T=0" in res.output and "report.html" in res.output  # the verdict line is printed
+    assert "summary T=0 load 2" in res.output and "report.html" in res.output  # the verdict line, at its load
+    verdict = json.loads((out / "summary.json").read_text())["verdicts"][0]
+    assert verdict["load"] == 2 and verdict["simulated"] is False  # measured at --concurrency 2, not "load 1"
     records = list(read_records(out / "traces.jsonl"))
     assert sorted({(r.drafter, r.gamma) for r in records}) == [("eagle3", 3), ("none", 0)]  # γ from /metrics
     assert {r.prompt_id for r in records} == {"s0", "s1", "s2", "s3"} and len(records) == 16

@@ -79,7 +79,7 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
         "[dim]gates: C correctness, Q quality, L latency, Cap capacity (✓ pass, ✗ fail, – not assessed)[/]"
     )
     loads = summary.get("loads") or [1]
-    several = len(loads) + len(summary.get("simulated_loads") or []) > 1
+    several = len(loads) + len(summary.get("simulated_loads") or []) > 1 or loads != [1]
     for v in summary.get("verdicts", []):
         head = (f"deploy {v['drafter']} γ={v['gamma']}" if v["decision"] == "deploy"
                 else "control" if v["decision"] == "control" else "off")
