@@ -25,7 +25,15 @@ from typing import Any
 from specledger.analysis.endpoints import endpoint_experiments
 from specledger.analysis.run import analyze_run
 from specledger.analysis.scenario import baseline_key, group_scenarios
-from specledger.gates import GATES, SLO, check_target_load, control_repetition, evaluate_gates, verdicts
+from specledger.gates import (
+    GATES,
+    SLO,
+    check_target_load,
+    control_repetition,
+    evaluate_gates,
+    verdicts,
+    with_measured_margin,
+)
 from specledger.gates.loads import analyze_loads
 from specledger.predict.check import run_prediction_check, scenario_predictions, usable
 from specledger.predict.costmodel import CostModel, fit_cost_model
@@ -89,9 +97,9 @@ def summarize(
     ``simulate_loads`` (default: ``run.json``'s ``config.simulate_loads``): loads to simulate beyond the
     measured ones, each with verdicts labelled ``simulated`` (:mod:`specledger.simulated_loads`)."""
     meta = dict(meta or {})
-    slo = slo or SLO()
     all_records = list(records)
     records = main_records(all_records)
+    slo = with_measured_margin(slo or SLO(), records)  # latency outcomes inside the run's own drift are marginal
     chains = _chains(records)
     inputs = forecast_inputs if forecast_inputs is not None else run_forecast_inputs(chains, meta)
     surface, replay = inputs  # the run's verify surface; exact replay of greedy rounds

@@ -309,3 +309,52 @@ def test_two_prompts_do_not_resolve_what_a_third_could_reorder():
         s["paired_prompts"] = 64  # the same intervals from many prompts separate them
     (v,) = verdicts([fast, slow])
     assert (v["drafter"], v["resolved"]) == ("suffix", True)
+
+
+def test_a_verdict_that_hinges_on_a_marginal_latency_gate_is_not_resolved():
+    """Two quiet `make run`s (summary, load 1): ngram γ 2 failed on TTFT P99 2011 > 2000 ms in one and
+    passed at 1733 ms in the other, so the 'resolved' pick flipped. Within the SLO's margin the verdict
+    says it is undecided, in both directions."""
+    from specledger.gates.latency import latency_gate
+
+    def lat(ttft):
+        return {"ttft_ms": {"p99": ttft}, "tpot_ms": {"p50": 35.0}, "itl_chunk_ms": {"p99": 65.0},
+                "longest_stall_ms": 68.0}
+
+    fail, near_pass, clear = (latency_gate(lat(x)) for x in (2011.1, 1904.9, 1500.0))
+    assert (fail.status, fail.marginal) == ("fail", ("TTFT P99",)) and "(marginal)" in fail.evidence
+    assert (near_pass.status, near_pass.marginal) == ("pass", ("TTFT P99",)) and clear.marginal == ()
+    assert latency_gate(lat(2500.0)).marginal == ()  # a clear fail flips on no drift
+    assert latency_gate(lat(2011.1), SLO(margin=0.0)).marginal == ()
+
+    def scen(drafter, gamma, s, ci, gate):
+        sc = {**_scenario(drafter, gamma, s, ci), "paired_prompts": 40}
+        sc["gates"]["latency"] = gate.to_dict()
+        return sc
+
+    v, = verdicts([scen("ngram", 2, 1.30, (1.25, 1.35), fail), scen("suffix", 4, 1.10, (1.05, 1.15), near_pass)])
+    assert (v["drafter"], v["gamma"], v["resolved"]) == ("suffix", 4, False)
+    assert "ngram γ 2 (S = 1.30) fails latency (TTFT P99) only within 10 %" in v["reason"]
+    assert "suffix γ 4 passes latency (TTFT P99) only within 10 %" in v["reason"]
+    v, = verdicts([scen("suffix", 4, 1.10, (1.05, 1.15), clear)])
+    assert v["resolved"] is True
+    v, = verdicts([scen("ngram", 2, 1.30, (1.25, 1.35), fail)])  # off only because of a marginal fail
+    assert v["decision"] == "off" and v["resolved"] is False and "only within 10 %" in v["reason"]
+    v, = verdicts([scen("ngram", 2, 1.30, (1.25, 1.35), latency_gate(lat(2500.0)))])
+    assert v["decision"] == "off" and v["resolved"] is True
+
+
+def test_the_margin_is_raised_to_the_runs_own_ttft_drift():
+    from specledger.gates import ttft_drift, with_measured_margin
+
+    def rec(pid, drafter, ttft):
+        r = request_from_rounds(drafter, pid, plain_rounds(4, 0.01))
+        r.drafter, r.ttft = drafter, ttft
+        return r
+
+    same = [rec("p0", d, t) for d, t in (("none", 1.0), ("ngram", 1.2), ("suffix", 1.0))]
+    assert ttft_drift(same) == pytest.approx(0.2)
+    assert ttft_drift(same + [rec("p0", "layerskip", 3.0)]) == pytest.approx(0.2)  # its own prefill: left out
+    assert ttft_drift(same[:2]) is None  # two figures say nothing about the spread
+    assert with_measured_margin(SLO(), same).margin == pytest.approx(0.2)
+    assert with_measured_margin(SLO(margin=0.3), same).margin == 0.3

@@ -28,7 +28,7 @@ from specledger.gates.capacity import (
 )
 from specledger.gates.correctness import correctness_gate, greedy_correctness, sampled_correctness
 from specledger.gates.evaluate import evaluate_gates
-from specledger.gates.latency import latency_gate, load_latency_gate
+from specledger.gates.latency import latency_gate, load_latency_gate, ttft_drift, with_measured_margin
 from specledger.gates.quality import quality_gate
 from specledger.gates.result import FAIL, GATES, NOT_ASSESSED, PASS, GateResult
 from specledger.gates.slo import SLO, check_target_load, load_slo, slo_from_dict
@@ -46,5 +46,5 @@ __all__ = [
     "capacity_gate", "check_target_load", "control_repetition", "correctness_gate", "cpu_per_1k_tokens",
     "evaluate_gates", "goodput", "greedy_correctness", "kv_capacity", "latency_gate", "load_capacity_gate",
     "load_latency_gate", "load_slo", "meets_slo", "prompts_to_separate", "quality_gate", "repeated_ngram_fraction",
-    "sampled_correctness", "slo_from_dict", "verdicts",
+    "sampled_correctness", "slo_from_dict", "ttft_drift", "verdicts", "with_measured_margin",
 ]

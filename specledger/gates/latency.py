@@ -3,20 +3,32 @@ at a load > 1 also TPOT P99, and token ITL P99 in place of chunk ITL."""
 
 from __future__ import annotations
 
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from specledger.gates.result import FAIL, NOT_ASSESSED, PASS, GateResult
 from specledger.gates.slo import SLO
+from specledger.records import RequestRecord
 
 
-def _judge(checks: list[tuple[str, float | None, float]]) -> GateResult:
-    """Pass iff every known (name, ms, limit) is within its limit; "not assessed" when none is known."""
+def _judge(checks: list[tuple[str, float | None, float]], margin: float = 0.0) -> GateResult:
+    """Pass iff every known (name, ms, limit) is within its limit; "not assessed" when none is known.
+    A check is *marginal* when |ms − limit| ≤ margin · limit: its outcome is inside the machine's
+    run-to-run drift (:attr:`SLO.margin`). The result's ``marginal`` names the checks whose drift could
+    flip the gate: for a pass, every marginal check; for a fail, the checks over their limit when all of
+    them are marginal (else none: it fails whatever the drift)."""
     known = [(n, v, lim) for n, v, lim in checks if v is not None]
     if not known:
         return GateResult("latency", NOT_ASSESSED, "no latency samples")
     over = [n for n, v, lim in known if v > lim]
-    parts = [f"{n} {v:.1f}{'>' if v > lim else '≤'}{lim:g} ms" for n, v, lim in known]
-    return GateResult("latency", FAIL if over else PASS, ", ".join(parts))
+    close = tuple(n for n, v, lim in known if abs(v - lim) <= margin * lim)
+    flips = close if not over else tuple(over) if set(over) <= set(close) else ()
+    parts = [f"{n} {v:.1f}{'>' if v > lim else '≤'}{lim:g} ms" + (" (marginal)" if n in close else "")
+             for n, v, lim in known]
+    return GateResult("latency", FAIL if over else PASS, ", ".join(parts), flips)
 
 
 def latency_gate(latency: dict[str, Any], slo: SLO = SLO()) -> GateResult:
@@ -26,7 +38,7 @@ def latency_gate(latency: dict[str, Any], slo: SLO = SLO()) -> GateResult:
         ("TPOT P50", latency["tpot_ms"]["p50"], slo.tpot_p50_ms),
         ("ITL P99", latency["itl_chunk_ms"]["p99"], slo.itl_p99_ms),
         ("stall", latency["longest_stall_ms"], slo.stall_ms),
-    ])
+    ], slo.margin)
 
 
 def load_latency_gate(latency: dict[str, Any], slo: SLO = SLO()) -> GateResult:
@@ -37,4 +49,35 @@ def load_latency_gate(latency: dict[str, Any], slo: SLO = SLO()) -> GateResult:
         ("TPOT P99", latency["tpot_ms"]["p99"], slo.tpot_p99_ms),
         ("token-ITL P99", latency["itl_token_ms"]["p99"], slo.itl_p99_ms),
         ("stall", latency["longest_stall_ms"], slo.stall_ms),
-    ])
+    ], slo.margin)
+
+
+#: drafters whose requests prefill exactly as plain decoding does (no draft model or draft KV to fill)
+SAME_PREFILL_DRAFTERS = frozenset({"none", "ngram", "suffix"})
+
+
+def ttft_drift(records: Sequence[RequestRecord], quantile: float = 0.9) -> float | None:
+    """The run's own TTFT drift: the ``quantile`` of |TTFT / median − 1| over every prompt decoded by
+    several settings whose prefill is the same forward (:data:`SAME_PREFILL_DRAFTERS`, same temperature).
+    What differs between them is the machine, so this is how far a latency figure moves on a rerun.
+    None when no prompt was decoded three times or more."""
+    by_prompt: dict[tuple[str, float], list[float]] = defaultdict(list)
+    for r in records:
+        if (r.drafter or "none") in SAME_PREFILL_DRAFTERS and r.ttft and r.ttft > 0:
+            by_prompt[(r.prompt_id, float(r.temperature))].append(r.ttft)
+    dev = []
+    for times in by_prompt.values():
+        if len(times) >= 3:
+            m = statistics.median(times)
+            dev += [abs(t / m - 1.0) for t in times]
+    if not dev:
+        return None
+    dev.sort()
+    return dev[min(int(quantile * len(dev)), len(dev) - 1)]
+
+
+def with_measured_margin(slo: SLO, records: Sequence[RequestRecord]) -> SLO:
+    """``slo`` with ``margin`` raised to the run's measured TTFT drift (:func:`ttft_drift`) when larger:
+    a gate outcome inside what this machine moves by on a rerun is marginal."""
+    drift = ttft_drift(records)
+    return replace(slo, margin=drift) if drift is not None and drift > slo.margin else slo

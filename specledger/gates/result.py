@@ -13,6 +13,10 @@ class GateResult:
     name: str
     status: str  # PASS | FAIL | NOT_ASSESSED
     evidence: str
+    #: the checks whose figure lies within ``SLO.margin`` of its limit and could flip the outcome on a rerun
+    marginal: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, str]:
-        return asdict(self)
+    def to_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        d["marginal"] = list(self.marginal)
+        return d

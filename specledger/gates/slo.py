@@ -31,6 +31,10 @@ class SLO:
     target_load: int | None = None
     #: resource cost limit at loads > 1: CPU-seconds per 1k committed tokens (None = reported, not judged)
     max_cpu_s_per_1k_tokens: float | None = None
+    #: relative band around each latency limit inside which a gate's outcome is *marginal*: within the
+    #: run-to-run drift of the machine (10–25 % between minutes on a shared 2-core VM), so a verdict that
+    #: hinges on it is marked not yet resolved rather than reported as settled
+    margin: float = 0.1
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

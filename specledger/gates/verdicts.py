@@ -107,6 +107,37 @@ def _name(s: dict[str, Any]) -> str:
     return f"{s['drafter']} γ {s['gamma']}"
 
 
+def _marginal(s: dict[str, Any], names: Sequence[str]) -> list[str]:
+    """'latency (TTFT P99)' for each gate in ``names`` whose outcome a rerun could flip (its
+    ``marginal`` checks, :func:`specledger.gates.latency._judge`)."""
+    out = []
+    for name in names:
+        checks = s["gates"].get(name, {}).get("marginal") or []
+        if checks:
+            out.append(f"{name} ({', '.join(checks)})")
+    return out
+
+
+def _marginally_blocked(s: dict[str, Any], slo: SLO) -> list[str]:
+    """The blocking gates of ``s`` when every one of them fails only within the SLO's margin (else [])."""
+    blocked = _blocking(s["gates"], slo)
+    flips = _marginal(s, blocked)
+    return flips if blocked and len(flips) == len(blocked) else []
+
+
+def _undecided_gates(best: dict[str, Any] | None, contenders: Sequence[dict[str, Any]], slo: SLO) -> str:
+    """Why the verdict hinges on a gate outcome inside the machine's drift: the chosen setting passes a
+    gate only marginally, or a contender fails only marginally. "" when nothing hinges on one."""
+    parts = []
+    if best is not None and (passes := _marginal(best, [g for g in GATES if g not in _blocking(best["gates"], slo)])):
+        parts.append(f"{_name(best)} passes {' and '.join(passes)} only within {100 * slo.margin:.0f} % of the SLO")
+    for s in contenders:
+        if fails := _marginally_blocked(s, slo):
+            parts.append(f"{_name(s)} (S = {s['speedup']:.2f}) fails {' and '.join(fails)} only within "
+                         f"{100 * slo.margin:.0f} % of the SLO")
+    return "; ".join(parts)
+
+
 def verdicts(
     scenarios: Sequence[dict[str, Any]],
     slo: SLO = SLO(),
@@ -177,6 +208,13 @@ def verdicts(
                            "'cheaper in memory, then smaller γ'; "
                            + (f"≈ {entry['prompts_needed']} paired prompts per category would separate them"
                               if known else "more prompts are needed to separate them"))
+            # settings blocked only by a marginal gate that could be the pick or tie with it
+            near = [s for s in measured if s not in eligible and _marginally_blocked(s, slo)
+                    and (s["speedup_ci"][0] or -math.inf) > slo.min_ci_low
+                    and (hi := _tie_bounds(s)[1]) is not None and flo is not None and hi >= flo]
+            if hinge := _undecided_gates(best, near, slo):
+                entry["resolved"] = False
+                reason += f". Not yet resolved on the gates: {hinge}; a rerun on this machine may decide otherwise"
             out.append({**entry, "reason": reason + "."})
             continue
         entry = {**base, "decision": "off", "drafter": None, "gamma": None, "label": "off", "speedup": None,
@@ -190,6 +228,10 @@ def verdicts(
                 entry["reason"] += (f" Not yet resolved: {_name(top)} measured S = {top['speedup']:.2f} but its "
                                     f"interval reaches {slo.min_ci_low:g}"
                                     + (f"; ≈ {need} paired prompts would settle it." if need else "."))
+        near = [s for s in measured if _marginally_blocked(s, slo) and (s["speedup_ci"][0] or -math.inf) > slo.min_ci_low]
+        if hinge := _undecided_gates(None, near, slo):
+            entry["resolved"] = False
+            entry["reason"] += f" Not yet resolved on the gates: {hinge}; a rerun on this machine may decide otherwise."
         out.append(entry)
     return out
 
