@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
@@ -82,14 +83,21 @@ def print_validation(res: dict) -> None:
             print(f"  c={p['load']:>3} {p['setting']:<11} ITL P99 {fmt(p['itl_p99_ms']['real'])} / "
                   f"{fmt(p['itl_p99_ms']['sim'])} / {fmt(p['itl_p99_ms_mean_only'])}   TPOT P50 "
                   f"{fmt(p['tpot_p50_ms']['real'])} / {fmt(p['tpot_p50_ms']['sim'])} / {fmt(p['tpot_p50_ms_mean_only'])}")
-    print("\nnoise floor: (max - min) / mean of the real repeats of each point (a simulator cannot beat it):")
+    print("\nnoise floor per point: the real mean's 95 % half-width (range (max - min) / mean of the repeats) "
+          "[repeats that would make it decidable]:")
     for p in res["points"]:
-        spread = [p[m].get("real_spread") for m in METRICS]
-        print(f"  c={p['load']:>3} {p['setting']:<11} " + "  ".join(
-            f"{names[m]} {'n/a' if v is None else f'{100 * v:.1f}%'}" for m, v in zip(METRICS, spread)))
+        cells = []
+        for m in METRICS:
+            v = p[m]
+            half, spread = v.get("real_ci_half"), v.get("real_spread")
+            need = repeats_to_decide(v, TOLERANCE[m]) if not is_decidable(v, TOLERANCE[m]) else None
+            cells.append(f"{names[m]} " + ("n/a" if half is None else f"±{100 * half:.1f}% ({100 * spread:.1f}%)")
+                         + (f" [{need}]" if need else ""))
+        print(f"  c={p['load']:>3} {p['setting']:<11} " + "  ".join(cells))
     n = len(res["points"])
-    print("decidable points (the real repeats' own spread below the tolerance; '--' above: such a point cannot "
-          "be judged, its repeats disagree more than the tolerance allows): "
+    reps = max((p.get("repeats", 0) for p in res["points"]), default=0)
+    print(f"decidable points ({reps} repeats; the real mean's 95 % half-width below the tolerance; '--' above: "
+          "such a point cannot be judged, the measurement itself is not that sure): "
           + ", ".join(f"{names[m]} {decidable[m]}/{n}" for m in METRICS))
     print("within tolerance, of the decidable points: " + ", ".join(
         f"{names[m]} {inside[m]}/{decidable[m]} (±{100 * TOLERANCE[m]:.0f}%)" for m in METRICS))
@@ -134,10 +142,23 @@ def print_speed(s: dict) -> None:
 
 
 def is_decidable(v: dict, tolerance: float) -> bool:
-    """A point can be judged when its real repeats agree more closely than the tolerance: (max - min) / mean
-    below it. With one repeat nothing says how far the measurement itself moves, and it is not decidable."""
-    spread = v.get("real_spread")
-    return spread is not None and spread < tolerance
+    """A point can be judged when the real figure it is compared with -- the mean of its repeats -- is known
+    more closely than the tolerance: the 95 % t-interval of that mean, half-width over the mean, below it.
+    (The range (max - min) / mean is printed too, but it grows with more repeats, so it cannot say when
+    enough were taken.) With one repeat nothing says how far the measurement itself moves: not decidable."""
+    half = v.get("real_ci_half")
+    return half is not None and half < tolerance
+
+
+def repeats_to_decide(v: dict, tolerance: float) -> int | None:
+    """Repeats that would bring the mean's 95 % half-width below ``tolerance``, if the repeats' spread
+    stays as measured (t_{n-1} taken at the current n, so a slight underestimate for small n)."""
+    reps = [x for x in v.get("real_repeats") or [] if x is not None]
+    half = v.get("real_ci_half")
+    if half is None or len(reps) < 2 or half <= 0:
+        return None
+    n = len(reps)
+    return max(n, math.ceil(n * (half / tolerance) ** 2))
 
 
 def main() -> None:

@@ -68,6 +68,15 @@ def _walls(run: RunSource) -> dict[tuple, list[float]]:
     return out
 
 
+def mean_ci_half(values: Sequence[float]) -> float:
+    """Half-width of the 95 % Student-t interval of the mean of ``values`` (n ≥ 2):
+    t_{n−1, 0.975} · sd / √n. It shrinks as repeats are added, where the range (max − min) grows."""
+    from scipy.stats import t
+
+    n = len(values)
+    return float(t.ppf(0.975, n - 1) * np.std(values, ddof=1) / math.sqrt(n))
+
+
 def validate(run: RunSource, cost: Any = None, seeds: int = 16, max_gamma: int = 16, jitter: bool = True,
              per: str = "prompt", chains: str = "per-gamma") -> dict[str, Any]:
     """Real vs simulated figures at every concurrency point of ``run`` (see the module docstring)."""
@@ -127,7 +136,10 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 16, max_gamma: int =
                       "real_repeats": [x[m] for x in per_real],
                       "within": abs(sim - real) <= TOLERANCE[m] * abs(real) if real else None,
                       # the measurement's own noise floor: how far the real repeats fall from each other
-                      "real_spread": (max(reps) - min(reps)) / real if len(reps) > 1 and real else None}
+                      "real_spread": (max(reps) - min(reps)) / real if len(reps) > 1 and real else None,
+                      # what the real figure (the mean of the repeats) is known to: the 95 % t-interval's
+                      # half-width over the mean
+                      "real_ci_half": mean_ci_half(reps) / abs(real) if len(reps) > 1 and real else None}
         for m in ("itl_p99_ms_mean_only", "tpot_p50_ms_mean_only"):
             vals = [x[m] for x in per_sim if x.get(m) is not None]
             row[m] = float(np.mean(vals)) if vals else None
