@@ -138,6 +138,28 @@ def simulator_validation(path: Path | None) -> dict | None:
     return {"from": str(path), "run": res["run"]}
 
 
+def reproducibility_of(run_dirs: list[Path]) -> dict | None:
+    """The in-run check's measured side across runs of the same prompts (``predict.check.reproducibility``),
+    printed beside the check: a forecast cannot score below its measurement's own noise."""
+    if len(run_dirs) < 2:
+        return None
+    from specledger.rundir import read_json
+
+    checks = [read_json(Path(d) / "summary.json").get("prediction_check") or {} for d in run_dirs]
+    from specledger.predict.check import reproducibility
+
+    res = reproducibility(checks)
+    if res is None:
+        print("reproducibility: no setting was measured in two of the runs")
+        return None
+    print(f"reproducibility of the measured S ({res['runs']} runs of the same prompts, {res['pairs']} setting pairs; "
+          f"{', '.join(str(d) for d in run_dirs)}): run to run median {100 * res['median_run_to_run']:.1f} %, "
+          f"P90 {100 * res['p90_run_to_run']:.1f} %; one run's own noise ≈ that / √2: median "
+          f"{100 * res['median_single_run']:.1f} %, P90 {100 * res['p90_single_run']:.1f} % -- the floor under the "
+          "in-run check's error")
+    return res
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workload", type=Path, default=Path("benchmarks/data/heldout_forecast4.jsonl"),
@@ -159,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--simulator", type=Path, default=None,
                     help="a bench_simulator.json to print the simulator's validation from (default: the newest "
                          "runs/bench-simulator-*/bench_simulator.json)")
+    ap.add_argument("--reproducibility", nargs="*", type=Path, default=[],
+                    help="two or more `specledger run` directories of the same prompts (e.g. two `make run`s): "
+                         "print how far their measured speed-ups differ, the noise floor under the in-run check")
     args = ap.parse_args(argv)
     print("command: " + " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]))
 
@@ -218,11 +243,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"machine noise: plain step {noise['p10_ms']:.1f} / {noise['p50_ms']:.1f} / {noise['p90_ms']:.1f} ms "
               f"(P10 / P50 / P90 over {noise['requests']} plain requests)"
               + ("  -- BUSY MACHINE: P90/P10 > 1.5, the measured speed-ups are not reliable" if noise["busy"] else ""))
+    repro = reproducibility_of(args.reproducibility)
     surfaces = surface_checks(args.surfaces)
     simulator = simulator_validation(args.simulator)
     result = {
         "surfaces": surfaces,
         "simulator": simulator,
+        "reproducibility": repro,
         "command": [sys.executable, *sys.argv],
         "run_dir": str(out),
         "held_out": results,

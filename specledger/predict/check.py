@@ -233,3 +233,20 @@ def scenario_predictions(records: Iterable[RequestRecord], check: dict[str, Any]
         if p is not None:
             out[(cat, temp, drafter, g)] = {"speedup": p.predicted_speedup, "kind": "in sample"}
     return out
+
+
+def reproducibility(checks: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """How far the *measured* side of the in-run check moves between runs of the same prompts: for every
+    setting (category, drafter, γ) that two checks (``run_prediction_check`` results, e.g. two ``make
+    run``s) both measured, |S_a / S_b − 1|, over every pair of checks; median and P90. If each run's S
+    carries independent noise, one measurement's own is about that over √2 -- the floor under any
+    forecast's error against a single run. None when no setting was measured twice."""
+    measured = [{(r["category"], r["drafter"], r["gamma"]): r["measured_speedup"] for r in c.get("rows", [])}
+                for c in checks]
+    diffs = [abs(a[k] / b[k] - 1.0) for i, a in enumerate(measured) for b in measured[i + 1:]
+             for k in a if k in b and b[k] > 0 and math.isfinite(a[k])]
+    if not diffs:
+        return None
+    med, p90 = float(np.median(diffs)), float(np.percentile(diffs, 90))
+    return {"pairs": len(diffs), "runs": len(checks), "median_run_to_run": med, "p90_run_to_run": p90,
+            "median_single_run": med / math.sqrt(2), "p90_single_run": p90 / math.sqrt(2)}
