@@ -130,6 +130,12 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
     n_prefilling = sum(1 for x in prefill_left if x)  # requests prefilling (chunked prefill)
     noise: list[float] = []
     noise_on = prices.noise is not None
+    # StepPrices.price_step inlined (the same floats): its forward functions, draft sums and per-step rest;
+    # its verify sums are kept here (left to right, as there) and written back at the end
+    fwd, fwd_two = prices.forward_one, prices.forward_two
+    flat_sums = prices.flat_sums if prices.flat_draft is not None and prices.drafting else None
+    other_of: dict[int, float] = {}
+    verify_s, verify_base_s, last_f = prices.verify_s, prices.verify_base_s, prices.last_forward_s
     ctx_sum = sum(context)
     gaps: list[float] = []
     waiting = replica.waiting
@@ -145,7 +151,8 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
     pending = finished  # finished at admission (one-token requests without chunked prefill): reported with the step
     admit = False  # the caller has admitted for the first step
     while True:
-        if admit:  # what the simulation loop and the admission do before every step but the first
+        if admit and (t_arr <= tt or waiting or not b or tt >= bound):  # what the simulation loop and the
+            # admission do before every step but the first (nothing when no arrival, waiting or bound is due)
             if tt >= bound and not lone:
                 break
             if not b and not waiting:
@@ -182,7 +189,7 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                     codes.append(cl)
                     rounds_first.append(first)
                     worst_gap.append(-math.inf)
-                    chunks.append(0)
+                    chunks.append(-s)  # chunks[i] + s: its chunks so far
                     ctx_sum += a.context
                     b += 1
                 if b > SMALL_BATCH:
@@ -199,11 +206,8 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
         nd = psum = asum = blocks = drafting = pre_tokens = 0
         if gamma_at and b > n_prefilling:
             gamma = gamma_at[b - n_prefilling]
-        for i in range(b):
-            if prefill_left[i]:
-                pre_tokens += prefill_left[i]
-                need = context[i]
-            else:
+        if not n_prefilling:  # every request decodes: the loop below without the prefill branch
+            for i in range(b):
                 j = rounds_done[i] - rounds_first[i]
                 cl = codes[i]
                 if j >= len(cl):
@@ -211,12 +215,14 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                     codes[i] = cl
                     j = 0
                 code = cl[j]
-                p_full, k_full = code >> 5, code & 31
                 rem = target[i] - out[i]
                 g = gamma if gamma < rem - 1 else (rem - 1 if rem > 1 else 0)
-                p = p_full if p_full < g else g
-                k = k_full if k_full < p else p
-                nd += 1
+                p = code >> 5
+                if p > g:
+                    p = g
+                k = code & 31
+                if k > p:
+                    k = p
                 psum += p
                 asum += k
                 committed[i] = k + 1 if k + 1 < rem else rem
@@ -224,7 +230,35 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                 if g:
                     drafting += 1
                 need = context[i] + (g if reserve else p)
-            blocks += need if bs == 1 else -(-need // bs)
+                blocks += need if bs == 1 else -(-need // bs)
+            nd = b
+        else:
+            for i in range(b):
+                if prefill_left[i]:
+                    pre_tokens += prefill_left[i]
+                    need = context[i]
+                else:
+                    j = rounds_done[i] - rounds_first[i]
+                    cl = codes[i]
+                    if j >= len(cl):
+                        rounds_first[i], cl = held_rounds(request[i], rounds_done[i], AHEAD)
+                        codes[i] = cl
+                        j = 0
+                    code = cl[j]
+                    p_full, k_full = code >> 5, code & 31
+                    rem = target[i] - out[i]
+                    g = gamma if gamma < rem - 1 else (rem - 1 if rem > 1 else 0)
+                    p = p_full if p_full < g else g
+                    k = k_full if k_full < p else p
+                    nd += 1
+                    psum += p
+                    asum += k
+                    committed[i] = k + 1 if k + 1 < rem else rem
+                    gammas[i] = g
+                    if g:
+                        drafting += 1
+                    need = context[i] + (g if reserve else p)
+                blocks += need if bs == 1 else -(-need // bs)
         if budget is not None and (psum > budget - nd or pre_tokens > budget - nd - psum):
             fallback = True
         elif kvb is not None and b > 1 and blocks > kvb:
@@ -235,38 +269,77 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
             break
         rows = nd + psum + pre_tokens
         ctx_mean = ctx_sum / b
-        d_sum = prices.draft_total(nd, drafting, gammas, prefill_left, ctx_mean) if drafting else 0.0
-        if noise_on and s >= len(noise):
-            noise.extend(replica.forward_noise(16, len(noise)) or [])
-        tt = prices.price_step(tt, d_sum, rows, psum, b, ctx_mean, noise[s] if noise_on else None)
+        if not drafting:
+            d_sum = 0.0
+        elif flat_sums is not None and nd < 8:  # StepPrices.draft_total's first case
+            d_sum = flat_sums[drafting]
+        else:
+            d_sum = prices.draft_total(nd, drafting, gammas, prefill_left, ctx_mean)
+        # StepPrices.price_step: forward (and, speculative, the forward without the candidates) x noise
+        if psum:
+            f, fb = fwd_two(rows, rows - psum, b, ctx_mean)
+        else:
+            f = fwd(rows, b, ctx_mean)
+        if noise_on:
+            if s >= len(noise):
+                noise.extend(replica.forward_noise(16, len(noise)) or [])
+            nz = noise[s]
+            f = f * nz
+            if psum:
+                verify_s += f
+                verify_base_s += fb * nz
+        elif psum:
+            verify_s += f
+            verify_base_s += fb
+        last_f = f
+        ot = other_of.get(b)
+        if ot is None:
+            ot = other_of[b] = prices.other(b)
+        tt = tt + d_sum + f + ot
         # commit
         done = False
-        for i in range(b):
-            if prefill_left[i]:  # its prompt is in: a fresh request's first token leaves now
-                prefill_left[i] = 0
-                if out[i] == 0:
-                    counters.t_first[request[i]] = tt
-                    out[i] = 1
-                    context[i] += 1
-                    ctx_sum += 1
-                    last_emit[i] = tt
-                    chunks[i] += 1
-                    if target[i] <= 1:
-                        done = True
-            else:
-                gp = tt - last_emit[i]
+        if not n_prefilling:  # every request decodes: the loop below without the prefill branch
+            for i in range(b):
+                lt = last_emit[i]
+                gp = tt - lt
                 gaps.append(gp)
                 if gp > worst_gap[i]:
                     worst_gap[i] = gp
                 last_emit[i] = tt
                 c = committed[i]
-                out[i] += c
+                o = out[i] = out[i] + c
                 context[i] += c
                 ctx_sum += c
                 rounds_done[i] += 1
-                chunks[i] += 1
-                if out[i] >= target[i]:
+                if o >= target[i]:
                     done = True
+        else:
+            for i in range(b):
+                if prefill_left[i]:  # its prompt is in: a fresh request's first token leaves now
+                    prefill_left[i] = 0
+                    if out[i] == 0:
+                        counters.t_first[request[i]] = tt
+                        out[i] = 1
+                        context[i] += 1
+                        ctx_sum += 1
+                        last_emit[i] = tt
+                        if target[i] <= 1:
+                            done = True
+                    else:  # a preempted request's prompt again: no token, no chunk
+                        chunks[i] -= 1
+                else:
+                    gp = tt - last_emit[i]
+                    gaps.append(gp)
+                    if gp > worst_gap[i]:
+                        worst_gap[i] = gp
+                    last_emit[i] = tt
+                    c = committed[i]
+                    out[i] += c
+                    context[i] += c
+                    ctx_sum += c
+                    rounds_done[i] += 1
+                    if out[i] >= target[i]:
+                        done = True
         n_prefilling = 0  # every prompt in this step is in
         rows_sum += rows
         batch_sum += b
@@ -291,7 +364,7 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                     last_of[r] = last_emit[i]
                     if worst_gap[i] > counters.max_gap[r]:
                         counters.max_gap[r] = worst_gap[i]
-                    counters.chunks[r] += chunks[i]
+                    counters.chunks[r] += chunks[i] + s
                     cache.held.pop(r, None)
                     ctx_sum -= context[i]
             for i in range(b - 1, -1, -1):  # in place, from the back
@@ -310,12 +383,13 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                 counters.gaps.append(np.array(gaps, dtype=np.float32))
                 gaps = []
     # write the running batch back
+    prices.verify_s, prices.verify_base_s, prices.last_forward_s = verify_s, verify_base_s, last_f
     if gaps:
         counters.gaps.append(np.array(gaps, dtype=np.float32))
     ids = np.array(request, dtype=np.int64)
     if b:
         counters.max_gap[ids] = np.maximum(counters.max_gap[ids], worst_gap)
-        counters.chunks[ids] += np.array(chunks, dtype=np.int64)
+        counters.chunks[ids] += np.array(chunks, dtype=np.int64) + s
     batch.request = ids
     batch.out = np.array(out, dtype=np.int64)
     batch.target = np.array(target, dtype=np.int64)
