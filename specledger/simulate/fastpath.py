@@ -61,6 +61,7 @@ from specledger.simulate.segment_arrays import run_segment
 SMALL_BATCH = 128  # up to this many running requests a segment is priced in scalar Python (measured: faster
 # than the step path up to ~128 running on a roofline; at 256 the step path's arrays win)
 AHEAD = 64  # rounds of a request fetched from the RoundCache at once
+STEP_CACHE_MAX = 1 << 20  # step prices kept (StepPrices.step_cache) before the cache starts afresh
 
 
 def advance(replica: Replica, bound: float = math.inf, dispatcher: Dispatcher | None = None) -> list[int]:
@@ -134,7 +135,7 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
     # its verify sums are kept here (left to right, as there) and written back at the end
     fwd, fwd_two = prices.forward_one, prices.forward_two
     flat_sums = prices.flat_sums if prices.flat_draft is not None and prices.drafting else None
-    other_of: dict[int, float] = {}
+    step_cache = prices.step_cache
     verify_s, verify_base_s, last_f = prices.verify_s, prices.verify_base_s, prices.last_forward_s
     ctx_sum = sum(context)
     gaps: list[float] = []
@@ -207,6 +208,8 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
         if gamma_at and b > n_prefilling:
             gamma = gamma_at[b - n_prefilling]
         if not n_prefilling:  # every request decodes: the loop below without the prefill branch
+            # rem above this: gamma unclamped (a static gamma; the rounds are drawn at width <= gamma)
+            unclamped = gamma + 1 if not gamma_at else 1 << 62
             for i in range(b):
                 j = rounds_done[i] - rounds_first[i]
                 cl = codes[i]
@@ -216,16 +219,22 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                     j = 0
                 code = cl[j]
                 rem = target[i] - out[i]
-                g = gamma if gamma < rem - 1 else (rem - 1 if rem > 1 else 0)
-                p = code >> 5
-                if p > g:
-                    p = g
-                k = code & 31
-                if k > p:
-                    k = p
+                if rem > unclamped:  # g = gamma; K* <= P* <= gamma: no clamp binds, k + 1 < rem
+                    g = gamma
+                    p = code >> 5
+                    k = code & 31
+                    committed[i] = k + 1
+                else:
+                    g = gamma if gamma < rem - 1 else (rem - 1 if rem > 1 else 0)
+                    p = code >> 5
+                    if p > g:
+                        p = g
+                    k = code & 31
+                    if k > p:
+                        k = p
+                    committed[i] = k + 1 if k + 1 < rem else rem
                 psum += p
                 asum += k
-                committed[i] = k + 1 if k + 1 < rem else rem
                 gammas[i] = g
                 if g:
                     drafting += 1
@@ -268,18 +277,23 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                 return None
             break
         rows = nd + psum + pre_tokens
-        ctx_mean = ctx_sum / b
         if not drafting:
             d_sum = 0.0
         elif flat_sums is not None and nd < 8:  # StepPrices.draft_total's first case
             d_sum = flat_sums[drafting]
         else:
-            d_sum = prices.draft_total(nd, drafting, gammas, prefill_left, ctx_mean)
-        # StepPrices.price_step: forward (and, speculative, the forward without the candidates) x noise
-        if psum:
-            f, fb = fwd_two(rows, rows - psum, b, ctx_mean)
-        else:
-            f = fwd(rows, b, ctx_mean)
+            d_sum = prices.draft_total(nd, drafting, gammas, prefill_left, ctx_sum / b)
+        # StepPrices.price_step: forward (and, speculative, the forward without the candidates) x noise, then
+        # the per-step rest; the noiseless prices depend on (rows, candidates, batch, context sum) alone
+        key = (rows, psum, b, ctx_sum)
+        pr = step_cache.get(key)
+        if pr is None:
+            if len(step_cache) >= STEP_CACHE_MAX:
+                step_cache.clear()
+            ctx_mean = ctx_sum / b
+            f, fb = fwd_two(rows, rows - psum, b, ctx_mean) if psum else (fwd(rows, b, ctx_mean), 0.0)
+            pr = step_cache[key] = (f, fb, prices.other(b))
+        f, fb, ot = pr
         if noise_on:
             if s >= len(noise):
                 noise.extend(replica.forward_noise(16, len(noise)) or [])
@@ -292,9 +306,6 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
             verify_s += f
             verify_base_s += fb
         last_f = f
-        ot = other_of.get(b)
-        if ot is None:
-            ot = other_of[b] = prices.other(b)
         tt = tt + d_sum + f + ot
         # commit
         done = False

@@ -125,6 +125,9 @@ class StepPrices:
         # numpy's sum of n of them (n decoding requests)
         self._flat_full: dict[int, float] = {}
         self._other: dict[int, float] = {}
+        # a fast path's noiseless step prices: (rows, candidates, batch, context sum) -> (forward, forward
+        # without the candidates (0.0 with none), other) -- functions of the key (the mean context is sum / batch)
+        self.step_cache: dict[tuple[int, int, int, int], tuple[float, float, float]] = {}
         self._prefill: dict[int, float] = {}
         self.verify_s = 0.0  # its speculative steps' forward seconds (SimCounters.verify_s: the replicas' total)
         self.verify_base_s = 0.0  # and theirs without the candidate rows
