@@ -100,7 +100,12 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
     One of several replicas: the same, without taking arrivals (the router places them), up to the
     first step that starts at or after ``bound`` (the next arrival; in a closed loop also the earliest
     clock of the other busy replicas). Open loop: finishes are only counted, so it runs on through
-    them; closed loop: a finish sends a request the router places, so it stops after the first."""
+    them; closed loop: a finish sends a request the router places, so it stops after the first.
+
+    Speed, not meaning: a step's noiseless prices are looked up by (rows, candidates, batch, context sum)
+    (:attr:`StepPrices.step_cache`; the mean context is sum / batch, so the key fixes the floats); with one
+    static gamma and every request decoding, the commit loop also draws each request's next round, and
+    the next step skips its propose loop when nobody joined, finished or reached a clamped round."""
     counters, cfg, plan, prices = replica.counters, replica.cfg, replica.plan, replica.prices
     gamma = plan.static
     gamma_at = plan.per_batch_size(cfg.max_num_seqs) if gamma is None else {}  # the batch-size schedule
@@ -151,6 +156,10 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
     gammas = committed.copy()
     pending = finished  # finished at admission (one-token requests without chunked prefill): reported with the step
     admit = False  # the caller has admitted for the first step
+    # rem above this: gamma is not clamped (a static gamma; the rounds are drawn at a width <= gamma)
+    unclamped = gamma + 1 if not gamma_at else 1 << 62
+    ready = False  # the next step's proposals were made in the commit loop: n_psum, n_asum, n_blocks ..
+    n_psum = n_asum = n_blocks = b_ready = 0  # .. for a batch of b_ready
     while True:
         if admit and (t_arr <= tt or waiting or not b or tt >= bound):  # what the simulation loop and the
             # admission do before every step but the first (nothing when no arrival, waiting or bound is due)
@@ -207,9 +216,9 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
         nd = psum = asum = blocks = drafting = pre_tokens = 0
         if gamma_at and b > n_prefilling:
             gamma = gamma_at[b - n_prefilling]
-        if not n_prefilling:  # every request decodes: the loop below without the prefill branch
-            # rem above this: gamma unclamped (a static gamma; the rounds are drawn at width <= gamma)
-            unclamped = gamma + 1 if not gamma_at else 1 << 62
+        if ready and b == b_ready:  # proposed while committing the last step, and nobody joined since
+            nd, psum, asum, blocks, drafting = b, n_psum, n_asum, n_blocks, b if gamma else 0
+        elif not n_prefilling:  # every request decodes: the loop below without the prefill branch
             for i in range(b):
                 j = rounds_done[i] - rounds_first[i]
                 cl = codes[i]
@@ -268,6 +277,7 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                         drafting += 1
                     need = context[i] + (g if reserve else p)
                 blocks += need if bs == 1 else -(-need // bs)
+        ready = False
         if budget is not None and (psum > budget - nd or pre_tokens > budget - nd - psum):
             fallback = True
         elif kvb is not None and b > 1 and blocks > kvb:
@@ -309,7 +319,44 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
         tt = tt + d_sum + f + ot
         # commit
         done = False
-        if not n_prefilling:  # every request decodes: the loop below without the prefill branch
+        if not n_prefilling and not gamma_at:  # every request decodes, one gamma: each request's commit, then
+            # its next round's proposal (the propose loop's fast case), summed for the next step if it keeps this batch
+            n_psum = n_asum = n_blocks = 0
+            ready = True
+            for i in range(b):
+                gp = tt - last_emit[i]
+                gaps.append(gp)
+                if gp > worst_gap[i]:
+                    worst_gap[i] = gp
+                last_emit[i] = tt
+                c = committed[i]
+                o = out[i] = out[i] + c
+                ctx = context[i] = context[i] + c
+                ctx_sum += c
+                n = rounds_done[i] = rounds_done[i] + 1
+                rem = target[i] - o
+                if rem <= unclamped:
+                    ready = False  # a finish or a clamped round: the propose loop takes the next step
+                    if rem <= 0:
+                        done = True
+                    continue
+                j = n - rounds_first[i]
+                cl = codes[i]
+                if j >= len(cl):
+                    rounds_first[i], cl = held_rounds(request[i], n, AHEAD)
+                    codes[i] = cl
+                    j = 0
+                code = cl[j]
+                p = code >> 5
+                k = code & 31
+                committed[i] = k + 1
+                gammas[i] = gamma
+                n_psum += p
+                n_asum += k
+                need = ctx + (gamma if reserve else p)
+                n_blocks += need if bs == 1 else -(-need // bs)
+            b_ready = b
+        elif not n_prefilling:  # every request decodes: the loop below without the prefill branch
             for i in range(b):
                 lt = last_emit[i]
                 gp = tt - lt
