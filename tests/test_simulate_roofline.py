@@ -148,3 +148,15 @@ def test_old_roofline_profiles_load_as_the_bound(tmp_path: Path):
     (tmp_path / "old.json").write_text(json.dumps(d))
     assert load_cost(tmp_path / "old.json").step_s(40, 8, 900) == roofline("h200", model_config_from_dict(TARGET),
                                                                           terms="bound").step_s(40, 8, 900)
+
+
+@settings(max_examples=300, deadline=None)
+@given(terms=st.sampled_from(["bound", "graphs", "eager"]), batch=st.integers(0, 300),
+       rows=st.integers(0, 9000), cand=st.integers(0, 600), ctx=st.floats(0, 40000, allow_nan=False))
+def test_fused_step_fns_are_step_prices_forward_to_the_bit(terms, batch, rows, cand, ctx):
+    from specledger.simulate.pricing import StepPrices
+
+    prices = StepPrices(roofline("h200", model_config_from_dict(TARGET), terms=terms), "ngram", 256, 0, 0)
+    assert prices.forward_one(rows, batch, ctx) == prices.forward(rows, batch, ctx)
+    assert prices.forward_two(rows + cand, rows, batch, ctx) == (prices.forward(rows + cand, batch, ctx),
+                                                                 prices.forward(rows, batch, ctx))

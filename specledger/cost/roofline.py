@@ -29,6 +29,7 @@ may use. ``other_s`` is the scheduler / sampling overhead per step, assumed.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -254,6 +255,47 @@ class RooflineTerms:
         flops = self.flops_row * self.pad(rows) + self.flops_attn * rows * context
         t = max(flops / self.compute, byt / self.memory) + self.launch
         return t + self.launches + (self.multi_row if rows > batch else 0.0) + rows * (self.logits / self.memory + self.row_s)
+
+    def step_fns(self) -> tuple[Callable[[int, int, float], float],
+                                Callable[[int, int, int, float], tuple[float, float]]]:
+        """Fused scalar forms for a simulator's hot loop: ``one(rows, batch, context)`` is
+        ``time(R, B, C)`` with R = max(1, rows, batch), B = max(1, batch), C = max(0, context) (the
+        pricer's clamps plus a step's "at least one row per request"); ``two(rows, base, batch, context)``
+        is ``(one(rows, batch, context), one(base, batch, context))`` sharing the batch's terms. The
+        constants are bound once and :meth:`pad` is a table lookup up to the largest capture size; the
+        operations and their order are :meth:`time`'s, so the floats are the same to the last bit."""
+        weights, kv, flops_row, flops_attn = self.weights, self.kv, self.flops_row, self.flops_attn
+        compute, memory, launch, launches, multi_row = self.compute, self.memory, self.launch, self.launches, self.multi_row
+        per_row = self.logits / self.memory + self.row_s
+        top = max(self.capture) if self.capture else 0
+        pad_of = [self.pad(r) for r in range(top + 1)]
+
+        def one(rows: int, batch: int, context: float) -> float:
+            r = rows if rows > batch else batch
+            R = r if r > 1 else 1
+            B = batch if batch > 1 else 1
+            C = context if context > 0.0 else 0.0
+            byt = weights + B * C * kv + R * kv
+            flops = flops_row * (pad_of[R] if R <= top else R) + flops_attn * R * C
+            a, m = flops / compute, byt / memory
+            return float((m if m > a else a) + launch + launches + (multi_row if R > B else 0.0) + R * per_row)
+
+        def two(rows: int, base: int, batch: int, context: float) -> tuple[float, float]:
+            B = batch if batch > 1 else 1
+            C = context if context > 0.0 else 0.0
+            kv_batch = weights + B * C * kv
+            r = rows if rows > batch else batch
+            R = r if r > 1 else 1
+            flops = flops_row * (pad_of[R] if R <= top else R) + flops_attn * R * C
+            a, m = flops / compute, (kv_batch + R * kv) / memory
+            f = float((m if m > a else a) + launch + launches + (multi_row if R > B else 0.0) + R * per_row)
+            r = base if base > batch else batch
+            R = r if r > 1 else 1
+            flops = flops_row * (pad_of[R] if R <= top else R) + flops_attn * R * C
+            a, m = flops / compute, (kv_batch + R * kv) / memory
+            return f, float((m if m > a else a) + launch + launches + (multi_row if R > B else 0.0) + R * per_row)
+
+        return one, two
 
     def times(self, rows: np.ndarray, batch: float, context: np.ndarray) -> np.ndarray:
         byt = self.weights + batch * context * self.kv + rows * self.kv

@@ -61,6 +61,7 @@ from specledger.simulate.segment_arrays import run_segment
 SMALL_BATCH = 128  # up to this many running requests a segment is priced in scalar Python (measured: faster
 # than the step path up to ~128 running on a roofline; at 256 the step path's arrays win)
 AHEAD = 64  # rounds of a request fetched from the RoundCache at once
+STEP_CACHE_MAX = 1 << 20  # step prices kept (StepPrices.step_cache) before the cache starts afresh
 
 
 def advance(replica: Replica, bound: float = math.inf, dispatcher: Dispatcher | None = None) -> list[int]:
@@ -99,7 +100,12 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
     One of several replicas: the same, without taking arrivals (the router places them), up to the
     first step that starts at or after ``bound`` (the next arrival; in a closed loop also the earliest
     clock of the other busy replicas). Open loop: finishes are only counted, so it runs on through
-    them; closed loop: a finish sends a request the router places, so it stops after the first."""
+    them; closed loop: a finish sends a request the router places, so it stops after the first.
+
+    Speed, not meaning: a step's noiseless prices are looked up by (rows, candidates, batch, context sum)
+    (:attr:`StepPrices.step_cache`; the mean context is sum / batch, so the key fixes the floats); with one
+    static gamma and every request decoding, the commit loop also draws each request's next round, and
+    the next step skips its propose loop when nobody joined, finished or reached a clamped round."""
     counters, cfg, plan, prices = replica.counters, replica.cfg, replica.plan, replica.prices
     gamma = plan.static
     gamma_at = plan.per_batch_size(cfg.max_num_seqs) if gamma is None else {}  # the batch-size schedule
@@ -130,6 +136,12 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
     n_prefilling = sum(1 for x in prefill_left if x)  # requests prefilling (chunked prefill)
     noise: list[float] = []
     noise_on = prices.noise is not None
+    # StepPrices.price_step inlined (the same floats): its forward functions, draft sums and per-step rest;
+    # its verify sums are kept here (left to right, as there) and written back at the end
+    fwd, fwd_two = prices.forward_one, prices.forward_two
+    flat_sums = prices.flat_sums if prices.flat_draft is not None and prices.drafting else None
+    step_cache = prices.step_cache
+    verify_s, verify_base_s, last_f = prices.verify_s, prices.verify_base_s, prices.last_forward_s
     ctx_sum = sum(context)
     gaps: list[float] = []
     waiting = replica.waiting
@@ -144,8 +156,13 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
     gammas = committed.copy()
     pending = finished  # finished at admission (one-token requests without chunked prefill): reported with the step
     admit = False  # the caller has admitted for the first step
+    # rem above this: gamma is not clamped (a static gamma; the rounds are drawn at a width <= gamma)
+    unclamped = gamma + 1 if not gamma_at else 1 << 62
+    ready = False  # the next step's proposals were made in the commit loop: n_psum, n_asum, n_blocks ..
+    n_psum = n_asum = n_blocks = b_ready = 0  # .. for a batch of b_ready
     while True:
-        if admit:  # what the simulation loop and the admission do before every step but the first
+        if admit and (t_arr <= tt or waiting or not b or tt >= bound):  # what the simulation loop and the
+            # admission do before every step but the first (nothing when no arrival, waiting or bound is due)
             if tt >= bound and not lone:
                 break
             if not b and not waiting:
@@ -182,7 +199,7 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                     codes.append(cl)
                     rounds_first.append(first)
                     worst_gap.append(-math.inf)
-                    chunks.append(0)
+                    chunks.append(-s)  # chunks[i] + s: its chunks so far
                     ctx_sum += a.context
                     b += 1
                 if b > SMALL_BATCH:
@@ -199,11 +216,10 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
         nd = psum = asum = blocks = drafting = pre_tokens = 0
         if gamma_at and b > n_prefilling:
             gamma = gamma_at[b - n_prefilling]
-        for i in range(b):
-            if prefill_left[i]:
-                pre_tokens += prefill_left[i]
-                need = context[i]
-            else:
+        if ready and b == b_ready:  # proposed while committing the last step, and nobody joined since
+            nd, psum, asum, blocks, drafting = b, n_psum, n_asum, n_blocks, b if gamma else 0
+        elif not n_prefilling:  # every request decodes: the loop below without the prefill branch
+            for i in range(b):
                 j = rounds_done[i] - rounds_first[i]
                 cl = codes[i]
                 if j >= len(cl):
@@ -211,20 +227,57 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                     codes[i] = cl
                     j = 0
                 code = cl[j]
-                p_full, k_full = code >> 5, code & 31
                 rem = target[i] - out[i]
-                g = gamma if gamma < rem - 1 else (rem - 1 if rem > 1 else 0)
-                p = p_full if p_full < g else g
-                k = k_full if k_full < p else p
-                nd += 1
+                if rem > unclamped:  # g = gamma; K* <= P* <= gamma: no clamp binds, k + 1 < rem
+                    g = gamma
+                    p = code >> 5
+                    k = code & 31
+                    committed[i] = k + 1
+                else:
+                    g = gamma if gamma < rem - 1 else (rem - 1 if rem > 1 else 0)
+                    p = code >> 5
+                    if p > g:
+                        p = g
+                    k = code & 31
+                    if k > p:
+                        k = p
+                    committed[i] = k + 1 if k + 1 < rem else rem
                 psum += p
                 asum += k
-                committed[i] = k + 1 if k + 1 < rem else rem
                 gammas[i] = g
                 if g:
                     drafting += 1
                 need = context[i] + (g if reserve else p)
-            blocks += need if bs == 1 else -(-need // bs)
+                blocks += need if bs == 1 else -(-need // bs)
+            nd = b
+        else:
+            for i in range(b):
+                if prefill_left[i]:
+                    pre_tokens += prefill_left[i]
+                    need = context[i]
+                else:
+                    j = rounds_done[i] - rounds_first[i]
+                    cl = codes[i]
+                    if j >= len(cl):
+                        rounds_first[i], cl = held_rounds(request[i], rounds_done[i], AHEAD)
+                        codes[i] = cl
+                        j = 0
+                    code = cl[j]
+                    p_full, k_full = code >> 5, code & 31
+                    rem = target[i] - out[i]
+                    g = gamma if gamma < rem - 1 else (rem - 1 if rem > 1 else 0)
+                    p = p_full if p_full < g else g
+                    k = k_full if k_full < p else p
+                    nd += 1
+                    psum += p
+                    asum += k
+                    committed[i] = k + 1 if k + 1 < rem else rem
+                    gammas[i] = g
+                    if g:
+                        drafting += 1
+                    need = context[i] + (g if reserve else p)
+                blocks += need if bs == 1 else -(-need // bs)
+        ready = False
         if budget is not None and (psum > budget - nd or pre_tokens > budget - nd - psum):
             fallback = True
         elif kvb is not None and b > 1 and blocks > kvb:
@@ -234,39 +287,117 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                 return None
             break
         rows = nd + psum + pre_tokens
-        ctx_mean = ctx_sum / b
-        d_sum = prices.draft_total(nd, drafting, gammas, prefill_left, ctx_mean) if drafting else 0.0
-        if noise_on and s >= len(noise):
-            noise.extend(replica.forward_noise(16, len(noise)) or [])
-        tt = prices.price_step(tt, d_sum, rows, psum, b, ctx_mean, noise[s] if noise_on else None)
+        if not drafting:
+            d_sum = 0.0
+        elif flat_sums is not None and nd < 8:  # StepPrices.draft_total's first case
+            d_sum = flat_sums[drafting]
+        else:
+            d_sum = prices.draft_total(nd, drafting, gammas, prefill_left, ctx_sum / b)
+        # StepPrices.price_step: forward (and, speculative, the forward without the candidates) x noise, then
+        # the per-step rest; the noiseless prices depend on (rows, candidates, batch, context sum) alone
+        key = (rows, psum, b, ctx_sum)
+        pr = step_cache.get(key)
+        if pr is None:
+            if len(step_cache) >= STEP_CACHE_MAX:
+                step_cache.clear()
+            ctx_mean = ctx_sum / b
+            f, fb = fwd_two(rows, rows - psum, b, ctx_mean) if psum else (fwd(rows, b, ctx_mean), 0.0)
+            pr = step_cache[key] = (f, fb, prices.other(b))
+        f, fb, ot = pr
+        if noise_on:
+            if s >= len(noise):
+                noise.extend(replica.forward_noise(16, len(noise)) or [])
+            nz = noise[s]
+            f = f * nz
+            if psum:
+                verify_s += f
+                verify_base_s += fb * nz
+        elif psum:
+            verify_s += f
+            verify_base_s += fb
+        last_f = f
+        tt = tt + d_sum + f + ot
         # commit
         done = False
-        for i in range(b):
-            if prefill_left[i]:  # its prompt is in: a fresh request's first token leaves now
-                prefill_left[i] = 0
-                if out[i] == 0:
-                    counters.t_first[request[i]] = tt
-                    out[i] = 1
-                    context[i] += 1
-                    ctx_sum += 1
-                    last_emit[i] = tt
-                    chunks[i] += 1
-                    if target[i] <= 1:
-                        done = True
-            else:
+        if not n_prefilling and not gamma_at:  # every request decodes, one gamma: each request's commit, then
+            # its next round's proposal (the propose loop's fast case), summed for the next step if it keeps this batch
+            n_psum = n_asum = n_blocks = 0
+            ready = True
+            for i in range(b):
                 gp = tt - last_emit[i]
                 gaps.append(gp)
                 if gp > worst_gap[i]:
                     worst_gap[i] = gp
                 last_emit[i] = tt
                 c = committed[i]
-                out[i] += c
+                o = out[i] = out[i] + c
+                ctx = context[i] = context[i] + c
+                ctx_sum += c
+                n = rounds_done[i] = rounds_done[i] + 1
+                rem = target[i] - o
+                if rem <= unclamped:
+                    ready = False  # a finish or a clamped round: the propose loop takes the next step
+                    if rem <= 0:
+                        done = True
+                    continue
+                j = n - rounds_first[i]
+                cl = codes[i]
+                if j >= len(cl):
+                    rounds_first[i], cl = held_rounds(request[i], n, AHEAD)
+                    codes[i] = cl
+                    j = 0
+                code = cl[j]
+                p = code >> 5
+                k = code & 31
+                committed[i] = k + 1
+                gammas[i] = gamma
+                n_psum += p
+                n_asum += k
+                need = ctx + (gamma if reserve else p)
+                n_blocks += need if bs == 1 else -(-need // bs)
+            b_ready = b
+        elif not n_prefilling:  # every request decodes: the loop below without the prefill branch
+            for i in range(b):
+                lt = last_emit[i]
+                gp = tt - lt
+                gaps.append(gp)
+                if gp > worst_gap[i]:
+                    worst_gap[i] = gp
+                last_emit[i] = tt
+                c = committed[i]
+                o = out[i] = out[i] + c
                 context[i] += c
                 ctx_sum += c
                 rounds_done[i] += 1
-                chunks[i] += 1
-                if out[i] >= target[i]:
+                if o >= target[i]:
                     done = True
+        else:
+            for i in range(b):
+                if prefill_left[i]:  # its prompt is in: a fresh request's first token leaves now
+                    prefill_left[i] = 0
+                    if out[i] == 0:
+                        counters.t_first[request[i]] = tt
+                        out[i] = 1
+                        context[i] += 1
+                        ctx_sum += 1
+                        last_emit[i] = tt
+                        if target[i] <= 1:
+                            done = True
+                    else:  # a preempted request's prompt again: no token, no chunk
+                        chunks[i] -= 1
+                else:
+                    gp = tt - last_emit[i]
+                    gaps.append(gp)
+                    if gp > worst_gap[i]:
+                        worst_gap[i] = gp
+                    last_emit[i] = tt
+                    c = committed[i]
+                    out[i] += c
+                    context[i] += c
+                    ctx_sum += c
+                    rounds_done[i] += 1
+                    if out[i] >= target[i]:
+                        done = True
         n_prefilling = 0  # every prompt in this step is in
         rows_sum += rows
         batch_sum += b
@@ -291,7 +422,7 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                     last_of[r] = last_emit[i]
                     if worst_gap[i] > counters.max_gap[r]:
                         counters.max_gap[r] = worst_gap[i]
-                    counters.chunks[r] += chunks[i]
+                    counters.chunks[r] += chunks[i] + s
                     cache.held.pop(r, None)
                     ctx_sum -= context[i]
             for i in range(b - 1, -1, -1):  # in place, from the back
@@ -310,12 +441,13 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                 counters.gaps.append(np.array(gaps, dtype=np.float32))
                 gaps = []
     # write the running batch back
+    prices.verify_s, prices.verify_base_s, prices.last_forward_s = verify_s, verify_base_s, last_f
     if gaps:
         counters.gaps.append(np.array(gaps, dtype=np.float32))
     ids = np.array(request, dtype=np.int64)
     if b:
         counters.max_gap[ids] = np.maximum(counters.max_gap[ids], worst_gap)
-        counters.chunks[ids] += np.array(chunks, dtype=np.int64)
+        counters.chunks[ids] += np.array(chunks, dtype=np.int64) + s
     batch.request = ids
     batch.out = np.array(out, dtype=np.int64)
     batch.target = np.array(target, dtype=np.int64)

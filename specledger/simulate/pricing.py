@@ -50,6 +50,25 @@ def scalar_step(cost: Any) -> Callable[[int, int, float], float]:
     return step_s
 
 
+def step_fns(cost: Any) -> tuple[Callable[[int, int, float], float],
+                                 Callable[[int, int, int, float], tuple[float, float]]]:
+    """``(one, two)``: ``one(rows, batch, context)`` is :meth:`StepPrices.forward` (``cost.step_s(max(rows,
+    batch), batch, context)``), ``two(rows, base, batch, context)`` the pair ``(one(rows, ..), one(base, ..))``.
+    A roofline's are its fused :meth:`RooflineTerms.step_fns`; any other pricer's call ``step_s``. The same
+    floats either way."""
+    if type(cost) is RooflineCost:
+        return cost.terms().step_fns()
+    step_s = cost.step_s
+
+    def one(rows: int, batch: int, context: float) -> float:
+        return float(step_s(rows if rows > batch else batch, batch, context))
+
+    def two(rows: int, base: int, batch: int, context: float) -> tuple[float, float]:
+        return one(rows, batch, context), one(base, batch, context)
+
+    return one, two
+
+
 def step_costs(cost: Any, rows: np.ndarray, batch: int, context: np.ndarray) -> np.ndarray:
     """``cost.step_s(rows_s, batch, context_s)`` for every s: the cost's own ``step_s_many`` when it has
     one (the same floats), else one call per step."""
@@ -91,18 +110,24 @@ class StepPrices:
         self.cost, self.drafter, self.replica, self.seed = cost, drafter, replica, seed
         self.drafting = drafter != "none"
         self.forward_s = scalar_step(cost)  # (rows, batch, context) -> seconds, clamps included
+        # forward(rows, batch, context) and (forward(rows, ..), forward(base, ..)) as plain functions (the same floats)
+        self.forward_one, self.forward_two = step_fns(cost)
         # a fitted profile whose prefill depends on the server's slot count (CostModel.slot_dependent_prefill)
         self._slots_kw = {"slots": slots} if getattr(cost, "slot_dependent_prefill", False) else {}
         # a measured profile's step-time noise (u -> (forward, prefill) multipliers), if it carries one
         noise = getattr(cost, "jitter", None) if getattr(cost, "has_noise", True) else None
         self.noise: Callable[[float], tuple[float, float]] | None = noise if noise is not None and jitter else None
         self.flat_draft = flat_draft_price(cost, drafter) if self.drafting else None
-        # left-to-right sums of 0..7 flat draft prices, and numpy's sum of n of them (n decoding requests)
-        self._flat_small = [0.0]
+        # flat_sums[n]: the left-to-right sum of n flat draft prices, n = 0..7 (draft_total of n < 8 drafting)
+        self.flat_sums = [0.0]
         for _ in range(7):
-            self._flat_small.append(self._flat_small[-1] + (self.flat_draft or 0.0))
+            self.flat_sums.append(self.flat_sums[-1] + (self.flat_draft or 0.0))
+        # numpy's sum of n of them (n decoding requests)
         self._flat_full: dict[int, float] = {}
         self._other: dict[int, float] = {}
+        # a fast path's noiseless step prices: (rows, candidates, batch, context sum) -> (forward, forward
+        # without the candidates (0.0 with none), other) -- functions of the key (the mean context is sum / batch)
+        self.step_cache: dict[tuple[int, int, int, int], tuple[float, float, float]] = {}
         self._prefill: dict[int, float] = {}
         self.verify_s = 0.0  # its speculative steps' forward seconds (SimCounters.verify_s: the replicas' total)
         self.verify_base_s = 0.0  # and theirs without the candidate rows
@@ -140,7 +165,7 @@ class StepPrices:
             return 0.0
         flat = self.flat_draft
         if flat is not None and decoding < 8:
-            return self._flat_small[drafting]
+            return self.flat_sums[drafting]
         if flat is not None and drafting == decoding:  # every decoding request drafts: one price, n times
             s = self._flat_full.get(decoding)
             if s is None:

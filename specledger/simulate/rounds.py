@@ -29,14 +29,14 @@ class RoundCache:
         self.gamma = gamma
         self.width = min(gamma, self.table.max_gamma)
         require(self.table.max_gamma < 32, "rounds are coded in 5 bits")
-        self.chunks: dict[int, tuple[list[int], list[int], np.ndarray]] = {}
+        self.chunks: dict[int, tuple[list[int], list[int], list[int]]] = {}
         self.held: dict[int, tuple[int, list[int]]] = {}  # a running request's fetched rounds: (first, codes)
 
     def _outcomes(self, keys: np.ndarray, rounds: np.ndarray, chain: np.ndarray) -> np.ndarray:
         p, k = self.table.full_outcomes(chain, self.draws.uniforms(keys, rounds, self.width))
         return (p * 32 + k).astype(np.int16)
 
-    def _build(self, c: int) -> tuple[list[int], list[int], np.ndarray]:
+    def _build(self, c: int) -> tuple[list[int], list[int], list[int]]:
         lo, hi = c * CHUNK, min(self.chain.shape[0], (c + 1) * CHUNK)
         chain, target = self.chain[lo:hi], self.target[lo:hi]
         _, ek = self.table.expected(chain, np.full(hi - lo, self.width, dtype=np.int64))
@@ -46,7 +46,7 @@ class RoundCache:
         keys = np.repeat(self.draw_key[lo:hi], count)
         rounds = np.arange(total) - np.repeat(start, count)
         codes = self._outcomes(keys, rounds, np.repeat(chain, count))
-        ent = (start.tolist(), count.tolist(), codes)
+        ent = (start.tolist(), count.tolist(), codes.tolist())  # lists: a request's rounds are a slice
         for old in [k for k in self.chunks if k < c - KEEP_CHUNKS]:  # requests long gone (redrawn if ever asked)
             del self.chunks[old]
         self.chunks[c] = ent
@@ -61,7 +61,7 @@ class RoundCache:
         i = request - c * CHUNK
         o, n = ent[0][i], ent[1][i]
         if first < n:
-            return ent[2][o + first:o + min(n, first + limit)].tolist()
+            return ent[2][o + first:o + min(n, first + limit)]
         return self._outcomes(np.full(limit, self.draw_key[request]), np.arange(first, first + limit),
                               np.full(limit, self.chain[request])).tolist()
 

@@ -305,7 +305,10 @@ class HeadDrafter(Drafter):
         self._observed = 0  # end of the rows the last observe_hidden wrote
         self.cached: list[int] = []  # tokens whose head-cache entries rest on true features
 
-    def _ensure(self, needed: int) -> None:
+    def reserve(self, needed: int) -> None:
+        """Grow the feature buffer and head cache to hold at least ``needed`` positions (capacity
+        doubles, at least 256, capped at the head's ``max_seq_len`` unless ``needed`` is larger); a
+        regrown cache empties ``cached``, so the next catch-up rebuilds it from the features."""
         cap = self.cache.capacity if self.cache is not None else 0
         if needed <= cap:
             return
@@ -337,7 +340,7 @@ class HeadDrafter(Drafter):
         if start_pos > self.n_feat:  # a gap: positions [n_feat, start_pos) were never observed
             self._observed = self.n_feat
             return
-        self._ensure(end + 1)
+        self.reserve(end + 1)
         self.feats[start_pos:end] = hidden.to(self.feats.dtype)
         self._observed = end
         self.n_feat = start_pos  # rows from here on are new; commit (or begin) says which stand
@@ -388,7 +391,7 @@ class HeadDrafter(Drafter):
         n = len(context)
         if self.feats is None or self.n_feat < n - 1:
             return None
-        self._ensure(n + 1)
+        self.reserve(n + 1)
         m = common_prefix_len(self.cached, context)
         m = min(m, n - 1)  # feed at least the last token to get its output
         prev = torch.zeros(n - m, self.net.hc.dim, dtype=self.feats.dtype)
@@ -402,7 +405,7 @@ class HeadDrafter(Drafter):
         """One speculative head step: ``token`` at ``position`` with the predicted ``feature`` of
         ``position - 1``; returns (feature, draft-vocabulary logits) for ``position + 1``. Writes a
         speculative cache entry that the next catch_up overwrites."""
-        self._ensure(position + 2)
+        self.reserve(position + 2)
         out = self._run([token], feature[None], position)
         return out[-1], self._logits(out[-1])
 

@@ -21,17 +21,32 @@ rejection needs, so sampled trees stay exact.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from specledger.engine.tree import DraftTree
 
-if TYPE_CHECKING:
-    from specledger.engine.drafters.head import HeadDrafter
+
+class TreeHead(Protocol):
+    """What a tree pass needs of a head drafter (:class:`specledger.engine.drafters.head.HeadDrafter`
+    satisfies it): its net (``hc``, ``fc``, ``block``, RoPE tables), the target (``embed``), the head's
+    k/v cache, the draft-vocabulary map and lm head, and the capacity / catch-up / id-mapping calls."""
+
+    net: Any
+    target: Any
+    cache: Any
+    vocab_ids: torch.Tensor | None
+    lm_head: Any
+
+    def reserve(self, needed: int) -> None: ...
+
+    def catch_up(self, context: list[int]) -> tuple[torch.Tensor, torch.Tensor] | None: ...
+
+    def token_id(self, index: int) -> int: ...
 
 
-def head_forward_tree(drafter: HeadDrafter, tokens: list[int], feats: torch.Tensor, positions: list[int],
+def head_forward_tree(drafter: TreeHead, tokens: list[int], feats: torch.Tensor, positions: list[int],
                       write_start: int, mask: torch.Tensor) -> torch.Tensor:
     """One head pass over tree rows: ``tokens`` (target ids) with their input features ``feats`` [T, dim]
     at RoPE ``positions``, k/v written at slots ``write_start ..``, attending where ``mask`` [T, write_start
@@ -52,11 +67,11 @@ def head_forward_tree(drafter: HeadDrafter, tokens: list[int], feats: torch.Tens
     return out[0]
 
 
-def head_tree_pass(drafter: HeadDrafter, context: list[int], budget: int) -> tuple[torch.Tensor, Any] | None:
+def head_tree_pass(drafter: TreeHead, context: list[int], budget: int) -> tuple[torch.Tensor, Any] | None:
     """Catch up on ``context``; (the root's draft-vocabulary logits, an ``expand`` over tree nodes whose
     tokens are draft-vocabulary indices), or None without the target's features for the context."""
     n = len(context)
-    drafter._ensure(n + budget + 2)
+    drafter.reserve(n + budget + 2)
     first = drafter.catch_up(context)
     if first is None:
         return None
@@ -88,7 +103,7 @@ def head_tree_pass(drafter: HeadDrafter, context: list[int], budget: int) -> tup
     return root_logits, expand
 
 
-def to_target_ids(drafter: HeadDrafter, tree: DraftTree) -> DraftTree:
+def to_target_ids(drafter: TreeHead, tree: DraftTree) -> DraftTree:
     """A tree grown over draft-vocabulary indices, in target ids (q rows scattered to the full vocabulary)."""
     if drafter.vocab_ids is None or not len(tree):
         return tree
