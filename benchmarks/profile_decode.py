@@ -20,7 +20,7 @@ import torch
 from specledger.engine import kernels
 from specledger.engine.bandwidth import measure_read_bandwidth
 from specledger.engine.loader import load_model
-from specledger.engine.model import Block
+from specledger.engine.kernels import ops
 
 
 def step_ms(model, cache, pos: int, steps: int) -> float:
@@ -62,17 +62,12 @@ def breakdown(model, cache, pos: int, steps: int) -> dict[str, float]:
     for blk in model.layers:
         for name in ("wqkv", "wo", "w13", "w2"):
             wrap(getattr(blk, name), "forward", name)
+            wrap(getattr(blk, name), "fused_add", name)
     wrap(model.lm_head, "forward", "lm_head")
-    import specledger.engine.model as m
-    sdpa = m.F.scaled_dot_product_attention
-    m.F.scaled_dot_product_attention = None  # patched below
-
-    def timed_sdpa(*a, **k):
-        t = time.perf_counter()
-        out = sdpa(*a, **k)
-        acc["attention (sdpa)"] += time.perf_counter() - t
-        return out
-    m.F.scaled_dot_product_attention = timed_sdpa
+    wrap(ops, "rms_norm", "rms_norm")
+    wrap(ops, "rope_", "rope")
+    wrap(ops, "attend", "attention")
+    wrap(ops, "silu_mul", "silu*up")
     try:
         tok = torch.tensor([[42]])
         t0 = time.perf_counter()
@@ -80,9 +75,11 @@ def breakdown(model, cache, pos: int, steps: int) -> dict[str, float]:
             model(tok, pos + i, cache)
         total = time.perf_counter() - t0
     finally:
-        m.F.scaled_dot_product_attention = sdpa
-        for obj, attr, _ in originals.values():
-            delattr(obj, attr)
+        for obj, attr, fn in originals.values():
+            if obj is ops:
+                setattr(obj, attr, fn)
+            else:
+                delattr(obj, attr)
     out = {k: v / steps * 1e3 for k, v in acc.items()}
     out["total"] = total / steps * 1e3
     return out
@@ -122,7 +119,7 @@ def main() -> None:
             gbs = f"  {nbytes[k] / v / 1e6:5.1f} GB/s" if k in nbytes else ""
             print(f"  {k:18s} {v:6.2f} ms  {v / total * 100:4.1f}%{gbs}")
             named += v
-        print(f"  {'rest (norm/rope/py)':18s} {total - named:6.2f} ms  {(total - named) / total * 100:4.1f}%")
+        print(f"  {'rest (python, glue)':18s} {total - named:6.2f} ms  {(total - named) / total * 100:4.1f}%")
         print("rows -> ms per forward (verify pass of T rows at context ~"
               f"{args.context}):")
         base = None
