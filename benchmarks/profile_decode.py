@@ -19,8 +19,8 @@ import torch
 
 from specledger.engine import kernels
 from specledger.engine.bandwidth import measure_read_bandwidth
-from specledger.engine.loader import load_model
 from specledger.engine.kernels import ops
+from specledger.engine.loader import load_model
 
 
 def step_ms(model, cache, pos: int, steps: int) -> float:
