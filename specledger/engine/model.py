@@ -294,7 +294,7 @@ class Transformer(nn.Module):
         if seq <= ROW_INVARIANT_MAX_T and native_rows.available(self):  # decode and verify rows: native
             slots = torch.arange(bsz, device=self.device).repeat_interleave(seq)
             pos = torch.arange(start_pos, end, device=self.device).repeat(bsz)
-            x = native_rows.run_layers(self, x.reshape(bsz * seq, -1), cache.kv, slots, pos, layers).view(bsz, seq, -1)
+            x = native_rows.run_layers(self, x.reshape(bsz * seq, -1), cache.kv, slots, pos, bsz - 1, layers).view(bsz, seq, -1)
         else:
             cos, sin = self._rope_tables(start_pos, end)
             mask = self._causal_mask(start_pos, seq, self.config.n_heads // self.config.n_kv_heads)
@@ -339,7 +339,7 @@ class Transformer(nn.Module):
         slot_t = torch.tensor(slot_list, dtype=torch.long, device=device)
         x = self.embed(torch.tensor([list(tokens)], device=device))
         if native_rows.available(self):
-            x = native_rows.run_layers(self, x[0], cache.kv, slot_t, pos)[None]
+            x = native_rows.run_layers(self, x[0], cache.kv, slot_t, pos, max(slot_list, default=0))[None]
         else:
             cos, sin = self._rope_rows(pos)
             for i, layer in enumerate(self.layers):
@@ -374,7 +374,7 @@ class Transformer(nn.Module):
         x = self.embed(torch.tensor([list(tokens)]))
         if native_rows.available(self):
             x = native_rows.run_layers(self, x[0], cache.kv, torch.tensor(slot_list, dtype=torch.long, device=self.device), pos,
-                                       tree=True, kv_out=kv_out)[None]
+                                       max(slot_list, default=0), tree=True, kv_out=kv_out)[None]
         else:
             cos, sin = self._rope_rows(pos)
             for i, layer in enumerate(self.layers):

@@ -55,13 +55,13 @@ def block_rows(block: Any, x: torch.Tensor, kv_cache: torch.Tensor, slots: torch
 
 
 def run_layers(model: Any, x: torch.Tensor, cache_kv: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
-               layers: Any = None, tree: bool = False, kv_out: torch.Tensor | None = None) -> torch.Tensor:
-    """:func:`block_rows` through ``layers`` (all if None) of ``model``; ``cache_kv`` [L, 2, S, nkv, cap, hd]."""
-    n_slots, cap = cache_kv.shape[2], cache_kv.shape[-2]
-    if len(slots) and (int(slots.max()) >= n_slots or int(slots.min()) < 0 or int(positions.max()) >= cap
-                       or int(positions.min()) < 0 or not len(slots) == len(positions) == x.shape[0]):
-        raise SpecLedgerError(f"rows address cache slots up to {int(slots.max())} and positions up to "
-                              f"{int(positions.max())}; the KV cache holds {n_slots} slots x {cap} positions")
+               max_slot: int, layers: Any = None, tree: bool = False, kv_out: torch.Tensor | None = None,
+               ) -> torch.Tensor:
+    """:func:`block_rows` through ``layers`` (all if None) of ``model``; ``cache_kv`` [L, 2, S, nkv, cap, hd].
+    Callers have checked positions against the capacity; ``max_slot`` (a host int: no read-back) is
+    checked here, so the kernels never write outside the cache."""
+    if max_slot >= cache_kv.shape[2]:
+        raise SpecLedgerError(f"rows address cache slot {max_slot}; the KV cache holds {cache_kv.shape[2]} slots")
     model._ensure_rope()
     _, cos, sin = model._rope_cache
     slots, positions = slots.contiguous(), positions.contiguous()
