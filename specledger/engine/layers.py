@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specledger.engine import kernels
+from specledger.engine.kernels import ops
 from specledger.engine.model_config import ModelConfig
 
 
@@ -39,6 +40,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """HF RMSNorm: ``weight * (x32 / sqrt(mean(x32^2) + eps)).to(x.dtype)``."""
     if x.dtype == torch.float32:
+        if x.device.type == "cpu" and weight.dtype == torch.float32 and kernels.lib() is not None:
+            return ops.rms_norm(x, weight, eps)
         return F.rms_norm(x, weight.shape, weight, eps)
     return weight * F.rms_norm(x.float(), weight.shape, None, eps).to(x.dtype)
 
@@ -113,6 +116,15 @@ class Linear(nn.Linear):
             pair = torch.cat([x, x], dim=-2)
             return torch.ops.mkldnn._linear_pointwise(pair, self._packed, self.bias, "none", [], "")[..., :1, :]
         return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
+
+    def fused_add(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """``residual + self(x)``, the add folded into the native fp32 kernel's store (same bits)."""
+        if self._weight_key() != self._packed_key:
+            self._repack()
+        nat = self._native
+        if nat is not None and x.dtype == nat.dtype == torch.float32 and x.device.type == "cpu":
+            return nat(x, residual)
+        return residual + self(x)
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_packed": None, "_packed_key": None, "_native": None}

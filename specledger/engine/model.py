@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specledger.engine import native_rows
 from specledger.engine.layers import Linear, apply_rope, rms_norm, rope_cos_sin
 from specledger.engine.model_config import KVCache, ModelConfig
 from specledger.errors import SpecLedgerError
@@ -289,12 +290,16 @@ class Transformer(nn.Module):
                 f"positions {start_pos}..{end - 1} do not fit the KV cache (capacity {cache.capacity}); "
                 "allocate a larger cache"
             )
-        cos, sin = self._rope_tables(start_pos, end)
-        mask = self._causal_mask(start_pos, seq, self.config.n_heads // self.config.n_kv_heads)
         x = self.embed(tokens)
-        indices = range(len(self.layers)) if layers is None else layers
-        for i in indices:
-            x = self.layers[i](x, cache.kv[i], start_pos, cos, sin, mask)
+        if seq <= ROW_INVARIANT_MAX_T and native_rows.available(self):  # decode and verify rows: native
+            slots = torch.arange(bsz, device=self.device).repeat_interleave(seq)
+            pos = torch.arange(start_pos, end, device=self.device).repeat(bsz)
+            x = native_rows.run_layers(self, x.reshape(bsz * seq, -1), cache.kv, slots, pos, bsz - 1, layers).view(bsz, seq, -1)
+        else:
+            cos, sin = self._rope_tables(start_pos, end)
+            mask = self._causal_mask(start_pos, seq, self.config.n_heads // self.config.n_kv_heads)
+            for i in range(len(self.layers)) if layers is None else layers:
+                x = self.layers[i](x, cache.kv[i], start_pos, cos, sin, mask)
         if return_hidden:
             hidden = rms_norm(x, self.norm, self.config.norm_eps)
             return self.lm_head(hidden[:, -1:] if last_only else hidden).float(), hidden
@@ -332,10 +337,13 @@ class Transformer(nn.Module):
         slot_list = list(slots)
         pos = torch.tensor(positions, dtype=torch.long, device=device)
         slot_t = torch.tensor(slot_list, dtype=torch.long, device=device)
-        cos, sin = self._rope_rows(pos)
         x = self.embed(torch.tensor([list(tokens)], device=device))
-        for i, layer in enumerate(self.layers):
-            x = layer.forward_packed(x, cache.kv[i], slot_t, pos, cos, sin, slot_list, positions)
+        if native_rows.available(self):
+            x = native_rows.run_layers(self, x[0], cache.kv, slot_t, pos, max(slot_list, default=0))[None]
+        else:
+            cos, sin = self._rope_rows(pos)
+            for i, layer in enumerate(self.layers):
+                x = layer.forward_packed(x, cache.kv[i], slot_t, pos, cos, sin, slot_list, positions)
         if return_hidden:
             hidden = rms_norm(x, self.norm, self.config.norm_eps)
             rows = hidden if logit_rows is None else hidden[:, list(logit_rows)]
@@ -362,11 +370,15 @@ class Transformer(nn.Module):
             raise SpecLedgerError(f"positions up to {int(pos.max())} do not fit the KV cache (capacity {cache.capacity})")
         cfg = self.config
         kv_out = torch.empty((cfg.n_layers, 2, len(pos), cfg.n_kv_heads, int(cfg.head_dim)), dtype=self.dtype)
-        cos, sin = self._rope_rows(pos)
         slot_list, pos_list = [int(s) for s in slots], pos.tolist()
         x = self.embed(torch.tensor([list(tokens)]))
-        for i, layer in enumerate(self.layers):
-            x = layer.forward_tree(x, cache.kv[i], slot_list, pos_list, cos, sin, kv_out[i])
+        if native_rows.available(self):
+            x = native_rows.run_layers(self, x[0], cache.kv, torch.tensor(slot_list, dtype=torch.long, device=self.device), pos,
+                                       max(slot_list, default=0), tree=True, kv_out=kv_out)[None]
+        else:
+            cos, sin = self._rope_rows(pos)
+            for i, layer in enumerate(self.layers):
+                x = layer.forward_tree(x, cache.kv[i], slot_list, pos_list, cos, sin, kv_out[i])
         hidden = rms_norm(x, self.norm, self.config.norm_eps)
         if return_hidden:
             return self.lm_head(hidden).float()[0], kv_out, hidden[0]

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
-_SRC = Path(__file__).with_name("gemv.c")
+_SRCS = (Path(__file__).with_name("gemv.c"), Path(__file__).with_name("ops.c"))
 _FLAGS = ["-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", "-fPIC", "-shared"]
-_ABI = 2
+_ABI = 3
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 _status = "not loaded yet"
@@ -55,7 +55,7 @@ def _build(target: Path, cc: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / target.name
-        proc = subprocess.run([cc, *_FLAGS, str(_SRC), "-o", str(out)], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run([cc, *_FLAGS, *map(str, _SRCS), "-o", str(out), "-lm"], capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             raise RuntimeError(f"{cc} failed: {proc.stderr.strip()[:300]}")
         os.replace(out, target)
@@ -66,9 +66,18 @@ def _bind(path: Path) -> ctypes.CDLL:
     if lib.specledger_gemv_abi() != _ABI:
         raise RuntimeError("stale kernel library (ABI mismatch)")
     p, i = ctypes.c_void_p, ctypes.c_int
-    for name in ("specledger_gemv_f32", "specledger_gemv_bf16"):
+    f = ctypes.c_float
+    signatures = {
+        "specledger_gemv_f32": [p, p, p, p, p, i, i, i, i],
+        "specledger_gemv_bf16": [p, p, p, p, i, i, i, i],
+        "specledger_rmsnorm_f32": [p, p, p, i, i, f],
+        "specledger_rope_f32": [p, p, p, p, i, i, i, i],
+        "specledger_attn_f32": [p, p, p, p, p, p, i, i, i, i, i, f, i, i],
+        "specledger_silu_mul_f32": [p, p, i, i],
+    }
+    for name, argtypes in signatures.items():
         fn = getattr(lib, name)
-        fn.argtypes, fn.restype = [p, p, p, p, i, i, i, i], None
+        fn.argtypes, fn.restype = argtypes, None
     for name in ("specledger_pack_f32", "specledger_pack_bf16"):
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = [p, p, i, i], None
@@ -95,7 +104,7 @@ def lib() -> ctypes.CDLL | None:
             _status = "off: no C compiler (install gcc): oneDNN linears"
             return None
         key = hashlib.sha256(
-            b"\0".join([_SRC.read_bytes(), " ".join(_FLAGS).encode(), _cpu_flags().encode(),
+            b"\0".join([*(src.read_bytes() for src in _SRCS), " ".join(_FLAGS).encode(), _cpu_flags().encode(),
                         platform.machine().encode(), cc.encode()])
         ).hexdigest()[:16]
         target = _cache_root() / "kernels" / f"gemv-{key}.so"
@@ -147,13 +156,25 @@ class PackedLinear:
         self.bias = None if bias is None else bias.detach().to(weight.dtype).contiguous()
         self.fn = getattr(lib(), _FNS[weight.dtype][1])
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """``x @ W.T + b``; with ``residual`` (float32 only, shaped like the output) ``residual + that``,
+        bit for bit as torch's ``residual + linear(x)`` (one rounding of the same sum)."""
         if x.device.type != "cpu" or x.dtype != self.dtype or x.shape[-1] != self.k:
             raise ValueError(f"native linear takes CPU {self.dtype} rows of {self.k}, got {x.device} {x.dtype} {tuple(x.shape)}")
         if not x.is_contiguous():
             x = x.contiguous()
         rows = x.numel() // self.k
         y = torch.empty((*x.shape[:-1], self.n), dtype=self.dtype, device="cpu")
-        self.fn(x.data_ptr(), self.packed.data_ptr(), None if self.bias is None else self.bias.data_ptr(),
-                y.data_ptr(), rows, self.n, self.k, torch.get_num_threads())
-        return y
+        bias = None if self.bias is None else self.bias.data_ptr()
+        args = (x.data_ptr(), self.packed.data_ptr(), bias)
+        if self.dtype == torch.float32:
+            res = None
+            if residual is not None:
+                res = residual.contiguous()
+                if res.shape != y.shape or res.dtype != torch.float32:
+                    raise ValueError(f"residual {tuple(res.shape)} {res.dtype} does not match output {tuple(y.shape)}")
+            self.fn(*args, None if res is None else res.data_ptr(), y.data_ptr(), rows, self.n, self.k,
+                    torch.get_num_threads())
+            return y
+        self.fn(*args, y.data_ptr(), rows, self.n, self.k, torch.get_num_threads())
+        return y if residual is None else residual + y

@@ -24,7 +24,7 @@ typedef uint32_t u32x16 __attribute__((vector_size(64)));
 #define NB 8
 #define MB 3
 
-int specledger_gemv_abi(void) { return 2; }
+int specledger_gemv_abi(void) { return 3; }
 int specledger_gemv_nb(void) { return NB; }
 
 static inline float hsum(v16 a) {
@@ -110,9 +110,13 @@ void specledger_pack_bf16(const uint16_t *W, uint16_t *Wp, int N, int K) {
 static inline v16 load_f32(const float *p) { v16 v; memcpy(&v, p, 64); return v; }
 
 static inline __attribute__((always_inline)) void block_f32(const float *x, const float *Wb, const float *b,
-                                                            float *y, int m0, const int MM, int n0, int N,
-                                                            int K, int kb) {
-    BLOCK_BODY(load_f32, load_f32, { if (b) s += b[n]; y[(size_t)(m0 + j) * N + n] = s; })
+                                                            const float *r, float *y, int m0, const int MM,
+                                                            int n0, int N, int K, int kb) {
+    BLOCK_BODY(load_f32, load_f32, {
+        if (b) s += b[n];
+        size_t at = (size_t)(m0 + j) * N + n;
+        y[at] = r ? r[at] + s : s;
+    })
 }
 
 static inline __attribute__((always_inline)) void block_bf16(const uint16_t *x, const uint16_t *Wb,
@@ -121,16 +125,17 @@ static inline __attribute__((always_inline)) void block_bf16(const uint16_t *x, 
     BLOCK_BODY(widen, widen, { if (b) s += bf16_to_f32(b[n]); y[(size_t)(m0 + j) * N + n] = f32_to_bf16(s); })
 }
 
-void specledger_gemv_f32(const float *x, const float *Wp, const float *b, float *y, int M, int N, int K,
-                         int nthreads) {
+/* y = x W^T (+ b) (+ r): r [M, N] is an optional residual added last (as torch's ``r + linear(x)``). */
+void specledger_gemv_f32(const float *x, const float *Wp, const float *b, const float *r, float *y, int M, int N,
+                         int K, int nthreads) {
     int nblk = (N + NB - 1) / NB, kb = K / 16;
 #pragma omp parallel for num_threads(nthreads) schedule(static)
     for (int bi = 0; bi < nblk; bi++) {
         const float *Wb = Wp + (size_t)bi * kb * NB * 16;
         int m0 = 0;
-        for (; m0 + 3 <= M; m0 += 3) block_f32(x, Wb, b, y, m0, 3, bi * NB, N, K, kb);
-        if (M - m0 == 2) block_f32(x, Wb, b, y, m0, 2, bi * NB, N, K, kb);
-        else if (M - m0 == 1) block_f32(x, Wb, b, y, m0, 1, bi * NB, N, K, kb);
+        for (; m0 + 3 <= M; m0 += 3) block_f32(x, Wb, b, r, y, m0, 3, bi * NB, N, K, kb);
+        if (M - m0 == 2) block_f32(x, Wb, b, r, y, m0, 2, bi * NB, N, K, kb);
+        else if (M - m0 == 1) block_f32(x, Wb, b, r, y, m0, 1, bi * NB, N, K, kb);
     }
 }
 

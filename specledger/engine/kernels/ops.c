@@ -1,0 +1,155 @@
+/* Row-wise float32 decoder ops beside gemv.c, for decode and verify rows (one shared library).
+ *
+ * Every function computes each row (and each query head) with one fixed sequence of float
+ * operations that never depends on how many rows share the call, where a row sits in it, or
+ * which thread runs it. Plain decode (1 row), a chain verify (g+1 rows), a packed batch and a
+ * token tree therefore produce identical bits per row, which is what greedy exactness rests on.
+ *
+ * - specledger_rmsnorm_f32: y = w * (x * 1/sqrt(mean(x^2) + eps))            (HF RMSNorm, fp32)
+ * - specledger_rope_f32:   x = x * cos[p] + rotate_half(x) * sin[p] on the first `rot` heads
+ * - specledger_attn_f32:   write each row's k/v at (slot, pos), then per query head
+ *                           out = sum_j softmax(q.k_j * scale)_j v_j over key slots j in [0, pos]
+ * - specledger_silu_mul_f32: y = silu(gate) * up, gate|up the two halves of each input row
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef float v16 __attribute__((vector_size(64)));
+
+static inline float hsum16(v16 a) {
+    float s[16];
+    memcpy(s, &a, 64);
+    float t[8], u[4];
+    for (int i = 0; i < 8; i++) t[i] = s[i] + s[i + 8];
+    for (int i = 0; i < 4; i++) u[i] = t[i] + t[i + 4];
+    return (u[0] + u[2]) + (u[1] + u[3]);
+}
+
+/* sum_i a[i] * b[i]: 16 lanes over i in increasing order then a fixed tree (n % 16 == 0), else sequential. */
+static inline float dot(const float *a, const float *b, int n) {
+    if (n % 16 == 0) {
+        v16 acc = {0};
+        for (int i = 0; i < n; i += 16) {
+            v16 x, y;
+            memcpy(&x, a + i, 64);
+            memcpy(&y, b + i, 64);
+            acc += x * y;
+        }
+        return hsum16(acc);
+    }
+    float s = 0.f;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+void specledger_rmsnorm_f32(const float *x, const float *w, float *y, int M, int D, float eps) {
+    for (int m = 0; m < M; m++) {
+        const float *xr = x + (size_t)m * D;
+        float *yr = y + (size_t)m * D;
+        float r = 1.0f / sqrtf(dot(xr, xr, D) / (float)D + eps);
+        for (int i = 0; i < D; i++) yr[i] = w[i] * (xr[i] * r);
+    }
+}
+
+/* x [M, H, hd] in place; rows' positions pos[M]; tables cos/sin [P, hd]; heads [0, rot) rotated. */
+void specledger_rope_f32(float *x, const float *cos_t, const float *sin_t, const int64_t *pos, int M, int H,
+                         int rot, int hd) {
+    int half = hd / 2;
+    float tmp[hd];
+    for (int m = 0; m < M; m++) {
+        const float *c = cos_t + (size_t)pos[m] * hd, *s = sin_t + (size_t)pos[m] * hd;
+        for (int h = 0; h < rot; h++) {
+            float *v = x + ((size_t)m * H + h) * hd;
+            for (int i = 0; i < half; i++) tmp[i] = -v[i + half];
+            for (int i = half; i < hd; i++) tmp[i] = v[i - half];
+            for (int i = 0; i < hd; i++) {
+                float a = v[i] * c[i], b = tmp[i] * s[i];
+                v[i] = a + b;
+            }
+        }
+    }
+}
+
+static void attend_one(const float *q, const float *K, const float *V, int len, int hd, float scale, float *out,
+                       float *sc) {
+    float mx = -INFINITY;
+    for (int j = 0; j < len; j++) {
+        sc[j] = dot(q, K + (size_t)j * hd, hd) * scale;
+        if (sc[j] > mx) mx = sc[j];
+    }
+    float sum = 0.f;
+    for (int j = 0; j < len; j++) {
+        sc[j] = expf(sc[j] - mx);
+        sum += sc[j];
+    }
+    for (int d = 0; d < hd; d++) out[d] = 0.f;
+    for (int j = 0; j < len; j++) {
+        const float *v = V + (size_t)j * hd;
+        float p = sc[j];
+        for (int d = 0; d < hd; d++) out[d] += p * v[d];
+    }
+    float inv = 1.0f / sum;
+    for (int d = 0; d < hd; d++) out[d] *= inv;
+}
+
+static inline void write_kv(const float *qkv, float *kc, float *vc, const int64_t *slots, const int64_t *pos,
+                            int m, int h, int nh, int nkv, int hd, int cap) {
+    const float *row = qkv + (size_t)m * (nh + 2 * nkv) * hd;
+    size_t at = (((size_t)slots[m] * nkv + h) * cap + (size_t)pos[m]) * hd;
+    memcpy(kc + at, row + (size_t)(nh + h) * hd, (size_t)hd * 4);
+    memcpy(vc + at, row + (size_t)(nh + nkv + h) * hd, (size_t)hd * 4);
+}
+
+/* qkv [M, nh + 2*nkv, hd] (roped); caches [S, nkv, cap, hd]; out [M, nh, hd].
+ * tree == 0: rows' (slot, pos) are distinct -- all k/v are written first, then every (row, head)
+ *            attends in parallel. tree == 1: row m writes then attends before row m+1 writes (a
+ *            token tree's siblings reuse positions); parallel over kv heads, rows in order. */
+void specledger_attn_f32(const float *qkv, float *kc, float *vc, float *out, const int64_t *slots,
+                         const int64_t *pos, int M, int nh, int nkv, int hd, int cap, float scale, int tree,
+                         int nthreads) {
+    int group = nh / nkv, maxlen = 0;
+    for (int m = 0; m < M; m++) if (pos[m] + 1 > maxlen) maxlen = (int)pos[m] + 1;
+    if (!tree) {
+        for (int m = 0; m < M; m++)
+            for (int h = 0; h < nkv; h++) write_kv(qkv, kc, vc, slots, pos, m, h, nh, nkv, hd, cap);
+#pragma omp parallel num_threads(nthreads)
+        {
+            float *sc = malloc((size_t)maxlen * 4);
+#pragma omp for schedule(static)
+            for (int u = 0; u < M * nh; u++) {
+                int m = u / nh, qh = u % nh, h = qh / group;
+                size_t base = (((size_t)slots[m] * nkv + h) * cap) * hd;
+                attend_one(qkv + ((size_t)m * (nh + 2 * nkv) + qh) * hd, kc + base, vc + base, (int)pos[m] + 1, hd,
+                           scale, out + ((size_t)m * nh + qh) * hd, sc);
+            }
+            free(sc);
+        }
+        return;
+    }
+#pragma omp parallel num_threads(nthreads)
+    {
+        float *sc = malloc((size_t)maxlen * 4);
+#pragma omp for schedule(static)
+        for (int h = 0; h < nkv; h++)
+            for (int m = 0; m < M; m++) {
+                write_kv(qkv, kc, vc, slots, pos, m, h, nh, nkv, hd, cap);
+                size_t base = (((size_t)slots[m] * nkv + h) * cap) * hd;
+                for (int g = 0; g < group; g++) {
+                    int qh = h * group + g;
+                    attend_one(qkv + ((size_t)m * (nh + 2 * nkv) + qh) * hd, kc + base, vc + base, (int)pos[m] + 1,
+                               hd, scale, out + ((size_t)m * nh + qh) * hd, sc);
+                }
+            }
+        free(sc);
+    }
+}
+
+void specledger_silu_mul_f32(const float *gu, float *y, int M, int H) {
+    for (int m = 0; m < M; m++) {
+        const float *g = gu + (size_t)m * 2 * H, *u = g + H;
+        float *yr = y + (size_t)m * H;
+        for (int i = 0; i < H; i++) yr[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+}

@@ -1,0 +1,79 @@
+"""The native float32 row ops (engine/kernels/ops.c) and the model's native row path: close to the
+torch reference, and row-invariant bit for bit (what greedy exactness rests on)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from specledger.engine import kernels, native_rows
+from specledger.engine.kernels import ops
+from specledger.engine.layers import Linear, apply_rope
+from specledger.errors import SpecLedgerError
+from tests.conftest import tiny_model
+
+pytestmark = pytest.mark.skipif(kernels.lib() is None, reason=f"native kernel unavailable: {kernels.status()}")
+
+
+def test_rms_norm_and_silu_mul_match_torch_and_are_row_invariant():
+    torch.manual_seed(0)
+    x, w = torch.randn(7, 48), torch.randn(48)
+    full = ops.rms_norm(x, w, 1e-5)
+    torch.testing.assert_close(full, F.rms_norm(x, (48,), w, 1e-5), atol=1e-5, rtol=1e-5)
+    gu = torch.randn(7, 64)
+    act = ops.silu_mul(gu)
+    torch.testing.assert_close(act, F.silu(gu[:, :32]) * gu[:, 32:], atol=1e-5, rtol=1e-5)
+    for i in range(7):
+        assert torch.equal(ops.rms_norm(x[i : i + 1], w, 1e-5), full[i : i + 1])
+        assert torch.equal(ops.silu_mul(gu[i : i + 1]), act[i : i + 1])
+
+
+def test_fused_residual_add_equals_torch_add_bit_for_bit():
+    torch.manual_seed(1)
+    lin = Linear(32, 40, bias=True)
+    x, r = torch.randn(5, 32), torch.randn(5, 40)
+    with torch.inference_mode():
+        assert torch.equal(lin.fused_add(x, r), r + lin(x))
+
+
+@pytest.mark.parametrize("hd", [8, 64])
+def test_rope_and_attention_match_torch(hd):
+    torch.manual_seed(2)
+    nh, nkv, m, cap, start = 4, 2, 3, 16, 5
+    qkv = torch.randn(m, nh + 2 * nkv, hd)
+    ang = torch.randn(cap, hd // 2)
+    cos, sin = torch.cat((ang, ang), -1).cos(), torch.cat((ang, ang), -1).sin()
+    pos = torch.arange(start, start + m)
+    want = qkv.clone()
+    want[:, : nh + nkv] = apply_rope(qkv[:, : nh + nkv][None], cos[pos][:, None], sin[pos][:, None])[0]
+    ops.rope_(qkv, cos, sin, pos, nh + nkv)
+    torch.testing.assert_close(qkv, want, atol=1e-6, rtol=1e-6)
+    cache = torch.randn(2, 1, nkv, cap, hd)
+    ref_cache = cache.clone()
+    out = ops.attend(qkv, cache[0], cache[1], torch.zeros(m, dtype=torch.long), pos, nh, nkv, tree=False)
+    ref_cache[:, 0, :, start : start + m] = qkv[:, nh:].view(m, 2, nkv, hd).permute(1, 2, 0, 3)
+    assert torch.equal(cache, ref_cache)
+    for i in range(m):
+        q = qkv[i, :nh].view(nkv, nh // nkv, hd)
+        ref = F.scaled_dot_product_attention(q, ref_cache[0, 0, :, : start + i + 1], ref_cache[1, 0, :, : start + i + 1])
+        torch.testing.assert_close(out[i].view(nkv, nh // nkv, hd), ref, atol=1e-5, rtol=1e-5)
+        solo = ops.attend(qkv[i : i + 1], cache[0], cache[1], torch.zeros(1, dtype=torch.long), pos[i : i + 1], nh, nkv,
+                          tree=True)
+        assert torch.equal(solo[0], out[i])  # one row alone == that row in the pass, either mode
+
+
+def test_model_takes_the_native_path_and_it_matches_the_torch_path():
+    model = tiny_model(n_layers=2)
+    tokens = torch.randint(0, 64, (2, 9))
+    with torch.inference_mode():
+        assert native_rows.available(model)
+        got = model(tokens, 0, model.new_cache(16, batch_size=2))
+        with pytest.raises(SpecLedgerError, match="slots"):  # a batch larger than the cache: one clear error
+            model(tokens, 0, model.new_cache(16))
+        for m in model.modules():
+            if isinstance(m, Linear):
+                m.native = False
+        assert not native_rows.available(model)
+        ref = model(tokens, 0, model.new_cache(16, batch_size=2))
+    torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
