@@ -21,7 +21,7 @@ from specledger.engine.drafters.head import (
     target_fingerprint,
 )
 from specledger.engine.drafters.registry import make_drafter
-from specledger.engine.head_train import TrainSettings, train_head
+from specledger.engine.head_train import TrainSettings, generate_corpus, prefill_corpus, train_head
 from specledger.engine.sampling import SamplingParams
 from specledger.engine.tree import DraftTree
 from specledger.errors import SpecLedgerError
@@ -44,7 +44,8 @@ def trained(tmp_path_factory, target):
     """A head trained by train-head for a few seconds on the tiny target (math train split)."""
     path = tmp_path_factory.mktemp("head") / "tiny.safetensors"
     settings = TrainSettings(minutes=10, categories=["math"], max_new_tokens=40, draft_vocab=48, hidden_dim=32,
-                             max_prompt_tokens=200, window=64, max_prompts=48, max_steps=120)
+                             max_prompt_tokens=200, window=64, max_prompts=48, max_steps=120,
+                             max_prefill_prompts=16, prefill_max_tokens=300)
     figures = train_head(_Loaded(target), settings, path)
     return path, figures
 
@@ -67,6 +68,8 @@ def test_train_head_writes_a_loadable_file_with_its_figures(trained, target):
     assert head.figures["train_steps"] == figures["train_steps"]
     assert figures["file_bytes"] == path.stat().st_size
     assert 0.0 <= figures["val_top1"] <= 1.0
+    assert figures["prefill_tokens"] > 0 and figures["tokens"] > figures["prefill_tokens"]
+    assert figures["val_top1_answer"] is None or 0.0 <= figures["val_top1_answer"] <= 1.0
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 6])
@@ -180,6 +183,53 @@ def test_registry_builds_the_head_from_a_file_or_names_the_command(trained, targ
     with pytest.raises(SpecLedgerError) as err:
         make_drafter("head", engine)
     assert "no trained head for this target" in str(err.value) and "specledger train-head" in str(err.value)
+
+
+def test_the_drafters_first_token_is_the_training_paths_prediction(trained, target):
+    """Issue 20: what ``propose`` drafts first at every round equals what training teacher-forces for the
+    same context -- ``fc([embed(c_j); f_{j-1}])`` over the committed sequence, read at the last position --
+    so a head's teacher-forced top-1 is its first-token acceptance at run time."""
+    engine = Engine(target)
+    drafter = make_head_drafter(target, trained[0])
+    net, rounds = drafter.net, []
+    original = drafter.propose
+
+    def spy(context, gamma, params, rng):
+        proposal = original(context, gamma, params, rng)
+        rounds.append((len(context), list(proposal.tokens), drafter.step_topk[0]))
+        return proposal
+
+    drafter.propose = spy
+    for prompt in _prompts(3, target.config.vocab_size, seed=4):
+        rounds.clear()
+        out = engine.generate(prompt, drafter=drafter, gamma=3, max_tokens=30).token_ids
+        seq = list(prompt) + list(out)
+        with torch.inference_mode():
+            _, hidden = target(torch.tensor([seq]), 0, target.new_cache(len(seq)), return_hidden=True)
+            prev = torch.cat((torch.zeros_like(hidden[:, :1]), hidden[:, :-1]), dim=1)
+            kv = torch.zeros(2, 1, net.hc.n_kv_heads, len(seq), net.hc.head_dim)
+            pred = net(target.embed(torch.tensor([seq])), prev, kv, 0)[0]
+            probs = torch.softmax(drafter.lm_head(pred).float(), dim=-1)
+        assert rounds
+        for n, tokens, (ids, p) in rounds:
+            index = [int((drafter.vocab_ids == t).nonzero()) for t in ids]
+            assert tokens[0] == ids[0]
+            assert torch.allclose(probs[n - 1, index], torch.tensor(p), atol=1e-4), (n, ids)
+
+
+def test_prefill_passes_give_the_same_pairs_as_generation(target):
+    """A teacher-forced pass over (prompt + the target's greedy answer) yields the features and labels the
+    generating passes kept: features f_j of every position, labels y_j = the target's argmax after c_j."""
+    prompts = _prompts(3, target.config.vocab_size, seed=5)
+    gen = generate_corpus(target, [], prompts, 12, deadline=float("inf"), max_batch=2)
+    full = [torch.cat((t, lab[-1:])).tolist() for t, lab in zip(gen.tokens, gen.labels)]
+    pre = prefill_corpus(target, full, 512, deadline=float("inf"))
+    assert pre.prefill_tokens == sum(len(s) for s in full) and not any(a.any() for a in pre.answer)
+    for i, seq in enumerate(full):
+        n = len(seq) - 1
+        assert torch.equal(pre.labels[i][:n], gen.labels[i])
+        assert torch.allclose(pre.feats[i][:n].float(), gen.feats[i].float(), atol=0.05, rtol=0.02)
+        assert gen.answer[i].sum() == n - len(prompts[i]) + 1
 
 
 def test_head_without_target_features_proposes_nothing(trained, target):

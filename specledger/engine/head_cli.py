@@ -20,6 +20,10 @@ def train_head(
     categories: Annotated[str | None, typer.Option(
         help="Comma-separated workload categories whose TRAIN split is used (default: all but random).")] = None,
     gen_share: Annotated[float, typer.Option(help="Share of the budget spent generating the target's answers.")] = 0.5,
+    prefill_share: Annotated[float, typer.Option(
+        help="Share of the budget spent on teacher-forced passes over further training prompts "
+             "(features and target labels for every position; 0 = none).")] = 0.25,
+    prefill_max_tokens: Annotated[int, typer.Option(help="Longest prompt prefix one prefill pass reads.")] = 512,
     max_new_tokens: Annotated[int, typer.Option(help="Longest answer generated per training prompt.")] = 160,
     draft_vocab: Annotated[int, typer.Option(help="Draft vocabulary size: the most frequent target tokens "
                                                   "(0 = the full vocabulary).")] = 8192,
@@ -29,7 +33,7 @@ def train_head(
     as_json: Annotated[bool, typer.Option("--json", help="Print the training figures as JSON.")] = False,
 ) -> None:
     """Train the EAGLE-style draft head on the target's own greedy answers to the workloads' TRAIN split
-    (never a prompt a run measures), within --minutes; writes a small safetensors file with its figures."""
+    and its teacher-forced passes over further TRAIN prompts (never a prompt a run measures), within --minutes; writes a small safetensors file with its figures."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -38,7 +42,8 @@ def train_head(
     from specledger.engine.head_train import train_head as run_training
     from specledger.engine.loader import load_model
 
-    settings = TrainSettings(minutes=minutes, gen_share=gen_share, max_new_tokens=max_new_tokens,
+    settings = TrainSettings(minutes=minutes, gen_share=gen_share, prefill_share=prefill_share,
+                             prefill_max_tokens=prefill_max_tokens, max_new_tokens=max_new_tokens,
                              hidden_dim=head_hidden, draft_vocab=draft_vocab, lr=lr, seed=seed,
                              categories=[c.strip() for c in categories.split(",") if c.strip()] if categories else None)
     settings.validate()
@@ -60,8 +65,9 @@ def train_head(
     if as_json:
         print(json.dumps(figures, indent=2))
         return
-    keys = ("file", "file_bytes", "sequences", "tokens", "answer_tokens", "seconds_generate", "seconds_features",
-            "seconds_train", "train_steps", "train_ce", "train_top1", "val_ce", "val_top1", "draft_vocab_coverage")
+    keys = ("file", "file_bytes", "sequences", "tokens", "answer_tokens", "prefill_tokens", "seconds_generate",
+            "seconds_prefill", "seconds_train", "train_steps", "train_ce", "train_top1", "val_ce", "val_top1",
+            "val_top1_answer", "draft_vocab_coverage")
     for k in keys:
         if k in figures:
             print(f"{k:>22}: {figures[k]}")
