@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 _SRCS = (Path(__file__).with_name("gemv.c"), Path(__file__).with_name("ops.c"))
+_HEADERS = (Path(__file__).with_name("simd.h"),)
 _FLAGS = ["-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", "-fPIC", "-shared"]
 _ABI = 3
 _lock = threading.Lock()
@@ -104,7 +105,7 @@ def lib() -> ctypes.CDLL | None:
             _status = "off: no C compiler (install gcc): oneDNN linears"
             return None
         key = hashlib.sha256(
-            b"\0".join([*(src.read_bytes() for src in _SRCS), " ".join(_FLAGS).encode(), _cpu_flags().encode(),
+            b"\0".join([*(src.read_bytes() for src in (*_SRCS, *_HEADERS)), " ".join(_FLAGS).encode(), _cpu_flags().encode(),
                         platform.machine().encode(), cc.encode()])
         ).hexdigest()[:16]
         target = _cache_root() / "kernels" / f"gemv-{key}.so"

@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef float v16 __attribute__((vector_size(64)));
+#include "simd.h"
 typedef uint16_t u16x16 __attribute__((vector_size(32)));
 typedef uint32_t u32x16 __attribute__((vector_size(64)));
 #define NB 8
@@ -26,15 +26,6 @@ typedef uint32_t u32x16 __attribute__((vector_size(64)));
 
 int specledger_gemv_abi(void) { return 3; }
 int specledger_gemv_nb(void) { return NB; }
-
-static inline float hsum(v16 a) {
-    float s[16];
-    memcpy(s, &a, 64);
-    float t[8], u[4];
-    for (int i = 0; i < 8; i++) t[i] = s[i] + s[i + 8];
-    for (int i = 0; i < 4; i++) u[i] = t[i] + t[i + 4];
-    return (u[0] + u[2]) + (u[1] + u[3]);
-}
 
 static inline v16 widen(const uint16_t *p) {
     u16x16 h;
@@ -102,7 +93,7 @@ void specledger_pack_bf16(const uint16_t *W, uint16_t *Wp, int N, int K) {
         int n = n0 + i;                                                                      \
         if (n >= N) break;                                                                   \
         for (int j = 0; j < MM; j++) {                                                       \
-            float s = hsum(acc[i][j]);                                                       \
+            float s = hsum16(acc[i][j]);                                                       \
             STORE;                                                                           \
         }                                                                                    \
     }

@@ -16,16 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef float v16 __attribute__((vector_size(64)));
-
-static inline float hsum16(v16 a) {
-    float s[16];
-    memcpy(s, &a, 64);
-    float t[8], u[4];
-    for (int i = 0; i < 8; i++) t[i] = s[i] + s[i + 8];
-    for (int i = 0; i < 4; i++) u[i] = t[i] + t[i + 4];
-    return (u[0] + u[2]) + (u[1] + u[3]);
-}
+#include "simd.h"
 
 /* sum_i a[i] * b[i]: 16 lanes over i in increasing order then a fixed tree (n % 16 == 0), else sequential. */
 static inline float dot(const float *a, const float *b, int n) {
