@@ -71,7 +71,8 @@ def _run_text(setting: str, cells: Sequence[dict[str, Any]], last: bool, alone: 
     sim = [int(v.get("load") or 1) for v in cells if v.get("simulated")]
     if setting == "off" and last and not alone:
         first = real[0] if real else sim[0]
-        return f"off from {first}" + (" (sim)" if not real else f" (sim from {sim[0]})" if sim else "")
+        return f"off from {first}" + (" (sim)" if not real else f" (measured to {real[-1]}, simulated from {sim[0]})"
+                                      if sim else "")
     parts = ([_span(real)] if real else []) + ([f"{_span(sim)} (sim)"] if sim else [])
     return f"{setting} at {' and '.join(parts)}"
 
