@@ -128,8 +128,7 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
         first, cl = held_rounds(r, n, AHEAD)
         codes.append(cl)
         rounds_first.append(first)
-    worst_gap = [-math.inf] * b
-    chunks = [0] * b
+    worst_gap, chunks = [-math.inf] * b, [0] * b
     columns = (request, out, target, context, last_emit, prefill_left, rounds_done, codes, rounds_first,
                worst_gap, chunks)
     budget, kvb, bs, reserve = replica.token_budget, replica.kv_blocks_budget, cfg.block_size, cfg.reserve_gamma
@@ -160,6 +159,9 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
     unclamped = gamma + 1 if not gamma_at else 1 << 62
     ready = False  # the next step's proposals were made in the commit loop: n_psum, n_asum, n_blocks ..
     n_psum = n_asum = n_blocks = b_ready = 0  # .. for a batch of b_ready
+    # lazy: every running request emitted at t_emit (not yet in last_emit) and its worst_gap lacks run_max
+    lazy, t_emit, run_max = False, -math.inf, -math.inf  # (the largest gap since): _settle writes them
+    need_gammas = prices.flat_draft is None
     while True:
         if admit and (t_arr <= tt or waiting or not b or tt >= bound):  # what the simulation loop and the
             # admission do before every step but the first (nothing when no arrival, waiting or bound is due)
@@ -175,6 +177,8 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
             if t_arr <= tt:
                 t_arr = dispatcher.dispatch_until(tt)
             if waiting and b < cfg.max_num_seqs:
+                if lazy:  # write what was kept lazily
+                    lazy = _settle(last_emit, worst_gap, t_emit, run_max)
                 reserved = 0
                 if kvb is not None:
                     for c in context:
@@ -218,6 +222,8 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
             gamma = gamma_at[b - n_prefilling]
         if ready and b == b_ready:  # proposed while committing the last step, and nobody joined since
             nd, psum, asum, blocks, drafting = b, n_psum, n_asum, n_blocks, b if gamma else 0
+            if need_gammas:  # draft_total reads them
+                gammas[:b] = [gamma] * b
         elif not n_prefilling:  # every request decodes: the loop below without the prefill branch
             for i in range(b):
                 j = rounds_done[i] - rounds_first[i]
@@ -319,16 +325,27 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
         tt = tt + d_sum + f + ot
         # commit
         done = False
+        if lazy and (n_prefilling or gamma_at):
+            lazy = _settle(last_emit, worst_gap, t_emit, run_max)
         if not n_prefilling and not gamma_at:  # every request decodes, one gamma: each request's commit, then
             # its next round's proposal (the propose loop's fast case), summed for the next step if it keeps this batch
             n_psum = n_asum = n_blocks = 0
             ready = True
+            if lazy:  # every gap is tt - t_emit (step-major order: b equal entries)
+                gp = tt - t_emit
+                gaps += [gp] * b
+                if gp > run_max:
+                    run_max = gp
+            else:
+                for i in range(b):
+                    gp = tt - last_emit[i]
+                    gaps.append(gp)
+                    if gp > worst_gap[i]:
+                        worst_gap[i] = gp
+                lazy = True
+                run_max = -math.inf
+            t_emit = tt
             for i in range(b):
-                gp = tt - last_emit[i]
-                gaps.append(gp)
-                if gp > worst_gap[i]:
-                    worst_gap[i] = gp
-                last_emit[i] = tt
                 c = committed[i]
                 o = out[i] = out[i] + c
                 ctx = context[i] = context[i] + c
@@ -350,7 +367,6 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                 p = code >> 5
                 k = code & 31
                 committed[i] = k + 1
-                gammas[i] = gamma
                 n_psum += p
                 n_asum += k
                 need = ctx + (gamma if reserve else p)
@@ -358,8 +374,7 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
             b_ready = b
         elif not n_prefilling:  # every request decodes: the loop below without the prefill branch
             for i in range(b):
-                lt = last_emit[i]
-                gp = tt - lt
+                gp = tt - last_emit[i]
                 gaps.append(gp)
                 if gp > worst_gap[i]:
                     worst_gap[i] = gp
@@ -413,6 +428,8 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
             dispatcher.finish(pending, tt)
             pending = []
         if done:  # finished requests leave; the dispatcher counts them (a closed loop sends the next ones)
+            if lazy:  # write what was kept lazily
+                lazy = _settle(last_emit, worst_gap, t_emit, run_max)
             fin = []
             for i in range(b):
                 if out[i] >= target[i]:
@@ -441,6 +458,7 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                 counters.gaps.append(np.array(gaps, dtype=np.float32))
                 gaps = []
     # write the running batch back
+    lazy = lazy and _settle(last_emit, worst_gap, t_emit, run_max)
     prices.verify_s, prices.verify_base_s, prices.last_forward_s = verify_s, verify_base_s, last_f
     if gaps:
         counters.gaps.append(np.array(gaps, dtype=np.float32))
@@ -470,3 +488,13 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
     replica.last_dt = (tt - t) / s
     replica.clock = tt
     return replica.step_from(tt, pending) if fallback else pending
+
+
+def _settle(last_emit: list[float], worst_gap: list[float], t_emit: float, run_max: float) -> bool:
+    """Write the lazily kept state: every request last emitted at ``t_emit``; its worst gap is at least ``run_max``
+    (the largest gap of the steps all took since theirs were written). Returns False (no longer lazy)."""
+    for i in range(len(last_emit)):
+        last_emit[i] = t_emit
+        if run_max > worst_gap[i]:
+            worst_gap[i] = run_max
+    return False
