@@ -130,17 +130,20 @@ def _chi2_pvalue(samples: list[int], probs: np.ndarray) -> float:
     return float(stats.chisquare(observed[mask], expected[mask] * observed[mask].sum() / expected[mask].sum()).pvalue)
 
 
-def test_sampled_speculation_with_a_reduced_vocabulary_head_keeps_the_target_distribution(tmp_path):
-    """Tokens 2-3 come from one round (gamma=2) of a random head whose draft vocabulary lacks a token."""
-    vocab = 4
+def _reduced_vocab_head(tmp_path, vocab: int, prompt: list[int]):
+    """(tiny target, a random head drafter whose draft vocabulary lacks token 2, the exact joint of tokens
+    2-3 of ``prompt`` under the target at T = 1)."""
     target = tiny_model(11, vocab=vocab, n_layers=2, dim=16)
     torch.manual_seed(5)
     net = HeadNet(HeadConfig.for_target(target.config, hidden_dim=16, draft_vocab=3))
     path = save_head(tmp_path / "h.safetensors", net, torch.tensor([0, 1, 3]), target_fingerprint(target))
-    drafter = make_head_drafter(target, path)
-    params = SamplingParams(temperature=1.0)
-    prompt = [1, 2, 3]
-    exact = exact_tokens_2_3(target, prompt, params)  # exact joint of (t2, t3) under the target
+    return target, make_head_drafter(target, path), exact_tokens_2_3(target, prompt, SamplingParams(temperature=1.0))
+
+
+def test_sampled_speculation_with_a_reduced_vocabulary_head_keeps_the_target_distribution(tmp_path):
+    """Tokens 2-3 come from one round (gamma=2) of a random head whose draft vocabulary lacks a token."""
+    vocab, prompt = 4, [1, 2, 3]
+    target, drafter, exact = _reduced_vocab_head(tmp_path, vocab, prompt)
     engine = Engine(target)
     samples, proposed = [], 0
     for seed in range(2500):
@@ -322,13 +325,7 @@ def test_the_head_fills_the_dp_static_shape(trained, target):
 def test_sampled_head_trees_with_a_reduced_vocabulary_keep_the_target_distribution(tmp_path):
     """Tokens 2-3 from one tree round (budget 5, depth 2) of a random head whose draft vocabulary lacks a token."""
     vocab = 4
-    target = tiny_model(11, vocab=vocab, n_layers=2, dim=16)
-    torch.manual_seed(5)
-    net = HeadNet(HeadConfig.for_target(target.config, hidden_dim=16, draft_vocab=3))
-    path = save_head(tmp_path / "h.safetensors", net, torch.tensor([0, 1, 3]), target_fingerprint(target))
-    drafter = make_head_drafter(target, path)
-    params = SamplingParams(temperature=1.0)
-    exact = exact_tokens_2_3(target, [1, 2, 3], params)
+    target, drafter, exact = _reduced_vocab_head(tmp_path, vocab, [1, 2, 3])
     engine = Engine(target)
     samples, branched = [], 0
     for seed in range(2500):

@@ -175,6 +175,25 @@ class DraftTree:
         return list(self.parents)
 
 
+def draft_rows(parents: Sequence[int], depth: list[int], written: int, hi: int, n_ctx: int
+               ) -> tuple[list[int], torch.Tensor]:
+    """Nodes ``written .. hi - 1`` of a tree being drafted over ``n_ctx`` committed positions, as one
+    draft pass sees them: extends ``depth`` (1 for a root child, parent's + 1 below; in place) and
+    returns (the rows, their attention mask [rows, n_ctx + hi]): every row sees the whole context and
+    its own ancestor chain, itself included, and no other node."""
+    rows = list(range(written, hi))
+    for i in range(len(depth), hi):
+        depth.append(1 if parents[i] < 0 else depth[parents[i]] + 1)
+    mask = torch.zeros(len(rows), n_ctx + hi, dtype=torch.bool)
+    mask[:, :n_ctx] = True
+    for r, i in enumerate(rows):
+        a = i
+        while a >= 0:
+            mask[r, n_ctx + a] = True
+            a = parents[a]
+    return rows, mask
+
+
 # ----------------------------------------------------------------------------- verification
 
 

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import torch
 
-from specledger.engine.tree import DraftTree
+from specledger.engine.tree import DraftTree, draft_rows
 
 
 class TreeHead(Protocol):
@@ -83,16 +83,7 @@ def head_tree_pass(drafter: TreeHead, context: list[int], budget: int) -> tuple[
     def expand(nodes: list[int], tokens: list[int], parents: list[int]) -> torch.Tensor:
         nonlocal written
         hi = max(nodes) + 1
-        rows = list(range(written, hi))
-        for i in rows:
-            depth.append(1 if parents[i] < 0 else depth[parents[i]] + 1)
-        mask = torch.zeros(len(rows), n + hi, dtype=torch.bool)
-        mask[:, :n] = True
-        for r, i in enumerate(rows):
-            a = i
-            while a >= 0:
-                mask[r, n + a] = True
-                a = parents[a]
+        rows, mask = draft_rows(parents, depth, written, hi, n)
         inputs = torch.stack([root_feature if parents[i] < 0 else feats[parents[i]] for i in rows])
         out = head_forward_tree(drafter, [drafter.token_id(tokens[i]) for i in rows], inputs,
                                 [n - 1 + depth[i] for i in rows], n + written, mask)

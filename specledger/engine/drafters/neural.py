@@ -17,7 +17,7 @@ import torch
 
 from specledger.engine.drafters.base import Drafter, Proposal
 from specledger.engine.sampling import SamplingParams, probs_from_logits
-from specledger.engine.tree import DraftTree, grow_tree
+from specledger.engine.tree import DraftTree, draft_rows, grow_tree
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int], start: int = 0) -> int:
@@ -137,17 +137,7 @@ class NeuralDrafter(Drafter):
         def expand(nodes: list[int], tokens: list[int], parents: list[int]) -> torch.Tensor:
             nonlocal written
             hi = max(nodes) + 1
-            while len(depth) < hi:
-                p = parents[len(depth)]
-                depth.append(1 if p < 0 else depth[p] + 1)
-            rows = list(range(written, hi))
-            mask = torch.zeros(len(rows), n_ctx + hi, dtype=torch.bool)
-            mask[:, :n_ctx] = True
-            for r, i in enumerate(rows):
-                a = i
-                while a >= 0:
-                    mask[r, n_ctx + a] = True
-                    a = parents[a]
+            rows, mask = draft_rows(parents, depth, written, hi, n_ctx)
             logits = self.model.forward_tree_draft([tokens[i] for i in rows], [n_ctx - 1 + depth[i] for i in rows],
                                                    n_ctx + written, mask, self.cache, self.layers)
             written = hi
