@@ -143,11 +143,10 @@ def reproducibility_of(run_dirs: list[Path]) -> dict | None:
     printed beside the check: a forecast cannot score below its measurement's own noise."""
     if len(run_dirs) < 2:
         return None
+    from specledger.predict.check import reproducibility
     from specledger.rundir import read_json
 
     checks = [read_json(Path(d) / "summary.json").get("prediction_check") or {} for d in run_dirs]
-    from specledger.predict.check import reproducibility
-
     res = reproducibility(checks)
     if res is None:
         print("reproducibility: no setting was measured in two of the runs")
