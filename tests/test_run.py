@@ -41,14 +41,14 @@ def test_run_resume_and_report(tmp_path, engine, workload):
     plan = _plan(workload)
     calls = []
 
-    def interrupt_after_four(done, total, label):
+    def interrupt_after_one_prompt(done, total, label):  # a prompt's 5 settings run side by side
         calls.append(done)
-        if done == 4 and label != "done":
+        if done == 5 and label != "done":
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run(out, plan, engine, progress=interrupt_after_four)
-    assert len(list(read_records(out / "traces.jsonl"))) == 4  # every finished request kept
+        run(out, plan, engine, progress=interrupt_after_one_prompt)
+    assert len(list(read_records(out / "traces.jsonl"))) == 5  # every finished prompt's requests kept
     meta = json.loads((out / "run.json").read_text())
     assert meta["workload_warnings"] and "line 4" in meta["workload_warnings"][0]
 
@@ -87,16 +87,16 @@ def test_resume_repairs_a_torn_last_record(tmp_path, engine, workload):
     out = tmp_path / "run"
     plan = _plan(workload)
 
-    def interrupt_after_four(done, total, label):
-        if done == 4 and label != "done":
+    def interrupt_after_one_prompt(done, total, label):
+        if done == 5 and label != "done":
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run(out, plan, engine, progress=interrupt_after_four)
+        run(out, plan, engine, progress=interrupt_after_one_prompt)
     trace = out / "traces.jsonl"
     complete = trace.read_bytes()
     fifth = complete.splitlines(keepends=True)[-1]
-    trace.write_bytes(complete + fifth[: len(fifth) // 2])  # the fifth request's write, cut
+    trace.write_bytes(complete + fifth[: len(fifth) // 2])  # a sixth request's write, cut
     with pytest.warns(SpecLedgerWarning, match=r"removed the torn last line \(\d+ bytes\)"):
         run(out, plan, engine, resume=True)
     with warnings.catch_warnings():

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -81,6 +81,13 @@ class Engine:
             self._cache = self.model.new_cache(max(cap, needed))
         return self._cache
 
+    def sibling(self) -> Engine:
+        """The same target, tokenizer and limits with a KV cache of its own: several requests' streams can be
+        open at once, e.g. one prompt's settings interleaved round by round (:mod:`specledger.engine.interleave`)."""
+        twin = Engine(self.model, self.tokenizer, self.eos_token_ids, self.max_context, self.name, self.dtype)
+        twin.loaded = self.loaded
+        return twin
+
     def decode_text(self, ids: Sequence[int]) -> str:
         if self.tokenizer is None:
             return ""
@@ -102,18 +109,22 @@ class Engine:
         request_id: str | None = None,
         ignore_eos: bool = False,
         tree_budget: int = 0,
+        clock: Callable[[], float] | None = None,
     ) -> Iterator[Emitted | RoundRecord | RequestRecord]:
         """Decode one request, yielding ``Emitted`` chunks and ``RoundRecord`` s as they happen,
         then the final ``RequestRecord`` (which also holds every round). The round itself is
         :class:`~specledger.engine.request.Request`'s; this loop runs its forward passes and clock.
         ``tree_budget`` > 0: each round verifies a token tree of at most that many nodes (depth at
-        most gamma) in one pass and commits the accepted path's k/v in place; 0: chains."""
+        most gamma) in one pass and commits the accepted path's k/v in place; 0: chains.
+        ``clock``: the request's time base (arrival, token times, total; default ``perf_counter``). A
+        consumer that suspends the stream between rounds passes a clock that stops while it is suspended
+        (:class:`specledger.engine.interleave.PausableClock`); a round's own marks never span a yield."""
         self.check_prompt(prompt_ids, max_tokens)
         check_tree_budget(tree_budget, self.max_context - len(prompt_ids) - max_tokens)
         policy = as_policy(gamma)
         policy.reset()
-        perf, model, device = time.perf_counter, self.model, self.device
-        clock = RoundClock(device)
+        perf, model, device = clock or time.perf_counter, self.model, self.device
+        rclock = RoundClock(device)
         req = Request(prompt_ids, drafter or NoDrafter(), policy, params, max_tokens,
                       frozenset() if ignore_eos else self.eos_token_ids,
                       StopReleaser(self.decode_text if self.tokenizer is not None else None, stop),
@@ -133,10 +144,10 @@ class Engine:
         if chunk is not None:
             yield req.stamp(chunk, perf())
         while tree_budget and not req.stop_reason:  # the same round clock as the chain loop below
-            m0 = clock.mark()
+            m0 = rclock.mark()
             n, g = req.plan_tree(tree_budget, 1, capacity)
             tree = req.propose_tree(n, g)
-            m1 = clock.mark()
+            m1 = rclock.mark()
             start = len(req.context) - 1
             rows = [req.context[-1]] + tree.tokens
             kv = hidden = None
@@ -147,22 +158,22 @@ class Engine:
                                                         return_hidden=True)
             else:
                 logits, kv = model.forward_tree(rows, [0] * len(rows), tree.positions(start), cache)
-            m2 = clock.mark()
+            m2 = rclock.mark()
             rd, path = req.accept_tree(logits, tree, g, 0.0, 0.0, budget=tree_budget, hidden=hidden)
             if kv is not None:
                 model.commit_tree_kv(cache, 0, rd.context_len, kv, [i + 1 for i in path])
-            yield from _end_round(req, rd, clock, m0, m1, m2)
+            yield from _end_round(req, rd, rclock, m0, m1, m2, perf)
         while not req.stop_reason:
-            m0 = clock.mark()
+            m0 = rclock.mark()
             g = req.plan(1, capacity)
             cand, q = req.propose(g)
-            m1 = clock.mark()
+            m1 = rclock.mark()
             context = req.context
             ids = torch.tensor([[context[-1]] + cand], device=device)
             logits, hidden = _chain_pass(model, ids, len(context) - 1, cache, want_hidden)
-            m2 = clock.mark()
+            m2 = rclock.mark()
             rd = req.accept(logits, cand, q, g, 0.0, 0.0, hidden=hidden)  # the commit: the round's one read-back
-            yield from _end_round(req, rd, clock, m0, m1, m2)
+            yield from _end_round(req, rd, rclock, m0, m1, m2, perf)
         yield req.finish(perf(), self.decode_text, self.name, self.dtype)
 
     def generate(self, prompt_ids: Sequence[int], **kwargs: Any) -> RequestRecord:
@@ -184,8 +195,8 @@ def _chain_pass(model: Any, ids: torch.Tensor, start: int, cache: Any, want_hidd
     return model(ids, start, cache)[0], None
 
 
-def _end_round(req: Any, rd: RoundRecord, clock: RoundClock, m0: Any, m1: Any, m2: Any
-               ) -> Iterator[Any]:
+def _end_round(req: Any, rd: RoundRecord, clock: RoundClock, m0: Any, m1: Any, m2: Any,
+               now: Callable[[], float] = time.perf_counter) -> Iterator[Any]:
     """A round's tail, chain or tree alike: release the committed tokens, split the round's time at its
     marks (draft | verify | other), close the round, then yield the chunk (stamped) and the round record."""
     chunk = req.release()
@@ -193,5 +204,5 @@ def _end_round(req: Any, rd: RoundRecord, clock: RoundClock, m0: Any, m1: Any, m
     rd.t_draft, rd.t_verify, t_other = clock.split(m0, m1, m2, m3)
     req.close_round(t_other)
     if chunk is not None:
-        yield req.stamp(chunk, time.perf_counter())
+        yield req.stamp(chunk, now())
     yield rd

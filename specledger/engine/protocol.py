@@ -9,7 +9,7 @@ ask no more of it than this; the continuous-batching engine is built over its ``
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -38,6 +38,10 @@ class TargetEngine(Protocol):
 
     def decode_text(self, ids: Sequence[int]) -> str: ...
 
+    def sibling(self) -> TargetEngine:
+        """The same target with a KV cache of its own (requests whose streams are open at once)."""
+        ...
+
     def check_prompt(self, prompt_ids: Sequence[int], max_tokens: int) -> None: ...
 
     def stream(
@@ -51,6 +55,7 @@ class TargetEngine(Protocol):
         request_id: str | None = None,
         ignore_eos: bool = False,
         tree_budget: int = 0,
+        clock: Callable[[], float] | None = None,
     ) -> Iterator[Emitted | RoundRecord | RequestRecord]:
         """``Emitted`` chunks and ``RoundRecord`` s as they happen, then the final ``RequestRecord``."""
         ...

@@ -57,6 +57,9 @@ def run(
     slo: Annotated[Path | None, typer.Option(help="SLO file (TOML/JSON): latency/capacity targets, target_load "
                                                   "(a measured or a simulated load).")] = None,
     seed: Annotated[int, typer.Option(help="Workload sampling and sampling seed.")] = 0,
+    sequential: Annotated[bool, typer.Option("--sequential", help="Run a prompt's settings one after the other "
+                                             "(default: side by side, one round of each in turn, so the machine's "
+                                             "drift cancels in the speed-ups).")] = False,
 ) -> None:
     """Run plain decoding and every drafter over real workloads; write traces, report.html, summary.json and the verdict."""
     from rich.console import Console
@@ -104,6 +107,7 @@ def run(
                 setattr(plan, attr, value)
         if max_tokens is not None:
             plan.category_max_tokens = {}
+        plan.interleave_rounds = not sequential
         run_dir = out or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     plan.validate()
     from specledger.gates import check_target_load, load_slo

@@ -2,12 +2,15 @@
 
 A run directory holds ``run.json`` (what was planned, on which model and machine),
 ``traces.jsonl`` (one RequestRecord per finished request, appended and fsync'ed as each
-request ends) and, at the end, ``summary.json`` + ``report.html``. A job is identified by
-(prompt id, drafter, gamma, temperature); ``resume`` skips jobs already in the trace, so an
-interrupted run loses at most the request that was in flight.
+prompt's requests end) and, at the end, ``summary.json`` + ``report.html``. A job is identified by
+(prompt id, drafter, gamma, temperature, tree budget); ``resume`` skips jobs already in the trace, so an
+interrupted run loses at most the prompt that was in flight.
 
-Fairness on a noisy machine: for each prompt the plain baseline and every speculative
-setting run back to back (interleaved), so slow phases of the machine hit all settings alike.
+Fairness on a noisy machine: for each prompt (and temperature) the plain baseline and every speculative
+setting run side by side, one round of each in turn (:mod:`specledger.engine.interleave`: each request
+solo, with its own KV cache and a clock that stops while the others run), so the machine's drift hits
+all settings alike and cancels in their speed-ups. ``RunPlan.interleave_rounds = False`` runs them one
+after the other instead.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from warnings import warn
 
 from specledger.engine.protocol import TargetEngine
 from specledger.errors import SpecLedgerError, SpecLedgerWarning, require
-from specledger.records import EXPERIMENT_KEY, RequestRecord
+from specledger.records import EXPERIMENT_KEY
 from specledger.rundir import SURFACE_KEY, RunDir
 
 DEFAULT_CATEGORIES = ("code", "code-edit", "extraction", "agent", "dialogue", "summary", "math", "random")
@@ -73,6 +76,9 @@ class RunPlan:
     #: output budget per category where the task metric needs room (a whole function, an answer);
     #: other categories get ``max_tokens``
     category_max_tokens: dict[str, int] = field(default_factory=dict)
+    #: a prompt's settings run side by side, one round of each in turn (see the module doc); False: one
+    #: request after the other
+    interleave_rounds: bool = True
 
     def max_tokens_for(self, category: str) -> int:
         return int(self.category_max_tokens.get(category, self.max_tokens))
@@ -153,6 +159,20 @@ def plan_jobs(prompt_ids: Sequence[str], plan: RunPlan) -> list[Job]:
     return jobs
 
 
+def job_groups(jobs: Sequence[Job], interleave: bool = True) -> list[list[Job]]:
+    """The jobs that run side by side (:func:`specledger.engine.interleave.run_interleaved`): consecutive jobs
+    of one prompt and temperature; each job alone when ``interleave`` is off."""
+    if not interleave:
+        return [[j] for j in jobs]
+    groups: list[list[Job]] = []
+    for j in jobs:
+        if groups and (groups[-1][0].prompt_id, groups[-1][0].temperature) == (j.prompt_id, j.temperature):
+            groups[-1].append(j)
+        else:
+            groups.append([j])
+    return groups
+
+
 def done_keys(run: RunDir) -> set[tuple[str, str, int, float, int]]:
     """The jobs the run's trace already holds (sweep experiments share the folder, not the job list)."""
     return {
@@ -188,6 +208,14 @@ def measure_run_surface(engine: TargetEngine, prompt_lengths: Sequence[int], max
     return surface
 
 
+def _plan_config(config: Any) -> dict[str, Any] | None:
+    """A saved plan with the defaults of fields added since it was written (None if it is no plan)."""
+    try:
+        return asdict(RunPlan(**config))
+    except TypeError:
+        return None
+
+
 def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
@@ -205,6 +233,7 @@ def run(
     keeps them too."""
     from specledger.engine.device import machine_info
     from specledger.engine.drafters.registry import make_drafter
+    from specledger.engine.interleave import run_interleaved
     from specledger.engine.sampling import SamplingParams
     from specledger.workloads import encode_item
 
@@ -278,7 +307,7 @@ def run(
     old: dict[str, Any] = {}
     if resume and rd.meta_path.exists():
         old = rd.meta(f"restart the run with another --out instead of --resume {run_dir}")
-        if old.get("config") != meta["config"]:
+        if _plan_config(old.get("config")) != meta["config"]:
             raise SpecLedgerError(f"{run_dir} was started with another configuration; resume it without options")
         meta["started"] = old.get("started", meta["started"])
     elif not resume and trace_path.exists() and trace_path.stat().st_size:
@@ -303,27 +332,37 @@ def run(
     todo = [j for j in jobs if j.key not in done]
     total = len(jobs)
     finished = total - len(todo)
-    for job in todo:
+    twins: list[TargetEngine] = [engine]  # one KV cache per request in flight (a prompt's settings)
+
+    def starter(job: Job, slot: int) -> Any:
+        while len(twins) <= slot:
+            twins.append(engine.sibling())
         item = by_id[job.prompt_id]
-        if progress:
-            tree = f" tree={job.tree_budget}" if job.tree_budget else ""
-            progress(finished, total, f"{item.category} {job.drafter} γ={job.gamma}{tree} T={job.temperature:g}")
-        params = SamplingParams(temperature=job.temperature, seed=plan.seed)
-        rec: RequestRecord = engine.generate(
-            encoded[job.prompt_id], drafter=drafter_for(job), gamma=job.gamma, params=params,
+        return lambda clock: twins[slot].stream(
+            encoded[job.prompt_id], drafter=drafter_for(job), gamma=job.gamma,
+            params=SamplingParams(temperature=job.temperature, seed=plan.seed),
             max_tokens=plan.max_tokens_for(item.category),
             request_id=f"{job.prompt_id}|{job.drafter}|{job.gamma}|{job.temperature:g}"
-            + (f"|tree{job.tree_budget}" if job.tree_budget else ""), tree_budget=job.tree_budget,
+            + (f"|tree{job.tree_budget}" if job.tree_budget else ""), tree_budget=job.tree_budget, clock=clock,
         )
-        rec.category = item.category
-        rec.prompt_id = job.prompt_id
-        rec.extra["max_tokens"] = plan.max_tokens_for(item.category)  # this request's own output budget
-        rec.extra["quality"] = score(item, rec.text)
-        if (complete := answer_complete(item, rec.text, rec.stop_reason)) is not None:
-            rec.extra["quality_complete"] = complete
-        rec.extra["peak_memory_bytes"] = peak_rss_bytes()
-        rd.append([rec])
-        finished += 1
+
+    for group in job_groups(todo, plan.interleave_rounds):
+        item = by_id[group[0].prompt_id]
+        if progress:
+            what = ", ".join(f"{j.drafter} γ={j.gamma}" + (f" tree={j.tree_budget}" if j.tree_budget else "")
+                             for j in group)
+            progress(finished, total, f"{item.category} T={group[0].temperature:g}: {what}")
+        records = run_interleaved([starter(job, slot) for slot, job in enumerate(group)])
+        for rec in records:
+            rec.category = item.category
+            rec.prompt_id = item.id
+            rec.extra["max_tokens"] = plan.max_tokens_for(item.category)  # this request's own output budget
+            rec.extra["quality"] = score(item, rec.text)
+            if (complete := answer_complete(item, rec.text, rec.stop_reason)) is not None:
+                rec.extra["quality_complete"] = complete
+            rec.extra["peak_memory_bytes"] = peak_rss_bytes()
+        rd.append(records)
+        finished += len(group)
     if any(x > 1 for x in plan.loads):
         from specledger.mainjob.loads import run_load_points
 

@@ -1,0 +1,75 @@
+"""Several solo requests measured side by side: their rounds interleaved, each timed as if it ran alone.
+
+On a shared machine the speed drifts by 10-25 % over seconds to minutes. Settings run one after the
+other (plain, then each drafter x γ of the same prompt) each land in a different phase of that drift,
+and a speed-up -- a ratio of two of them -- carries it. Round-robin over the requests' streams (one
+round of each in turn, every request with its own KV cache) puts every setting in the same phase: drift
+slower than one turn of the robin (a few rounds, ~0.2 s) hits all of them alike and cancels in their
+ratios, as A B A B timing does for two commands.
+
+Each request keeps solo semantics: its forward passes run alone (never batched with another), and its
+clock (:class:`PausableClock`) stops while its stream is suspended, so arrival, token times, TTFT and
+total time count only its own prefill and rounds. A round's draft / verify / other split never spans a
+suspension (:meth:`specledger.engine.decode.Engine.stream` yields only between rounds).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from specledger.records import RequestRecord, RoundRecord
+
+#: opens one request's stream on the given clock (e.g. ``lambda clock: engine.stream(ids, ..., clock=clock)``)
+StreamStarter = Callable[[Callable[[], float]], Iterator[Any]]
+
+
+class PausableClock:
+    """``perf_counter`` minus the time spent suspended: the time base of a request that shares the machine
+    turn by turn with others. Invariant: between :meth:`suspend` and :meth:`resume` the clock stands still."""
+
+    def __init__(self) -> None:
+        self.paused = 0.0
+        self._since: float | None = None
+
+    def __call__(self) -> float:
+        return (time.perf_counter() if self._since is None else self._since) - self.paused
+
+    def suspend(self) -> None:
+        self._since = time.perf_counter()
+
+    def resume(self) -> None:
+        if self._since is not None:
+            self.paused += time.perf_counter() - self._since
+            self._since = None
+
+
+def _one_turn(stream: Iterator[Any]) -> RequestRecord | None:
+    """Advance ``stream`` through its next round (prefill included in the first turn): the final
+    record when the request ended in this turn, else None."""
+    for ev in stream:
+        if isinstance(ev, RequestRecord):
+            return ev
+        if isinstance(ev, RoundRecord):
+            return None
+    raise RuntimeError("a request stream ended without its RequestRecord")
+
+
+def run_interleaved(starters: Sequence[StreamStarter]) -> list[RequestRecord]:
+    """Run every request to the end, one round of each in turn (in ``starters`` order); returns their
+    records in that order. One request alone is exactly ``generate``."""
+    clocks = [PausableClock() for _ in starters]
+    streams = [start(clock) for start, clock in zip(starters, clocks)]
+    records: list[RequestRecord | None] = [None] * len(streams)
+    live = list(range(len(streams)))
+    while live:
+        still = []
+        for i in live:
+            clocks[i].resume()
+            records[i] = _one_turn(streams[i])
+            clocks[i].suspend()
+            if records[i] is None:
+                still.append(i)
+        live = still
+    return [r for r in records if r is not None]
