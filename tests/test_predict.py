@@ -307,9 +307,10 @@ def test_every_forecast_names_where_its_terms_come_from():
     assert "assumed beyond" in deep["acceptance"]
 
 
-def test_the_baseline_is_the_measured_plain_decoding_when_the_run_has_it():
-    """Only the speculative side is forecast: a baseline twice as slow as the model thinks doubles S, and a
-    baseline at another output budget (or none at all) leaves the modelled one."""
+def test_the_speedup_prices_both_sides_and_the_measured_baseline_sets_tokens_per_s():
+    """S compares like with like: both sides from the one cost model, whatever the measured baseline's moment.
+    The measured plain decoding (at this output budget) sets the machine's speed: a baseline twice as slow
+    halves the predicted tokens/s and leaves S; another budget (or none) leaves the modelled rate."""
     import dataclasses
 
     from specledger.predict.predict import measured_baseline
@@ -324,10 +325,12 @@ def test_the_baseline_is_the_measured_plain_decoding_when_the_run_has_it():
     anchored = predict_category(cost, acc, "copy", "ngram", 4, n_boot=0, baseline=base)
     assert anchored.extra["baseline"] == "measured" and modelled.extra["baseline"] == "predicted"
     assert "measured" in anchored.extra["term_sources"]["baseline"]
-    assert anchored.predicted_speedup == pytest.approx(modelled.predicted_speedup, rel=0.05)  # known physics
+    assert anchored.predicted_speedup == pytest.approx(modelled.predicted_speedup, rel=1e-12)
+    assert anchored.predicted_tokens_per_s == pytest.approx(modelled.predicted_tokens_per_s, rel=0.05)  # known physics
     slow = measured_baseline([dataclasses.replace(r, total_time=2 * r.total_time) for r in plain])
-    doubled = predict_category(cost, acc, "copy", "ngram", 4, n_boot=0, baseline=slow)
-    assert doubled.predicted_speedup == pytest.approx(2 * anchored.predicted_speedup, rel=1e-9)
+    halved = predict_category(cost, acc, "copy", "ngram", 4, n_boot=0, baseline=slow)
+    assert halved.predicted_speedup == pytest.approx(anchored.predicted_speedup, rel=1e-12)
+    assert halved.predicted_tokens_per_s == pytest.approx(anchored.predicted_tokens_per_s / 2, rel=1e-9)
     assert measured_baseline(plain, max_tokens=999) == {}  # no budget recorded / another budget: not this baseline
     partial = {k: v for k, v in base.items() if k != "copy0"}
     assert predict_category(cost, acc, "copy", "ngram", 4, n_boot=0, baseline=partial).extra["baseline"] == "predicted"

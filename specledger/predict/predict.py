@@ -19,10 +19,13 @@ instead of re-running the recursion). The request's total is T = T_p(P) + T_b(P)
 
 Plain decoding is the same recursion at γ = 0. A category's predicted speed-up is
 S = (Σ N_spec / Σ T_spec) / (Σ N_plain / Σ T_plain) over its requests (same prompts; greedy output does
-not depend on the drafter), its tokens/s = Σ (e + N) / Σ T_spec. T_plain is the run's *measured*
-plain decoding of those prompts where the run has it at the forecast's output budget (the baseline is
-measured, only the speculative side is forecast), else the recursion at γ = 0. The interval is the 5-95 %
-range over a bootstrap of requests combined with draws of the cost model's coefficients.
+not depend on the drafter), both sides priced by the one cost model: a speed-up is a ratio of two
+times taken in the same phase of the machine (the main job runs a prompt's settings side by side,
+:mod:`specledger.engine.interleave`), so the forecast compares like with like -- dividing a modelled
+speculative time by a plain time measured in another phase would carry that phase's drift into S.
+Tokens/s is S times the run's *measured* plain tokens/s of those prompts where the run has it at the
+forecast's output budget (the machine's own speed), else Σ (e + N) / Σ T_spec. The interval is the
+5-95 % range over a bootstrap of requests combined with draws of the cost model's coefficients.
 """
 
 from __future__ import annotations
@@ -315,10 +318,10 @@ def predict_category(
 ) -> Prediction | None:
     """Predicted end-to-end S and tokens/s of ``drafter`` at ``gamma`` on the category's measured prompts.
 
-    The baseline is measured, not forecast, where it can be: ``baseline`` maps prompt id -> (output tokens,
-    seconds) of the run's plain decoding of that prompt at the forecast's output budget. When it covers every
-    prompt, S = (Σ tokens_spec / Σ predicted time_spec) / (Σ tokens_plain / Σ measured time_plain); only the
-    speculative side is modelled. Otherwise both sides come from the cost model.
+    S = (Σ tokens_spec / Σ T_spec) / (Σ tokens_plain / Σ T_plain), both times from the cost model (see the
+    module doc). ``baseline`` maps prompt id -> (output tokens, seconds) of the run's plain decoding of that
+    prompt at the forecast's output budget; when it covers every prompt, the predicted tokens/s is S times
+    that measured plain rate (the machine's speed is measured, the speed-up is forecast).
 
     Rounds: replayed exactly (:mod:`specledger.predict.replay`) where ``replay`` can (greedy, a drafter
     without a network, the run's max_tokens), else expected from the acceptance chains. The 5-95 %
@@ -341,15 +344,20 @@ def predict_category(
     n_replayed = sum(r.prompt_id in replayed for r in reqs)
     tokens = np.array([p.output_tokens for p in spec], dtype=float)
     ts = np.array([p.seconds(cost) for p in spec])
+    tokens_p = np.array([p.output_tokens for p in plain], dtype=float)
+    tp = np.array([p.seconds(cost) for p in plain])
     anchored = baseline is not None and all(r.prompt_id in baseline for r in reqs)
-    if anchored:
-        tokens_p = np.array([baseline[r.prompt_id][0] for r in reqs], dtype=float)
-        tp = np.array([baseline[r.prompt_id][1] for r in reqs])
-    else:
-        tokens_p = np.array([p.output_tokens for p in plain], dtype=float)
-        tp = np.array([p.seconds(cost) for p in plain])
+    measured_n = np.array([baseline[r.prompt_id][0] for r in reqs], dtype=float) if anchored else None
+    measured_t = np.array([baseline[r.prompt_id][1] for r in reqs]) if anchored else None
+
+    def rate(s_: float, idx: np.ndarray, ts_: np.ndarray) -> float:
+        """Predicted tokens/s: S x the measured plain rate (anchored), else the modelled speculative rate."""
+        if measured_n is not None and measured_t is not None:
+            return s_ * measured_n[idx].sum() / measured_t[idx].sum() if measured_t[idx].sum() > 0 else math.nan
+        return float(tokens[idx].sum() / ts_.sum()) if ts_.sum() > 0 else math.nan
+
     s = _rate_ratio(tokens, ts, tokens_p, tp)
-    tps = float(tokens.sum() / ts.sum()) if ts.sum() > 0 else math.nan
+    tps = rate(s, np.arange(len(reqs)), ts)
     n_rounds = sum(p.rounds for p in spec)
     rng = np.random.default_rng(seed)
     noise = noise or {}
@@ -360,14 +368,14 @@ def predict_category(
         idx = np.arange(n) if n_replayed == n else rng.integers(0, n, n)
         c = cost.perturbed(rng)
         ts_b = np.array([spec[i].seconds(c) for i in idx])
-        tp_b = tp[idx] if anchored else np.array([plain[i].seconds(c) for i in idx])
+        tp_b = np.array([plain[i].seconds(c) for i in idx])
         if eps_s is not None:
             ts_b = ts_b * rng.choice(eps_s, n)
         if eps_p is not None:  # a re-measured baseline varies too
             tp_b = tp_b * rng.choice(eps_p, n)
         if ts_b.sum() > 0:
             s_draws.append(_rate_ratio(tokens[idx], ts_b, tokens_p[idx], tp_b))
-            v_draws.append(tokens[idx].sum() / ts_b.sum())
+            v_draws.append(rate(s_draws[-1], idx, ts_b))
     interval = [float(np.percentile(s_draws, 5)), float(np.percentile(s_draws, 95))] if s_draws else [s, s]
     v_int = [float(np.percentile(v_draws, 5)), float(np.percentile(v_draws, 95))] if v_draws else [tps, tps]
     assumption = acc.assumption if n_replayed < n else REPLAY_ASSUMPTION
@@ -386,14 +394,14 @@ def predict_category(
         assumption=assumption,
         cost_source=cost.source,
         extra={
-            "predicted_plain_tokens_per_s": float(tokens_p.sum() / tp.sum()) if tp.sum() > 0 else None,
+            "predicted_plain_tokens_per_s": tps / s if s > 0 and math.isfinite(tps) else None,
             "baseline": "measured" if anchored else "predicted",
             "el": sum(p.round_tokens for p in spec) / n_rounds if n_rounds > 0 else None,
             "t_round_ms": 1e3 * sum(p.round_seconds(cost) for p in spec) / n_rounds if n_rounds > 0 else None,
             "acceptance_source": "replayed" if n_replayed == n else ("chains" if not n_replayed else "mixed"),
             "term_sources": {**term_sources(cost, spec, replayed=n_replayed == n),
-                             "baseline": "measured (the run's plain decoding of these prompts)" if anchored
-                             else "predicted (cost model at 1 row per step)"},
+                             "baseline": "cost model at 1 row per step (S); measured plain decoding of these "
+                             "prompts sets tokens/s" if anchored else "predicted (cost model at 1 row per step)"},
         },
     )
 
