@@ -1,13 +1,16 @@
 """Does the forecast hold on prompts it never saw, at γ's it never saw? (issue 18's benchmark)
 
-One `specledger run`-style sweep over a held-out workload (default ``benchmarks/data/heldout_forecast4.jsonl``:
-18 chat prompts written for this check alone, before the model it checks was run on them -- ``convert``
-(copy-heavy: return given code or data in another form), ``fill`` (copy-heavy: pull records out of a
-text into a fixed format), ``chat`` (open-ended questions, a story) -- that no part of the model was
-tuned or selected on. Earlier sets are kept for reference only, each was looked at once a check had
-run on it: ``heldout_forecast.jsonl`` (the streak acceptance model), ``heldout_forecast2.jsonl`` (the
-measured baseline), ``heldout_forecast3.jsonl`` (the per-rows levels and the median surface)), plain decoding and every drafter at every γ
-of the checks, interleaved per prompt so a slow phase of the machine hits every setting alike. The run
+One `specledger run`-style sweep over a held-out workload (default ``benchmarks/data/heldout_forecast5.jsonl``:
+18 chat prompts written for this check alone (2026-12-02), before anything was run on them -- ``transform``
+(copy-heavy: return given code or data reformatted), ``extract`` (copy-heavy: pull fields out of a text into
+a fixed format), ``open`` (open-ended advice, explanations, a story) -- that no part of the model was tuned
+or selected on. Earlier sets are kept for reference only, each was looked at once a check had run on it:
+``heldout_forecast.jsonl`` (the streak acceptance model), ``heldout_forecast2.jsonl`` (the measured
+baseline), ``heldout_forecast3.jsonl`` (the per-rows levels and the median surface), ``heldout_forecast4.jsonl``
+(the two-state chains)),
+plain decoding and every drafter at every γ
+of the checks, side by side per prompt (one round of each in turn) so the machine's drift hits every
+setting alike. The run
 measures its verify cost surface (rows 1-33) at start, as every `specledger run` does. Then, honestly,
 for each check "fit γ's -> test γ" (default: 2,4 -> 8 and 4,8 -> 1):
 
@@ -21,7 +24,7 @@ Also the in-run leave-one-γ-out check over every γ run (what every `specledger
 machine's noise (plain step P10 / P50 / P90), the measured H200 surfaces' hold-outs (error per held-back
 point, ``bench_surface.py``) and the simulator's validation as ``bench_simulator.py`` last wrote it.
 Speed-ups are end to end: (Σ tokens / Σ time incl. prefill)_spec / (same)_plain, on the same prompts;
-the forecast's baseline is the run's measured plain decoding (only the speculative side is forecast). Targets (issue 18): median |error| <= 5 %, max <= 10 %.
+the forecast prices both sides on the one cost model (:mod:`specledger.predict.predict`). Targets (issue 18): median |error| <= 5 %, max <= 10 %.
 
 Run from the repository root (about 12 minutes on 2 quiet cores with the defaults):
 
@@ -161,7 +164,7 @@ def reproducibility_of(run_dirs: list[Path]) -> dict | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workload", type=Path, default=Path("benchmarks/data/heldout_forecast4.jsonl"),
+    ap.add_argument("--workload", type=Path, default=Path("benchmarks/data/heldout_forecast5.jsonl"),
                     help="held-out JSONL workload ('' to use --categories)")
     ap.add_argument("--categories", default="code-edit,dialogue,math")
     ap.add_argument("--n", type=int, default=4, help="prompts per category (built-in categories only)")
