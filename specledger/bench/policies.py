@@ -1,7 +1,7 @@
 """Speculation-length policies side by side at concurrency 1: static γ against dynamic speculation.
 
-Per prompt, back to back: plain decoding, the drafter at every static γ, then every dynamic
-policy (heuristic, ema, goodput, ...). Each setting's speed-up is taken against plain decoding
+Per prompt, side by side (one round of each in turn, :mod:`specledger.engine.interleave`): plain decoding,
+the drafter at every static γ, then every dynamic policy (heuristic, ema, goodput, ...). Each setting's speed-up is taken against plain decoding
 on the same prompts, S = (Σtok/Σt)_setting / (Σtok/Σt)_plain, with a paired prompt-bootstrap
 95% CI (:func:`specledger.analysis.stats.paired_speedup_bootstrap`).
 
@@ -33,6 +33,7 @@ from specledger.bench.experiment import (
     setting_figures,
     tag,
 )
+from specledger.engine.interleave import SideBySide
 from specledger.engine.protocol import TargetEngine
 from specledger.errors import require
 from specledger.records import RequestRecord
@@ -151,17 +152,19 @@ def run_policies(
     params = SamplingParams(temperature=0.0, seed=seed)
     by_setting: dict[str, list[RequestRecord]] = {name: [] for name, *_ in settings}
     total, done = len(prompts) * len(settings), 0
-    for p in prompts:
-        for name, kind, factory, gamma in settings:
-            if progress:
-                progress(done, total, f"policies {p.category} {name}")
-            rec = engine.generate(list(p.ids), drafter=factory(), gamma=gamma, params=params,
-                                  max_tokens=max_tokens, request_id=f"policies|{p.id}|{name}",
-                                  tree_budget=budget_of.get(name, 0))
+    side_by_side = SideBySide()
+    for p in prompts:  # a prompt's settings side by side, one round of each in turn
+        if progress:
+            progress(done, total, f"policies {p.category}: {len(settings)} settings side by side")
+        records = side_by_side.run([
+            (engine, p.ids, dict(drafter=factory(), gamma=gamma, params=params, max_tokens=max_tokens,
+                                 request_id=f"policies|{p.id}|{name}", tree_budget=budget_of.get(name, 0)))
+            for name, _, factory, gamma in settings])
+        for (name, kind, _, _), rec in zip(settings, records):
             tag(rec, p, POLICY_EXPERIMENT, name, kind=kind)
-            RunDir(out).append([rec])
             by_setting[name].append(rec)
-            done += 1
+        RunDir(out).append(records)
+        done += len(settings)
     if progress:
         progress(done, total, "policies done")
 

@@ -1,6 +1,7 @@
 """Quantization and speculation, four measurements on the same prompts.
 
-Per prompt, back to back (interleaved, so slow phases of the machine hit every setting alike):
+Per prompt, side by side (one round of each in turn, :mod:`specledger.engine.interleave`, so the machine's
+drift hits every setting alike):
 
   (1) fp32 plain      the unquantized target, plain decoding         -- the one baseline
   (2) int8 plain      the weight-only int8 target, plain decoding    -- quant only
@@ -42,6 +43,7 @@ from specledger.bench.experiment import (
     setting_figures,
     tag,
 )
+from specledger.engine.interleave import SideBySide
 from specledger.engine.protocol import TargetEngine
 from specledger.errors import require
 from specledger.records import RequestRecord
@@ -194,17 +196,19 @@ def run_quantization(
     params = SamplingParams(temperature=0.0, seed=seed)
     by_setting: dict[str, list[RequestRecord]] = {key: [] for key, *_ in SETTINGS}
     total, done = len(prompts) * len(SETTINGS), 0
-    for p in prompts:
-        for key, _, target, _ in SETTINGS:
-            if progress:
-                progress(done, total, f"quant4 {p.category} {key}")
-            eng, make, g = runs[key]
-            rec = eng.generate(list(p.ids), drafter=make(), gamma=g, params=params, max_tokens=max_tokens,
-                               request_id=f"quant4|{p.id}|{key}")
+    side_by_side = SideBySide()
+    for p in prompts:  # a prompt's four settings side by side, one round of each in turn
+        if progress:
+            progress(done, total, f"quant4 {p.category}: {len(SETTINGS)} settings side by side")
+        records = side_by_side.run([
+            (runs[key][0], p.ids, dict(drafter=runs[key][1](), gamma=runs[key][2], params=params,
+                                       max_tokens=max_tokens, request_id=f"quant4|{p.id}|{key}"))
+            for key, *_ in SETTINGS])
+        for (key, _, target, _), rec in zip(SETTINGS, records):
             tag(rec, p, QUANT_EXPERIMENT, key, target=target)
-            RunDir(out).append([rec])
             by_setting[key].append(rec)
-            done += 1
+        RunDir(out).append(records)
+        done += len(SETTINGS)
     if progress:
         progress(done, total, "quant4 done")
 

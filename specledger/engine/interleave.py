@@ -73,3 +73,29 @@ def run_interleaved(starters: Sequence[StreamStarter]) -> list[RequestRecord]:
                 still.append(i)
         live = still
     return [r for r in records if r is not None]
+
+
+class SideBySide:
+    """Runs groups of solo requests side by side (:func:`run_interleaved`), each on a KV cache of its own:
+    slot i of a group decodes on engine i's twin (:meth:`~specledger.engine.decode.Engine.sibling`, made once
+    and kept, so caches are allocated once per experiment). Slot 0 is the engine itself."""
+
+    def __init__(self) -> None:
+        self._twins: dict[tuple[int, int], Any] = {}
+
+    def twin(self, engine: Any, slot: int) -> Any:
+        key = (id(engine), slot)
+        if key not in self._twins:
+            self._twins[key] = engine if slot == 0 else engine.sibling()
+        return self._twins[key]
+
+    def run(self, requests: Sequence[tuple[Any, Sequence[int], dict[str, Any]]]) -> list[RequestRecord]:
+        """``requests``: (engine, prompt ids, ``stream`` keyword arguments) per request; their records in order."""
+        slots: dict[int, int] = {}
+        starters: list[StreamStarter] = []
+        for engine, ids, kwargs in requests:
+            slot = slots[id(engine)] = slots.get(id(engine), -1) + 1
+            twin = self.twin(engine, slot)
+            starters.append(lambda clock, twin=twin, ids=list(ids), kwargs=kwargs: twin.stream(ids, clock=clock,
+                                                                                                 **kwargs))
+        return run_interleaved(starters)

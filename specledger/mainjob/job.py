@@ -233,7 +233,7 @@ def run(
     keeps them too."""
     from specledger.engine.device import machine_info
     from specledger.engine.drafters.registry import make_drafter
-    from specledger.engine.interleave import run_interleaved
+    from specledger.engine.interleave import SideBySide
     from specledger.engine.sampling import SamplingParams
     from specledger.workloads import encode_item
 
@@ -332,19 +332,14 @@ def run(
     todo = [j for j in jobs if j.key not in done]
     total = len(jobs)
     finished = total - len(todo)
-    twins: list[TargetEngine] = [engine]  # one KV cache per request in flight (a prompt's settings)
+    side_by_side = SideBySide()  # one KV cache per request in flight (a prompt's settings)
 
-    def starter(job: Job, slot: int) -> Any:
-        while len(twins) <= slot:
-            twins.append(engine.sibling())
-        item = by_id[job.prompt_id]
-        return lambda clock: twins[slot].stream(
-            encoded[job.prompt_id], drafter=drafter_for(job), gamma=job.gamma,
-            params=SamplingParams(temperature=job.temperature, seed=plan.seed),
-            max_tokens=plan.max_tokens_for(item.category),
+    def request(job: Job) -> tuple[TargetEngine, list[int], dict[str, Any]]:
+        return engine, encoded[job.prompt_id], dict(
+            drafter=drafter_for(job), gamma=job.gamma, params=SamplingParams(temperature=job.temperature, seed=plan.seed),
+            max_tokens=plan.max_tokens_for(by_id[job.prompt_id].category),
             request_id=f"{job.prompt_id}|{job.drafter}|{job.gamma}|{job.temperature:g}"
-            + (f"|tree{job.tree_budget}" if job.tree_budget else ""), tree_budget=job.tree_budget, clock=clock,
-        )
+            + (f"|tree{job.tree_budget}" if job.tree_budget else ""), tree_budget=job.tree_budget)
 
     for group in job_groups(todo, plan.interleave_rounds):
         item = by_id[group[0].prompt_id]
@@ -352,7 +347,7 @@ def run(
             what = ", ".join(f"{j.drafter} γ={j.gamma}" + (f" tree={j.tree_budget}" if j.tree_budget else "")
                              for j in group)
             progress(finished, total, f"{item.category} T={group[0].temperature:g}: {what}")
-        records = run_interleaved([starter(job, slot) for slot, job in enumerate(group)])
+        records = side_by_side.run([request(job) for job in group])
         for rec in records:
             rec.category = item.category
             rec.prompt_id = item.id
