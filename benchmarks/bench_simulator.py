@@ -99,6 +99,8 @@ def print_validation(res: dict) -> None:
     print(f"decidable points ({reps} repeats; the real mean's 95 % half-width below the tolerance; '--' above: "
           "such a point cannot be judged, the measurement itself is not that sure): "
           + ", ".join(f"{names[m]} {decidable[m]}/{n}" for m in METRICS))
+    print("repeats at which most points would be decidable (at each point's measured spread): " + ", ".join(
+        f"{names[m]} {repeats_for_most(res['points'], m, TOLERANCE[m])}" for m in METRICS))
     print("within tolerance, of the decidable points: " + ", ".join(
         f"{names[m]} {inside[m]}/{decidable[m]} (±{100 * TOLERANCE[m]:.0f}%)" for m in METRICS))
     print("\ncrossover per load (smallest γ with speed-up < 1; best γ, 0 = plain):")
@@ -150,15 +152,29 @@ def is_decidable(v: dict, tolerance: float) -> bool:
     return half is not None and half < tolerance
 
 
-def repeats_to_decide(v: dict, tolerance: float) -> int | None:
-    """Repeats that would bring the mean's 95 % half-width below ``tolerance``, if the repeats' spread
-    stays as measured (t_{n-1} taken at the current n, so a slight underestimate for small n)."""
+def repeats_to_decide(v: dict, tolerance: float, cap: int = 1000) -> int | None:
+    """Repeats that would bring the mean's 95 % half-width below ``tolerance`` if the repeats' relative sd
+    stays as measured: the least n >= the current count with t_{n-1, 0.975} · sd / √n < tolerance (None with
+    fewer than two repeats; ``cap`` + 1 when even ``cap`` would not do)."""
+    from scipy.stats import t
+
     reps = [x for x in v.get("real_repeats") or [] if x is not None]
     half = v.get("real_ci_half")
-    if half is None or len(reps) < 2 or half <= 0:
+    if half is None or len(reps) < 2:
         return None
-    n = len(reps)
-    return max(n, math.ceil(n * (half / tolerance) ** 2))
+    n0 = len(reps)
+    rel_sd = half * math.sqrt(n0) / t.ppf(0.975, n0 - 1)
+    for n in range(n0, cap + 1):
+        if t.ppf(0.975, n - 1) * rel_sd / math.sqrt(n) < tolerance:
+            return n
+    return cap + 1
+
+
+def repeats_for_most(points: list[dict], metric: str, tolerance: float) -> int | None:
+    """Repeats at which most points (more than half) of ``metric`` would be decidable, at their measured spread."""
+    need = sorted(repeats_to_decide(p[metric], tolerance) or 10**9 for p in points)
+    k = len(need) // 2  # the (n//2 + 1)-th smallest: more than half are decidable at it
+    return need[k] if need and need[k] < 10**9 else None
 
 
 def main() -> None:
