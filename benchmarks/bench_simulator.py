@@ -1,9 +1,11 @@
 """The serving simulator against real serving runs on this machine, and its speed.
 
-Default: runs a real serving sweep here (plain and ngram γ=1,2,4,8 at concurrency 1, 4, 16, three
-repeats (``--repeats``), the same prompts for every setting, on held-out prompts written for this check
-(``benchmarks/data/heldout_serving.jsonl``, never tuned on; ``--workload``); ~4 minutes a repeat on 2 quiet
-cores), then simulates every
+Default: runs a real serving sweep here (plain and ngram γ=1,2,4,8 at concurrency 1, 4, 16, nine
+repeats (``--repeats``; at the spread this machine showed, the count at which most points become decidable,
+printed below as "repeats at which most points would be decidable"), the same prompts for every setting, on
+held-out prompts written for this check (``benchmarks/data/heldout_serving2.jsonl``, 2026-12-02, before anything
+ran on it; ``heldout_serving.jsonl`` was the previous check's; ``--workload``); ~3.5 minutes a repeat on 2
+quiet cores), then simulates every
 point -- same prompts, same order, same load -- with acceptance from the run's per-prompt chains and
 step costs fitted on the run's *other* repeat (leave-one-repeat-out), and prints per load and
 setting real vs simulated throughput, TPOT P50, TTFT P50 and ITL P99 with the error and whether it is
@@ -182,9 +184,9 @@ def main() -> None:
     ap.add_argument("--from", dest="from_", type=Path, help="an existing `sweep --experiment serving` run")
     ap.add_argument("--out", type=Path, help="where the real sweep goes (default runs/bench-simulator-<time>)")
     ap.add_argument("--profile", type=Path, help="a calibrated cost profile instead of the leave-one-out fit")
-    ap.add_argument("--workload", type=Path, default=ROOT / "benchmarks" / "data" / "heldout_serving.jsonl",
+    ap.add_argument("--workload", type=Path, default=ROOT / "benchmarks" / "data" / "heldout_serving2.jsonl",
                     help="prompts for the real sweep (default: a held-out set written for this check, never tuned on)")
-    ap.add_argument("--repeats", type=int, default=3, help="repeats of the real sweep (each point is simulated "
+    ap.add_argument("--repeats", type=int, default=9, help="repeats of the real sweep (each point is simulated "
                     "with step costs fitted on the others)")
     ap.add_argument("--seeds", type=int, default=16, help="simulations per point (acceptance draws)")
     ap.add_argument("--requests", type=int, default=1_000_000, help="requests for the speed test (0: skip)")
