@@ -85,3 +85,8 @@ def test_job_groups_are_one_prompt_and_temperature(interleave):
         assert [[j.key for j in g] for g in groups] == [[jobs[0].key, jobs[1].key], [jobs[2].key], [jobs[3].key]]
     else:
         assert [len(g) for g in groups] == [1, 1, 1, 1]
+
+
+def test_job_groups_are_at_most_width_wide():
+    jobs = [Job("a", "none", 0, 0.0)] + [Job("a", "ngram", g, 0.0) for g in range(1, 10)]
+    assert [len(g) for g in job_groups(jobs, True, width=4)] == [4, 4, 2]

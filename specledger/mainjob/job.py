@@ -159,14 +159,20 @@ def plan_jobs(prompt_ids: Sequence[str], plan: RunPlan) -> list[Job]:
     return jobs
 
 
-def job_groups(jobs: Sequence[Job], interleave: bool = True) -> list[list[Job]]:
+#: requests side by side at most: each holds a KV cache of its own (--full runs 25 settings per prompt, up to
+#: 8k positions: 25 caches would take ~9 GB for SmolLM2-135M; 8 take ~3 GB)
+MAX_SIDE_BY_SIDE = 8
+
+
+def job_groups(jobs: Sequence[Job], interleave: bool = True, width: int = MAX_SIDE_BY_SIDE) -> list[list[Job]]:
     """The jobs that run side by side (:func:`specledger.engine.interleave.run_interleaved`): consecutive jobs
-    of one prompt and temperature; each job alone when ``interleave`` is off."""
+    of one prompt and temperature, at most ``width`` of them; each job alone when ``interleave`` is off."""
     if not interleave:
         return [[j] for j in jobs]
     groups: list[list[Job]] = []
     for j in jobs:
-        if groups and (groups[-1][0].prompt_id, groups[-1][0].temperature) == (j.prompt_id, j.temperature):
+        if groups and len(groups[-1]) < width and \
+                (groups[-1][0].prompt_id, groups[-1][0].temperature) == (j.prompt_id, j.temperature):
             groups[-1].append(j)
         else:
             groups.append([j])
