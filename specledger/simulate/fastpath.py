@@ -117,13 +117,16 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
     step's (proposed, committed) pair); with one static gamma the commit loop draws each request's next round
     (clamps applied) and the next step reads the sums; a step's noiseless prices are looked up by (rows,
     candidates, batch, context sum) (:attr:`StepPrices.step_cache`; the mean context is sum / batch, so the
-    key fixes the floats); the KV blocks are summed only when their upper bound (ctx + X + b (bs - 1)) // bs
-    could pass the peak or the budget; gaps of steps that every request took from one emit time are kept as
-    one value (_settle writes them before anything reads them)."""
+    key fixes the floats); the KV blocks, sum_i ceil(need_i / bs) <= (sum_i need_i + b (bs - 1)) // bs, are
+    summed only when that bound could pass the peak or the budget (nd gamma or sum P bounds the decoding
+    requests' share of the need); gaps of steps that every request took from one emit time are kept as one
+    value (settle writes them before anything reads them)."""
     counters, cfg, plan, prices = replica.counters, replica.cfg, replica.plan, replica.prices
     gamma = plan.static
     gamma_at = plan.per_batch_size(cfg.max_num_seqs) if gamma is None else {}  # the batch-size schedule
     gamma_max = gamma if gamma is not None else max(gamma_at.values())
+    if gamma is None:
+        gamma = 0  # set step by step from the schedule (where anyone decodes)
     cache = counters.round_cache
     if cache is None or cache.gamma != gamma_max or cache.table is not replica.table:  # drawn at the largest
         cache = counters.round_cache = RoundCache(replica.table, replica.draws, gamma_max, counters.chain,
@@ -155,7 +158,15 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
     ctx_sum = sum(cbase) - sum(rem)
     gaps: list[float] = []
     waiting = replica.waiting
-    rows_sum = rounds = prop_sum = acc_sum = peak = batch_sum = 0
+    # totals over the steps: rounds = batch - prefilling, rows = rounds + proposed + prompt tokens,
+    # accepted = committed - rounds
+    batch_sum = pre_count = pre_sum = prop_sum = commit_sum = peak = 0
+    budget_max = budget if budget is not None else 1 << 62
+    bs1, kv_max = bs - 1, kvb if kvb is not None else 1 << 62
+    # the KV blocks' upper bound (sum + b (bs - 1)) // bs can pass the peak or the budget only where the sum
+    # reaches this: (min(peak, budget) + 1) bs
+    b_lim = bs
+    mask = WIDE_MASK
     tt = t
     s = 0
     fallback = False  # stop before a step the step path must take
@@ -266,23 +277,21 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                 sum_w += w
         nd = b - n_prefilling
         psum = sum_w >> WIDE
-        csum = sum_w & WIDE_MASK  # tokens committed: sum (K + 1)
-        if budget is not None and (psum > budget - nd or pre_tokens > budget - nd - psum):
+        csum = sum_w & mask  # tokens committed: sum (K + 1)
+        rows = nd + psum + pre_tokens
+        if rows > budget_max:  # the token budget trims proposals or takes a prompt in part
             fallback = True
-        else:
-            # KV blocks: summed where their upper bound could pass the peak or the budget
-            blocks = (ctx_sum + (nd * gamma if reserve else psum) + b * (bs - 1)) // bs
-            if blocks > peak or (kvb is not None and b > 1 and blocks > kvb):
-                blocks = exact_blocks(rem, cbase, prefill_left, nxt, gamma, reserve, bs)
-                if kvb is not None and b > 1 and blocks > kvb:
-                    fallback = True
+        elif ctx_sum + (nd * gamma if reserve else psum) + b * bs1 >= b_lim:  # KV blocks: summed where their
+            blocks = exact_blocks(rem, cbase, prefill_left, nxt, gamma, reserve, bs)  # bound may pass
+            if b > 1 and blocks > kv_max:  # the peak or the budget
+                fallback = True
+            elif blocks > peak:
+                peak = blocks
+                b_lim = (min(peak, kv_max) + 1) * bs
         if fallback:
             if s == 0:
                 return None
             break
-        if blocks > peak:
-            peak = blocks
-        rows = nd + psum + pre_tokens
         drafting = nd - nodraft if gamma else 0
         if not drafting:
             d_sum = 0.0
@@ -338,7 +347,7 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
             s1 = s + 1
             sum_w = nodraft = 0
             for i in range(b):
-                r = rem[i] = rem[i] - (nxt[i] & WIDE_MASK)
+                r = rem[i] = rem[i] - (nxt[i] & mask)
                 if r > unclamped:
                     try:
                         w = codes[i][jo[i] + s1]
@@ -388,17 +397,17 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                     if gp > worst_gap[i]:
                         worst_gap[i] = gp
                     last_emit[i] = tt
-                    r = rem[i] = rem[i] - (nxt[i] & WIDE_MASK)
+                    r = rem[i] = rem[i] - (nxt[i] & mask)
                     if r <= 0:
                         done = True
             t_emit, run_max = tt, -math.inf
             ready = False
-        n_prefilling = pre_tokens = 0  # every prompt in this step is in
-        rows_sum += rows
+            pre_count += n_prefilling
+            pre_sum += pre_tokens
+            n_prefilling = pre_tokens = 0  # every prompt in this step is in
         batch_sum += b
-        rounds += nd
         prop_sum += psum
-        acc_sum += csum - nd
+        commit_sum += csum
         s += 1
         if pending and not done:
             if stop_at_finish:
@@ -450,11 +459,12 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
     counters.steps += s
     counters.fast_steps += s
     counters.fast_segments += 1
+    rounds = batch_sum - pre_count
     counters.batch_sum += batch_sum
-    counters.rows_sum += rows_sum
+    counters.rows_sum += rounds + prop_sum + pre_sum
     counters.rounds += rounds
     counters.proposed_sum += prop_sum
-    counters.accepted_sum += acc_sum
+    counters.accepted_sum += commit_sum - rounds
     counters.peak_kv_tokens = max(counters.peak_kv_tokens, peak * bs)
     replica.steps_taken += s
     replica.last_dt = (tt - t) / s
