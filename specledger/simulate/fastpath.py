@@ -369,7 +369,13 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                     g = gamma if gamma < r - 1 else r - 1
                     if not g:
                         nodraft += 1
-                    w = nxt[i] = clamped(w, g)
+                    p = w >> WIDE  # batch_lists.clamped, inlined
+                    k = (w & mask) - 1
+                    if p > g:
+                        p = g
+                    if k > p:
+                        k = p
+                    w = nxt[i] = p << WIDE | (k + 1)
                     sum_w += w
                 else:
                     done = True

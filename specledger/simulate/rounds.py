@@ -10,6 +10,7 @@ from specledger.simulate.chains import ChainTable, Draws
 
 CHUNK = 4096  # requests whose rounds are drawn together
 KEEP_CHUNKS = 4  # chunks kept behind the newest one
+BLOCK = 8192  # rounds drawn in one go: the hash's temporaries stay in cache (measured: the hash ~1.8x faster)
 
 
 WIDE = 16  # a wide round code: P << WIDE | (K + 1); sums over < 2048 requests keep the fields apart
@@ -38,8 +39,14 @@ class RoundCache:
         self.held: dict[int, tuple[int, list[int]]] = {}  # a running request's fetched rounds: (first, codes)
 
     def _outcomes(self, keys: np.ndarray, rounds: np.ndarray, chain: np.ndarray) -> np.ndarray:
-        p, k = self.table.full_outcomes(chain, self.draws.uniforms(keys, rounds, self.width))
-        return (p.astype(np.int64) << WIDE) | (k.astype(np.int64) + 1)
+        """Wide codes of rounds ``rounds`` of the requests keyed ``keys`` on chains ``chain``, BLOCK rounds at a time
+        (every round on its own: the blocks only keep the temporaries in cache)."""
+        out = np.empty(keys.shape[0], dtype=np.int64)
+        for lo in range(0, keys.shape[0], BLOCK):
+            sl = slice(lo, lo + BLOCK)
+            p, k = self.table.full_outcomes(chain[sl], self.draws.uniforms(keys[sl], rounds[sl], self.width))
+            out[sl] = (p.astype(np.int64) << WIDE) | (k.astype(np.int64) + 1)
+        return out
 
     def _build(self, c: int) -> tuple[list[int], list[int], list[int]]:
         lo, hi = c * CHUNK, min(self.chain.shape[0], (c + 1) * CHUNK)
