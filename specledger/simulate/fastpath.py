@@ -69,7 +69,8 @@ from specledger.simulate.rounds import WIDE, WIDE_MASK, RoundCache
 from specledger.simulate.segment_arrays import run_segment
 
 SMALL_BATCH = 128  # up to this many running requests a segment is priced in scalar Python (measured: faster
-# than the step path up to ~128 running on a roofline; at 256 the step path's arrays win)
+# than the step path up to ~128 running on a roofline; at 256 the step path's arrays win; at most 2047: a sum of
+# wide round codes, rounds.WIDE)
 AHEAD = 64  # rounds of a request fetched from the RoundCache at once
 STEP_CACHE_MAX = 1 << 20  # step prices kept (StepPrices.step_cache) before the cache starts afresh
 
@@ -136,7 +137,8 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
     batch = replica.batch
     request, target, rem, cbase, last_emit, prefill_left, roff = read_batch(batch)
     b = len(request)
-    codes: list[list[int]] = []  # each request's rounds fetched from the cache (wide codes), the first one jo + roff
+    codes: list[list[int]] = []  # each request's rounds fetched from the cache (wide codes): codes[i][jo[i] + s] is
+    # its round in step s
     jo: list[int] = []
     for r, n in zip(request, batch.rounds_done.tolist()):
         first, cl = held_rounds(r, n, AHEAD)
