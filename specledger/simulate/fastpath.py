@@ -158,7 +158,8 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
     step_cache = prices.step_cache
     verify_s, verify_base_s, last_f = prices.verify_s, prices.verify_base_s, prices.last_forward_s
     ctx_sum = sum(cbase) - sum(rem)
-    gaps: list[float] = []
+    gaps: list[float] = []  # the steps' gap entries, step-major, run-length coded: gaps[j] repeated reps[j] times
+    reps: list[int] = []
     waiting = replica.waiting
     # totals over the steps: rounds = batch - prefilling, rows = rounds + proposed + prompt tokens,
     # accepted = committed - rounds
@@ -334,13 +335,15 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
             # its next round (clamped where rem <= gamma + 1), summed for the next step
             if lazy:  # every gap is tt - t_emit (step-major order: b equal entries)
                 gp = tt - t_emit
-                gaps += [gp] * b
+                gaps.append(gp)
+                reps.append(b)
                 if gp > run_max:
                     run_max = gp
             else:
                 for i in range(b):
                     gp = tt - last_emit[i]
                     gaps.append(gp)
+                    reps.append(1)
                     if gp > worst_gap[i]:
                         worst_gap[i] = gp
                 lazy = True
@@ -402,6 +405,7 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                 else:
                     gp = tt - last_emit[i]
                     gaps.append(gp)
+                    reps.append(1)
                     if gp > worst_gap[i]:
                         worst_gap[i] = gp
                     last_emit[i] = tt
@@ -450,15 +454,15 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                 pending = fin
                 break
             dispatcher.finish(fin, tt)
-            if len(gaps) >= 1 << 16:
-                counters.gaps.append(np.array(gaps, dtype=np.float32))
-                gaps = []
+            if len(gaps) >= 1 << 14:
+                counters.gaps.append(np.repeat(np.array(gaps), reps).astype(np.float32))
+                gaps, reps = [], []
     # write the running batch back
     if lazy:
         settle(last_emit, worst_gap, t_emit, run_max)
     prices.verify_s, prices.verify_base_s, prices.last_forward_s = verify_s, verify_base_s, last_f
     if gaps:
-        counters.gaps.append(np.array(gaps, dtype=np.float32))
+        counters.gaps.append(np.repeat(np.array(gaps), reps).astype(np.float32))
     ids = write_batch(batch, counters.chain, counters.draw_key, request, target, rem, cbase, last_emit,
                       prefill_left, roff, s)
     if b:
