@@ -53,13 +53,24 @@ import math
 
 import numpy as np
 
+from specledger.simulate.batch_lists import (
+    NO_GAP,
+    clamp_gamma,
+    clamped,
+    exact_blocks,
+    fill_gammas,
+    read_batch,
+    settle,
+    write_batch,
+)
 from specledger.simulate.dispatch import Dispatcher
 from specledger.simulate.replica import Replica
-from specledger.simulate.rounds import RoundCache
+from specledger.simulate.rounds import WIDE, WIDE_MASK, RoundCache
 from specledger.simulate.segment_arrays import run_segment
 
 SMALL_BATCH = 128  # up to this many running requests a segment is priced in scalar Python (measured: faster
-# than the step path up to ~128 running on a roofline; at 256 the step path's arrays win)
+# than the step path up to ~128 running on a roofline; at 256 the step path's arrays win; at most 2047: a sum of
+# wide round codes, rounds.WIDE)
 AHEAD = 64  # rounds of a request fetched from the RoundCache at once
 STEP_CACHE_MAX = 1 << 20  # step prices kept (StepPrices.step_cache) before the cache starts afresh
 
@@ -102,70 +113,87 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
     clock of the other busy replicas). Open loop: finishes are only counted, so it runs on through
     them; closed loop: a finish sends a request the router places, so it stops after the first.
 
-    Speed, not meaning: a step's noiseless prices are looked up by (rows, candidates, batch, context sum)
-    (:attr:`StepPrices.step_cache`; the mean context is sum / batch, so the key fixes the floats); with one
-    static gamma and every request decoding, the commit loop also draws each request's next round, and
-    the next step skips its propose loop when nobody joined, finished or reached a clamped round."""
+    Speed, not meaning: the batch is kept as lists (:mod:`specledger.simulate.batch_lists`: tokens left, a
+    constant context base, a round offset, each request's next round wide-coded, so a sum of codes is the
+    step's (proposed, committed) pair); with one static gamma the commit loop draws each request's next round
+    (clamps applied) and the next step reads the sums; a step's noiseless prices are looked up by (rows,
+    candidates, batch, context sum) (:attr:`StepPrices.step_cache`; the mean context is sum / batch, so the
+    key fixes the floats); the KV blocks, sum_i ceil(need_i / bs) <= (sum_i need_i + b (bs - 1)) // bs, are
+    summed only when that bound could pass the peak or the budget (nd gamma or sum P bounds the decoding
+    requests' share of the need); gaps of steps that every request took from one emit time are kept as one
+    value (settle writes them before anything reads them)."""
     counters, cfg, plan, prices = replica.counters, replica.cfg, replica.plan, replica.prices
     gamma = plan.static
     gamma_at = plan.per_batch_size(cfg.max_num_seqs) if gamma is None else {}  # the batch-size schedule
     gamma_max = gamma if gamma is not None else max(gamma_at.values())
+    if gamma is None:
+        gamma = 0  # set step by step from the schedule (where anyone decodes)
     cache = counters.round_cache
     if cache is None or cache.gamma != gamma_max or cache.table is not replica.table:  # drawn at the largest
         cache = counters.round_cache = RoundCache(replica.table, replica.draws, gamma_max, counters.chain,
                                                   counters.draw_key, counters.target)  # gamma: prefix-consistent
     held_rounds = cache.held_rounds
-    target_of, out_of, last_of = counters.target, counters.out, counters.t_last
-    # the running batch as Python lists, one running request per index
+    target_of, out_of, last_of, t_first = counters.target, counters.out, counters.t_last, counters.t_first
     batch = replica.batch
-    request, out, target = batch.request.tolist(), batch.out.tolist(), batch.target.tolist()
-    context, last_emit = batch.context.tolist(), batch.last_emit.tolist()
-    prefill_left, rounds_done = batch.prefill_left.tolist(), batch.rounds_done.tolist()
+    request, target, rem, cbase, last_emit, prefill_left, roff = read_batch(batch)
     b = len(request)
-    codes: list[list[int]] = []  # each request's rounds fetched from the cache, the first one rounds_first
-    rounds_first: list[int] = []
-    for r, n in zip(request, rounds_done):
+    codes: list[list[int]] = []  # each request's rounds fetched from the cache (wide codes): codes[i][jo[i] + s] is
+    # its round in step s
+    jo: list[int] = []
+    for r, n in zip(request, batch.rounds_done.tolist()):
         first, cl = held_rounds(r, n, AHEAD)
         codes.append(cl)
-        rounds_first.append(first)
-    worst_gap, chunks = [-math.inf] * b, [0] * b
-    columns = (request, out, target, context, last_emit, prefill_left, rounds_done, codes, rounds_first,
-               worst_gap, chunks)
+        jo.append(n - (1 if prefill_left[len(jo)] else 0) - first)
+    worst_gap, chunks, nxt = [NO_GAP] * b, [0] * b, [0] * b
+    columns = (request, target, rem, cbase, last_emit, prefill_left, roff, codes, jo, worst_gap, chunks, nxt)
     budget, kvb, bs, reserve = replica.token_budget, replica.kv_blocks_budget, cfg.block_size, cfg.reserve_gamma
-    n_prefilling = sum(1 for x in prefill_left if x)  # requests prefilling (chunked prefill)
+    n_prefilling = sum(1 for x in prefill_left if x)  # requests prefilling (chunked prefill) in the next step
     noise: list[float] = []
     noise_on = prices.noise is not None
     # StepPrices.price_step inlined (the same floats): its forward functions, draft sums and per-step rest;
     # its verify sums are kept here (left to right, as there) and written back at the end
     fwd, fwd_two = prices.forward_one, prices.forward_two
     flat_sums = prices.flat_sums if prices.flat_draft is not None and prices.drafting else None
+    need_gammas = prices.flat_draft is None
     step_cache = prices.step_cache
     verify_s, verify_base_s, last_f = prices.verify_s, prices.verify_base_s, prices.last_forward_s
-    ctx_sum = sum(context)
-    gaps: list[float] = []
+    ctx_sum = sum(cbase) - sum(rem)
+    gaps: list[float] = []  # the steps' gap entries, step-major, run-length coded: gaps[j] repeated reps[j] times
+    reps: list[int] = []
     waiting = replica.waiting
-    rows_sum = rounds = prop_sum = acc_sum = peak = batch_sum = 0
+    # totals over the steps: rounds = batch - prefilling, rows = rounds + proposed + prompt tokens,
+    # accepted = committed - rounds
+    batch_sum = pre_count = pre_sum = prop_sum = commit_sum = peak = 0
+    budget_max = budget if budget is not None else 1 << 62
+    bs1, kv_max = bs - 1, kvb if kvb is not None else 1 << 62
+    # the KV blocks' upper bound (sum + b (bs - 1)) // bs can pass the peak or the budget only where the sum
+    # reaches this: (min(peak, budget) + 1) bs
+    b_lim = bs
+    mask = WIDE_MASK
     tt = t
     s = 0
     fallback = False  # stop before a step the step path must take
     lone = len(dispatcher.replicas) == 1
+    if lone:
+        bound = math.inf  # it takes its arrivals itself
     stop_at_finish = dispatcher.closed and not lone
     t_arr = dispatcher.next_time() if lone else math.inf  # the next open-loop arrival this loop takes
-    committed = [0] * (b + SMALL_BATCH + 1)  # per running request in the step: tokens committed, gamma
-    gammas = committed.copy()
+    t_due = min(t_arr, bound)
+    gammas = [0] * (b + SMALL_BATCH + 1)  # per running request in the step: its gamma (where draft_total reads it)
     pending = finished  # finished at admission (one-token requests without chunked prefill): reported with the step
     admit = False  # the caller has admitted for the first step
     # rem above this: gamma is not clamped (a static gamma; the rounds are drawn at a width <= gamma)
     unclamped = gamma + 1 if not gamma_at else 1 << 62
-    ready = False  # the next step's proposals were made in the commit loop: n_psum, n_asum, n_blocks ..
-    n_psum = n_asum = n_blocks = b_ready = 0  # .. for a batch of b_ready
+    # ready: every decoding request's nxt is its round in the next step; sum_w: their sum, nodraft: those
+    # with gamma 0, pre_tokens: the prompt tokens of the requests prefilling in it
+    ready = False
+    sum_w = nodraft = pre_tokens = 0
     # lazy: every running request emitted at t_emit (not yet in last_emit) and its worst_gap lacks run_max
-    lazy, t_emit, run_max = False, -math.inf, -math.inf  # (the largest gap since): _settle writes them
-    need_gammas = prices.flat_draft is None
+    lazy, t_emit, run_max = False, -math.inf, -math.inf  # (the largest gap since): settle writes them
     while True:
-        if admit and (t_arr <= tt or waiting or not b or tt >= bound):  # what the simulation loop and the
-            # admission do before every step but the first (nothing when no arrival, waiting or bound is due)
-            if tt >= bound and not lone:
+        if admit and (tt >= t_due or waiting or not b):  # what the simulation loop and the admission do
+            # before every step but the first (nothing when no arrival, waiting or bound is due)
+            if tt >= bound:
                 break
             if not b and not waiting:
                 if t_arr == math.inf:
@@ -176,12 +204,15 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                     tt = a0
             if t_arr <= tt:
                 t_arr = dispatcher.dispatch_until(tt)
+            t_due = min(t_arr, bound)
             if waiting and b < cfg.max_num_seqs:
                 if lazy:  # write what was kept lazily
-                    lazy = _settle(last_emit, worst_gap, t_emit, run_max)
+                    settle(last_emit, worst_gap, t_emit, run_max)
+                    lazy = False
                 reserved = 0
                 if kvb is not None:
-                    for c in context:
+                    for i in range(b):
+                        c = cbase[i] - rem[i]
                         reserved += c if bs == 1 else -(-c // bs)
                 while (a := replica.admit_next(tt, b, reserved)) is not None:
                     tt = a.clock
@@ -190,20 +221,27 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                     if a.finished:
                         pending.append(r)
                         continue
-                    if a.prefill_left:
-                        n_prefilling += 1
-                    first, cl = held_rounds(r, int(counters.rounds_done[r]), AHEAD)
+                    n = int(counters.rounds_done[r])
+                    first, cl = held_rounds(r, n, AHEAD)
+                    left = int(target_of[r]) - int(out_of[r])
                     request.append(r)
-                    out.append(int(out_of[r]))
                     target.append(int(target_of[r]))
-                    context.append(a.context)
+                    rem.append(left)
+                    cbase.append(a.context + left)
                     last_emit.append(float(last_of[r]))
                     prefill_left.append(a.prefill_left)
-                    rounds_done.append(int(counters.rounds_done[r]))
+                    if a.prefill_left:  # it prefills in step s: no round there
+                        n_prefilling += 1
+                        pre_tokens += a.prefill_left
+                        n -= 1
+                    else:  # it decodes in step s: the propose loop draws its round
+                        ready = False
+                    roff.append(n - s)
                     codes.append(cl)
-                    rounds_first.append(first)
-                    worst_gap.append(-math.inf)
+                    jo.append(n - s - first)
+                    worst_gap.append(NO_GAP)
                     chunks.append(-s)  # chunks[i] + s: its chunks so far
+                    nxt.append(0)
                     ctx_sum += a.context
                     b += 1
                 if b > SMALL_BATCH:
@@ -217,87 +255,54 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                 continue
         admit = True
         # the step: what each request proposes, accepts and commits
-        nd = psum = asum = blocks = drafting = pre_tokens = 0
-        if gamma_at and b > n_prefilling:
-            gamma = gamma_at[b - n_prefilling]
-        if ready and b == b_ready:  # proposed while committing the last step, and nobody joined since
-            nd, psum, asum, blocks, drafting = b, n_psum, n_asum, n_blocks, b if gamma else 0
-            if need_gammas:  # draft_total reads them
-                gammas[:b] = [gamma] * b
-        elif not n_prefilling:  # every request decodes: the loop below without the prefill branch
-            for i in range(b):
-                j = rounds_done[i] - rounds_first[i]
-                cl = codes[i]
-                if j >= len(cl):
-                    rounds_first[i], cl = held_rounds(request[i], rounds_done[i], AHEAD)
-                    codes[i] = cl
-                    j = 0
-                code = cl[j]
-                rem = target[i] - out[i]
-                if rem > unclamped:  # g = gamma; K* <= P* <= gamma: no clamp binds, k + 1 < rem
-                    g = gamma
-                    p = code >> 5
-                    k = code & 31
-                    committed[i] = k + 1
-                else:
-                    g = gamma if gamma < rem - 1 else (rem - 1 if rem > 1 else 0)
-                    p = code >> 5
-                    if p > g:
-                        p = g
-                    k = code & 31
-                    if k > p:
-                        k = p
-                    committed[i] = k + 1 if k + 1 < rem else rem
-                psum += p
-                asum += k
-                gammas[i] = g
-                if g:
-                    drafting += 1
-                need = context[i] + (g if reserve else p)
-                blocks += need if bs == 1 else -(-need // bs)
-            nd = b
-        else:
+        if not ready:  # propose: each decoding request's round in this step at this step's gamma
+            if gamma_at and b > n_prefilling:
+                gamma = gamma_at[b - n_prefilling]
+            sum_w = nodraft = pre_tokens = 0
             for i in range(b):
                 if prefill_left[i]:
                     pre_tokens += prefill_left[i]
-                    need = context[i]
-                else:
-                    j = rounds_done[i] - rounds_first[i]
-                    cl = codes[i]
-                    if j >= len(cl):
-                        rounds_first[i], cl = held_rounds(request[i], rounds_done[i], AHEAD)
-                        codes[i] = cl
-                        j = 0
-                    code = cl[j]
-                    p_full, k_full = code >> 5, code & 31
-                    rem = target[i] - out[i]
-                    g = gamma if gamma < rem - 1 else (rem - 1 if rem > 1 else 0)
-                    p = p_full if p_full < g else g
-                    k = k_full if k_full < p else p
-                    nd += 1
-                    psum += p
-                    asum += k
-                    committed[i] = k + 1 if k + 1 < rem else rem
-                    gammas[i] = g
-                    if g:
-                        drafting += 1
-                    need = context[i] + (g if reserve else p)
-                blocks += need if bs == 1 else -(-need // bs)
-        ready = False
-        if budget is not None and (psum > budget - nd or pre_tokens > budget - nd - psum):
+                    continue
+                try:
+                    w = codes[i][jo[i] + s]
+                except IndexError:
+                    first, cl = held_rounds(request[i], roff[i] + s, AHEAD)
+                    codes[i] = cl
+                    jo[i] = roff[i] - first
+                    w = cl[jo[i] + s]
+                r = rem[i]
+                if r <= unclamped:
+                    g = clamp_gamma(gamma, r)
+                    w = clamped(w, g)
+                    if not g:
+                        nodraft += 1
+                nxt[i] = w
+                sum_w += w
+        nd = b - n_prefilling
+        psum = sum_w >> WIDE
+        csum = sum_w & mask  # tokens committed: sum (K + 1)
+        rows = nd + psum + pre_tokens
+        if rows > budget_max:  # the token budget trims proposals or takes a prompt in part
             fallback = True
-        elif kvb is not None and b > 1 and blocks > kvb:
-            fallback = True
+        elif ctx_sum + (nd * gamma if reserve else psum) + b * bs1 >= b_lim:  # KV blocks: summed where their
+            blocks = exact_blocks(rem, cbase, prefill_left, nxt, gamma, reserve, bs)  # bound may pass
+            if b > 1 and blocks > kv_max:  # the peak or the budget
+                fallback = True
+            elif blocks > peak:
+                peak = blocks
+                b_lim = (min(peak, kv_max) + 1) * bs
         if fallback:
             if s == 0:
                 return None
             break
-        rows = nd + psum + pre_tokens
+        drafting = nd - nodraft if gamma else 0
         if not drafting:
             d_sum = 0.0
         elif flat_sums is not None and nd < 8:  # StepPrices.draft_total's first case
             d_sum = flat_sums[drafting]
         else:
+            if need_gammas or drafting < nd:  # draft_total reads them
+                fill_gammas(gammas, rem, prefill_left, gamma)
             d_sum = prices.draft_total(nd, drafting, gammas, prefill_left, ctx_sum / b)
         # StepPrices.price_step: forward (and, speculative, the forward without the candidates) x noise, then
         # the per-step rest; the noiseless prices depend on (rows, candidates, batch, context sum) alone
@@ -325,102 +330,96 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
         tt = tt + d_sum + f + ot
         # commit
         done = False
-        if lazy and (n_prefilling or gamma_at):
-            lazy = _settle(last_emit, worst_gap, t_emit, run_max)
+        ctx_sum += csum
         if not n_prefilling and not gamma_at:  # every request decodes, one gamma: each request's commit, then
-            # its next round's proposal (the propose loop's fast case), summed for the next step if it keeps this batch
-            n_psum = n_asum = n_blocks = 0
-            ready = True
+            # its next round (clamped where rem <= gamma + 1), summed for the next step
             if lazy:  # every gap is tt - t_emit (step-major order: b equal entries)
                 gp = tt - t_emit
-                gaps += [gp] * b
+                gaps.append(gp)
+                reps.append(b)
                 if gp > run_max:
                     run_max = gp
             else:
                 for i in range(b):
                     gp = tt - last_emit[i]
                     gaps.append(gp)
+                    reps.append(1)
                     if gp > worst_gap[i]:
                         worst_gap[i] = gp
                 lazy = True
                 run_max = -math.inf
             t_emit = tt
+            s1 = s + 1
+            sum_w = nodraft = 0
             for i in range(b):
-                c = committed[i]
-                o = out[i] = out[i] + c
-                ctx = context[i] = context[i] + c
-                ctx_sum += c
-                n = rounds_done[i] = rounds_done[i] + 1
-                rem = target[i] - o
-                if rem <= unclamped:
-                    ready = False  # a finish or a clamped round: the propose loop takes the next step
-                    if rem <= 0:
-                        done = True
-                    continue
-                j = n - rounds_first[i]
-                cl = codes[i]
-                if j >= len(cl):
-                    rounds_first[i], cl = held_rounds(request[i], n, AHEAD)
-                    codes[i] = cl
-                    j = 0
-                code = cl[j]
-                p = code >> 5
-                k = code & 31
-                committed[i] = k + 1
-                n_psum += p
-                n_asum += k
-                need = ctx + (gamma if reserve else p)
-                n_blocks += need if bs == 1 else -(-need // bs)
-            b_ready = b
-        elif not n_prefilling:  # every request decodes: the loop below without the prefill branch
-            for i in range(b):
-                gp = tt - last_emit[i]
-                gaps.append(gp)
-                if gp > worst_gap[i]:
-                    worst_gap[i] = gp
-                last_emit[i] = tt
-                c = committed[i]
-                o = out[i] = out[i] + c
-                context[i] += c
-                ctx_sum += c
-                rounds_done[i] += 1
-                if o >= target[i]:
+                r = rem[i] = rem[i] - (nxt[i] & mask)
+                if r > unclamped:
+                    try:
+                        w = codes[i][jo[i] + s1]
+                    except IndexError:
+                        first, cl = held_rounds(request[i], roff[i] + s1, AHEAD)
+                        codes[i] = cl
+                        jo[i] = roff[i] - first
+                        w = cl[0]
+                    nxt[i] = w
+                    sum_w += w
+                elif r > 0:  # a clamped round
+                    try:
+                        w = codes[i][jo[i] + s1]
+                    except IndexError:
+                        first, cl = held_rounds(request[i], roff[i] + s1, AHEAD)
+                        codes[i] = cl
+                        jo[i] = roff[i] - first
+                        w = cl[0]
+                    g = gamma if gamma < r - 1 else r - 1
+                    if not g:
+                        nodraft += 1
+                    p = w >> WIDE  # batch_lists.clamped, inlined
+                    k = (w & mask) - 1
+                    if p > g:
+                        p = g
+                    if k > p:
+                        k = p
+                    w = nxt[i] = p << WIDE | (k + 1)
+                    sum_w += w
+                else:
                     done = True
-        else:
+            ready = True
+        else:  # requests prefilling, or gamma by batch size: the propose loop takes the next step
+            if lazy:
+                settle(last_emit, worst_gap, t_emit, run_max)
+            lazy = True  # every request emits at tt (but a preempted one prefilling again)
             for i in range(b):
                 if prefill_left[i]:  # its prompt is in: a fresh request's first token leaves now
                     prefill_left[i] = 0
-                    if out[i] == 0:
-                        counters.t_first[request[i]] = tt
-                        out[i] = 1
-                        context[i] += 1
+                    if rem[i] == target[i]:
+                        t_first[request[i]] = tt
+                        rem[i] -= 1
                         ctx_sum += 1
                         last_emit[i] = tt
-                        if target[i] <= 1:
+                        if rem[i] <= 0:
                             done = True
                     else:  # a preempted request's prompt again: no token, no chunk
                         chunks[i] -= 1
+                        lazy = False
                 else:
                     gp = tt - last_emit[i]
                     gaps.append(gp)
+                    reps.append(1)
                     if gp > worst_gap[i]:
                         worst_gap[i] = gp
                     last_emit[i] = tt
-                    c = committed[i]
-                    out[i] += c
-                    context[i] += c
-                    ctx_sum += c
-                    rounds_done[i] += 1
-                    if out[i] >= target[i]:
+                    r = rem[i] = rem[i] - (nxt[i] & mask)
+                    if r <= 0:
                         done = True
-        n_prefilling = 0  # every prompt in this step is in
-        rows_sum += rows
+            t_emit, run_max = tt, -math.inf
+            ready = False
+            pre_count += n_prefilling
+            pre_sum += pre_tokens
+            n_prefilling = pre_tokens = 0  # every prompt in this step is in
         batch_sum += b
-        rounds += nd
         prop_sum += psum
-        acc_sum += asum
-        if blocks > peak:
-            peak = blocks
+        commit_sum += csum
         s += 1
         if pending and not done:
             if stop_at_finish:
@@ -428,22 +427,23 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
             dispatcher.finish(pending, tt)
             pending = []
         if done:  # finished requests leave; the dispatcher counts them (a closed loop sends the next ones)
-            if lazy:  # write what was kept lazily
-                lazy = _settle(last_emit, worst_gap, t_emit, run_max)
+            if lazy:  # write what was kept lazily (and keep on: every request emitted at t_emit)
+                settle(last_emit, worst_gap, t_emit, run_max)
+                run_max = -math.inf
             fin = []
             for i in range(b):
-                if out[i] >= target[i]:
+                if rem[i] <= 0:
                     r = request[i]
                     fin.append(r)
-                    out_of[r] = out[i]
+                    out_of[r] = target[i] - rem[i]
                     last_of[r] = last_emit[i]
                     if worst_gap[i] > counters.max_gap[r]:
                         counters.max_gap[r] = worst_gap[i]
                     counters.chunks[r] += chunks[i] + s
                     cache.held.pop(r, None)
-                    ctx_sum -= context[i]
+                    ctx_sum -= cbase[i] - rem[i]
             for i in range(b - 1, -1, -1):  # in place, from the back
-                if out[i] >= target[i]:
+                if rem[i] <= 0:
                     for x in columns:
                         del x[i]
             b = len(request)
@@ -454,47 +454,31 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                 pending = fin
                 break
             dispatcher.finish(fin, tt)
-            if len(gaps) >= 1 << 16:
-                counters.gaps.append(np.array(gaps, dtype=np.float32))
-                gaps = []
+            if len(gaps) >= 1 << 14:
+                counters.gaps.append(np.repeat(np.array(gaps), reps).astype(np.float32))
+                gaps, reps = [], []
     # write the running batch back
-    lazy = lazy and _settle(last_emit, worst_gap, t_emit, run_max)
+    if lazy:
+        settle(last_emit, worst_gap, t_emit, run_max)
     prices.verify_s, prices.verify_base_s, prices.last_forward_s = verify_s, verify_base_s, last_f
     if gaps:
-        counters.gaps.append(np.array(gaps, dtype=np.float32))
-    ids = np.array(request, dtype=np.int64)
+        counters.gaps.append(np.repeat(np.array(gaps), reps).astype(np.float32))
+    ids = write_batch(batch, counters.chain, counters.draw_key, request, target, rem, cbase, last_emit,
+                      prefill_left, roff, s)
     if b:
         counters.max_gap[ids] = np.maximum(counters.max_gap[ids], worst_gap)
         counters.chunks[ids] += np.array(chunks, dtype=np.int64) + s
-    batch.request = ids
-    batch.out = np.array(out, dtype=np.int64)
-    batch.target = np.array(target, dtype=np.int64)
-    batch.context = np.array(context, dtype=np.int64)
-    batch.last_emit = np.array(last_emit, dtype=np.float64)
-    batch.prefill_left = np.array(prefill_left, dtype=np.int64)
-    batch.rounds_done = np.array(rounds_done, dtype=np.int64)
-    batch.chain = counters.chain[ids]
-    batch.draw_key = counters.draw_key[ids]
     counters.steps += s
     counters.fast_steps += s
     counters.fast_segments += 1
+    rounds = batch_sum - pre_count
     counters.batch_sum += batch_sum
-    counters.rows_sum += rows_sum
+    counters.rows_sum += rounds + prop_sum + pre_sum
     counters.rounds += rounds
     counters.proposed_sum += prop_sum
-    counters.accepted_sum += acc_sum
+    counters.accepted_sum += commit_sum - rounds
     counters.peak_kv_tokens = max(counters.peak_kv_tokens, peak * bs)
     replica.steps_taken += s
     replica.last_dt = (tt - t) / s
     replica.clock = tt
     return replica.step_from(tt, pending) if fallback else pending
-
-
-def _settle(last_emit: list[float], worst_gap: list[float], t_emit: float, run_max: float) -> bool:
-    """Write the lazily kept state: every request last emitted at ``t_emit``; its worst gap is at least ``run_max``
-    (the largest gap of the steps all took since theirs were written). Returns False (no longer lazy)."""
-    for i in range(len(last_emit)):
-        last_emit[i] = t_emit
-        if run_max > worst_gap[i]:
-            worst_gap[i] = run_max
-    return False
