@@ -20,6 +20,9 @@ never a prompt a run measures. Three phases inside one time budget (``minutes``)
    training sequences measures teacher-forced top-1 agreement with the target, over all positions
    (``val_top1``) and over the generated answers' positions only (``val_top1_answer``: the text
    the head drafts at run time, where a chain round's first token is accepted at about this rate).
+   With ``check_every`` the held-out set is scored every N steps and the checkpoint with the best
+   ``val_top1_answer`` is kept (early stopping against over-fitting a small corpus; the figures
+   are then those of the kept checkpoint, chosen on that same held-out set).
 
 The draft vocabulary is the ``draft_vocab`` most frequent ``y_j`` plus the target's stop tokens.
 """
@@ -38,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from specledger.engine.drafters.head import HeadConfig, HeadNet, save_head, target_fingerprint
-from specledger.errors import require
+from specledger.errors import SpecLedgerError, require
 
 
 @dataclass
@@ -61,6 +64,10 @@ class TrainSettings:
     prefill_share: float = 0.25  # of the budget spent on teacher-forced passes over further prompts (0 = none)
     prefill_max_tokens: int = 512  # longest prompt prefix one such pass reads
     max_prefill_prompts: int | None = None  # at most this many prefill passes (tests: a fixed corpus)
+    extra_chat: int = 0  # add up to this many train-split open questions (workloads.chat_questions) as dialogue
+    category_weights: dict[str, float] | None = None  # prompt order by category share (None: one shuffle)
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay
+    check_every: int = 0  # score the held-out sequences every N steps and keep the best checkpoint (0 = last)
 
     def validate(self) -> None:
         require(self.minutes > 0, f"--minutes must be > 0, got {self.minutes}")
@@ -73,6 +80,13 @@ class TrainSettings:
         require(self.hidden_dim >= 8, "--head-hidden must be >= 8")
         require(self.draft_vocab >= 0, "--draft-vocab must be >= 0 (0 = the full vocabulary)")
         require(self.window >= 8 and self.batch >= 1, "window >= 8 and batch >= 1")
+        require(self.max_batch >= 1, f"--max-batch must be >= 1, got {self.max_batch}")
+        require(self.extra_chat >= 0, f"--extra-chat must be >= 0, got {self.extra_chat}")
+        require(self.check_every >= 0, f"--check-every must be >= 0, got {self.check_every}")
+        require(self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}")
+        weights = self.category_weights or {}
+        require(all(w >= 0 for w in weights.values()) and (not weights or any(w > 0 for w in weights.values())),
+                f"--category-weights must be >= 0 and not all 0, got {weights}")
 
 
 @dataclass
@@ -98,9 +112,60 @@ def _noop(phase: str, frac: float, note: str) -> None:
     pass
 
 
-def encode_items(loaded: Any, items: Sequence[Any], max_prompt_tokens: int | None) -> list[list[int]]:
-    """The items' prompts as token ids, skipping any the template refuses and (when
-    ``max_prompt_tokens`` is given) any longer than that."""
+def parse_category_weights(text: str) -> dict[str, float]:
+    """``"dialogue=8,math=0.5"`` -> ``{"dialogue": 8.0, "math": 0.5}``; one-line errors for a
+    malformed pair, an unknown category or a negative weight."""
+    from specledger.workloads import CATEGORIES
+
+    weights: dict[str, float] = {}
+    for pair in (p.strip() for p in text.split(",")):
+        if not pair:
+            continue
+        name, sep, value = pair.partition("=")
+        name = name.strip()
+        require(sep == "=", f"--category-weights: expected CATEGORY=WEIGHT, got {pair!r}")
+        require(name in CATEGORIES and name != "random",
+                f"--category-weights: unknown category {name!r}; choose from "
+                f"{', '.join(c for c in CATEGORIES if c != 'random')}")
+        try:
+            weights[name] = float(value)
+        except ValueError:
+            raise SpecLedgerError(f"--category-weights: {name}'s weight {value!r} is not a number") from None
+        require(weights[name] >= 0, f"--category-weights: {name}'s weight must be >= 0, got {value}")
+    return weights
+
+
+def weighted_order(items: Sequence[Any], weights: dict[str, float] | None, seed: int) -> list[Any]:
+    """The order the phases read training prompts in. ``weights`` None: one seeded shuffle (each
+    category's share = its share of the items). Else each category is shuffled (seeded) and the
+    categories are interleaved so that every prefix holds them in proportion to their weights
+    (stride scheduling: next is the category with the smallest ``(taken + 0.5) / weight``, ties by
+    name; a category not named weighs 1, weight 0 drops it); one that runs out leaves the rest."""
+    rnd = random.Random(seed)
+    if weights is None:
+        order = list(items)
+        rnd.shuffle(order)
+        return order
+    groups: dict[str, list[Any]] = {}
+    for item in items:
+        groups.setdefault(item.category, []).append(item)
+    for name in sorted(groups):
+        rnd.shuffle(groups[name])
+    live = {c: float(weights.get(c, 1.0)) for c in groups if weights.get(c, 1.0) > 0}
+    taken = dict.fromkeys(live, 0)
+    order = []
+    while live:
+        c = min(sorted(live), key=lambda k: (taken[k] + 0.5) / live[k])
+        order.append(groups[c][taken[c]])
+        taken[c] += 1
+        if taken[c] == len(groups[c]):
+            del live[c]
+    return order
+
+
+def encode_items(loaded: Any, items: Sequence[Any], max_prompt_tokens: int | None) -> list[tuple[str, list[int]]]:
+    """``(category, prompt token ids)`` of the items, in order, skipping any the template refuses
+    and (when ``max_prompt_tokens`` is given) any longer than that."""
     from specledger.workloads import encode_item
 
     prompts = []
@@ -112,7 +177,7 @@ def encode_items(loaded: Any, items: Sequence[Any], max_prompt_tokens: int | Non
         except Exception:  # an item the template refuses is skipped, not fatal
             continue
         if len(ids) > 0 and (max_prompt_tokens is None or len(ids) <= max_prompt_tokens):
-            prompts.append(ids)
+            prompts.append((item.category, ids))
     return prompts
 
 
@@ -267,7 +332,11 @@ def train_head_net(target: Any, corpus: Corpus, vocab_ids: torch.Tensor | None, 
         remap[vocab_ids] = torch.arange(len(vocab_ids))
     coverage = 1.0 if remap is None else float((remap[labels] >= 0).float().mean())
     embed = target.embed.weight.detach().float()
-    opt = torch.optim.AdamW(net.parameters(), lr=s.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    val = None
+    if val_idx:
+        vt, vp, vf, vl = _stream(corpus, val_idx)
+        val = (vt, vp, vf, vl, torch.cat([corpus.answer[i] for i in val_idx]))
+    opt = torch.optim.AdamW(net.parameters(), lr=s.lr, weight_decay=s.weight_decay, betas=(0.9, 0.95))
     L = min(s.window, len(toks))
     start_t = time.perf_counter()
     total = max(1e-9, deadline - start_t)
@@ -290,10 +359,48 @@ def train_head_net(target: Any, corpus: Corpus, vocab_ids: torch.Tensor | None, 
         reg = F.smooth_l1_loss(pred / sigma, feat_b / sigma)
         return ce, reg, logits.argmax(-1) == target_ids
 
+    def val_score() -> dict[str, Any]:
+        """Teacher-forced figures on the held-out sequences (no noise), in windows of L."""
+        vt, vp, vf, vl, va = val
+        Lv = min(L, len(vt))
+        ce_sum = n = 0.0
+        hit_all = hit_ans = n_ans = 0
+        with torch.no_grad():
+            for a in range(0, len(vt) - Lv + 1, Lv):
+                w = slice(a, a + Lv)
+                ce, _, hits = loss_of(vt[None, w], vp[None, w].float(), vf[None, w].float(), vl[None, w])
+                ce_sum, n = ce_sum + float(ce), n + 1
+                hit_all += int(hits.sum())
+                hit_ans += int(hits[0][va[w]].sum())
+                n_ans += int(va[w].sum())
+        if not n:
+            return {}
+        return {"val_ce": round(ce_sum / n, 4), "val_top1": round(hit_all / (n * Lv), 4), "val_tokens": int(n * Lv),
+                "val_answer_tokens": n_ans, "val_top1_answer": round(hit_ans / n_ans, 4) if n_ans else None}
+
+    best: tuple[int, dict, float] | None = None  # (step, state, score) of the best checkpoint so far
+    checks: list[list[float]] = []  # [step, val_top1, val_top1_answer] per check
+
+    def check() -> None:
+        nonlocal best
+        net.eval()
+        score = val_score()
+        net.train()
+        if not score:
+            return
+        key = score["val_top1_answer"] if score["val_top1_answer"] is not None else score["val_top1"]
+        checks.append([steps, score["val_top1"], score["val_top1_answer"]])
+        if best is None or key > best[2]:
+            best = (steps, {k: v.detach().clone() for k, v in net.state_dict().items()}, key)
+
     while True:
         now = time.perf_counter()
         if (now >= deadline and steps > 0) or (s.max_steps is not None and steps >= s.max_steps):
+            if val is not None and s.check_every:
+                check()
             break
+        if val is not None and s.check_every and steps and steps % s.check_every == 0:
+            check()
         frac = min(1.0, (now - start_t) / total)
         for group in opt.param_groups:  # linear warm-up over 20 steps, cosine decay to the deadline
             group["lr"] = s.lr * min(1.0, (steps + 1) / 20) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
@@ -314,25 +421,12 @@ def train_head_net(target: Any, corpus: Corpus, vocab_ids: torch.Tensor | None, 
     figures: dict[str, Any] = {"train_steps": steps, "train_token_visits": seen,
                                "train_ce": round(ema[0], 4), "train_reg": round(ema[1], 4),
                                "train_top1": round(ema[2], 4), "draft_vocab_coverage": round(coverage, 4)}
+    if best is not None:  # keep the checkpoint that drafted the held-out answers best
+        net.load_state_dict(best[1])
+        figures.update({"best_step": best[0], "checkpoints": checks})
     net.eval()
-    if val_idx:
-        vt, vp, vf, vl = _stream(corpus, val_idx)
-        va = torch.cat([corpus.answer[i] for i in val_idx])
-        Lv = min(L, len(vt))
-        ce_sum = n = 0.0
-        hit_all = hit_ans = n_ans = 0
-        with torch.no_grad():
-            for a in range(0, len(vt) - Lv + 1, Lv):
-                w = slice(a, a + Lv)
-                ce, _, hits = loss_of(vt[None, w], vp[None, w].float(), vf[None, w].float(), vl[None, w])
-                ce_sum, n = ce_sum + float(ce), n + 1
-                hit_all += int(hits.sum())
-                hit_ans += int(hits[0][va[w]].sum())
-                n_ans += int(va[w].sum())
-        if n:
-            figures.update({"val_ce": round(ce_sum / n, 4), "val_top1": round(hit_all / (n * Lv), 4),
-                            "val_tokens": int(n * Lv), "val_answer_tokens": n_ans,
-                            "val_top1_answer": round(hit_ans / n_ans, 4) if n_ans else None})
+    if val is not None:
+        figures.update(val_score())
     net.requires_grad_(False)
     _set_prepack(net, True)
     return net, figures
@@ -344,27 +438,33 @@ def train_head(loaded: Any, s: TrainSettings, out_path: Any, progress: Progress 
     from pathlib import Path
 
     from specledger.workloads import training_items
+    from specledger.workloads.chat_questions import chat_training_items
 
     s.validate()
     t0 = time.perf_counter()
     deadline = t0 + 60.0 * s.minutes
     model = loaded.model
     items = training_items(s.categories)
-    random.Random(s.seed).shuffle(items)
+    if s.extra_chat:
+        chat = chat_training_items()
+        random.Random(s.seed).shuffle(chat)
+        items += chat[: s.extra_chat]
+    items = weighted_order(items, s.category_weights, s.seed)
     encoded = encode_items(loaded, items, None)
-    short = [p for p in encoded if len(p) <= s.max_prompt_tokens]
+    short = [p for p in encoded if len(p[1]) <= s.max_prompt_tokens]
     prompts = short[: s.max_prompts]
-    longer = [p for p in encoded if len(p) > s.max_prompt_tokens]  # read by the prefill phase only
+    longer = [p for p in encoded if len(p[1]) > s.max_prompt_tokens]  # read by the prefill phase only
     require(prompts, "no training prompts: the training split is empty for these categories")
     gen_deadline = t0 + 60.0 * s.minutes * s.gen_share
-    corpus = generate_corpus(model, loaded.eos_token_ids, prompts, s.max_new_tokens, gen_deadline,
+    corpus = generate_corpus(model, loaded.eos_token_ids, [p for _, p in prompts], s.max_new_tokens, gen_deadline,
                              s.max_batch, progress)
     require(corpus.tokens, "no answers were generated in the time given; raise --minutes")
+    n_answers = len(corpus.tokens)
     t_gen = time.perf_counter() - t0
+    rest = (short[corpus.prompts_started :] + longer)[: s.max_prefill_prompts]
     if s.prefill_share > 0:
-        rest = (short[corpus.prompts_started :] + longer)[: s.max_prefill_prompts]
         prefill_deadline = gen_deadline + 60.0 * s.minutes * s.prefill_share
-        prefill_corpus(model, rest, s.prefill_max_tokens, prefill_deadline, corpus, progress)
+        prefill_corpus(model, [p for _, p in rest], s.prefill_max_tokens, prefill_deadline, corpus, progress)
     t_prefill = time.perf_counter() - t0 - t_gen
     vocab_ids = choose_draft_vocab(corpus, s.draft_vocab, loaded.eos_token_ids, model.config.vocab_size)
     net, figures = train_head_net(model, corpus, vocab_ids, s, deadline, progress)
@@ -374,6 +474,8 @@ def train_head(loaded: Any, s: TrainSettings, out_path: Any, progress: Progress 
         "target_fingerprint": target_fingerprint(model), "train_prompts_available": len(prompts),
         "sequences": len(corpus.tokens), "tokens": corpus.n_tokens, "prompt_tokens": corpus.prompt_tokens,
         "answer_tokens": corpus.answer_tokens, "prefill_tokens": corpus.prefill_tokens,
+        "answers_by_category": dict(Counter(c for c, _ in prompts[: corpus.prompts_started])),
+        "prefill_by_category": dict(Counter(c for c, p in rest[: len(corpus.tokens) - n_answers])),
         "seconds_generate": round(t_gen, 1), "seconds_prefill": round(t_prefill, 1),
         "seconds_train": round(t_train, 1),
         "seconds_total": round(time.perf_counter() - t0, 1), **figures,
