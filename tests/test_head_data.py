@@ -8,8 +8,16 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 
-from specledger.engine.head_train import TrainSettings, parse_category_weights, train_head, weighted_order
+from specledger.engine.head_train import (
+    Corpus,
+    TrainSettings,
+    choose_draft_vocab,
+    parse_category_weights,
+    train_head,
+    weighted_order,
+)
 from specledger.errors import SpecLedgerError
 from specledger.workloads import CATEGORIES, load_category, split_of
 from specledger.workloads.chat_questions import chat_training_items
@@ -74,8 +82,19 @@ def test_train_head_answers_follow_the_weights_and_take_the_extra_chat(tmp_path)
     settings = TrainSettings(minutes=5, categories=["math", "code"], extra_chat=12, max_new_tokens=8,
                              draft_vocab=0, hidden_dim=16, window=16, max_prompts=12, max_steps=2,
                              max_prefill_prompts=4, prefill_max_tokens=64, max_prompt_tokens=400,
-                             category_weights={"dialogue": 2, "math": 1, "code": 0}, check_every=1)
+                             category_weights={"dialogue": 2, "math": 1, "code": 0}, check_every=1,
+                             prompt_loss_weight=0.2)
     figures = train_head(_Loaded(target), settings, tmp_path / "h.safetensors")
     assert figures["answers_by_category"] == {"dialogue": 8, "math": 4}
     assert sum(figures["prefill_by_category"].values()) == 4 and "code" not in figures["prefill_by_category"]
     assert [c[0] for c in figures["checkpoints"]] == [1, 2] and figures["best_step"] in (1, 2)
+
+
+def test_the_draft_vocabulary_fills_up_from_the_prompts_token_counts_before_unseen_ids():
+    corpus = Corpus(labels=[torch.tensor([5, 5, 6, 7])])
+    ids = choose_draft_vocab(corpus, 6, [2], 50, fill=Counter({40: 9, 6: 8, 30: 1}))
+    assert ids.tolist() == [2, 5, 6, 7, 30, 40]  # labels by count, then the prompts' counts
+    assert choose_draft_vocab(corpus, 7, [2], 50, fill=Counter({40: 9})).tolist() == [0, 1, 2, 5, 6, 7, 40]
+    assert choose_draft_vocab(corpus, 0, [2], 50) is None
+    with pytest.raises(SpecLedgerError, match="prompt-loss-weight"):
+        TrainSettings(prompt_loss_weight=-1).validate()

@@ -38,6 +38,9 @@ def train_head(
              "(first by the generate phase) is proportional to its weight; unnamed = 1, 0 = drop "
              "(default: one shuffle, shares as in the data).")] = None,
     weight_decay: Annotated[float, typer.Option(help="AdamW weight decay.")] = 0.0,
+    prompt_loss_weight: Annotated[float, typer.Option(
+        help="Cross-entropy weight of prompt positions (generated-answer positions weigh 1): the head only "
+             "drafts answers at run time; EAGLE trains on the answers alone (0).")] = 1.0,
     check_every: Annotated[int, typer.Option(
         help="Score the held-out 5 % every N steps and keep the checkpoint with the best top-1 on its "
              "generated answers (0 = keep the last).")] = 0,
@@ -58,7 +61,7 @@ def train_head(
                              prefill_max_tokens=prefill_max_tokens, max_new_tokens=max_new_tokens,
                              hidden_dim=head_hidden, draft_vocab=draft_vocab, lr=lr, seed=seed,
                              extra_chat=extra_chat, weight_decay=weight_decay, max_batch=max_batch,
-                             check_every=check_every,
+                             check_every=check_every, prompt_loss_weight=prompt_loss_weight,
                              category_weights=parse_category_weights(category_weights) if category_weights else None,
                              categories=[c.strip() for c in categories.split(",") if c.strip()] if categories else None)
     settings.validate()

@@ -67,6 +67,7 @@ class TrainSettings:
     extra_chat: int = 0  # add up to this many train-split open questions (workloads.chat_questions) as dialogue
     category_weights: dict[str, float] | None = None  # prompt order by category share (None: one shuffle)
     weight_decay: float = 0.0  # AdamW's decoupled weight decay
+    prompt_loss_weight: float = 1.0  # CE weight of prompt positions (answer positions weigh 1; EAGLE uses 0)
     check_every: int = 0  # score the held-out sequences every N steps and keep the best checkpoint (0 = last)
 
     def validate(self) -> None:
@@ -82,6 +83,7 @@ class TrainSettings:
         require(self.window >= 8 and self.batch >= 1, "window >= 8 and batch >= 1")
         require(self.max_batch >= 1, f"--max-batch must be >= 1, got {self.max_batch}")
         require(self.extra_chat >= 0, f"--extra-chat must be >= 0, got {self.extra_chat}")
+        require(self.prompt_loss_weight >= 0, f"--prompt-loss-weight must be >= 0, got {self.prompt_loss_weight}")
         require(self.check_every >= 0, f"--check-every must be >= 0, got {self.check_every}")
         require(self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}")
         weights = self.category_weights or {}
@@ -269,28 +271,36 @@ def prefill_corpus(model: Any, prompts: Sequence[list[int]], max_tokens: int, de
     return corpus
 
 
-def choose_draft_vocab(corpus: Corpus, size: int, always: Sequence[int], vocab_size: int) -> torch.Tensor | None:
-    """The ``size`` most frequent target next tokens plus ``always`` (stop tokens); None = full vocabulary."""
+def choose_draft_vocab(corpus: Corpus, size: int, always: Sequence[int], vocab_size: int,
+                       fill: Counter | None = None) -> torch.Tensor | None:
+    """The ``size`` most frequent target next tokens plus ``always`` (stop tokens); when the corpus
+    has fewer distinct ones, the most frequent tokens of ``fill`` (e.g. every training prompt's
+    tokens: text the corpus had no time to generate over), then the lowest unseen ids. None = full
+    vocabulary."""
     if size <= 0 or size >= vocab_size:
         return None
     counts = Counter(torch.cat(corpus.labels).tolist())
     chosen = [t for t in always if 0 <= t < vocab_size]
-    for tok, _ in counts.most_common():
-        if len(chosen) >= size:
-            break
-        if tok not in chosen:
-            chosen.append(tok)
+    taken = set(chosen)
+    for source in (counts, fill or Counter()):
+        for tok, _ in source.most_common():
+            if len(chosen) >= size:
+                break
+            if tok not in taken and 0 <= tok < vocab_size:
+                chosen.append(tok)
+                taken.add(tok)
     for tok in range(vocab_size):  # fill up with unseen ids so the size is what was asked
         if len(chosen) >= size:
             break
-        if tok not in counts and tok not in chosen:
+        if tok not in taken:
             chosen.append(tok)
+            taken.add(tok)
     return torch.tensor(sorted(chosen), dtype=torch.long)
 
 
-def _stream(corpus: Corpus, idx: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _stream(corpus: Corpus, idx: Sequence[int]) -> tuple[torch.Tensor, ...]:
     """Concatenate sequences ``idx``: tokens, previous features (zero at each sequence start),
-    target features and labels."""
+    target features, labels and the answer mask."""
     toks = torch.cat([corpus.tokens[i] for i in idx])
     feats = torch.cat([corpus.feats[i] for i in idx])
     labels = torch.cat([corpus.labels[i] for i in idx])
@@ -300,7 +310,7 @@ def _stream(corpus: Corpus, idx: Sequence[int]) -> tuple[torch.Tensor, torch.Ten
         n = len(corpus.tokens[i])
         prev[offset + 1 : offset + n] = corpus.feats[i][: n - 1]
         offset += n
-    return toks, prev, feats, labels
+    return toks, prev, feats, labels, torch.cat([corpus.answer[i] for i in idx])
 
 
 def _set_prepack(net: HeadNet, on: bool) -> None:
@@ -320,7 +330,7 @@ def train_head_net(target: Any, corpus: Corpus, vocab_ids: torch.Tensor | None, 
     rnd.shuffle(order)
     n_val = max(1, len(order) // 20) if len(order) >= 4 else 0
     val_idx, train_idx = order[:n_val], order[n_val:] or order
-    toks, prev, feats, labels = _stream(corpus, train_idx)
+    toks, prev, feats, labels, answer = _stream(corpus, train_idx)
     sigma = float(feats[: 200_000].float().std()) or 1.0
     w_lm = target.lm_head.weight
     if w_lm.dtype == torch.int8:
@@ -334,28 +344,31 @@ def train_head_net(target: Any, corpus: Corpus, vocab_ids: torch.Tensor | None, 
     embed = target.embed.weight.detach().float()
     val = None
     if val_idx:
-        vt, vp, vf, vl = _stream(corpus, val_idx)
-        val = (vt, vp, vf, vl, torch.cat([corpus.answer[i] for i in val_idx]))
+        val = _stream(corpus, val_idx)
     opt = torch.optim.AdamW(net.parameters(), lr=s.lr, weight_decay=s.weight_decay, betas=(0.9, 0.95))
     L = min(s.window, len(toks))
     start_t = time.perf_counter()
     total = max(1e-9, deadline - start_t)
     steps, seen, ema = 0, 0, None
 
-    def batch_at(starts: Sequence[int], tk, pv, ft, lb, noise: float):
-        tok_b = torch.stack([tk[a : a + L] for a in starts])
-        prev_b = torch.stack([pv[a : a + L] for a in starts]).float()
+    def batch_at(starts: Sequence[int], noise: float):
+        tok_b = torch.stack([toks[a : a + L] for a in starts])
+        prev_b = torch.stack([prev[a : a + L] for a in starts]).float()
         if noise:
             prev_b = prev_b + (torch.rand_like(prev_b) * 2 - 1) * (noise * sigma)
-        return tok_b, prev_b, torch.stack([ft[a : a + L] for a in starts]).float(), torch.stack(
-            [lb[a : a + L] for a in starts])
+        return (tok_b, prev_b, torch.stack([feats[a : a + L] for a in starts]).float(),
+                torch.stack([labels[a : a + L] for a in starts]), torch.stack([answer[a : a + L] for a in starts]))
 
-    def loss_of(tok_b, prev_b, feat_b, lab_b):
+    def loss_of(tok_b, prev_b, feat_b, lab_b, ans_b):
+        """CE (answer positions weigh 1, prompt positions ``prompt_loss_weight``) + feature regression."""
         kv = torch.zeros(2, tok_b.shape[0], hc.n_kv_heads, tok_b.shape[1], hc.head_dim)
         pred = net(F.embedding(tok_b, embed), prev_b, kv, 0)
         logits = pred @ w_draft.T
         target_ids = lab_b if remap is None else remap[lab_b]
-        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target_ids.reshape(-1), ignore_index=-100)
+        ce_each = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target_ids.reshape(-1), ignore_index=-100,
+                                  reduction="none")
+        weight = torch.where(ans_b.reshape(-1), 1.0, s.prompt_loss_weight) * (target_ids.reshape(-1) != -100)
+        ce = (ce_each * weight).sum() / weight.sum().clamp_min(1e-9)
         reg = F.smooth_l1_loss(pred / sigma, feat_b / sigma)
         return ce, reg, logits.argmax(-1) == target_ids
 
@@ -368,7 +381,7 @@ def train_head_net(target: Any, corpus: Corpus, vocab_ids: torch.Tensor | None, 
         with torch.no_grad():
             for a in range(0, len(vt) - Lv + 1, Lv):
                 w = slice(a, a + Lv)
-                ce, _, hits = loss_of(vt[None, w], vp[None, w].float(), vf[None, w].float(), vl[None, w])
+                ce, _, hits = loss_of(vt[None, w], vp[None, w].float(), vf[None, w].float(), vl[None, w], va[None, w])
                 ce_sum, n = ce_sum + float(ce), n + 1
                 hit_all += int(hits.sum())
                 hit_ans += int(hits[0][va[w]].sum())
@@ -405,7 +418,7 @@ def train_head_net(target: Any, corpus: Corpus, vocab_ids: torch.Tensor | None, 
         for group in opt.param_groups:  # linear warm-up over 20 steps, cosine decay to the deadline
             group["lr"] = s.lr * min(1.0, (steps + 1) / 20) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         starts = [rnd.randrange(0, len(toks) - L + 1) for _ in range(s.batch)]
-        ce, reg, hits = loss_of(*batch_at(starts, toks, prev, feats, labels, s.noise))
+        ce, reg, hits = loss_of(*batch_at(starts, s.noise))
         acc = hits.float().mean()
         loss = ce + reg
         opt.zero_grad(set_to_none=True)
@@ -466,7 +479,8 @@ def train_head(loaded: Any, s: TrainSettings, out_path: Any, progress: Progress 
         prefill_deadline = gen_deadline + 60.0 * s.minutes * s.prefill_share
         prefill_corpus(model, [p for _, p in rest], s.prefill_max_tokens, prefill_deadline, corpus, progress)
     t_prefill = time.perf_counter() - t0 - t_gen
-    vocab_ids = choose_draft_vocab(corpus, s.draft_vocab, loaded.eos_token_ids, model.config.vocab_size)
+    fill = Counter(t for _, p in encoded for t in p)
+    vocab_ids = choose_draft_vocab(corpus, s.draft_vocab, loaded.eos_token_ids, model.config.vocab_size, fill)
     net, figures = train_head_net(model, corpus, vocab_ids, s, deadline, progress)
     t_train = time.perf_counter() - t0 - t_gen - t_prefill
     figures = {
