@@ -53,7 +53,8 @@ def train_head(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from specledger.engine.drafters.head import head_cache_path, target_fingerprint
-    from specledger.engine.head_train import TrainSettings, parse_category_weights
+    from specledger.engine.head_data import parse_category_weights
+    from specledger.engine.head_train import TrainSettings
     from specledger.engine.head_train import train_head as run_training
     from specledger.engine.loader import load_model
 

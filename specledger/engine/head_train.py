@@ -1,7 +1,8 @@
 """``specledger train-head``: train the ``head`` drafter on the target's own outputs (self-distillation).
 
 Data: only the bundled workloads' ``train`` split (:func:`specledger.workloads.training_items`),
-never a prompt a run measures. Three phases inside one time budget (``minutes``):
+optionally with extra train-split chat questions and a category weighting
+(:mod:`specledger.engine.head_data`), never a prompt a run measures. Three phases inside one time budget (``minutes``):
 
 1. generate -- the target answers training prompts greedily (packed batches of up to
    ``max_batch``, up to ``max_new_tokens`` each) for ``gen_share`` of the budget; the passes that
@@ -15,7 +16,8 @@ never a prompt a run measures. Three phases inside one time budget (``minutes``)
 3. train -- AdamW on windows of the concatenated sequences until the budget ends: input
    ``(embed(c_j), f_{j-1} + noise)``, loss = cross-entropy of the head's draft-vocabulary logits
    against ``y_j`` + smooth-L1 between the predicted and the true feature (scaled by the
-   features' std), EAGLE's two losses. The noise (uniform, +-0.1 std as in EAGLE) stands in for
+   features' std), EAGLE's two losses; a prompt position's CE weighs ``prompt_loss_weight``
+   (a generated answer's weighs 1: the head only drafts answers at run time). The noise (uniform, +-0.1 std as in EAGLE) stands in for
    the head's own errors when it later feeds on predicted features. A held-out 5 % of the
    training sequences measures teacher-forced top-1 agreement with the target, over all positions
    (``val_top1``) and over the generated answers' positions only (``val_top1_answer``: the text
@@ -24,7 +26,8 @@ never a prompt a run measures. Three phases inside one time budget (``minutes``)
    ``val_top1_answer`` is kept (early stopping against over-fitting a small corpus; the figures
    are then those of the kept checkpoint, chosen on that same held-out set).
 
-The draft vocabulary is the ``draft_vocab`` most frequent ``y_j`` plus the target's stop tokens.
+The draft vocabulary is the ``draft_vocab`` most frequent ``y_j`` plus the target's stop tokens
+(filled up from the training prompts' token counts when the corpus has fewer distinct ones).
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ import torch
 import torch.nn.functional as F
 
 from specledger.engine.drafters.head import HeadConfig, HeadNet, save_head, target_fingerprint
-from specledger.errors import SpecLedgerError, require
+from specledger.engine.head_data import encode_items, training_prompt_items
+from specledger.errors import require
 
 
 @dataclass
@@ -112,75 +116,6 @@ Progress = Callable[[str, float, str], None]  # (phase, fraction done, note)
 
 def _noop(phase: str, frac: float, note: str) -> None:
     pass
-
-
-def parse_category_weights(text: str) -> dict[str, float]:
-    """``"dialogue=8,math=0.5"`` -> ``{"dialogue": 8.0, "math": 0.5}``; one-line errors for a
-    malformed pair, an unknown category or a negative weight."""
-    from specledger.workloads import CATEGORIES
-
-    weights: dict[str, float] = {}
-    for pair in (p.strip() for p in text.split(",")):
-        if not pair:
-            continue
-        name, sep, value = pair.partition("=")
-        name = name.strip()
-        require(sep == "=", f"--category-weights: expected CATEGORY=WEIGHT, got {pair!r}")
-        require(name in CATEGORIES and name != "random",
-                f"--category-weights: unknown category {name!r}; choose from "
-                f"{', '.join(c for c in CATEGORIES if c != 'random')}")
-        try:
-            weights[name] = float(value)
-        except ValueError:
-            raise SpecLedgerError(f"--category-weights: {name}'s weight {value!r} is not a number") from None
-        require(weights[name] >= 0, f"--category-weights: {name}'s weight must be >= 0, got {value}")
-    return weights
-
-
-def weighted_order(items: Sequence[Any], weights: dict[str, float] | None, seed: int) -> list[Any]:
-    """The order the phases read training prompts in. ``weights`` None: one seeded shuffle (each
-    category's share = its share of the items). Else each category is shuffled (seeded) and the
-    categories are interleaved so that every prefix holds them in proportion to their weights
-    (stride scheduling: next is the category with the smallest ``(taken + 0.5) / weight``, ties by
-    name; a category not named weighs 1, weight 0 drops it); one that runs out leaves the rest."""
-    rnd = random.Random(seed)
-    if weights is None:
-        order = list(items)
-        rnd.shuffle(order)
-        return order
-    groups: dict[str, list[Any]] = {}
-    for item in items:
-        groups.setdefault(item.category, []).append(item)
-    for name in sorted(groups):
-        rnd.shuffle(groups[name])
-    live = {c: float(weights.get(c, 1.0)) for c in groups if weights.get(c, 1.0) > 0}
-    taken = dict.fromkeys(live, 0)
-    order = []
-    while live:
-        c = min(sorted(live), key=lambda k: (taken[k] + 0.5) / live[k])
-        order.append(groups[c][taken[c]])
-        taken[c] += 1
-        if taken[c] == len(groups[c]):
-            del live[c]
-    return order
-
-
-def encode_items(loaded: Any, items: Sequence[Any], max_prompt_tokens: int | None) -> list[tuple[str, list[int]]]:
-    """``(category, prompt token ids)`` of the items, in order, skipping any the template refuses
-    and (when ``max_prompt_tokens`` is given) any longer than that."""
-    from specledger.workloads import encode_item
-
-    prompts = []
-    for item in items:
-        if item.meta.get("token_ids"):
-            continue
-        try:
-            ids = encode_item(loaded, item)
-        except Exception:  # an item the template refuses is skipped, not fatal
-            continue
-        if len(ids) > 0 and (max_prompt_tokens is None or len(ids) <= max_prompt_tokens):
-            prompts.append((item.category, ids))
-    return prompts
 
 
 @torch.inference_mode()
@@ -450,20 +385,12 @@ def train_head(loaded: Any, s: TrainSettings, out_path: Any, progress: Progress 
     """All three phases for the loaded target; writes the head file; returns the training figures."""
     from pathlib import Path
 
-    from specledger.workloads import training_items
-    from specledger.workloads.chat_questions import chat_training_items
-
     s.validate()
     t0 = time.perf_counter()
     deadline = t0 + 60.0 * s.minutes
     model = loaded.model
-    items = training_items(s.categories)
-    if s.extra_chat:
-        chat = chat_training_items()
-        random.Random(s.seed).shuffle(chat)
-        items += chat[: s.extra_chat]
-    items = weighted_order(items, s.category_weights, s.seed)
-    encoded = encode_items(loaded, items, None)
+    encoded = encode_items(loaded, training_prompt_items(s.categories, s.extra_chat, s.category_weights, s.seed),
+                           None)
     short = [p for p in encoded if len(p[1]) <= s.max_prompt_tokens]
     prompts = short[: s.max_prompts]
     longer = [p for p in encoded if len(p[1]) > s.max_prompt_tokens]  # read by the prefill phase only
