@@ -1,6 +1,7 @@
 """The learned head vs layerskip on held-out dialogue, and the head re-checked on the int8 target (seed 6.1).
 
-    flock /tmp/specledger-bench.lock nice -n 5 python benchmarks/bench_head.py [--max-tokens 48] [--gamma 4]
+    flock /tmp/specledger-bench.lock nice -n 5 python benchmarks/bench_head.py [--max-tokens 48] [--gamma 4] \
+        [--head FILE.safetensors]
 
 Prompts: ``benchmarks/data/dialogue_heldout.jsonl`` (written for this benchmark, never trained or
 tuned on). One run, side by side, greedy: plain decoding, layerskip (calibrated layers) and the
@@ -9,6 +10,12 @@ speculative output is checked token-identical to plain greedy of the same target
 setting: E[L] (committed tokens per full round), acceptance per proposed token, draft and
 verify ms per round, and S = plain decode time / speculative decode time (prefill excluded,
 the same for both). The head's E[L] / layerskip's E[L] is the issue's target (>= 1.5).
+
+What the reduced draft vocabulary buys: the target's lm_head (vocabulary x dim, tied) is a fifth of
+its weights on this CPU, and a head step reads it once per drafted token. Printed: one lm_head row
+over the full vocabulary vs over the head's draft vocabulary (median ms of a single-row matvec in
+the target's dtype), one whole head step with each (layer + fc + that lm_head), and the share of
+the target's held-out greedy tokens that fall outside the draft vocabulary (never proposable).
 """
 
 from __future__ import annotations
@@ -37,11 +44,37 @@ def _run(engine, prompts, drafter, gamma, max_tokens):
     }
 
 
+def _median_ms(fn, reps: int = 50) -> float:
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return 1e3 * sorted(times)[reps // 2]
+
+
+@torch.inference_mode()
+def _vocab_costs(model, head, outputs: list[int]) -> dict:
+    """lm_head and head-step cost with the full vs the draft vocabulary; outputs outside the draft vocabulary."""
+    feat = torch.randn(model.config.dim, dtype=model.dtype)
+    full_ms = _median_ms(lambda: model.lm_head(feat[None, None]))
+    draft_ms = _median_ms(lambda: head.lm_head(feat[None, None]))
+    net, kv = head.net, torch.zeros(2, 1, head.net.hc.n_kv_heads, 64, head.net.hc.head_dim, dtype=model.dtype)
+    emb = model.embed(torch.tensor([[1]]))
+    layer_ms = _median_ms(lambda: net(emb, feat[None, None], kv, 10))
+    ids = set() if head.vocab_ids is None else set(head.vocab_ids.tolist())
+    outside = sum(1 for t in outputs if ids and t not in ids) / max(1, len(outputs))
+    return {"full_vocab": model.config.vocab_size, "draft_vocab": len(ids) or model.config.vocab_size,
+            "lm_head_full_ms": full_ms, "lm_head_draft_ms": draft_ms, "layer_ms": layer_ms,
+            "step_full_ms": layer_ms + full_ms, "step_draft_ms": layer_ms + draft_ms, "outside_share": outside}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--head", type=Path, default=None, help="head file (default: the one --drafters head finds)")
     args = ap.parse_args()
     from specledger.engine.decode import Engine
     from specledger.engine.drafters.registry import make_drafter
@@ -56,8 +89,10 @@ def main() -> None:
     q = quantize_int8(lm.model)
     int8 = Engine(q, lm.tokenizer, lm.eos_token_ids, lm.max_context, lm.name, "int8")
     layerskip = make_drafter("layerskip", fp32)
-    head = make_drafter("head", fp32)
-    head_int8 = make_drafter("head", int8)
+    from specledger.engine.drafters.head import make_head_drafter
+
+    head = make_head_drafter(fp32.model, args.head) if args.head else make_drafter("head", fp32)
+    head_int8 = make_head_drafter(int8.model, args.head) if args.head else make_drafter("head", int8)
     for eng, d in ((fp32, None), (fp32, layerskip), (fp32, head), (int8, None), (int8, head_int8)):
         eng.generate(prompts[0], drafter=d, gamma=args.gamma if d else 0, max_tokens=8)  # warm-up
     t0 = time.time()
@@ -80,7 +115,15 @@ def main() -> None:
         print(f"{name:<16}{r['E[L]']:>7.3f}{r['accept/proposed']:>10.3f}{r['draft_ms']:>10.2f}{r['verify_ms']:>11.2f}"
               f"{r['decode_s']:>10.2f}{r['S']:>7.3f}")
     ratio = rows["fp32 head"]["E[L]"] / rows["fp32 layerskip"]["E[L]"]
-    print(f"head E[L] / layerskip E[L] = {ratio:.3f} (issue target >= 1.5)")
+    print(f"head E[L] / layerskip E[L] = {ratio:.3f} (issue target >= 1.5); "
+          f"S head {rows['fp32 head']['S']:.3f} vs layerskip {rows['fp32 layerskip']['S']:.3f}")
+    rows["vocab"] = _vocab_costs(fp32.model, head, [t for r in plain_recs for t in r.token_ids])
+    v = rows["vocab"]
+    print(f"lm_head row: full {v['full_vocab']} tokens {v['lm_head_full_ms']:.3f} ms, draft vocab {v['draft_vocab']} "
+          f"{v['lm_head_draft_ms']:.3f} ms; head step {v['step_full_ms']:.3f} ms with the full vocabulary vs "
+          f"{v['step_draft_ms']:.3f} ms reduced (a plain target step "
+          f"{1e3 * rows['fp32 plain']['decode_s'] / max(1, rows['fp32 plain']['tokens']):.2f} ms); "
+          f"{100 * v['outside_share']:.1f} % of the plain outputs' tokens are outside the draft vocabulary")
     print(f"head E[L] int8 / fp32 = {rows['int8 head']['E[L]'] / rows['fp32 head']['E[L]']:.3f} "
           f"(seed 6.1: a hidden-state head re-checked on the quantized target)")
     print(f"wall {time.time() - t0:.0f} s")

