@@ -353,24 +353,20 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
             sum_w = nodraft = 0
             for i in range(b):
                 r = rem[i] = rem[i] - (nxt[i] & mask)
+                if r <= 0:
+                    done = True
+                    continue
+                try:  # the request's next round (unclamped >= 1: every r > 0 has one)
+                    w = codes[i][jo[i] + s1]
+                except IndexError:
+                    first, cl = held_rounds(request[i], roff[i] + s1, AHEAD)
+                    codes[i] = cl
+                    jo[i] = roff[i] - first
+                    w = cl[0]
                 if r > unclamped:
-                    try:
-                        w = codes[i][jo[i] + s1]
-                    except IndexError:
-                        first, cl = held_rounds(request[i], roff[i] + s1, AHEAD)
-                        codes[i] = cl
-                        jo[i] = roff[i] - first
-                        w = cl[0]
                     nxt[i] = w
                     sum_w += w
-                elif r > 0:  # a clamped round
-                    try:
-                        w = codes[i][jo[i] + s1]
-                    except IndexError:
-                        first, cl = held_rounds(request[i], roff[i] + s1, AHEAD)
-                        codes[i] = cl
-                        jo[i] = roff[i] - first
-                        w = cl[0]
+                else:  # a clamped round
                     g = gamma if gamma < r - 1 else r - 1
                     if not g:
                         nodraft += 1
@@ -382,8 +378,6 @@ def run_small_batch(replica: Replica, t: float, finished: list[int], dispatcher:
                         k = p
                     w = nxt[i] = p << WIDE | (k + 1)
                     sum_w += w
-                else:
-                    done = True
             ready = True
         else:  # requests prefilling, or gamma by batch size: the propose loop takes the next step
             if lazy:
