@@ -1,7 +1,7 @@
 """The learned head vs layerskip on held-out dialogue, and the head re-checked on the int8 target (seed 6.1).
 
     flock /tmp/specledger-bench.lock nice -n 5 python benchmarks/bench_head.py [--max-tokens 48] [--gamma 4] \
-        [--head FILE.safetensors]
+        [--tree-budgets 0,8] [--head FILE.safetensors]
 
 Prompts: ``benchmarks/data/dialogue_heldout.jsonl`` (written for this benchmark, never trained or
 tuned on). One run, side by side, greedy: plain decoding, layerskip (calibrated layers) and the
@@ -9,7 +9,9 @@ head on the fp32 target; plain and the same head file on the weight-only int8 ta
 speculative output is checked token-identical to plain greedy of the same target. Printed per
 setting: E[L] (committed tokens per full round), acceptance per proposed token, draft and
 verify ms per round, and S = plain decode time / speculative decode time (prefill excluded,
-the same for both). The head's E[L] / layerskip's E[L] is the issue's target (>= 1.5).
+the same for both). The head's E[L] / layerskip's E[L] is the issue's target (>= 1.5), printed per chain and per
+tree budget (``--tree-budgets``: both drafters expand their own top-k per node, EAGLE-2 best-first, depth
+<= gamma; the head is meant to be deployed in trees, as EAGLE is).
 
 What the reduced draft vocabulary buys: the target's lm_head (vocabulary x dim, tied) is a fifth of
 its weights on this CPU, and a head step reads it once per drafted token. Printed: one lm_head row
@@ -30,8 +32,9 @@ import torch
 DATA = Path(__file__).parent / "data" / "dialogue_heldout.jsonl"
 
 
-def _run(engine, prompts, drafter, gamma, max_tokens):
-    recs = [engine.generate(p, drafter=drafter, gamma=gamma if drafter is not None else 0, max_tokens=max_tokens)
+def _run(engine, prompts, drafter, gamma, max_tokens, tree_budget=0):
+    recs = [engine.generate(p, drafter=drafter, gamma=gamma if drafter is not None else 0, max_tokens=max_tokens,
+                            tree_budget=tree_budget if drafter is not None else 0)
             for p in prompts]
     full = [r for rec in recs for r in rec.rounds if not r.truncated]
     decode = sum(rec.total_time - rec.t_prefill for rec in recs)
@@ -74,6 +77,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--tree-budgets", default="0", help="comma list of tree budgets (candidate nodes per round, "
+                    "depth <= gamma; 0 = chain) at which layerskip and the head are compared on the fp32 target")
     ap.add_argument("--head", type=Path, default=None, help="head file (default: the one --drafters head finds)")
     args = ap.parse_args()
     from specledger.engine.decode import Engine
@@ -98,9 +103,12 @@ def main() -> None:
     t0 = time.time()
     rows = {}
     plain_recs, rows["fp32 plain"] = _run(fp32, prompts, None, 0, args.max_tokens)
-    for name, d in (("fp32 layerskip", layerskip), ("fp32 head", head)):
-        recs, rows[name] = _run(fp32, prompts, d, args.gamma, args.max_tokens)
-        assert [r.token_ids for r in recs] == [r.token_ids for r in plain_recs], f"{name}: outputs differ"
+    budgets = sorted({0, *(int(b) for b in args.tree_budgets.split(",") if b.strip())})  # the chain always
+    for b in budgets:
+        for name, d in (("fp32 layerskip", layerskip), ("fp32 head", head)):
+            name += f" tree {b}" if b else ""
+            recs, rows[name] = _run(fp32, prompts, d, args.gamma, args.max_tokens, b)
+            assert [r.token_ids for r in recs] == [r.token_ids for r in plain_recs], f"{name}: outputs differ"
     plain8, rows["int8 plain"] = _run(int8, prompts, None, 0, args.max_tokens)
     recs, rows["int8 head"] = _run(int8, prompts, head_int8, args.gamma, args.max_tokens)
     assert [r.token_ids for r in recs] == [r.token_ids for r in plain8], "int8 head: outputs differ"
@@ -110,13 +118,15 @@ def main() -> None:
     print(f"{len(prompts)} held-out dialogue prompts, max_tokens {args.max_tokens}, gamma {args.gamma}, "
           f"layerskip layers {layerskip.layers}, head {head.head.path.name} "
           f"(draft vocab {0 if head.vocab_ids is None else len(head.vocab_ids)}); outputs identical to plain")
-    print(f"{'setting':<16}{'E[L]':>7}{'acc/prop':>10}{'draft ms':>10}{'verify ms':>11}{'decode s':>10}{'S':>7}")
+    print(f"{'setting':<24}{'E[L]':>7}{'acc/prop':>10}{'draft ms':>10}{'verify ms':>11}{'decode s':>10}{'S':>7}")
     for name, r in rows.items():
-        print(f"{name:<16}{r['E[L]']:>7.3f}{r['accept/proposed']:>10.3f}{r['draft_ms']:>10.2f}{r['verify_ms']:>11.2f}"
+        print(f"{name:<24}{r['E[L]']:>7.3f}{r['accept/proposed']:>10.3f}{r['draft_ms']:>10.2f}{r['verify_ms']:>11.2f}"
               f"{r['decode_s']:>10.2f}{r['S']:>7.3f}")
-    ratio = rows["fp32 head"]["E[L]"] / rows["fp32 layerskip"]["E[L]"]
-    print(f"head E[L] / layerskip E[L] = {ratio:.3f} (issue target >= 1.5); "
-          f"S head {rows['fp32 head']['S']:.3f} vs layerskip {rows['fp32 layerskip']['S']:.3f}")
+    for b in budgets:
+        sfx = f" tree {b}" if b else ""
+        h, ls = rows["fp32 head" + sfx], rows["fp32 layerskip" + sfx]
+        print(f"{'chain' if not b else f'tree budget {b}'}: head E[L] / layerskip E[L] = {h['E[L]'] / ls['E[L]']:.3f} "
+              f"(issue target >= 1.5); S head {h['S']:.3f} vs layerskip {ls['S']:.3f}")
     rows["vocab"] = _vocab_costs(fp32.model, head, [t for r in plain_recs for t in r.token_ids])
     v = rows["vocab"]
     print(f"lm_head row: full {v['full_vocab']} tokens {v['lm_head_full_ms']:.3f} ms, draft vocab {v['draft_vocab']} "

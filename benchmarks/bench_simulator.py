@@ -1,16 +1,19 @@
 """The serving simulator against real serving runs on this machine, and its speed.
 
-Default: runs a real serving sweep here (plain and ngram γ=1,2,4,8 at concurrency 1, 4, 16, nine
-repeats (``--repeats``; at the spread this machine showed, the count at which most points become decidable,
-printed below as "repeats at which most points would be decidable"), the same prompts for every setting, on
-held-out prompts written for this check (``benchmarks/data/heldout_serving2.jsonl``, 2026-12-02, before anything
-ran on it; ``heldout_serving.jsonl`` was the previous check's; ``--workload``); ~3.5 minutes a repeat on 2
-quiet cores), then simulates every
+Default: runs a real serving sweep here (plain and ngram γ=1,2,4,8 at concurrency 1, 4, 16, twelve
+repeats (``--repeats``; printed below: the count at which most points would be decidable at the spread this
+machine showed), the same prompts for every setting, on held-out prompts written for this check
+(``benchmarks/data/heldout_serving3.jsonl``: 4 ``fixbug`` code edits + 4 ``howto`` questions, written
+2026-12-02 before anything ran on it; ``heldout_serving.jsonl`` and ``heldout_serving2.jsonl`` were earlier
+checks'; ``--workload``); ~2.5 minutes a repeat on 2 quiet cores), then simulates every
 point -- same prompts, same order, same load -- with acceptance from the run's per-prompt chains and
-step costs fitted on the run's *other* repeat (leave-one-repeat-out), and prints per load and
+step costs fitted on the run's *other* repeats (leave-one-repeat-out), and prints per load and
 setting real vs simulated throughput, TPOT P50, TTFT P50 and ITL P99 with the error and whether it is
 within the issue's tolerance (5%, 10%, 10%, 15%) -- scored only where the point is decidable, i.e. where the
-real repeats' own spread ((max - min) / mean) is below that tolerance -- then the crossover per load for both.
+real mean's 95 % half-width is below that tolerance. The sweep serves a load's settings back to back in each
+repeat, so a slow minute of the machine moves all of them alike: the half-width is the randomized-block one,
+that common drift taken out (``simulate/validate.blocked_noise``); the half-width without blocking and the
+range are printed beside it. Then the crossover per load for both.
 ``--from DIR`` takes an existing ``sweep --experiment serving`` run instead; ``--profile FILE`` prices
 steps with a calibrated cost profile instead of the leave-one-out fit.
 
@@ -69,12 +72,15 @@ def print_validation(res: dict) -> None:
     print("-" * len(head))
     inside = {m: 0 for m in METRICS}
     decidable = {m: 0 for m in METRICS}
+    decidable_raw = {m: 0 for m in METRICS}
     for p in res["points"]:
         cells = []
         for m in METRICS:
             v = p[m]
             ok = is_decidable(v, TOLERANCE[m])
             decidable[m] += ok
+            raw = v.get("real_ci_half_unblocked", v.get("real_ci_half"))
+            decidable_raw[m] += raw is not None and raw < TOLERANCE[m]
             inside[m] += bool(v["within"]) and ok
             mark = ("ok" if v["within"] else "XX") if ok else "--"
             cells.append(f"{fmt(v['real']):>9} / {fmt(v['sim']):>9} ({100 * v['error']:+6.1f}% {mark})")
@@ -85,22 +91,27 @@ def print_validation(res: dict) -> None:
             print(f"  c={p['load']:>3} {p['setting']:<11} ITL P99 {fmt(p['itl_p99_ms']['real'])} / "
                   f"{fmt(p['itl_p99_ms']['sim'])} / {fmt(p['itl_p99_ms_mean_only'])}   TPOT P50 "
                   f"{fmt(p['tpot_p50_ms']['real'])} / {fmt(p['tpot_p50_ms']['sim'])} / {fmt(p['tpot_p50_ms_mean_only'])}")
-    print("\nnoise floor per point: the real mean's 95 % half-width (range (max - min) / mean of the repeats) "
-          "[repeats that would make it decidable]:")
+    print("\nnoise floor per point: the real mean's 95 % half-width, the machine's drift common to a repeat taken "
+          "out (randomized blocks: a load's settings run back to back in each repeat) {without blocking} "
+          "(range (max - min) / mean of the repeats) [repeats that would make it decidable]:")
     for p in res["points"]:
         cells = []
         for m in METRICS:
             v = p[m]
             half, spread = v.get("real_ci_half"), v.get("real_spread")
+            raw = v.get("real_ci_half_unblocked", half)
             need = repeats_to_decide(v, TOLERANCE[m]) if not is_decidable(v, TOLERANCE[m]) else None
-            cells.append(f"{names[m]} " + ("n/a" if half is None else f"±{100 * half:.1f}% ({100 * spread:.1f}%)")
+            cells.append(f"{names[m]} " + ("n/a" if half is None else
+                                           f"±{100 * half:.1f}% {{±{100 * raw:.1f}%}} ({100 * spread:.1f}%)")
                          + (f" [{need}]" if need else ""))
         print(f"  c={p['load']:>3} {p['setting']:<11} " + "  ".join(cells))
     n = len(res["points"])
     reps = max((p.get("repeats", 0) for p in res["points"]), default=0)
     print(f"decidable points ({reps} repeats; the real mean's 95 % half-width below the tolerance; '--' above: "
           "such a point cannot be judged, the measurement itself is not that sure): "
-          + ", ".join(f"{names[m]} {decidable[m]}/{n}" for m in METRICS))
+          + ", ".join(f"{names[m]} {decidable[m]}/{n}" for m in METRICS)
+          + " (without taking the repeat's drift out: " + ", ".join(f"{names[m]} {decidable_raw[m]}/{n}" for m in METRICS)
+          + ")")
     print("repeats at which most points would be decidable (at each point's measured spread): " + ", ".join(
         f"{names[m]} {repeats_for_most(res['points'], m, TOLERANCE[m])}" for m in METRICS))
     print("within tolerance, of the decidable points: " + ", ".join(
@@ -148,6 +159,8 @@ def print_speed(s: dict) -> None:
 def is_decidable(v: dict, tolerance: float) -> bool:
     """A point can be judged when the real figure it is compared with -- the mean of its repeats -- is known
     more closely than the tolerance: the 95 % t-interval of that mean, half-width over the mean, below it.
+    The interval is the randomized-block one (``validate.blocked_noise``): a load's settings run back to back
+    in each repeat, so the machine's drift from one repeat to the next moves them alike and is taken out.
     (The range (max - min) / mean is printed too, but it grows with more repeats, so it cannot say when
     enough were taken.) With one repeat nothing says how far the measurement itself moves: not decidable."""
     half = v.get("real_ci_half")
@@ -155,19 +168,16 @@ def is_decidable(v: dict, tolerance: float) -> bool:
 
 
 def repeats_to_decide(v: dict, tolerance: float, cap: int = 1000) -> int | None:
-    """Repeats that would bring the mean's 95 % half-width below ``tolerance`` if the repeats' relative sd
-    stays as measured: the least n >= the current count with t_{n-1, 0.975} · sd / √n < tolerance (None with
-    fewer than two repeats; ``cap`` + 1 when even ``cap`` would not do)."""
-    from scipy.stats import t
+    """Repeats that would bring the mean's 95 % half-width below ``tolerance`` if the relative sd stays as
+    measured: the least n >= the current count with ``validate.half_width(sd, n, settings)`` < tolerance
+    (None with fewer than two repeats; ``cap`` + 1 when even ``cap`` would not do)."""
+    from specledger.simulate.validate import half_width
 
-    reps = [x for x in v.get("real_repeats") or [] if x is not None]
-    half = v.get("real_ci_half")
-    if half is None or len(reps) < 2:
+    noise = v.get("noise")
+    if not noise:
         return None
-    n0 = len(reps)
-    rel_sd = half * math.sqrt(n0) / t.ppf(0.975, n0 - 1)
-    for n in range(n0, cap + 1):
-        if t.ppf(0.975, n - 1) * rel_sd / math.sqrt(n) < tolerance:
+    for n in range(noise["repeats"], cap + 1):
+        if half_width(noise["rel_sd"], n, noise["settings"]) < tolerance:
             return n
     return cap + 1
 
@@ -184,9 +194,9 @@ def main() -> None:
     ap.add_argument("--from", dest="from_", type=Path, help="an existing `sweep --experiment serving` run")
     ap.add_argument("--out", type=Path, help="where the real sweep goes (default runs/bench-simulator-<time>)")
     ap.add_argument("--profile", type=Path, help="a calibrated cost profile instead of the leave-one-out fit")
-    ap.add_argument("--workload", type=Path, default=ROOT / "benchmarks" / "data" / "heldout_serving2.jsonl",
+    ap.add_argument("--workload", type=Path, default=ROOT / "benchmarks" / "data" / "heldout_serving3.jsonl",
                     help="prompts for the real sweep (default: a held-out set written for this check, never tuned on)")
-    ap.add_argument("--repeats", type=int, default=9, help="repeats of the real sweep (each point is simulated "
+    ap.add_argument("--repeats", type=int, default=12, help="repeats of the real sweep (each point is simulated "
                     "with step costs fitted on the others)")
     ap.add_argument("--seeds", type=int, default=16, help="simulations per point (acceptance draws)")
     ap.add_argument("--requests", type=int, default=1_000_000, help="requests for the speed test (0: skip)")

@@ -385,6 +385,8 @@ def test_validation_against_a_serving_run_compares_every_point(tmp_path):
     for p in res["points"]:
         for m in ("throughput_tok_s", "tpot_p50_ms", "ttft_p50_ms", "itl_p99_ms"):
             assert p[m]["real"] > 0 and p[m]["sim"] > 0 and p[m]["error"] is not None
+            assert p[m]["noise"]["method"] == "blocked by repeat" and p[m]["noise"]["settings"] == 2
+            assert p[m]["real_ci_half"] >= 0 and p[m]["real_ci_half_unblocked"] is not None
     assert {c["load"] for c in res["crossover"]} == {1, 2}
     assert all("other than" in s for s in res["cost_source"].values())  # leave-one-repeat-out
     cost = fit_serving_cost(run.serving_records())
@@ -432,3 +434,22 @@ def test_break_even_premium_is_where_the_speedup_vanishes(cost, fast):
     assert again["tokens"] == spec["tokens"] and again["steps"] == spec["steps"]
     assert again["throughput_tok_s"] / plain["throughput_tok_s"] == pytest.approx(1.0, rel=1e-9)
     assert again["verify_s"] == pytest.approx(x * spec["verify_s"], rel=1e-9)
+
+
+def test_blocked_noise_takes_out_the_drift_common_to_a_repeat():
+    """Repeats where the machine ran 20 % slow for every setting alike leave no residual noise; noise that
+    differs between settings within a repeat is measured, and the half-width shrinks as repeats are added."""
+    from specledger.simulate.validate import blocked_noise, half_width, mean_ci_half
+
+    level = np.array([40.0, 38.0, 33.0])[:, None]
+    drift = np.array([1.0, 0.8, 1.1, 0.9, 1.05])[None, :]
+    sd, dof = blocked_noise(level * drift)
+    assert sd == pytest.approx(0.0, abs=1e-12) and dof == 8
+    assert mean_ci_half(list(level[0] * drift[0])) / 40 > 0.1  # unblocked, the drift alone spans ±10 %+
+    rng = np.random.default_rng(1)
+    noisy = level * drift * np.exp(rng.normal(0, 0.03, (3, 400)))[:, :5]
+    sd, _ = blocked_noise(noisy)
+    assert 0.005 < sd < 0.08
+    assert half_width(sd, 20, 3) < half_width(sd, 5, 3)
+    assert half_width(0.03, 5, 1) > half_width(0.03, 5, 3)  # fewer degrees of freedom unblocked
+    assert blocked_noise([[1.0, 2.0]]) is None and blocked_noise([[1.0, float("nan")], [1.0, 2.0]]) is None

@@ -68,6 +68,58 @@ def _walls(run: RunSource) -> dict[tuple, list[float]]:
     return out
 
 
+def blocked_noise(matrix: Sequence[Sequence[float]]) -> tuple[float, int] | None:
+    """The measurement's own noise with the machine's drift common to a repeat taken out: the pooled
+    residual sd of log(figure) in a randomized-block design (rows = settings at one load, columns =
+    repeats; the sweep serves a load's settings back to back within each repeat, so a slow minute of
+    the machine moves every setting of that repeat alike), and its degrees of freedom.
+
+    log y_sr = μ_s + β_r + ε_sr;  s² = Σ (log y_sr − ȳ_s· − ȳ_·r + ȳ··)² / ((S − 1)(R − 1)).
+    The half-width of setting s's mean relative to the repeats' common level is then
+    t_{(S−1)(R−1), 0.975} · s / √R (relative, since the logs are taken). None with fewer than two
+    settings or repeats, or a missing / non-positive figure."""
+    y = np.asarray(matrix, dtype=float)
+    if y.ndim != 2 or y.shape[0] < 2 or y.shape[1] < 2 or not np.all(np.isfinite(y)) or np.any(y <= 0):
+        return None
+    y = np.log(y)
+    resid = y - y.mean(axis=1, keepdims=True) - y.mean(axis=0, keepdims=True) + y.mean()
+    dof = (y.shape[0] - 1) * (y.shape[1] - 1)
+    return float(np.sqrt((resid ** 2).sum() / dof)), dof
+
+
+def half_width(rel_sd: float, repeats: int, groups: int) -> float:
+    """95 % half-width (relative) of a mean over ``repeats`` at relative sd ``rel_sd``: Student t with
+    (groups − 1)(repeats − 1) degrees of freedom when blocked over ``groups`` settings, repeats − 1 when not
+    (``groups`` = 1)."""
+    from scipy.stats import t
+
+    dof = (repeats - 1) * (groups - 1 if groups > 1 else 1)
+    return float(t.ppf(0.975, dof) * rel_sd / math.sqrt(repeats))
+
+
+def _blocked(rows: list[dict[str, Any]]) -> None:
+    """Per (kind, load) and metric: the noise with the repeat's common drift removed (:func:`blocked_noise`)
+    becomes the point's ``real_ci_half`` (what decides whether it can be judged); the plain repeats' own
+    half-width stays as ``real_ci_half_unblocked``."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[(r["kind"], r["load"])].append(r)
+    for rs in groups.values():
+        for m in METRICS:
+            reps = [r[m]["real_repeats"] for r in rs]
+            if len({len(x) for x in reps}) != 1 or any(v is None for x in reps for v in x):
+                continue
+            noise = blocked_noise(reps)
+            if noise is None:
+                continue
+            sd, _ = noise
+            for r in rs:
+                v = r[m]
+                v["real_ci_half_unblocked"] = v["real_ci_half"]
+                v["noise"] = {"method": "blocked by repeat", "rel_sd": sd, "settings": len(rs), "repeats": len(reps[0])}
+                v["real_ci_half"] = half_width(sd, len(reps[0]), len(rs))
+
+
 def mean_ci_half(values: Sequence[float]) -> float:
     """Half-width of the 95 % Student-t interval of the mean of ``values`` (n ≥ 2):
     t_{n−1, 0.975} · sd / √n. It shrinks as repeats are added, where the range (max − min) grows."""
@@ -139,11 +191,14 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 16, max_gamma: int =
                       "real_spread": (max(reps) - min(reps)) / real if len(reps) > 1 and real else None,
                       # what the real figure (the mean of the repeats) is known to: the 95 % t-interval's
                       # half-width over the mean
-                      "real_ci_half": mean_ci_half(reps) / abs(real) if len(reps) > 1 and real else None}
+                      "real_ci_half": mean_ci_half(reps) / abs(real) if len(reps) > 1 and real else None,
+                      "noise": {"method": "repeats", "rel_sd": float(np.std(reps, ddof=1) / abs(real)),
+                                "settings": 1, "repeats": len(reps)} if len(reps) > 1 and real else None}
         for m in ("itl_p99_ms_mean_only", "tpot_p50_ms_mean_only"):
             vals = [x[m] for x in per_sim if x.get(m) is not None]
             row[m] = float(np.mean(vals)) if vals else None
         rows.append(row)
+    _blocked(rows)
     _speedups(rows)
     return {"points": rows, "crossover": crossovers(rows), "cost_source": {r: c.source for r, c in costs.items()},
             "tolerance": TOLERANCE, "seeds": seeds, "jitter": jitter, "per": per, "chains": chains}
