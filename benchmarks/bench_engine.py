@@ -8,7 +8,9 @@ alike), and the machine's read bandwidth is measured between prompts in the same
 Prints, per configuration: tokens/s (end to end: prefill + decode, total tokens / total seconds,
 median over repeats), the ratio to HF ``generate`` and to our plain fp32 decode, outputs identical
 to HF ``generate`` and to our plain fp32 decode, E[L] of the speculative rows, and the bandwidth
-achieved (bytes read per token -- weights + KV at the mean context -- x tokens/s) as a share of the
+achieved by plain decoding (bytes one decode step reads -- weights + KV at the mean context -- x decode
+tokens/s, i.e. the tokens after the first over the time after the first: the prefill reads the same
+weights once for the whole prompt and is left out, for HF too, timed by a streamer) as a share of the
 measured read bandwidth. Rows:
 
 - HF generate fp32 / HF prompt lookup fp32 (assisted generation, 10 tokens): the references;
@@ -47,15 +49,33 @@ def prompts(n: int, lm, path: Path = HELDOUT) -> list[list[int]]:
     return [lm.encode_prompt(messages=it["messages"]) for it in items]
 
 
+class FirstTokenClock:
+    """An HF streamer that only notes when the first generated token arrives (``put`` gets the prompt
+    first, then the new tokens), so HF's prefill can be told apart from its decode."""
+
+    def __init__(self) -> None:
+        self.calls, self.first = 0, None
+
+    def put(self, value) -> None:
+        self.calls += 1
+        if self.calls == 2 and self.first is None:
+            self.first = time.perf_counter()
+
+    def end(self) -> None:
+        pass
+
+
 def hf_runner(hf, eos, max_tokens, **gen_kwargs):
+    """Runs return (new tokens, seconds end to end, E[L] or None, seconds after the first token)."""
     def go(ids):
         inp = torch.tensor([ids])
+        clock = FirstTokenClock()
         t = time.perf_counter()
         with torch.inference_mode():
             out = hf.generate(inp, attention_mask=torch.ones_like(inp), max_new_tokens=max_tokens, do_sample=False,
-                              eos_token_id=eos, pad_token_id=eos[0], **gen_kwargs)
-        dt = time.perf_counter() - t
-        return out[0, len(ids):].tolist(), dt, None
+                              eos_token_id=eos, pad_token_id=eos[0], streamer=clock, **gen_kwargs)
+        end = time.perf_counter()
+        return out[0, len(ids):].tolist(), end - t, None, end - (clock.first or t)
     return go
 
 
@@ -64,7 +84,7 @@ def ours_runner(engine, drafter, gamma, max_tokens):
         rec = engine.generate(ids, drafter=drafter, gamma=gamma, max_tokens=max_tokens)
         full = [r for r in rec.rounds if not r.truncated]
         el = sum(r.committed for r in full) / len(full) if full else None
-        return rec.token_ids, rec.total_time, el
+        return rec.token_ids, rec.total_time, el, rec.total_time - rec.ttft
     return go
 
 
@@ -78,6 +98,7 @@ def bare_runner(engine, max_tokens):
         with torch.inference_mode():
             cache = engine.cache_for(len(ids) + max_tokens + 1)
             tok = int(model(torch.tensor([ids]), 0, cache, last_only=True)[0, -1].argmax())
+            first = time.perf_counter()
             out = [tok]
             pos = len(ids)
             step = torch.empty((1, 1), dtype=torch.long)
@@ -86,7 +107,8 @@ def bare_runner(engine, max_tokens):
                 tok = int(model(step, pos, cache)[0, -1].argmax())
                 out.append(tok)
                 pos += 1
-        return out, time.perf_counter() - t, None
+        end = time.perf_counter()
+        return out, end - t, None, end - first
     return go
 
 
@@ -140,7 +162,7 @@ def main() -> None:
     warm = lm32.encode_prompt("Say hello.")  # first-call allocations, packing, kernel selection
     for fn, _ in configs.values():
         fn(warm)
-    results = {k: {"tok": [], "sec": [], "el": [], "ident_hf": 0, "ident_ours": 0, "n": 0, "pairs": [], "out": [],
+    results = {k: {"tok": [], "sec": [], "dtok": [], "dsec": [], "el": [], "ident_hf": 0, "ident_ours": 0, "n": 0, "pairs": [], "out": [],
                    "err": None} for k in configs}
     ref_hf: dict[int, list[int]] = {}
     ref_ours: dict[int, list[int]] = {}
@@ -148,12 +170,14 @@ def main() -> None:
     for rep in range(args.repeats):
         tok_rep = dict.fromkeys(configs, 0)
         sec_rep = dict.fromkeys(configs, 0.0)
+        dtok_rep = dict.fromkeys(configs, 0)  # decode only: tokens after the first, seconds after it
+        dsec_rep = dict.fromkeys(configs, 0.0)
         for i, ids in enumerate(ps):
             for name, (fn, _) in configs.items():
                 if results[name]["err"]:
                     continue
                 try:
-                    toks, dt, el = fn(ids)
+                    toks, dt, el, ddt = fn(ids)
                 except Exception as exc:  # an HF feature missing in this transformers version
                     results[name]["err"] = str(exc).splitlines()[0][:80]
                     continue
@@ -163,6 +187,8 @@ def main() -> None:
                     ref_ours[i] = toks
                 tok_rep[name] += len(toks)
                 sec_rep[name] += dt
+                dtok_rep[name] += max(0, len(toks) - 1)
+                dsec_rep[name] += ddt
                 if rep == 0:
                     r = results[name]
                     r["n"] += 1
@@ -175,21 +201,24 @@ def main() -> None:
             if sec_rep[k]:
                 results[k]["tok"].append(tok_rep[k])
                 results[k]["sec"].append(sec_rep[k])
+                results[k]["dtok"].append(dtok_rep[k])
+                results[k]["dsec"].append(dsec_rep[k])
 
     for r in results.values():  # identity against both references, once every configuration has run
         r["ident_hf"] = sum(toks == ref_hf.get(i) for i, toks in r["out"])
         r["ident_ours"] = sum(toks == ref_ours.get(i) for i, toks in r["out"])
 
-    def tps(k):
+    def tps(k, decode=False):
         r = results[k]
-        return statistics.median(t / s for t, s in zip(r["tok"], r["sec"])) if r["sec"] else float("nan")
+        tok, sec = (r["dtok"], r["dsec"]) if decode else (r["tok"], r["sec"])
+        return statistics.median(t / s for t, s in zip(tok, sec) if s > 0) if any(sec) else float("nan")
 
     bw = statistics.median(bws)
     base_hf, base_ours = tps("HF generate fp32"), tps("ours plain fp32")
     table = Table(title=f"SmolLM2-135M greedy, {len(ps)} held-out prompts, <= {mt} new tokens, "
                         f"median of {args.repeats}; tok/s end to end (prefill + decode)")
     cols = ("configuration", "tok/s", "× HF generate", "× our plain fp32", "= HF", "= ours fp32", "E[L]",
-            "MB/token", "GB/s", "% of read bw")
+            "decode tok/s", "MB/token", "GB/s", "% of read bw")
     for col in cols:
         table.add_column(col, justify="left" if col == "configuration" else "right")
     for k, (_, model) in configs.items():
@@ -197,18 +226,20 @@ def main() -> None:
         if r["err"]:
             table.add_row(k, "error: " + r["err"], *[""] * (len(cols) - 2))
             continue
-        v = tps(k)
+        v, dv = tps(k), tps(k, decode=True)
         bpt = request_bytes_per_token(model, r["pairs"])
         el = f"{statistics.mean(r['el']):.2f}" if r["el"] else ""
+        plain = k.startswith(("ours plain", "HF generate", "bare"))
         table.add_row(k, f"{v:.1f}", f"{v / base_hf:.2f}", f"{v / base_ours:.2f}", f"{r['ident_hf']}/{r['n']}",
-                      f"{r['ident_ours']}/{r['n']}", el, f"{bpt / 1e6:.0f}", f"{bpt * v / 1e9:.1f}",
-                      f"{bpt * v / bw * 100:.0f}%" if k.startswith(("ours plain", "HF generate", "bare")) else "")
+                      f"{r['ident_ours']}/{r['n']}", el, f"{dv:.1f}", f"{bpt / 1e6:.0f}",
+                      f"{bpt * dv / 1e9:.1f}" if plain else "", f"{bpt * dv / bw * 100:.0f}%" if plain else "")
     console.print(table)
     console.print(f"machine read bandwidth (torch.sum over {256} MiB, best of 8, measured {len(bws)} times "
                   f"between prompts): median {bw / 1e9:.1f} GB/s, min {min(bws) / 1e9:.1f}, max {max(bws) / 1e9:.1f}")
     for k in ("ours plain fp32", "ours plain bf16", "HF generate fp32"):
         model = configs[k][1]
-        console.print(f"{k}: {describe(request_bytes_per_token(model, results[k]['pairs']), tps(k), bw)}")
+        console.print(f"{k} (decode steps): "
+                      f"{describe(request_bytes_per_token(model, results[k]['pairs']), tps(k, decode=True), bw)}")
     bare = tps("bare loop fp32 (no instrumentation)")
     console.print(f"instrumentation + detokenisation overhead of Engine.generate vs the bare loop: "
                   f"{(bare / base_ours - 1) * 100:+.1f}% time")

@@ -87,6 +87,22 @@ def test_greedy_with_the_head_is_token_identical_to_plain(trained, target, gamma
     assert accepted > 0, "the head never got a token accepted: rollback would not be exercised"
 
 
+def test_the_full_vocabulary_head_proposes_outside_the_draft_vocabulary_and_stays_exact(trained, target):
+    """``full_vocab``: the same trained layer over the target's whole LM head; greedy output unchanged."""
+    engine = Engine(target)
+    full = make_head_drafter(target, trained[0], full_vocab=True)
+    assert full.vocab_ids is None and full.lm_head is target.lm_head
+    reduced = make_head_drafter(target, trained[0])
+    assert reduced.vocab_ids is not None and len(reduced.vocab_ids) == 48 < target.config.vocab_size
+    proposed = set()
+    for prompt in _prompts(4, target.config.vocab_size):
+        plain = engine.generate(prompt, max_tokens=30)
+        spec = engine.generate(prompt, drafter=full, gamma=3, max_tokens=30)
+        assert spec.token_ids == plain.token_ids
+        proposed.update(i for ids, _ in full.step_topk for i in ids)
+    assert proposed - set(reduced.vocab_ids.tolist()), "the full-vocabulary head only proposed draft-vocabulary ids"
+
+
 def test_batched_greedy_with_the_head_equals_solo_plain_even_when_preempted(trained, target):
     engine = Engine(target)
     prompts = [p[:14] for p in _prompts(8, target.config.vocab_size, seed=3)]

@@ -284,12 +284,15 @@ class HeadDrafter(Drafter):
     uses_model = True
     wants_hidden = True
 
-    def __init__(self, target: Any, head: HeadFile, topk: int = 4) -> None:
+    def __init__(self, target: Any, head: HeadFile, topk: int = 4, full_vocab: bool = False) -> None:
+        """``full_vocab``: draft over the target's whole vocabulary (its full LM head) even when the file
+        carries a reduced draft vocabulary -- the same trained layer, every token proposable, a head step
+        as dear as the target's LM head (what the reduced vocabulary buys, measured both ways)."""
         self.target = target
         self.head = head
         dtype = target.dtype
         self.net = head.net.to(dtype) if head.net.fc.weight.dtype != dtype else head.net
-        self.vocab_ids = head.draft_vocab
+        self.vocab_ids = None if full_vocab else head.draft_vocab
         if self.vocab_ids is None:
             self.lm_head = target.lm_head
         else:
@@ -476,7 +479,9 @@ class HeadDrafter(Drafter):
         return to_target_ids(self, fill_shape(start[0], start[1], shape, params, rng, draws=self.tree_draws))
 
 
-def make_head_drafter(target: Any, path: str | os.PathLike | None = None, cache_dir: str | None = None) -> HeadDrafter:
-    """The ``head`` drafter for ``target`` from ``path`` (default: :func:`find_head`)."""
+def make_head_drafter(target: Any, path: str | os.PathLike | None = None, cache_dir: str | None = None,
+                      full_vocab: bool = False) -> HeadDrafter:
+    """The ``head`` drafter for ``target`` from ``path`` (default: :func:`find_head`); ``full_vocab`` as
+    :class:`HeadDrafter`."""
     head = load_head(path if path is not None else find_head(target, cache_dir), target)
-    return HeadDrafter(target, head)
+    return HeadDrafter(target, head, full_vocab=full_vocab)
