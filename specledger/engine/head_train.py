@@ -64,7 +64,7 @@ class TrainSettings:
     categories: list[str] | None = None
     max_prompts: int | None = None  # stop generating after this many prompts (tests: a fixed corpus)
     max_steps: int | None = None  # stop training after this many steps (tests: a fixed amount of work)
-    max_batch: int = 16  # generation concurrency (a packed step of 16 rows costs ~2.8 of 1 row here: ~5x the tokens/s)
+    max_batch: int = 16  # generation concurrency (the linears of 16 rows cost ~2.8x one row: bench_gemv_ceiling.py)
     prefill_share: float = 0.25  # of the budget spent on teacher-forced passes over further prompts (0 = none)
     prefill_max_tokens: int = 512  # longest prompt prefix one such pass reads
     max_prefill_prompts: int | None = None  # at most this many prefill passes (tests: a fixed corpus)
