@@ -100,7 +100,7 @@ def main() -> None:
     with torch.inference_mode():
         for _ in range(max(3, args.repeats // 3)):
             for m in rows:
-                per[m].append(_best_of(lambda: big_lin(xs[m]), 2))
+                per[m].append(_best_of(lambda m=m: big_lin(xs[m]), 2))
     base = statistics.median(per[1])
     print("kernel over the big matrix, rows -> median ms (x one row): " + ", ".join(
         f"{m}: {1e3 * statistics.median(per[m]):.1f} ({statistics.median(per[m]) / base:.2f})" for m in rows))
