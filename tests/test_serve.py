@@ -719,8 +719,9 @@ def test_a_request_whose_drafter_raises_fails_alone() -> None:
     app = tiny_app(max_queue=8, max_batch=6, drafter_obj=BombDrafter(gate))
     prompts = PROMPTS[:4]
     bodies = [{"prompt": p, "max_tokens": 16, "temperature": 0, "ignore_eos": True} for p in prompts]
-    bodies += [{"prompt": "bomb bomb", "max_tokens": 16, "temperature": 0},
-               {"prompt": "bomb!", "max_tokens": 16, "temperature": 0.9, "stream": True}]
+    # ignore_eos: no request may finish (a sampled one could draw EOS) before the batch of 6 has formed
+    bodies += [{"prompt": "bomb bomb", "max_tokens": 16, "temperature": 0, "ignore_eos": True},
+               {"prompt": "bomb!", "max_tokens": 16, "temperature": 0.9, "stream": True, "ignore_eos": True}]
     with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
         replies = _batched_posts(server.url, bodies, client, gate, batch=6)
         assert wait_idle(client)
