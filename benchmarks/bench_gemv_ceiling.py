@@ -26,7 +26,6 @@ import argparse
 import statistics
 import time
 
-import numpy as np
 import torch
 
 
@@ -107,5 +106,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    np.random.seed(0)
     main()

@@ -326,7 +326,7 @@ def train_head_net(target: Any, corpus: Corpus, vocab_ids: torch.Tensor | None, 
         return {"val_ce": round(ce_sum / n, 4), "val_top1": round(hit_all / (n * Lv), 4), "val_tokens": int(n * Lv),
                 "val_answer_tokens": n_ans, "val_top1_answer": round(hit_ans / n_ans, 4) if n_ans else None}
 
-    best: tuple[int, dict, float] | None = None  # (step, state, score) of the best checkpoint so far
+    best: tuple[int, dict, float, dict] | None = None  # (step, state, key, figures) of the best checkpoint so far
     checks: list[list[float]] = []  # [step, val_top1, val_top1_answer] per check
 
     def check() -> None:
@@ -339,7 +339,7 @@ def train_head_net(target: Any, corpus: Corpus, vocab_ids: torch.Tensor | None, 
         key = score["val_top1_answer"] if score["val_top1_answer"] is not None else score["val_top1"]
         checks.append([steps, score["val_top1"], score["val_top1_answer"]])
         if best is None or key > best[2]:
-            best = (steps, {k: v.detach().clone() for k, v in net.state_dict().items()}, key)
+            best = (steps, {k: v.detach().clone() for k, v in net.state_dict().items()}, key, score)
 
     while True:
         now = time.perf_counter()
@@ -369,11 +369,11 @@ def train_head_net(target: Any, corpus: Corpus, vocab_ids: torch.Tensor | None, 
     figures: dict[str, Any] = {"train_steps": steps, "train_token_visits": seen,
                                "train_ce": round(ema[0], 4), "train_reg": round(ema[1], 4),
                                "train_top1": round(ema[2], 4), "draft_vocab_coverage": round(coverage, 4)}
-    if best is not None:  # keep the checkpoint that drafted the held-out answers best
-        net.load_state_dict(best[1])
-        figures.update({"best_step": best[0], "checkpoints": checks})
     net.eval()
-    if val is not None:
+    if best is not None:  # keep the checkpoint that drafted the held-out answers best (its figures as scored)
+        net.load_state_dict(best[1])
+        figures.update({"best_step": best[0], "checkpoints": checks, **best[3]})
+    elif val is not None:
         figures.update(val_score())
     net.requires_grad_(False)
     _set_prepack(net, True)

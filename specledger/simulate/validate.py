@@ -122,11 +122,9 @@ def _blocked(rows: list[dict[str, Any]]) -> None:
 
 def mean_ci_half(values: Sequence[float]) -> float:
     """Half-width of the 95 % Student-t interval of the mean of ``values`` (n ≥ 2):
-    t_{n−1, 0.975} · sd / √n. It shrinks as repeats are added, where the range (max − min) grows."""
-    from scipy.stats import t
-
-    n = len(values)
-    return float(t.ppf(0.975, n - 1) * np.std(values, ddof=1) / math.sqrt(n))
+    t_{n−1, 0.975} · sd / √n (:func:`half_width`, unblocked). It shrinks as repeats are added, where the
+    range (max − min) grows."""
+    return half_width(float(np.std(values, ddof=1)), len(values), 1)
 
 
 def validate(run: RunSource, cost: Any = None, seeds: int = 16, max_gamma: int = 16, jitter: bool = True,
@@ -191,9 +189,11 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 16, max_gamma: int =
                       "real_spread": (max(reps) - min(reps)) / real if len(reps) > 1 and real else None,
                       # what the real figure (the mean of the repeats) is known to: the 95 % t-interval's
                       # half-width over the mean
-                      "real_ci_half": mean_ci_half(reps) / abs(real) if len(reps) > 1 and real else None,
-                      "noise": {"method": "repeats", "rel_sd": float(np.std(reps, ddof=1) / abs(real)),
-                                "settings": 1, "repeats": len(reps)} if len(reps) > 1 and real else None}
+                      "real_ci_half": None, "noise": None}
+            if len(reps) > 1 and real:
+                rel_sd = float(np.std(reps, ddof=1) / abs(real))
+                row[m]["noise"] = {"method": "repeats", "rel_sd": rel_sd, "settings": 1, "repeats": len(reps)}
+                row[m]["real_ci_half"] = half_width(rel_sd, len(reps), 1)
         for m in ("itl_p99_ms_mean_only", "tpot_p50_ms_mean_only"):
             vals = [x[m] for x in per_sim if x.get(m) is not None]
             row[m] = float(np.mean(vals)) if vals else None
