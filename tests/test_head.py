@@ -352,3 +352,20 @@ def test_sampled_head_trees_with_a_reduced_vocabulary_keep_the_target_distributi
         branched += not DraftTree([0] * rd.proposed, rd.tree_parents).is_chain
     assert branched > 1000
     assert _chi2_pvalue(samples, exact / exact.sum()) > 1e-3
+
+
+def test_a_chunked_prefill_gives_the_head_the_same_features_and_rounds(trained, target):
+    """Side by side, prefills run in passes (``prefill_chunk``); the head reads the prompt's features from all of
+    them, so its proposals -- rounds, accepted counts -- are those of a one-pass prefill."""
+    from specledger.engine.request import PrefillProgress
+
+    engine = Engine(target)
+    prompt = [t for p in _prompts(8, target.config.vocab_size) for t in p][:150]
+    assert len(prompt) == 150
+    one = engine.generate(prompt, drafter=make_head_drafter(target, trained[0]), gamma=3, max_tokens=30)
+    events = list(engine.stream(prompt, drafter=make_head_drafter(target, trained[0]), gamma=3, max_tokens=30,
+                                prefill_chunk=64))
+    chunked = events[-1]
+    assert [(e.done, e.total) for e in events if isinstance(e, PrefillProgress)] == [(64, 150), (128, 150)]
+    assert chunked.token_ids == one.token_ids
+    assert [r.accepted for r in chunked.rounds] == [r.accepted for r in one.rounds]

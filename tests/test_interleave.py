@@ -44,6 +44,23 @@ def test_interleaved_requests_decode_exactly_what_they_decode_alone(target):
     assert all(ids == greedy[0] for ids in greedy)  # and greedy speculation is plain greedy
 
 
+def test_side_by_side_prefills_in_passes_and_decodes_what_one_pass_decodes(target):
+    """SideBySide runs prefills in PREFILL_CHUNK passes, one per turn: a long prompt's outputs and rounds are those
+    of a one-pass prefill, and each request's prefill time counts only its own passes."""
+    from specledger.engine.interleave import PREFILL_CHUNK, SideBySide
+
+    engine = Engine(target)
+    prompt = (PROMPT * 30)[: 3 * PREFILL_CHUNK + 5]
+    settings = SETTINGS[:4]
+    alone = [engine.generate(prompt, **_kwargs(engine, *s)) for s in settings]
+    wall = time.perf_counter()
+    records = SideBySide().run([(engine, prompt, _kwargs(engine, *s)) for s in settings])
+    wall = time.perf_counter() - wall
+    assert [r.token_ids for r in records] == [r.token_ids for r in alone]
+    assert [[rd.accepted for rd in r.rounds] for r in records] == [[rd.accepted for rd in r.rounds] for r in alone]
+    assert sum(r.total_time for r in records) <= wall * 1.05
+
+
 def test_each_request_is_timed_as_if_alone():
     """Two streams that each spend 0.1 s per round: interleaved, each one's total is its own 0.3 s, not the
     0.6 s of wall time the pair took (a clock that kept running while suspended would count both)."""

@@ -31,6 +31,7 @@ from specledger.engine.drafters.base import Drafter, NoDrafter
 from specledger.engine.policy import GammaPolicy, as_policy
 from specledger.engine.request import (
     Emitted,
+    PrefillProgress,
     Request,
     StopReleaser,
     check_request,
@@ -40,7 +41,7 @@ from specledger.engine.request import (
 from specledger.engine.sampling import SamplingParams
 from specledger.records import RequestRecord, RoundRecord
 
-__all__ = ["Emitted", "Engine", "StopReleaser", "cut_at_stop"]  # the last three live in engine/request.py
+__all__ = ["Emitted", "Engine", "PrefillProgress", "StopReleaser", "cut_at_stop"]  # all but Engine: engine/request.py
 
 
 class Engine:
@@ -110,7 +111,8 @@ class Engine:
         ignore_eos: bool = False,
         tree_budget: int = 0,
         clock: Callable[[], float] | None = None,
-    ) -> Iterator[Emitted | RoundRecord | RequestRecord]:
+        prefill_chunk: int = 0,
+    ) -> Iterator[Emitted | PrefillProgress | RoundRecord | RequestRecord]:
         """Decode one request, yielding ``Emitted`` chunks and ``RoundRecord`` s as they happen,
         then the final ``RequestRecord`` (which also holds every round). The round itself is
         :class:`~specledger.engine.request.Request`'s; this loop runs its forward passes and clock.
@@ -118,7 +120,10 @@ class Engine:
         most gamma) in one pass and commits the accepted path's k/v in place; 0: chains.
         ``clock``: the request's time base (arrival, token times, total; default ``perf_counter``). A
         consumer that suspends the stream between rounds passes a clock that stops while it is suspended
-        (:class:`specledger.engine.interleave.PausableClock`); a round's own marks never span a yield."""
+        (:class:`specledger.engine.interleave.PausableClock`); a round's own marks never span a yield.
+        ``prefill_chunk`` > 0: the prefill runs in passes of at most that many prompt positions, yielding a
+        :class:`PrefillProgress` between them, so streams run side by side share the machine's slow moments
+        in their prefills too, not only in their rounds (0: one pass, no such event)."""
         self.check_prompt(prompt_ids, max_tokens)
         check_tree_budget(tree_budget, self.max_context - len(prompt_ids) - max_tokens)
         policy = as_policy(gamma)
@@ -133,12 +138,19 @@ class Engine:
         capacity = cache.capacity
         hidden = None
         want_hidden = req.drafter.wants_hidden
-        ids = torch.tensor([req.prompt], device=device)
-        if want_hidden:
-            logits, hidden = model(ids, 0, cache, last_only=True, return_hidden=True)
-            req.start(logits[0, -1], hidden[0])
-        else:
-            req.start(model(ids, 0, cache, last_only=True)[0, -1])
+        n_prompt = len(req.prompt)
+        step = prefill_chunk if prefill_chunk > 0 else n_prompt
+        hiddens = []
+        for a in range(0, n_prompt, step):  # one pass unless chunked; chunks fill the cache in order
+            if a:
+                yield PrefillProgress(a, n_prompt)
+            ids = torch.tensor([req.prompt[a:a + step]], device=device)
+            if want_hidden:
+                logits, h = model(ids, a, cache, last_only=True, return_hidden=True)
+                hiddens.append(h[0])
+            else:
+                logits = model(ids, a, cache, last_only=True)
+        req.start(logits[0, -1], (hiddens[0] if len(hiddens) == 1 else torch.cat(hiddens)) if want_hidden else None)
         req.t_prefill = perf() - req.t_arrival  # start() read the first token back: the device is done
         chunk = req.release()
         if chunk is not None:

@@ -46,6 +46,15 @@ class Emitted:
     t: float  # seconds since the request started
 
 
+@dataclass(slots=True)
+class PrefillProgress:
+    """A chunked prefill paused between chunks (``Engine.stream(prefill_chunk=...)``): ``done`` of ``total``
+    prompt positions hold their k/v. A consumer running several streams side by side ends a turn here."""
+
+    done: int
+    total: int
+
+
 def check_request(n_prompt: int, max_tokens: int, limit: int, limit_name: str, who: str = "") -> None:
     """A request fits: a non-empty prompt, max_tokens >= 1, prompt + max_tokens <= ``limit`` positions."""
     require(n_prompt > 0, "the prompt is empty; give at least one token")
