@@ -77,3 +77,36 @@ def test_model_takes_the_native_path_and_it_matches_the_torch_path():
         assert not native_rows.available(model)
         ref = model(tokens, 0, model.new_cache(16, batch_size=2))
     torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(("rows", "tree", "layers"), [(1, False, None), (5, False, None), (4, True, None),
+                                                      (3, False, [0, 2])])
+def test_the_one_call_stack_is_the_per_op_path_bit_for_bit(rows, tree, layers, monkeypatch):
+    """run_layers runs the whole stack in one native call (specledger_layers_f32); it must give exactly the bits
+    of the per-op path (block_rows), in the rows and in the k/v it writes, or greedy exactness would rest on luck."""
+    from dataclasses import replace
+
+    from specledger.engine.model import Transformer
+
+    torch.manual_seed(3)
+    model = Transformer(replace(tiny_model(4).config, attention_bias=True)).eval().requires_grad_(False)
+    with torch.no_grad():  # biases and norms that are not 0 and 1, so a pointer the stack dropped would show
+        for block in model.layers:
+            block.attn_norm.add_(torch.rand_like(block.attn_norm))
+            block.wqkv.bias.normal_()
+            block.wo.bias.normal_()
+    x = torch.randn(rows, model.config.dim)
+    slots = torch.zeros(rows, dtype=torch.long)
+    positions = torch.tensor([7] * rows if tree else list(range(7, 7 + rows)), dtype=torch.long)
+
+    def run():
+        cache = model.new_cache(32)
+        cache.kv.normal_(generator=torch.Generator().manual_seed(5))  # the same history for both paths
+        with torch.inference_mode():
+            return native_rows.run_layers(model, x.clone(), cache.kv, slots, positions, 0, layers, tree), cache.kv
+
+    fast, fast_kv = run()
+    assert native_rows._STACKS.get(model) is not None, "the one-call stack did not run"
+    monkeypatch.setattr(native_rows, "_run_stack", lambda *a, **k: None)
+    slow, slow_kv = run()
+    assert torch.equal(fast, slow) and torch.equal(fast_kv, slow_kv)

@@ -10,11 +10,16 @@ Invariant: every op computes a row with one fixed sequence of float operations w
 rows, so a row's output is bit-identical whether it runs alone (plain decode), in a chain verify
 pass, in a packed batch or as a tree node -- greedy speculation stays token-identical to plain
 decoding. The residual adds are folded into the linears' stores (same rounding as ``x + W h``).
-Six native calls and a handful of Python lines per layer, against ~25 torch ops on the torch path.
+Nine native calls and a handful of Python lines per layer, against ~25 torch ops on the torch path; and
+when no new k/v are asked back (every pass but a tree's commit), :func:`run_layers` runs the whole stack
+in one native call (``specledger_layers_f32`` in ``ops.c``: the same calls in the same order, in C).
 """
 
 from __future__ import annotations
 
+import ctypes
+import math
+import weakref
 from typing import Any
 
 import torch
@@ -54,6 +59,73 @@ def block_rows(block: Any, x: torch.Tensor, kv_cache: torch.Tensor, slots: torch
     return add_linear(block.w2, ops.silu_mul(gate_up), x)
 
 
+class _LayerF32(ctypes.Structure):
+    """One layer's pointers for ``specledger_layers_f32`` (packed weights, biases or NULL, norm weights)."""
+
+    _fields_ = [(name, ctypes.c_void_p) for name in
+                ("wqkv", "bqkv", "wo", "bo", "w13", "w2", "attn_norm", "mlp_norm")]
+
+
+#: per model: (key, the ctypes array of its layers' pointers) and {layer ids: ctypes int32 array}. A side table, not
+#: model attributes: a deep copy or pickle of the model must not carry (or share) raw pointers into another's packs.
+_STACKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LAYER_IDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _stack(model: Any) -> Any:
+    """The ctypes array of every layer's weight pointers, rebuilt whenever a weight or norm changed (the
+    linears' own pack keys, the norms' storage and version); None when a linear is not on the native kernel."""
+    key = []
+    for block in model.layers:
+        for lin in (block.wqkv, block.wo, block.w13, block.w2):
+            if lin._weight_key() != lin._packed_key:
+                lin._repack()
+            if lin._native is None:
+                return None
+            key.append(lin._packed_key)
+        for norm in (block.attn_norm, block.mlp_norm):
+            key.append((norm.data_ptr(), 0 if norm.is_inference() else norm._version))
+    cached = _STACKS.get(model)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    arr = (_LayerF32 * len(model.layers))()
+    for a, block in zip(arr, model.layers):
+        nats = [lin._native for lin in (block.wqkv, block.wo, block.w13, block.w2)]
+        a.wqkv, a.wo, a.w13, a.w2 = (n.packed.data_ptr() for n in nats)
+        a.bqkv = None if nats[0].bias is None else nats[0].bias.data_ptr()
+        a.bo = None if nats[1].bias is None else nats[1].bias.data_ptr()
+        a.attn_norm, a.mlp_norm = block.attn_norm.data_ptr(), block.mlp_norm.data_ptr()
+    _STACKS[model] = (key, arr)  # the pointers stay valid while the key holds (packs and norms kept)
+    return arr
+
+
+def _layer_ids(model: Any, layers: Any) -> Any:
+    ids = tuple(range(len(model.layers))) if layers is None else tuple(int(i) for i in layers)
+    cache = _LAYER_IDS.setdefault(model, {})
+    if ids not in cache:
+        cache[ids] = (ctypes.c_int32 * max(len(ids), 1))(*ids)
+    return ids, cache[ids]
+
+
+def _run_stack(model: Any, x: torch.Tensor, cache_kv: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
+               cos: torch.Tensor, sin: torch.Tensor, layers: Any, tree: bool) -> torch.Tensor | None:
+    """The layers in one native call (see the module doc); None where it does not apply."""
+    stack = _stack(model)
+    if stack is None or cache_kv.stride(-1) != 1 or not cache_kv[0, 0].is_contiguous():
+        return None
+    ids, id_arr = _layer_ids(model, layers)
+    first = model.layers[0]
+    nh, nkv, hd, hidden = first.n_heads, first.n_kv_heads, first.head_dim, first.hidden_dim
+    m, dim = x.shape
+    x = x.contiguous().clone()
+    scratch = torch.empty(m * (dim + (nh + 2 * nkv) * hd + nh * hd + 3 * hidden), dtype=torch.float32)
+    kernels.lib().specledger_layers_f32(
+        stack, id_arr, len(ids), x.data_ptr(), cache_kv.data_ptr(), cache_kv.stride(0), cache_kv.stride(1),
+        slots.data_ptr(), positions.data_ptr(), m, dim, nh, nkv, hd, hidden, cache_kv.shape[-2], first.eps,
+        cos.data_ptr(), sin.data_ptr(), 1.0 / math.sqrt(hd), int(tree), scratch.data_ptr(), torch.get_num_threads())
+    return x
+
+
 def run_layers(model: Any, x: torch.Tensor, cache_kv: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
                max_slot: int, layers: Any = None, tree: bool = False, kv_out: torch.Tensor | None = None,
                ) -> torch.Tensor:
@@ -65,6 +137,8 @@ def run_layers(model: Any, x: torch.Tensor, cache_kv: torch.Tensor, slots: torch
     model._ensure_rope()
     _, cos, sin = model._rope_cache
     slots, positions = slots.contiguous(), positions.contiguous()
+    if kv_out is None and (out := _run_stack(model, x, cache_kv, slots, positions, cos, sin, layers, tree)) is not None:
+        return out
     for i in range(len(model.layers)) if layers is None else layers:
         x = block_rows(model.layers[i], x, cache_kv[i], slots, positions, cos, sin, tree,
                        None if kv_out is None else kv_out[i])

@@ -144,3 +144,44 @@ void specledger_silu_mul_f32(const float *gu, float *y, int M, int H) {
         for (int i = 0; i < H; i++) yr[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
     }
 }
+
+/* ---- a whole stack of decoder layers in one call --------------------------------------------------------
+ * specledger_layers_f32 runs the layers ``ids[0..n)`` over rows x [M, dim] in place, each layer exactly as
+ * engine/native_rows.block_rows does with the calls above (same functions, same order, same buffers' bits):
+ *
+ *     x += Wo . attend(rope(Wqkv . rmsnorm(x)))      x += W2 . silu_mul(W13 . rmsnorm(x))
+ *
+ * so a row's bits are those of the per-op path, and greedy exactness is untouched. One call per forward
+ * instead of nine ctypes calls and four tensor allocations per layer: decode is a weight stream of ~25 ms
+ * per token on the 2-core target, and the Python between the kernels was 2-4 ms of it.
+ * Layer i's weights are ``w[i]`` (packed as gemv.c packs, biases NULL when absent); its k/v caches
+ * [S, nkv, cap, hd] start at kv + i * layer_stride and kv + i * layer_stride + v_offset (floats).
+ * scratch holds M * (dim + (nh + 2 nkv) hd + nh hd + 3 hidden) floats. */
+typedef struct {
+    const float *wqkv, *bqkv, *wo, *bo, *w13, *w2, *attn_norm, *mlp_norm;
+} specledger_layer_f32;
+
+void specledger_gemv_f32(const float *x, const float *Wp, const float *b, const float *r, float *y, int M, int N,
+                         int K, int nthreads);
+
+void specledger_layers_f32(const specledger_layer_f32 *w, const int32_t *ids, int n, float *x, float *kv,
+                           int64_t layer_stride, int64_t v_offset, const int64_t *slots, const int64_t *pos, int M,
+                           int dim, int nh, int nkv, int hd, int hidden, int cap, float eps, const float *cos_t,
+                           const float *sin_t, float scale, int tree, float *scratch, int nthreads) {
+    int nq = (nh + 2 * nkv) * hd;
+    float *h = scratch, *qkv = h + (size_t)M * dim, *att = qkv + (size_t)M * nq, *gu = att + (size_t)M * nh * hd,
+          *act = gu + (size_t)M * 2 * hidden;
+    for (int li = 0; li < n; li++) {
+        const specledger_layer_f32 *L = w + ids[li];
+        float *kc = kv + (size_t)ids[li] * layer_stride, *vc = kc + v_offset;
+        specledger_rmsnorm_f32(x, L->attn_norm, h, M, dim, eps);
+        specledger_gemv_f32(h, L->wqkv, L->bqkv, NULL, qkv, M, nq, dim, nthreads);
+        specledger_rope_f32(qkv, cos_t, sin_t, pos, M, nh + 2 * nkv, nh + nkv, hd);
+        specledger_attn_f32(qkv, kc, vc, att, slots, pos, M, nh, nkv, hd, cap, scale, tree, nthreads);
+        specledger_gemv_f32(att, L->wo, L->bo, x, x, M, dim, nh * hd, nthreads);
+        specledger_rmsnorm_f32(x, L->mlp_norm, h, M, dim, eps);
+        specledger_gemv_f32(h, L->w13, NULL, NULL, gu, M, 2 * hidden, dim, nthreads);
+        specledger_silu_mul_f32(gu, act, M, hidden);
+        specledger_gemv_f32(act, L->w2, NULL, x, x, M, dim, hidden, nthreads);
+    }
+}
