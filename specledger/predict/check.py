@@ -24,7 +24,7 @@ import numpy as np
 
 from specledger.predict.acceptance import AcceptanceModel
 from specledger.predict.costmodel import fit_cost_model
-from specledger.predict.predict import measured_baseline, predict_category, request_noise
+from specledger.predict.predict import measured_baseline, predict_category, request_noise, window_levels
 from specledger.predict.replay import run_forecast_inputs
 from specledger.records import RequestRecord
 
@@ -93,6 +93,7 @@ def predict_held_out(
         elif r.drafter == drafter and r.gamma == gamma:
             spec_by_cat[cat].append(r)
     baseline = measured_baseline(train)  # the fit's own plain records
+    window = window_levels(cost, train)  # each prompt's side-by-side window, from its other settings only
     rows = []
     for cat in sorted(spec_by_cat):
         both = {_pid(r) for r in spec_by_cat[cat]} & {_pid(r) for r in plain_by_cat[cat]}
@@ -103,7 +104,7 @@ def predict_held_out(
         spec_kept = [r for r in spec_by_cat[cat] if _pid(r) in keep]
         measured = measured_speedup(spec_kept, [r for r in plain_by_cat[cat] if _pid(r) in keep])
         pred = predict_category(cost, acc, cat, drafter, gamma, chains=chains, n_boot=n_boot, replay=replay,
-                                noise=noise, baseline=baseline)
+                                noise=noise, baseline=baseline, window=window)
         if pred is None or not math.isfinite(measured):
             continue
         rows.append({

@@ -83,7 +83,7 @@ def predict(
 ) -> None:
     """Predict end-to-end speed-up and tokens/s per category for a configuration that was not run
     (from the run's lowest-temperature requests)."""
-    from specledger.predict.predict import measured_baseline, predict_run, request_noise
+    from specledger.predict.predict import measured_baseline, predict_run, request_noise, window_levels
     from specledger.predict.rundata import load_run_models
 
     if gamma < 1:
@@ -108,7 +108,8 @@ def predict(
                                   f"{', '.join(models.acceptance.categories())}")
     preds = predict_run(models.cost, models.acceptance, drafter, gamma, max_tokens, cats,
                         replay=models.replay, noise=request_noise(models.cost, models.records),
-                        baseline=measured_baseline(models.records, max_tokens))
+                        baseline=measured_baseline(models.records, max_tokens),
+                        window=window_levels(models.cost, models.records))
     if as_json:
         print(json.dumps([p.to_dict() for p in preds], indent=1))
         return

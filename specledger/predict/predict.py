@@ -170,6 +170,55 @@ def solo_forward(cost: CostModel) -> ForwardX:
     return fwd
 
 
+#: a prompt's rows value counts toward its window level when it verified at least this many rounds there
+WINDOW_MIN_ROUNDS = 5
+WINDOW_SOURCE = ("window level: each prompt's forward priced at the level its own side-by-side group measured for "
+                 "the nearest rows (other settings of the same prompt, the same minutes of the machine)")
+
+
+def window_levels(cost: CostModel, records: Iterable[RequestRecord]) -> dict[str, Callable[[int], float]]:
+    """Per prompt id, κ(R): how far the machine's phase in which that prompt's settings ran (side by side,
+    :mod:`specledger.engine.interleave`) priced a forward of R rows above or below the run-wide model,
+
+        κ(R) = Σ measured t_verify / Σ modelled forward time      over the prompt's solo rounds of R rows
+
+    for every R with at least :data:`WINDOW_MIN_ROUNDS` rounds; between measured rows linear in R, beyond
+    them the nearest end's value. One level for the whole run cannot see that a shared machine's memory
+    bandwidth and arithmetic move apart: in one window a 3-row verify cost 1.38 one-row steps, in the next
+    1.06 (``make run``, 2026-12-02), so the speed-up of the very same setting moves with the window. A
+    forecast of a prompt measured side by side is priced in its own window; the held-out setting's own
+    rounds never enter (callers pass the training records)."""
+    fwd = solo_forward(cost)
+    coef = cost.forward.coef
+    sums: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0, 0]))
+    for r in records:
+        if any(rd.batch_size > 1 for rd in r.rounds):
+            continue
+        acc = sums[r.prompt_id or r.request_id]
+        for rd in r.rounds:
+            rows = rd.proposed + 1
+            if rd.t_verify <= 0:
+                continue
+            cell = acc[rows]
+            cell[0] += rd.t_verify
+            cell[1] += float(np.dot(coef, fwd(rows, float(rd.context_len))))
+            cell[2] += 1
+    out: dict[str, Callable[[int], float]] = {}
+    for pid, by_rows in sums.items():
+        pts = sorted((rows, m / t) for rows, (m, t, n) in by_rows.items() if n >= WINDOW_MIN_ROUNDS and t > 0)
+        if pts:
+            xs, ys = np.array([x for x, _ in pts], dtype=float), np.array([y for _, y in pts])
+            out[pid] = lambda rows, xs=xs, ys=ys: float(np.interp(float(rows), xs, ys))
+    return out
+
+
+def windowed(forward: ForwardX, level: Callable[[int], float] | None) -> ForwardX:
+    """``forward`` scaled by a prompt's window level κ(rows) (identity when None)."""
+    if level is None:
+        return forward
+    return lambda rows, context: level(rows) * forward(rows, context)
+
+
 def plan_from_rounds(prompt_id: str, prompt_tokens: int, output_tokens: int, drafter: str,
                      rounds: Sequence[RoundRecord], forward: ForwardX) -> RequestPlan:
     """The features of a request whose rounds are known (replayed, or a measured record's own):
@@ -315,8 +364,11 @@ def predict_category(
     replay: Replayer | None = None,
     noise: dict[str, np.ndarray] | None = None,
     baseline: Mapping[str, tuple[int, float]] | None = None,
+    window: Mapping[str, Callable[[int], float]] | None = None,
 ) -> Prediction | None:
     """Predicted end-to-end S and tokens/s of ``drafter`` at ``gamma`` on the category's measured prompts.
+    ``window``: per prompt id its window level κ(rows) (:func:`window_levels`); the forwards of both sides of
+    that prompt are priced at its window's level.
 
     S = (Σ tokens_spec / Σ T_spec) / (Σ tokens_plain / Σ T_plain), both times from the cost model (see the
     module doc). ``baseline`` maps prompt id -> (output tokens, seconds) of the run's plain decoding of that
@@ -333,14 +385,17 @@ def predict_category(
     if not reqs:
         return None
     fwd = solo_forward(cost)
+    window = window or {}
+    fwds = {r.prompt_id: windowed(fwd, window.get(r.prompt_id)) for r in reqs}
+    n_windowed = sum(r.prompt_id in window for r in reqs)
     replayed = replay.rounds(drafter, gamma) if replay is not None and gamma > 0 and \
         replay.can(drafter, max_tokens) else {}
     pooled = acc.pooled(category, drafter, max(gamma, 1))
     spec = [plan_from_rounds(r.prompt_id, r.prompt_tokens, replay.output_tokens(r.prompt_id), drafter,
-                             replayed[r.prompt_id], fwd)
+                             replayed[r.prompt_id], fwds[r.prompt_id])
             if r.prompt_id in replayed
-            else plan_request(r, drafter, gamma, acc, max_tokens, pooled, fwd) for r in reqs]
-    plain = [plan_request(r, "none", 0, None, max_tokens, forward=fwd) for r in reqs]
+            else plan_request(r, drafter, gamma, acc, max_tokens, pooled, fwds[r.prompt_id]) for r in reqs]
+    plain = [plan_request(r, "none", 0, None, max_tokens, forward=fwds[r.prompt_id]) for r in reqs]
     n_replayed = sum(r.prompt_id in replayed for r in reqs)
     tokens = np.array([p.output_tokens for p in spec], dtype=float)
     ts = np.array([p.seconds(cost) for p in spec])
@@ -399,7 +454,9 @@ def predict_category(
             "el": sum(p.round_tokens for p in spec) / n_rounds if n_rounds > 0 else None,
             "t_round_ms": 1e3 * sum(p.round_seconds(cost) for p in spec) / n_rounds if n_rounds > 0 else None,
             "acceptance_source": "replayed" if n_replayed == n else ("chains" if not n_replayed else "mixed"),
+            "window_levels": n_windowed,
             "term_sources": {**term_sources(cost, spec, replayed=n_replayed == n),
+                             **({"window": f"{n_windowed} of {n} prompts: {WINDOW_SOURCE}"} if n_windowed else {}),
                              "baseline": "cost model at 1 row per step (S); measured plain decoding of these "
                              "prompts sets tokens/s" if anchored else "predicted (cost model at 1 row per step)"},
         },
@@ -410,13 +467,14 @@ def predict_run(cost: CostModel, acc: AcceptanceModel, drafter: str, gamma: int,
                 max_tokens: int | None = None, categories: Sequence[str] | None = None,
                 n_boot: int = 200, replay: Replayer | None = None,
                 noise: dict[str, np.ndarray] | None = None,
-                baseline: Mapping[str, tuple[int, float]] | None = None) -> list[Prediction]:
-    """One prediction per category that has measured requests of ``drafter`` (``baseline``: see
+                baseline: Mapping[str, tuple[int, float]] | None = None,
+                window: Mapping[str, Callable[[int], float]] | None = None) -> list[Prediction]:
+    """One prediction per category that has measured requests of ``drafter`` (``baseline``, ``window``: see
     :func:`predict_category`)."""
     out = []
     for cat in categories or acc.categories():
         p = predict_category(cost, acc, cat, drafter, gamma, max_tokens, n_boot=n_boot, replay=replay, noise=noise,
-                             baseline=baseline)
+                             baseline=baseline, window=window)
         if p is not None:
             out.append(p)
     return out
