@@ -20,9 +20,11 @@ F0, FR, FC, DRAFT, OTHER, PREFILL = 0.010, 0.001, 2e-6, 2e-4, 5e-4, 1e-4
 
 
 def _simulate(prompt_id: str, category: str, drafter: str, gamma: int, alpha: float, n_tokens: int,
-              prompt_tokens: int, rng: np.random.Generator, fill: float = 1.0):
+              prompt_tokens: int, rng: np.random.Generator, fill: float = 1.0, window: tuple[float, float] = (1.0, 1.0)):
     """One request decoded like the engine (without the prefill token): K ~ the chain a_j = alpha,
-    the drafter proposes all γ with probability ``fill`` (else none), the boundary round is cut."""
+    the drafter proposes all γ with probability ``fill`` (else none), the boundary round is cut. ``window``:
+    (memory, arithmetic) factors of the machine's phase the request ran in, scaling the one-row cost and the
+    extra rows' cost apart (a shared machine's bandwidth and compute move independently)."""
     rounds, done = [], 0
     while done < n_tokens:
         n = n_tokens - done
@@ -33,7 +35,7 @@ def _simulate(prompt_id: str, category: str, drafter: str, gamma: int, alpha: fl
             k += 1
         committed = min(k + 1, n)
         ctx = prompt_tokens + done
-        t_v = F0 + FR * p + FC * ctx
+        t_v = window[0] * F0 + window[1] * FR * p + FC * ctx
         rounds.append(RoundRecord(drafter, g, p, k, committed, committed < k + 1,
                                   DRAFT * g if g else 0.0, t_v, OTHER, ctx))
         done += committed
@@ -173,6 +175,39 @@ def test_leave_one_gamma_out_on_synthetic_traces_is_accurate():
     assert check["median_abs_error"] < 0.05 and check["p90_abs_error"] < 0.10
     for r in check["rows"]:
         assert r["fitted_gammas"] and r["gamma"] not in r["fitted_gammas"]
+
+
+def test_window_levels_price_each_prompt_in_its_own_phase_of_the_machine():
+    """Each prompt's settings ran side by side in a phase where memory (the one-row cost) and arithmetic (the
+    extra rows) were off the run's average by independent factors. Priced at the run-wide level the held-out
+    speed-ups miss by that phase; priced at each prompt's window level (from its other settings' rounds) they
+    land close -- and κ interpolates between the rows a prompt measured and holds its end values beyond."""
+    from specledger.predict.predict import window_levels
+
+    rng = np.random.default_rng(7)
+    recs = []
+    for i in range(6):  # a prompt per category (as make run's 1-2), every candidate accepted: only cost moves S
+        pid, P, N = f"p{i}", int(rng.integers(20, 200)), 60
+        window = [(0.8, 1.6), (1.25, 0.6), (0.8, 0.6), (1.25, 1.6), (1.0, 1.0), (0.9, 1.3)][i]
+        recs.append(_simulate(pid, pid, "none", 0, 0.0, N, P, rng, window=window))
+        for drafter in ("ngram", "suffix"):
+            for g in (2, 4):
+                recs.append(_simulate(pid, pid, drafter, g, 1.0, N, P, rng, window=window))
+    windowed = leave_one_gamma_out(recs)
+    import specledger.predict.check as check_mod
+
+    real = check_mod.window_levels
+    check_mod.window_levels = lambda cost, train: {}
+    try:
+        flat = leave_one_gamma_out(recs)
+    finally:
+        check_mod.window_levels = real
+    # what is left windowed is the drafting cost of a drafter fitted at one γ (the synthetic drafts at 0.2 ms·γ)
+    assert windowed["max_abs_error"] < 0.04
+    assert flat["max_abs_error"] > 0.15 and flat["median_abs_error"] > 2 * windowed["median_abs_error"]
+    kappa = window_levels(fit_cost_model(recs, n_boot=0), recs)["p0"]
+    assert kappa(2) == pytest.approx((kappa(1) + kappa(3)) / 2)  # linear between measured rows
+    assert kappa(9) == kappa(5) and kappa(0) == kappa(1)  # the end values beyond
 
 
 def test_predict_category_interval_and_measured_speedup():
