@@ -1,14 +1,15 @@
 """Does the forecast hold on prompts it never saw, at γ's it never saw? (issue 18's benchmark)
 
-One `specledger run`-style sweep over a held-out workload (default ``benchmarks/data/heldout_forecast6.jsonl``:
+One `specledger run`-style sweep over a held-out workload (default ``benchmarks/data/heldout_forecast7.jsonl``:
 18 chat prompts written for this check alone (2026-12-02, second session), before anything was run on them --
-``refactor`` (copy-heavy: rename, restyle or convert given code or config and return all of it), ``fields``
-(copy-heavy: pull named fields out of a short text into a fixed format), ``advice`` (open-ended questions)
+``edit`` (copy-heavy: restyle or convert given code, config or data and return all of it), ``parse``
+(copy-heavy: pull named fields out of a short text into a fixed format), ``ask`` (open-ended questions)
 -- that no part of the model was tuned or selected on. Earlier sets are kept for reference only, each was
 looked at once a check had run on it: ``heldout_forecast.jsonl`` (the streak acceptance model),
 ``heldout_forecast2.jsonl`` (the measured baseline), ``heldout_forecast3.jsonl`` (the per-rows levels and the
-median surface), ``heldout_forecast4.jsonl`` (the two-state chains), ``heldout_forecast5.jsonl`` (checked
-before the window levels)),
+median surface), ``heldout_forecast4.jsonl`` (the two-state chains), ``heldout_forecast5.jsonl``,
+``heldout_forecast6.jsonl`` (run once with the window levels; its γ 8 rounds, priced 13 % low, led to the
+line through the measured levels and the 9-pass surface)),
 plain decoding and every drafter at every γ
 of the checks, side by side per prompt (one round of each in turn) so the machine's drift hits every
 setting alike. The run
@@ -165,7 +166,7 @@ def reproducibility_of(run_dirs: list[Path]) -> dict | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workload", type=Path, default=Path("benchmarks/data/heldout_forecast6.jsonl"),
+    ap.add_argument("--workload", type=Path, default=Path("benchmarks/data/heldout_forecast7.jsonl"),
                     help="held-out JSONL workload ('' to use --categories)")
     ap.add_argument("--categories", default="code-edit,dialogue,math")
     ap.add_argument("--n", type=int, default=4, help="prompts per category (built-in categories only)")

@@ -39,7 +39,23 @@ def test_a_cost_model_prices_with_its_levels_and_keeps_them(tmp_path):
     cost = CostModel("t", Part(["surface"], [1.0]), Part(["1", "P", "P2"], [0.0, 0.0, 0.0]), surface=surface,
                      row_levels={3: 1.5})
     assert cost.round_s(3, 64) == pytest.approx(1.5 * surface.round_s(3, 64))
-    assert cost.round_s(4, 64) == pytest.approx(1.5 * surface.round_s(3, 64))  # monotone: never below rows 3
-    assert cost.round_s(2, 64) == pytest.approx(surface.round_s(2, 64))
+    # one measured rows value: one level for every rows (nothing says how memory and arithmetic split)
+    assert cost.round_s(4, 64) == pytest.approx(1.5 * surface.round_s(4, 64))
+    assert cost.round_s(2, 64) == pytest.approx(1.5 * surface.round_s(2, 64))
     cost.save(tmp_path / "c.json")
     assert CostModel.load(tmp_path / "c.json").row_levels == {3: 1.5}
+
+
+def test_unmeasured_rows_lie_on_the_line_through_the_measured_levels():
+    """One-row steps measured below the surface and 5-row rounds above it (the machine's memory fast, its arithmetic
+    slow): rows between are on the line through the two in the surface's coordinate, rows beyond carry the
+    extra-rows level on, instead of falling back to the surface's own level (what underpriced deep verification)."""
+    lv, c = {1: 0.9, 5: 1.2}, 300.0
+    l1, l5 = 0.9 * _sigma(1, c), 1.2 * _sigma(5, c)
+
+    def line(r):
+        return l1 + (l5 - l1) * (_sigma(r, c) - _sigma(1, c)) / (_sigma(5, c) - _sigma(1, c))
+
+    assert levelled(_sigma, lv, 3, c) == pytest.approx(line(3))
+    assert levelled(_sigma, lv, 9, c) == pytest.approx(line(9))
+    assert levelled(_sigma, lv, 9, c) > 1.2 * _sigma(9, c) > _sigma(9, c)  # beyond: the extra rows cost more

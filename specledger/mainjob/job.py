@@ -203,7 +203,14 @@ def surface_contexts(prompt_lengths: Sequence[int], max_tokens: int, limit: int)
     return sorted({min(c, limit) for c in (lo, mid, hi)})
 
 
-def measure_run_surface(engine: TargetEngine, prompt_lengths: Sequence[int], max_tokens: int, repeats: int = 5) -> Any:
+#: timed passes over the run's surface: with 5, single points sat 10-15 % off their neighbours (rows 5 -> 9 rose
+#: 4.0 ms at one context and 8.4 at the next, while the run's own rounds rose 7.7), which bent deep forecasts;
+#: 9 passes cost about 8 s more for SmolLM2-135M on 2 cores
+RUN_SURFACE_REPEATS = 9
+
+
+def measure_run_surface(engine: TargetEngine, prompt_lengths: Sequence[int], max_tokens: int,
+                        repeats: int = RUN_SURFACE_REPEATS) -> Any:
     """The verify cost surface this run's forecasts use: solo forwards of 1..33 rows at the run's contexts,
     interleaved and repeated (:func:`specledger.predict.calibrate.measure_rows_axis`), measured at start."""
     from specledger.predict.calibrate import ROWS_AXIS, measure_rows_axis

@@ -176,18 +176,20 @@ WINDOW_SOURCE = ("window level: each prompt's forward priced at the level its ow
                  "the nearest rows (other settings of the same prompt, the same minutes of the machine)")
 
 
-def window_levels(cost: CostModel, records: Iterable[RequestRecord]) -> dict[str, Callable[[int], float]]:
-    """Per prompt id, κ(R): how far the machine's phase in which that prompt's settings ran (side by side,
-    :mod:`specledger.engine.interleave`) priced a forward of R rows above or below the run-wide model,
+def window_levels(cost: CostModel, records: Iterable[RequestRecord]) -> dict[str, ForwardX]:
+    """Per prompt id, its forward features priced in the machine's phase in which that prompt's settings ran
+    (side by side, :mod:`specledger.engine.interleave`). Per rows value R with at least
+    :data:`WINDOW_MIN_ROUNDS` of the prompt's solo rounds, its window level
 
-        κ(R) = Σ measured t_verify / Σ modelled forward time      over the prompt's solo rounds of R rows
+        κ_R = Σ measured t_verify / Σ modelled forward time f(R, c)
 
-    for every R with at least :data:`WINDOW_MIN_ROUNDS` rounds; between measured rows linear in R, beyond
-    them the nearest end's value. One level for the whole run cannot see that a shared machine's memory
-    bandwidth and arithmetic move apart: in one window a 3-row verify cost 1.38 one-row steps, in the next
-    1.06 (``make run``, 2026-12-02), so the speed-up of the very same setting moves with the window. A
-    forecast of a prompt measured side by side is priced in its own window; the held-out setting's own
-    rounds never enter (callers pass the training records)."""
+    and at other rows the line through the bracketing measured rows in f's coordinate
+    (:func:`specledger.cost.levels.through_levels`: a one-row part and an extra-rows part, each at its own
+    level). One level for the whole run cannot see that a shared machine's memory bandwidth and arithmetic
+    move apart: in one window a 3-row verify cost 1.38 one-row steps, in the next 1.06 (``make run``,
+    2026-12-02), so the speed-up of the very same setting moves with the window. A forecast of a prompt
+    measured side by side is priced in its own window; the held-out setting's own rounds never enter
+    (callers pass the training records)."""
     fwd = solo_forward(cost)
     coef = cost.forward.coef
     sums: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0, 0]))
@@ -203,20 +205,28 @@ def window_levels(cost: CostModel, records: Iterable[RequestRecord]) -> dict[str
             cell[0] += rd.t_verify
             cell[1] += float(np.dot(coef, fwd(rows, float(rd.context_len))))
             cell[2] += 1
-    out: dict[str, Callable[[int], float]] = {}
+    out: dict[str, ForwardX] = {}
     for pid, by_rows in sums.items():
-        pts = sorted((rows, m / t) for rows, (m, t, n) in by_rows.items() if n >= WINDOW_MIN_ROUNDS and t > 0)
-        if pts:
-            xs, ys = np.array([x for x, _ in pts], dtype=float), np.array([y for _, y in pts])
-            out[pid] = lambda rows, xs=xs, ys=ys: float(np.interp(float(rows), xs, ys))
+        kappa = {rows: m / t for rows, (m, t, n) in by_rows.items() if n >= WINDOW_MIN_ROUNDS and t > 0}
+        if kappa:
+            out[pid] = windowed(fwd, kappa, coef)
     return out
 
 
-def windowed(forward: ForwardX, level: Callable[[int], float] | None) -> ForwardX:
-    """``forward`` scaled by a prompt's window level κ(rows) (identity when None)."""
-    if level is None:
-        return forward
-    return lambda rows, context: level(rows) * forward(rows, context)
+def windowed(forward: ForwardX, kappa: Mapping[int, float], coef: np.ndarray) -> ForwardX:
+    """``forward`` priced at a window's levels ``kappa`` {rows: κ} (see :func:`window_levels`): the features
+    scaled so that ``coef · x`` is the window's seconds."""
+    from specledger.cost.levels import through_levels
+
+    def f(rows: int, context: float) -> float:
+        return float(np.dot(coef, forward(rows, context)))
+
+    def x(rows: int, context: float) -> np.ndarray:
+        base = forward(rows, context)
+        fr = float(np.dot(coef, base))
+        return base * (through_levels(f, kappa, rows, context) / fr) if fr > 0 else base
+
+    return x
 
 
 def plan_from_rounds(prompt_id: str, prompt_tokens: int, output_tokens: int, drafter: str,
@@ -364,11 +374,11 @@ def predict_category(
     replay: Replayer | None = None,
     noise: dict[str, np.ndarray] | None = None,
     baseline: Mapping[str, tuple[int, float]] | None = None,
-    window: Mapping[str, Callable[[int], float]] | None = None,
+    window: Mapping[str, ForwardX] | None = None,
 ) -> Prediction | None:
     """Predicted end-to-end S and tokens/s of ``drafter`` at ``gamma`` on the category's measured prompts.
-    ``window``: per prompt id its window level κ(rows) (:func:`window_levels`); the forwards of both sides of
-    that prompt are priced at its window's level.
+    ``window``: per prompt id its forward features at its window's levels (:func:`window_levels`); both sides
+    of that prompt are priced there.
 
     S = (Σ tokens_spec / Σ T_spec) / (Σ tokens_plain / Σ T_plain), both times from the cost model (see the
     module doc). ``baseline`` maps prompt id -> (output tokens, seconds) of the run's plain decoding of that
@@ -386,7 +396,7 @@ def predict_category(
         return None
     fwd = solo_forward(cost)
     window = window or {}
-    fwds = {r.prompt_id: windowed(fwd, window.get(r.prompt_id)) for r in reqs}
+    fwds = {r.prompt_id: window.get(r.prompt_id, fwd) for r in reqs}
     n_windowed = sum(r.prompt_id in window for r in reqs)
     replayed = replay.rounds(drafter, gamma) if replay is not None and gamma > 0 and \
         replay.can(drafter, max_tokens) else {}
@@ -468,7 +478,7 @@ def predict_run(cost: CostModel, acc: AcceptanceModel, drafter: str, gamma: int,
                 n_boot: int = 200, replay: Replayer | None = None,
                 noise: dict[str, np.ndarray] | None = None,
                 baseline: Mapping[str, tuple[int, float]] | None = None,
-                window: Mapping[str, Callable[[int], float]] | None = None) -> list[Prediction]:
+                window: Mapping[str, ForwardX] | None = None) -> list[Prediction]:
     """One prediction per category that has measured requests of ``drafter`` (``baseline``, ``window``: see
     :func:`predict_category`)."""
     out = []

@@ -116,11 +116,13 @@ static inline __attribute__((always_inline)) void block_bf16(const uint16_t *x, 
     BLOCK_BODY(widen, widen, { if (b) s += bf16_to_f32(b[n]); y[(size_t)(m0 + j) * N + n] = f32_to_bf16(s); })
 }
 
-/* y = x W^T (+ b) (+ r): r [M, N] is an optional residual added last (as torch's ``r + linear(x)``). */
-void specledger_gemv_f32(const float *x, const float *Wp, const float *b, const float *r, float *y, int M, int N,
-                         int K, int nthreads) {
+/* The blocks of y = x W^T (+ b) (+ r) shared among the threads of the enclosing parallel region (an orphaned
+ * ``omp for``, with its barrier at the end; called outside a region it runs them all on the caller's thread).
+ * r [M, N] is an optional residual added last (as torch's ``r + linear(x)``); r may be y (in place). */
+void specledger_gemv_f32_for(const float *x, const float *Wp, const float *b, const float *r, float *y, int M, int N,
+                             int K) {
     int nblk = (N + NB - 1) / NB, kb = K / 16;
-#pragma omp parallel for num_threads(nthreads) schedule(static)
+#pragma omp for schedule(static)
     for (int bi = 0; bi < nblk; bi++) {
         const float *Wb = Wp + (size_t)bi * kb * NB * 16;
         int m0 = 0;
@@ -128,6 +130,13 @@ void specledger_gemv_f32(const float *x, const float *Wp, const float *b, const 
         if (M - m0 == 2) block_f32(x, Wb, b, r, y, m0, 2, bi * NB, N, K, kb);
         else if (M - m0 == 1) block_f32(x, Wb, b, r, y, m0, 1, bi * NB, N, K, kb);
     }
+}
+
+/* y = x W^T (+ b) (+ r) on ``nthreads`` threads (see specledger_gemv_f32_for). */
+void specledger_gemv_f32(const float *x, const float *Wp, const float *b, const float *r, float *y, int M, int N,
+                         int K, int nthreads) {
+#pragma omp parallel num_threads(nthreads)
+    specledger_gemv_f32_for(x, Wp, b, r, y, M, N, K);
 }
 
 void specledger_gemv_bf16(const uint16_t *x, const uint16_t *Wp, const uint16_t *b, uint16_t *y, int M, int N,
