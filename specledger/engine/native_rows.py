@@ -118,7 +118,7 @@ def _run_stack(model: Any, x: torch.Tensor, cache_kv: torch.Tensor, slots: torch
     nh, nkv, hd, hidden = first.n_heads, first.n_kv_heads, first.head_dim, first.hidden_dim
     m, dim = x.shape
     x = x.contiguous().clone()
-    scratch = torch.empty(m * (dim + (nh + 2 * nkv) * hd + nh * hd + 3 * hidden), dtype=torch.float32)
+    scratch = torch.empty(m * (dim + (nh + 2 * nkv) * hd + nh * hd + 3 * hidden), dtype=torch.float32, device=x.device)
     kernels.lib().specledger_layers_f32(
         stack, id_arr, len(ids), x.data_ptr(), cache_kv.data_ptr(), cache_kv.stride(0), cache_kv.stride(1),
         slots.data_ptr(), positions.data_ptr(), m, dim, nh, nkv, hd, hidden, cache_kv.shape[-2], first.eps,
