@@ -172,8 +172,9 @@ def solo_forward(cost: CostModel) -> ForwardX:
 
 #: a prompt's rows value counts toward its window level when it verified at least this many rounds there
 WINDOW_MIN_ROUNDS = 5
-WINDOW_SOURCE = ("window level: each prompt's forward priced at the level its own side-by-side group measured for "
-                 "the nearest rows (other settings of the same prompt, the same minutes of the machine)")
+WINDOW_SOURCE = ("window level: each prompt's forward priced at the level its own side-by-side group measured (other "
+                 "settings of the same prompt, the same minutes of the machine) at each rows value it verified, on "
+                 "the line through those levels at other rows")
 
 
 def window_levels(cost: CostModel, records: Iterable[RequestRecord]) -> dict[str, ForwardX]:
