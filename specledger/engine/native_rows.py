@@ -73,29 +73,28 @@ _LAYER_IDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _stack(model: Any) -> Any:
-    """The ctypes array of every layer's weight pointers, rebuilt whenever a weight or norm changed (the
-    linears' own pack keys, the norms' storage and version); None when a linear is not on the native kernel."""
-    key = []
-    for block in model.layers:
-        for lin in (block.wqkv, block.wo, block.w13, block.w2):
-            if lin._weight_key() != lin._packed_key:
-                lin._repack()
-            if lin._native is None:
-                return None
-            key.append(lin._packed_key)
-        for norm in (block.attn_norm, block.mlp_norm):
-            key.append((norm.data_ptr(), 0 if norm.is_inference() else norm._version))
+    """The ctypes array of every layer's weight pointers, rebuilt whenever a pack or a norm changed (each linear
+    repacks itself when its weight changed, as its own forward does; the norms' storage and version); None when
+    a linear is not on the native kernel. Checked on every forward: flat comprehensions, ~0.1 ms for 30 layers."""
+    lins = [lin for block in model.layers for lin in (block.wqkv, block.wo, block.w13, block.w2)]
+    for lin in [lin for lin in lins if lin._weight_key() != lin._packed_key]:
+        lin._repack()
+    packs = [lin._native for lin in lins]
+    if None in packs:
+        return None
+    key = packs + [(n.data_ptr(), 0 if n.is_inference() else n._version)
+                   for block in model.layers for n in (block.attn_norm, block.mlp_norm)]
     cached = _STACKS.get(model)
     if cached is not None and cached[0] == key:
         return cached[1]
     arr = (_LayerF32 * len(model.layers))()
-    for a, block in zip(arr, model.layers):
-        nats = [lin._native for lin in (block.wqkv, block.wo, block.w13, block.w2)]
-        a.wqkv, a.wo, a.w13, a.w2 = (n.packed.data_ptr() for n in nats)
-        a.bqkv = None if nats[0].bias is None else nats[0].bias.data_ptr()
-        a.bo = None if nats[1].bias is None else nats[1].bias.data_ptr()
+    for i, (a, block) in enumerate(zip(arr, model.layers)):
+        wqkv, wo, w13, w2 = packs[4 * i: 4 * i + 4]
+        a.wqkv, a.wo, a.w13, a.w2 = (n.packed.data_ptr() for n in (wqkv, wo, w13, w2))
+        a.bqkv = None if wqkv.bias is None else wqkv.bias.data_ptr()
+        a.bo = None if wo.bias is None else wo.bias.data_ptr()
         a.attn_norm, a.mlp_norm = block.attn_norm.data_ptr(), block.mlp_norm.data_ptr()
-    _STACKS[model] = (key, arr)  # the pointers stay valid while the key holds (packs and norms kept)
+    _STACKS[model] = (key, arr)  # the pointers stay valid while the key holds (its packs are kept alive by it)
     return arr
 
 

@@ -31,13 +31,14 @@ forecast's output budget (the machine's own speed), else Σ (e + N) / Σ T_spec.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
+from specledger.cost.levels import fit_row_levels, through_levels
 from specledger.predict.acceptance import AcceptanceModel, RequestChain
 from specledger.predict.costmodel import DRAFT_TERMS, FORWARD_TERMS, OTHER_TERMS, CostModel, forward_features
 from specledger.predict.replay import REPLAY_ASSUMPTION, Replayer
@@ -193,22 +194,17 @@ def window_levels(cost: CostModel, records: Iterable[RequestRecord]) -> dict[str
     (callers pass the training records)."""
     fwd = solo_forward(cost)
     coef = cost.forward.coef
-    sums: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0, 0]))
+    by_prompt: dict[str, list[tuple[int, float, float]]] = defaultdict(list)  # (rows, t_verify, modelled f)
     for r in records:
         if any(rd.batch_size > 1 for rd in r.rounds):
             continue
-        acc = sums[r.prompt_id or r.request_id]
-        for rd in r.rounds:
-            rows = rd.proposed + 1
-            if rd.t_verify <= 0:
-                continue
-            cell = acc[rows]
-            cell[0] += rd.t_verify
-            cell[1] += float(np.dot(coef, fwd(rows, float(rd.context_len))))
-            cell[2] += 1
+        by_prompt[r.prompt_id or r.request_id] += [
+            (rd.proposed + 1, rd.t_verify, float(np.dot(coef, fwd(rd.proposed + 1, float(rd.context_len)))))
+            for rd in r.rounds if rd.t_verify > 0]
     out: dict[str, ForwardX] = {}
-    for pid, by_rows in sums.items():
-        kappa = {rows: m / t for rows, (m, t, n) in by_rows.items() if n >= WINDOW_MIN_ROUNDS and t > 0}
+    for pid, rounds in by_prompt.items():
+        counts = Counter(rows for rows, _, _ in rounds)
+        kappa = fit_row_levels([x for x in rounds if counts[x[0]] >= WINDOW_MIN_ROUNDS], level=1.0, k=0.0)
         if kappa:
             out[pid] = windowed(fwd, kappa, coef)
     return out
@@ -217,8 +213,6 @@ def window_levels(cost: CostModel, records: Iterable[RequestRecord]) -> dict[str
 def windowed(forward: ForwardX, kappa: Mapping[int, float], coef: np.ndarray) -> ForwardX:
     """``forward`` priced at a window's levels ``kappa`` {rows: κ} (see :func:`window_levels`): the features
     scaled so that ``coef · x`` is the window's seconds."""
-    from specledger.cost.levels import through_levels
-
     def f(rows: int, context: float) -> float:
         return float(np.dot(coef, forward(rows, context)))
 
