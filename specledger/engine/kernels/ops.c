@@ -35,7 +35,11 @@ static inline float dot(const float *a, const float *b, int n) {
     return s;
 }
 
+/* The row ops below share their rows (silu_mul: 256-element chunks) among the threads of an enclosing parallel
+ * region (orphaned ``omp for``, a barrier at the end); called outside one, they run on the caller's thread. Each
+ * element's arithmetic is the same whichever thread runs it. */
 void specledger_rmsnorm_f32(const float *x, const float *w, float *y, int M, int D, float eps) {
+#pragma omp for schedule(static)
     for (int m = 0; m < M; m++) {
         const float *xr = x + (size_t)m * D;
         float *yr = y + (size_t)m * D;
@@ -49,9 +53,11 @@ void specledger_rope_f32(float *x, const float *cos_t, const float *sin_t, const
                          int rot, int hd) {
     int half = hd / 2;
     float tmp[hd];
-    for (int m = 0; m < M; m++) {
+#pragma omp for schedule(static)
+    for (int u = 0; u < M * rot; u++) {
+        int m = u / rot, h = u % rot;
         const float *c = cos_t + (size_t)pos[m] * hd, *s = sin_t + (size_t)pos[m] * hd;
-        for (int h = 0; h < rot; h++) {
+        {
             float *v = x + ((size_t)m * H + h) * hd;
             for (int i = 0; i < half; i++) tmp[i] = -v[i + half];
             for (int i = half; i < hd; i++) tmp[i] = v[i - half];
@@ -63,25 +69,80 @@ void specledger_rope_f32(float *x, const float *cos_t, const float *sin_t, const
     }
 }
 
-static void attend_one(const float *q, const float *K, const float *V, int len, int hd, float scale, float *out,
-                       float *sc) {
-    float mx = -INFINITY;
-    for (int j = 0; j < len; j++) {
-        sc[j] = dot(q, K + (size_t)j * hd, hd) * scale;
-        if (sc[j] > mx) mx = sc[j];
+static inline int pad16(int n) { return (n + 15) & ~15; }
+
+static int max_len(const int64_t *pos, int M) {
+    int maxlen = 0;
+    for (int m = 0; m < M; m++) if (pos[m] + 1 > maxlen) maxlen = (int)pos[m] + 1;
+    return maxlen;
+}
+
+/* sc[j] = dot(q, K_j) * scale for n keys K_j = K + j * hd, bit for bit as dot(): with 16 lanes and hd = 64,
+ * 16 keys at a time, their 16 accumulators summed by one transposing reduction (hsum16's pairings). */
+static void scores(const float *q, const float *K, int n, int hd, float scale, float *sc) {
+    int j = 0;
+#if defined(__AVX512F__)
+    if (hd == 64) {
+        v16 q0, q1, q2, q3;
+        memcpy(&q0, q, 64), memcpy(&q1, q + 16, 64), memcpy(&q2, q + 32, 64), memcpy(&q3, q + 48, 64);
+        for (; j + 16 <= n; j += 16) {
+            v16 acc[16];
+            for (int t = 0; t < 16; t++) {
+                const float *k = K + (size_t)(j + t) * 64;
+                v16 k0, k1, k2, k3;
+                memcpy(&k0, k, 64), memcpy(&k1, k + 16, 64), memcpy(&k2, k + 32, 64), memcpy(&k3, k + 48, 64);
+                v16 a = (v16){0};
+                a += q0 * k0;
+                a += q1 * k1;
+                a += q2 * k2;
+                a += q3 * k3;
+                acc[t] = a;
+            }
+            v16 s = hsum16x16(acc) * scale;
+            memcpy(sc + j, &s, 64);
+        }
     }
+#endif
+    for (; j < n; j++) sc[j] = dot(q, K + (size_t)j * hd, hd) * scale;
+}
+
+/* One query head: out = sum_j softmax(sc)_j V_j over keys j in [0, len): keys [0, pre) at K/V (contiguous, hd
+ * apart), key pre + e at kx[e]/vx[e]. The order of every float operation is fixed by j alone. */
+static void attend_one(const float *q, const float *K, const float *V, int pre, const float *const *kx,
+                       const float *const *vx, int len, int hd, float scale, float *out, float *sc) {
+    scores(q, K, pre, hd, scale, sc);
+    for (int j = pre; j < len; j++) sc[j] = dot(q, kx[j - pre], hd) * scale;
+    float mx = -INFINITY;
+    for (int j = 0; j < len; j++)
+        if (sc[j] > mx) mx = sc[j];
     float sum = 0.f;
     for (int j = 0; j < len; j++) {
         sc[j] = expf(sc[j] - mx);
         sum += sc[j];
     }
+    float inv = 1.0f / sum;
+    if (hd == 64) {  /* the same fma per element as the loop below, in four registers */
+        v16 o0 = {0}, o1 = {0}, o2 = {0}, o3 = {0};
+        for (int j = 0; j < len; j++) {
+            const float *v = j < pre ? V + (size_t)j * 64 : vx[j - pre];
+            v16 v0, v1, v2, v3;
+            memcpy(&v0, v, 64), memcpy(&v1, v + 16, 64), memcpy(&v2, v + 32, 64), memcpy(&v3, v + 48, 64);
+            float p = sc[j];
+            o0 += p * v0;
+            o1 += p * v1;
+            o2 += p * v2;
+            o3 += p * v3;
+        }
+        o0 *= inv, o1 *= inv, o2 *= inv, o3 *= inv;
+        memcpy(out, &o0, 64), memcpy(out + 16, &o1, 64), memcpy(out + 32, &o2, 64), memcpy(out + 48, &o3, 64);
+        return;
+    }
     for (int d = 0; d < hd; d++) out[d] = 0.f;
     for (int j = 0; j < len; j++) {
-        const float *v = V + (size_t)j * hd;
+        const float *v = j < pre ? V + (size_t)j * hd : vx[j - pre];
         float p = sc[j];
         for (int d = 0; d < hd; d++) out[d] += p * v[d];
     }
-    float inv = 1.0f / sum;
     for (int d = 0; d < hd; d++) out[d] *= inv;
 }
 
@@ -93,63 +154,96 @@ static inline void write_kv(const float *qkv, float *kc, float *vc, const int64_
     memcpy(vc + at, row + (size_t)(nh + nkv + h) * hd, (size_t)hd * 4);
 }
 
+/* Where a token tree's row m finds its keys (tree == 1): the rows are written at (slot, pos) one after another,
+ * each attending right after its own write, so row m sees at position p the k/v of the latest row m' <= m at
+ * (slot[m], p), else the cache's. from[m] is the first such position (keys before it all come from the cache),
+ * src[m * D + (p - from[m])] the row for p in [from[m], pos[m]] or -1 for the cache. D >= every pos[m] - from[m] + 1. */
+typedef struct {
+    int *from, *src, D;
+} tree_keys;
+
+static tree_keys tree_keys_of(const int64_t *slots, const int64_t *pos, int M) {
+    tree_keys t = {malloc(sizeof(int) * (size_t)(M > 0 ? M : 1)), NULL, 1};
+    for (int m = 0; m < M; m++) {
+        int from = (int)pos[m];
+        for (int r = 0; r <= m; r++)
+            if (slots[r] == slots[m] && pos[r] < from) from = (int)pos[r];
+        t.from[m] = from;
+        if ((int)pos[m] - from + 1 > t.D) t.D = (int)pos[m] - from + 1;
+    }
+    t.src = malloc(sizeof(int) * (size_t)(M > 0 ? M : 1) * t.D);
+    for (int m = 0; m < M; m++)
+        for (int p = t.from[m]; p <= pos[m]; p++) {
+            int s = -1;
+            for (int r = m; r >= 0 && s < 0; r--)
+                if (slots[r] == slots[m] && pos[r] == p) s = r;
+            t.src[m * t.D + (p - t.from[m])] = s;
+        }
+    return t;
+}
+
 /* qkv [M, nh + 2*nkv, hd] (roped); caches [S, nkv, cap, hd]; out [M, nh, hd]; sc: this thread's scratch of
- * max(pos) + 1 floats. Inside a parallel region (orphaned ``omp for``s, a barrier after each):
- * tree == 0: rows' (slot, pos) are distinct -- all k/v are written first (one thread), then every (row, head)
- *            attends in parallel. tree == 1: row m writes then attends before row m+1 writes (a token tree's
- *            siblings reuse positions); parallel over kv heads, rows in order. */
+ * max(pos) + 1 floats plus 2 * tk->D pointers. Inside a parallel region (orphaned ``omp for``s, a barrier after
+ * each), every (row, query head) in parallel:
+ * tree == 0: rows' (slot, pos) are distinct -- all k/v are written first (one thread), then every row attends
+ *            over its cache slot's [0, pos].
+ * tree == 1: a token tree's siblings share positions; row m attends over what it would see had the rows been
+ *            written and attended one by one (``tree_keys``: its ancestors' k/v straight from qkv), and the
+ *            k/v are written afterwards, in row order, leaving the cache as that sequence would. */
 static void attn_for(const float *qkv, float *kc, float *vc, float *out, const int64_t *slots, const int64_t *pos,
-                     int M, int nh, int nkv, int hd, int cap, float scale, int tree, float *sc) {
-    int group = nh / nkv;
-    if (!tree) {
+                     int M, int nh, int nkv, int hd, int cap, float scale, const tree_keys *tk, float *sc) {
+    int group = nh / nkv, stride = (nh + 2 * nkv) * hd;
+    if (!tk) {
 #pragma omp single
         for (int m = 0; m < M; m++)
             for (int h = 0; h < nkv; h++) write_kv(qkv, kc, vc, slots, pos, m, h, nh, nkv, hd, cap);
-#pragma omp for schedule(static)
-        for (int u = 0; u < M * nh; u++) {
-            int m = u / nh, qh = u % nh, h = qh / group;
-            size_t base = (((size_t)slots[m] * nkv + h) * cap) * hd;
-            attend_one(qkv + ((size_t)m * (nh + 2 * nkv) + qh) * hd, kc + base, vc + base, (int)pos[m] + 1, hd,
-                       scale, out + ((size_t)m * nh + qh) * hd, sc);
-        }
-        return;
     }
+    const float **kx = (const float **)(sc + pad16(max_len(pos, M))), **vx = kx + (tk ? tk->D : 0);
 #pragma omp for schedule(static)
-    for (int h = 0; h < nkv; h++)
-        for (int m = 0; m < M; m++) {
-            write_kv(qkv, kc, vc, slots, pos, m, h, nh, nkv, hd, cap);
-            size_t base = (((size_t)slots[m] * nkv + h) * cap) * hd;
-            for (int g = 0; g < group; g++) {
-                int qh = h * group + g;
-                attend_one(qkv + ((size_t)m * (nh + 2 * nkv) + qh) * hd, kc + base, vc + base, (int)pos[m] + 1,
-                           hd, scale, out + ((size_t)m * nh + qh) * hd, sc);
+    for (int u = 0; u < M * nh; u++) {
+        int m = u / nh, qh = u % nh, h = qh / group, len = (int)pos[m] + 1, pre = len;
+        size_t base = (((size_t)slots[m] * nkv + h) * cap) * hd;
+        if (tk) {
+            pre = tk->from[m];
+            for (int p = pre; p < len; p++) {
+                int r = tk->src[m * tk->D + (p - pre)];
+                kx[p - pre] = r < 0 ? kc + base + (size_t)p * hd : qkv + (size_t)r * stride + (size_t)(nh + h) * hd;
+                vx[p - pre] = r < 0 ? vc + base + (size_t)p * hd : qkv + (size_t)r * stride + (size_t)(nh + nkv + h) * hd;
             }
         }
+        attend_one(qkv + (size_t)m * stride + (size_t)qh * hd, kc + base, vc + base, pre, kx, vx, len, hd, scale,
+                   out + ((size_t)m * nh + qh) * hd, sc);
+    }
+    if (tk) {
+#pragma omp single
+        for (int m = 0; m < M; m++)
+            for (int h = 0; h < nkv; h++) write_kv(qkv, kc, vc, slots, pos, m, h, nh, nkv, hd, cap);
+    }
 }
 
-static int max_len(const int64_t *pos, int M) {
-    int maxlen = 0;
-    for (int m = 0; m < M; m++) if (pos[m] + 1 > maxlen) maxlen = (int)pos[m] + 1;
-    return maxlen;
-}
 
 void specledger_attn_f32(const float *qkv, float *kc, float *vc, float *out, const int64_t *slots,
                          const int64_t *pos, int M, int nh, int nkv, int hd, int cap, float scale, int tree,
                          int nthreads) {
-    int maxlen = max_len(pos, M);
+    tree_keys tk = tree ? tree_keys_of(slots, pos, M) : (tree_keys){NULL, NULL, 0};
+    size_t scratch = (size_t)pad16(max_len(pos, M)) * 4 + 2 * sizeof(float *) * (size_t)tk.D;
 #pragma omp parallel num_threads(nthreads)
     {
-        float *sc = malloc((size_t)maxlen * 4);
-        attn_for(qkv, kc, vc, out, slots, pos, M, nh, nkv, hd, cap, scale, tree, sc);
+        float *sc = malloc(scratch);
+        attn_for(qkv, kc, vc, out, slots, pos, M, nh, nkv, hd, cap, scale, tree ? &tk : NULL, sc);
         free(sc);
     }
+    free(tk.from), free(tk.src);
 }
 
 void specledger_silu_mul_f32(const float *gu, float *y, int M, int H) {
-    for (int m = 0; m < M; m++) {
+    int chunks = (H + 255) / 256;
+#pragma omp for schedule(static)
+    for (int c = 0; c < M * chunks; c++) {
+        int m = c / chunks, i0 = c % chunks * 256, i1 = i0 + 256 < H ? i0 + 256 : H;
         const float *g = gu + (size_t)m * 2 * H, *u = g + H;
         float *yr = y + (size_t)m * H;
-        for (int i = 0; i < H; i++) yr[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        for (int i = i0; i < i1; i++) yr[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
     }
 }
 
@@ -177,31 +271,30 @@ void specledger_layers_f32(const specledger_layer_f32 *w, const int32_t *ids, in
                            int64_t layer_stride, int64_t v_offset, const int64_t *slots, const int64_t *pos, int M,
                            int dim, int nh, int nkv, int hd, int hidden, int cap, float eps, const float *cos_t,
                            const float *sin_t, float scale, int tree, float *scratch, int nthreads) {
-    int nq = (nh + 2 * nkv) * hd, maxlen = max_len(pos, M);
+    int nq = (nh + 2 * nkv) * hd;
+    tree_keys tk = tree ? tree_keys_of(slots, pos, M) : (tree_keys){NULL, NULL, 0};
+    size_t sc_bytes = (size_t)pad16(max_len(pos, M)) * 4 + 2 * sizeof(float *) * (size_t)tk.D;
     float *h = scratch, *qkv = h + (size_t)M * dim, *att = qkv + (size_t)M * nq, *gu = att + (size_t)M * nh * hd,
           *act = gu + (size_t)M * 2 * hidden;
     /* one parallel region for the whole stack: the matmuls and attention share their work among the threads
-     * (orphaned omp for), the small row ops run on one thread; every op ends at a barrier, as a call did */
+     * (orphaned omp for), and so do the row ops; every op ends at a barrier, as a call did */
 #pragma omp parallel num_threads(nthreads)
     {
-        float *sc = malloc((size_t)maxlen * 4);
+        float *sc = malloc(sc_bytes);
         for (int li = 0; li < n; li++) {
             const specledger_layer_f32 *L = w + ids[li];
             float *kc = kv + (size_t)ids[li] * layer_stride, *vc = kc + v_offset;
-#pragma omp single
-            specledger_rmsnorm_f32(x, L->attn_norm, h, M, dim, eps);
+specledger_rmsnorm_f32(x, L->attn_norm, h, M, dim, eps);
             specledger_gemv_f32_for(h, L->wqkv, L->bqkv, NULL, qkv, M, nq, dim);
-#pragma omp single
-            specledger_rope_f32(qkv, cos_t, sin_t, pos, M, nh + 2 * nkv, nh + nkv, hd);
-            attn_for(qkv, kc, vc, att, slots, pos, M, nh, nkv, hd, cap, scale, tree, sc);
+specledger_rope_f32(qkv, cos_t, sin_t, pos, M, nh + 2 * nkv, nh + nkv, hd);
+            attn_for(qkv, kc, vc, att, slots, pos, M, nh, nkv, hd, cap, scale, tree ? &tk : NULL, sc);
             specledger_gemv_f32_for(att, L->wo, L->bo, x, x, M, dim, nh * hd);
-#pragma omp single
-            specledger_rmsnorm_f32(x, L->mlp_norm, h, M, dim, eps);
+specledger_rmsnorm_f32(x, L->mlp_norm, h, M, dim, eps);
             specledger_gemv_f32_for(h, L->w13, NULL, NULL, gu, M, 2 * hidden, dim);
-#pragma omp single
-            specledger_silu_mul_f32(gu, act, M, hidden);
+specledger_silu_mul_f32(gu, act, M, hidden);
             specledger_gemv_f32_for(act, L->w2, NULL, x, x, M, dim, hidden);
         }
         free(sc);
     }
+    free(tk.from), free(tk.src);
 }
