@@ -63,6 +63,47 @@ def test_rope_and_attention_match_torch(hd):
         assert torch.equal(solo[0], out[i])  # one row alone == that row in the pass, either mode
 
 
+def test_attention_reads_a_trees_keys_from_its_rows_as_from_the_cache_bit_for_bit():
+    """hd 64 and 20 keys and more: the scores of 16 keys at a time (one transposing sum) must equal the one-key dot
+    bit for bit. Tree mode reads a row's keys past the first row's position from the rows themselves (one-key
+    dots), chain mode from the cache (16 at a time): a chain of rows must come out identical both ways, and so
+    must the cache they leave."""
+    torch.manual_seed(4)
+    nh, nkv, hd, m, cap, start = 4, 2, 64, 20, 64, 3
+    qkv = torch.randn(m, nh + 2 * nkv, hd)
+    pos, slots = torch.arange(start, start + m), torch.zeros(m, dtype=torch.long)
+    base = torch.randn(2, 1, nkv, cap, hd)
+    chain_cache, tree_cache = base.clone(), base.clone()
+    chain = ops.attend(qkv, chain_cache[0], chain_cache[1], slots, pos, nh, nkv, tree=False)
+    tree = ops.attend(qkv, tree_cache[0], tree_cache[1], slots, pos, nh, nkv, tree=True)
+    assert torch.equal(chain, tree) and torch.equal(chain_cache, tree_cache)
+    ref_cache = base.clone()
+    ref_cache[:, 0, :, start : start + m] = qkv[:, nh:].view(m, 2, nkv, hd).permute(1, 2, 0, 3)
+    for i in (0, 12, 19):
+        q = qkv[i, :nh].view(nkv, nh // nkv, hd)
+        ref = F.scaled_dot_product_attention(q, ref_cache[0, 0, :, : start + i + 1], ref_cache[1, 0, :, : start + i + 1])
+        torch.testing.assert_close(chain[i].view(nkv, nh // nkv, hd), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_a_tree_row_sees_its_ancestors_not_its_earlier_siblings():
+    """Tree mode: siblings share a position; row m must attend over what it would see had the rows been written
+    one by one in DFS order (its ancestors), which is what a lone chain of its path sees."""
+    torch.manual_seed(5)
+    nh, nkv, hd, cap, start = 4, 2, 64, 64, 30
+    # root at start; children a (start+1), its child a1 (start+2); then sibling b (start+1), its child b1 (start+2)
+    pos = torch.tensor([start, start + 1, start + 2, start + 1, start + 2])
+    qkv = torch.randn(5, nh + 2 * nkv, hd)
+    base = torch.randn(2, 1, nkv, cap, hd)
+    cache = base.clone()
+    out = ops.attend(qkv, cache[0], cache[1], torch.zeros(5, dtype=torch.long), pos, nh, nkv, tree=True)
+    for path in ([0, 1, 2], [0, 3, 4]):
+        lone = base.clone()
+        want = ops.attend(qkv[path], lone[0], lone[1], torch.zeros(3, dtype=torch.long), pos[path], nh, nkv,
+                          tree=False)
+        assert torch.equal(out[path], want)
+    assert torch.equal(cache, lone)  # the last branch written, as row-by-row writing leaves it
+
+
 def test_model_takes_the_native_path_and_it_matches_the_torch_path():
     model = tiny_model(n_layers=2)
     tokens = torch.randint(0, 64, (2, 9))
