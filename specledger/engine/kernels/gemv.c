@@ -4,7 +4,9 @@
  * and called through ctypes. Why it exists: on the 2-core EPYC target, oneDNN and MKL reach
  * 25-35 % of the machine's read bandwidth on the decode shapes (1-9 rows x 576..49152 outputs),
  * while decode is a pure weight stream. This kernel reads the packed weights exactly once per
- * call as one sequential stream, whatever the number of rows.
+ * call as one sequential stream, whatever the number of rows. Past ~3 rows (a verify pass, a tree) the call is
+ * bound by arithmetic instead: a block of NB outputs stays in L1 while groups of up to MB rows reuse it, the next
+ * block is prefetched into L2 meanwhile, and a block's NB sums per row are one transposing reduction.
  *
  * Exactness: every output y[m, n] is one 16-lane accumulator over k in increasing order followed
  * by a fixed-order horizontal sum, whatever M is and wherever row m sits in the call. So a row's
