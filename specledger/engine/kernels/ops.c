@@ -284,14 +284,14 @@ void specledger_layers_f32(const specledger_layer_f32 *w, const int32_t *ids, in
         for (int li = 0; li < n; li++) {
             const specledger_layer_f32 *L = w + ids[li];
             float *kc = kv + (size_t)ids[li] * layer_stride, *vc = kc + v_offset;
-specledger_rmsnorm_f32(x, L->attn_norm, h, M, dim, eps);
+            specledger_rmsnorm_f32(x, L->attn_norm, h, M, dim, eps);
             specledger_gemv_f32_for(h, L->wqkv, L->bqkv, NULL, qkv, M, nq, dim);
-specledger_rope_f32(qkv, cos_t, sin_t, pos, M, nh + 2 * nkv, nh + nkv, hd);
+            specledger_rope_f32(qkv, cos_t, sin_t, pos, M, nh + 2 * nkv, nh + nkv, hd);
             attn_for(qkv, kc, vc, att, slots, pos, M, nh, nkv, hd, cap, scale, tree ? &tk : NULL, sc);
             specledger_gemv_f32_for(att, L->wo, L->bo, x, x, M, dim, nh * hd);
-specledger_rmsnorm_f32(x, L->mlp_norm, h, M, dim, eps);
+            specledger_rmsnorm_f32(x, L->mlp_norm, h, M, dim, eps);
             specledger_gemv_f32_for(h, L->w13, NULL, NULL, gu, M, 2 * hidden, dim);
-specledger_silu_mul_f32(gu, act, M, hidden);
+            specledger_silu_mul_f32(gu, act, M, hidden);
             specledger_gemv_f32_for(act, L->w2, NULL, x, x, M, dim, hidden);
         }
         free(sc);
