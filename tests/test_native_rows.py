@@ -120,11 +120,13 @@ def test_model_takes_the_native_path_and_it_matches_the_torch_path():
     torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize(("rows", "tree", "layers"), [(1, False, None), (5, False, None), (4, True, None),
-                                                      (3, False, [0, 2])])
-def test_the_one_call_stack_is_the_per_op_path_bit_for_bit(rows, tree, layers, monkeypatch):
+@pytest.mark.parametrize(("rows", "tree", "layers", "kv"), [(1, False, None, False), (5, False, None, False),
+                                                            (4, True, None, False), (3, False, [0, 2], False),
+                                                            (6, True, None, True), (3, True, [0, 2], True)])
+def test_the_one_call_stack_is_the_per_op_path_bit_for_bit(rows, tree, layers, kv, monkeypatch):
     """run_layers runs the whole stack in one native call (specledger_layers_f32); it must give exactly the bits
-    of the per-op path (block_rows), in the rows and in the k/v it writes, or greedy exactness would rest on luck."""
+    of the per-op path (block_rows), in the rows, in the k/v it writes and in the k/v it hands back for a tree's
+    commit (``kv``), or greedy exactness would rest on luck."""
     from dataclasses import replace
 
     from specledger.engine.model import Transformer
@@ -140,14 +142,21 @@ def test_the_one_call_stack_is_the_per_op_path_bit_for_bit(rows, tree, layers, m
     slots = torch.zeros(rows, dtype=torch.long)
     positions = torch.tensor([7] * rows if tree else list(range(7, 7 + rows)), dtype=torch.long)
 
+    cfg = model.config
+
     def run():
         cache = model.new_cache(32)
         cache.kv.normal_(generator=torch.Generator().manual_seed(5))  # the same history for both paths
+        out = torch.full((cfg.n_layers, 2, rows, cfg.n_kv_heads, int(cfg.head_dim)), float("nan")) if kv else None
         with torch.inference_mode():
-            return native_rows.run_layers(model, x.clone(), cache.kv, slots, positions, 0, layers, tree), cache.kv
+            return native_rows.run_layers(model, x.clone(), cache.kv, slots, positions, 0, layers, tree, out), \
+                cache.kv, out
 
-    fast, fast_kv = run()
+    fast, fast_kv, fast_out = run()
     assert native_rows._STACKS.get(model) is not None, "the one-call stack did not run"
     monkeypatch.setattr(native_rows, "_run_stack", lambda *a, **k: None)
-    slow, slow_kv = run()
+    slow, slow_kv, slow_out = run()
     assert torch.equal(fast, slow) and torch.equal(fast_kv, slow_kv)
+    if kv:  # the layers not run stay untouched (NaN) in both
+        assert torch.allclose(fast_out, slow_out, equal_nan=True, rtol=0, atol=0)
+        assert fast_out.isnan().any() == (layers is not None)

@@ -11,8 +11,8 @@ rows, so a row's output is bit-identical whether it runs alone (plain decode), i
 pass, in a packed batch or as a tree node -- greedy speculation stays token-identical to plain
 decoding. The residual adds are folded into the linears' stores (same rounding as ``x + W h``).
 Nine native calls and a handful of Python lines per layer, against ~25 torch ops on the torch path; and
-when no new k/v are asked back (every pass but a tree's commit), :func:`run_layers` runs the whole stack
-in one native call (``specledger_layers_f32`` in ``ops.c``: the same calls in the same order, in C).
+:func:`run_layers` runs the whole stack in one native call (``specledger_layers_f32`` in ``ops.c``: the same
+calls in the same order, in C), handing a tree's rows' k/v back for its commit when asked.
 """
 
 from __future__ import annotations
@@ -102,15 +102,21 @@ def _layer_ids(model: Any, layers: Any) -> Any:
     ids = tuple(range(len(model.layers))) if layers is None else tuple(int(i) for i in layers)
     cache = _LAYER_IDS.setdefault(model, {})
     if ids not in cache:
+        if any(not 0 <= i < len(model.layers) for i in ids):
+            raise SpecLedgerError(f"layers {list(ids)} are not all in the model's {len(model.layers)}")
         cache[ids] = (ctypes.c_int32 * max(len(ids), 1))(*ids)
     return ids, cache[ids]
 
 
 def _run_stack(model: Any, x: torch.Tensor, cache_kv: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
-               cos: torch.Tensor, sin: torch.Tensor, layers: Any, tree: bool) -> torch.Tensor | None:
+               cos: torch.Tensor, sin: torch.Tensor, layers: Any, tree: bool, kv_out: torch.Tensor | None = None,
+               ) -> torch.Tensor | None:
     """The layers in one native call (see the module doc); None where it does not apply."""
     stack = _stack(model)
     if stack is None or cache_kv.stride(-1) != 1 or not cache_kv[0, 0].is_contiguous():
+        return None
+    if kv_out is not None and (not kv_out.is_contiguous() or kv_out.dtype != torch.float32
+                               or kv_out.shape[1:] != (2, x.shape[0], cache_kv.shape[-3], cache_kv.shape[-1])):
         return None
     ids, id_arr = _layer_ids(model, layers)
     first = model.layers[0]
@@ -121,7 +127,8 @@ def _run_stack(model: Any, x: torch.Tensor, cache_kv: torch.Tensor, slots: torch
     kernels.lib().specledger_layers_f32(
         stack, id_arr, len(ids), x.data_ptr(), cache_kv.data_ptr(), cache_kv.stride(0), cache_kv.stride(1),
         slots.data_ptr(), positions.data_ptr(), m, dim, nh, nkv, hd, hidden, cache_kv.shape[-2], first.eps,
-        cos.data_ptr(), sin.data_ptr(), 1.0 / math.sqrt(hd), int(tree), scratch.data_ptr(), torch.get_num_threads())
+        cos.data_ptr(), sin.data_ptr(), 1.0 / math.sqrt(hd), int(tree), scratch.data_ptr(),
+        None if kv_out is None else kv_out.data_ptr(), torch.get_num_threads())
     return x
 
 
@@ -136,7 +143,7 @@ def run_layers(model: Any, x: torch.Tensor, cache_kv: torch.Tensor, slots: torch
     model._ensure_rope()
     _, cos, sin = model._rope_cache
     slots, positions = slots.contiguous(), positions.contiguous()
-    if kv_out is None and (out := _run_stack(model, x, cache_kv, slots, positions, cos, sin, layers, tree)) is not None:
+    if (out := _run_stack(model, x, cache_kv, slots, positions, cos, sin, layers, tree, kv_out)) is not None:
         return out
     for i in range(len(model.layers)) if layers is None else layers:
         x = block_rows(model.layers[i], x, cache_kv[i], slots, positions, cos, sin, tree,

@@ -30,7 +30,7 @@ import torch
 _SRCS = (Path(__file__).with_name("gemv.c"), Path(__file__).with_name("ops.c"))
 _HEADERS = (Path(__file__).with_name("simd.h"),)
 _FLAGS = ["-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", "-fPIC", "-shared"]
-_ABI = 4
+_ABI = 5
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 _status = "not loaded yet"
@@ -76,7 +76,7 @@ def _bind(path: Path) -> ctypes.CDLL:
         "specledger_attn_f32": [p, p, p, p, p, p, i, i, i, i, i, f, i, i],
         "specledger_silu_mul_f32": [p, p, i, i],
         "specledger_layers_f32": [p, p, i, p, p, ctypes.c_int64, ctypes.c_int64, p, p, i, i, i, i, i, i, i, f, p, p,
-                                  f, i, p, i],
+                                  f, i, p, p, i],
     }
     for name, argtypes in signatures.items():
         fn = getattr(lib, name)

@@ -259,7 +259,8 @@ void specledger_silu_mul_f32(const float *gu, float *y, int M, int H) {
  * ~17-25 ms per token on the 2-core target, and the Python between the kernels was 1.5-2 ms of it.
  * Layer i's weights are ``w[i]`` (packed as gemv.c packs, biases NULL when absent); its k/v caches
  * [S, nkv, cap, hd] start at kv + i * layer_stride and kv + i * layer_stride + v_offset (floats).
- * scratch holds M * (dim + (nh + 2 nkv) hd + nh hd + 3 hidden) floats. */
+ * scratch holds M * (dim + (nh + 2 nkv) hd + nh hd + 3 hidden) floats. kv_out (NULL: not asked) receives every
+ * row's roped k and v per layer, [n_layers][2][M][nkv][hd] indexed by layer id, as block_rows' kv_out. */
 typedef struct {
     const float *wqkv, *bqkv, *wo, *bo, *w13, *w2, *attn_norm, *mlp_norm;
 } specledger_layer_f32;
@@ -270,7 +271,8 @@ void specledger_gemv_f32_for(const float *x, const float *Wp, const float *b, co
 void specledger_layers_f32(const specledger_layer_f32 *w, const int32_t *ids, int n, float *x, float *kv,
                            int64_t layer_stride, int64_t v_offset, const int64_t *slots, const int64_t *pos, int M,
                            int dim, int nh, int nkv, int hd, int hidden, int cap, float eps, const float *cos_t,
-                           const float *sin_t, float scale, int tree, float *scratch, int nthreads) {
+                           const float *sin_t, float scale, int tree, float *scratch, float *kv_out,
+                           int nthreads) {
     int nq = (nh + 2 * nkv) * hd;
     tree_keys tk = tree ? tree_keys_of(slots, pos, M) : (tree_keys){NULL, NULL, 0};
     size_t sc_bytes = (size_t)pad16(max_len(pos, M)) * 4 + 2 * sizeof(float *) * (size_t)tk.D;
@@ -287,6 +289,14 @@ void specledger_layers_f32(const specledger_layer_f32 *w, const int32_t *ids, in
             specledger_rmsnorm_f32(x, L->attn_norm, h, M, dim, eps);
             specledger_gemv_f32_for(h, L->wqkv, L->bqkv, NULL, qkv, M, nq, dim);
             specledger_rope_f32(qkv, cos_t, sin_t, pos, M, nh + 2 * nkv, nh + nkv, hd);
+            if (kv_out) {  /* the rows' roped k and v for a tree's commit: kv_out[layer id][2][M][nkv][hd] */
+                float *dst = kv_out + (size_t)ids[li] * 2 * M * nkv * hd;
+#pragma omp for schedule(static)
+                for (int m = 0; m < M; m++)
+                    for (int half = 0; half < 2; half++)
+                        memcpy(dst + ((size_t)half * M + m) * nkv * hd, qkv + (size_t)m * nq + (size_t)(nh + half * nkv) * hd,
+                               (size_t)nkv * hd * 4);
+            }
             attn_for(qkv, kc, vc, att, slots, pos, M, nh, nkv, hd, cap, scale, tree ? &tk : NULL, sc);
             specledger_gemv_f32_for(att, L->wo, L->bo, x, x, M, dim, nh * hd);
             specledger_rmsnorm_f32(x, L->mlp_norm, h, M, dim, eps);
