@@ -5,7 +5,8 @@ benchmark and never used to tune anything. Every configuration runs interleaved 
 noise hits all alike); speed is total tokens / total seconds vs our plain decode in the same run.
 
 Prints:
-  1. tokens/s and speed-up of plain, the chains (ngram, suffix, layerskip at several γ), the trees
+  1. tokens/s and speed-up of plain, the chains (ngram, suffix, layerskip at several γ, the shipped learned
+     head at γ 4), the trees
      (same drafters, depth γ, node budgets), and HF assisted generation -- prompt lookup, and a layer-skip
      assistant (``generate(assistant_early_exit=N)``: HF drafts with the target's first N layers, then its
      final norm and LM head; N = the number of layers our layerskip drafter keeps, and N = 15 -- HF's
@@ -100,12 +101,13 @@ def main() -> None:
 
     configs: dict[str, dict] = {"plain": {"drafter": "none", "gamma": 0, "tree": 0}}
     chains = (("ngram", (4,)), ("layerskip", (2,))) if args.smoke else \
-        (("ngram", (4, 8)), ("suffix", (4, 8)), ("layerskip", (2, 4)))
+        (("ngram", (4, 8)), ("suffix", (4, 8)), ("layerskip", (2, 4)), ("head", (4,)))
     for name, gammas in chains:
         for g in gammas:
             configs[f"{name} γ={g}"] = {"drafter": name, "gamma": g, "tree": 0}
     trees = (("ngram", ((8, 16),)), ("layerskip", ((4, 8),))) if args.smoke else \
-        (("ngram", ((8, 16), (8, 32))), ("suffix", ((8, 16), (8, 32))), ("layerskip", ((4, 8), (4, 16))))
+        (("ngram", ((8, 16), (8, 32))), ("suffix", ((8, 16), (8, 32))), ("layerskip", ((4, 8), (4, 16))),
+         ("head", ((4, 8), (4, 16))))
     for name, settings in trees:
         for g, b in settings:
             configs[f"{name} γ={g} tree={b}"] = {"drafter": name, "gamma": g, "tree": b}
