@@ -16,7 +16,8 @@ Prints:
   3. the extra cost of a tree node: one packed tree pass of 1..33 rows at a few contexts (rows -> ms,
      least-squares ms per row);
   4. the DP's predicted best shape (``ledger/trees.py`` fed with the run's measured acceptance by
-     rank) vs the measured best, per drafter.
+     rank) vs the measured best, per drafter; beside it the DP the forecasts use (acceptance by depth x rank,
+     ``predict/tree_forecast.py``), whose E[L] is the one to compare with the measured E[L].
 
     flock /tmp/specledger-bench.lock nice -n 5 .venv/bin/python benchmarks/bench_trees.py [--max-tokens 96]
 
@@ -41,7 +42,8 @@ from specledger.engine.decode import Engine
 from specledger.engine.drafters.registry import make_drafter
 from specledger.engine.loader import convert_gguf, default_target_path, load_model
 from specledger.engine.tree import DraftTree
-from specledger.ledger.trees import best_tree, width_per_depth
+from specledger.ledger.trees import best_tree, best_tree_by_depth, count_depth_rank, width_per_depth
+from specledger.predict.tree_forecast import MIN_TRIES, verified_trees
 
 DATA = Path(__file__).parent / "data" / "heldout_trees.jsonl"
 
@@ -223,17 +225,24 @@ def main() -> None:
             pos = [x / sum(pos) for x in pos]
         lines = []
         best_pred = None
+        # the forecasts' own model (predict/tree_forecast.dp_acceptance): p by depth x rank over every verified
+        # tree and chain of the drafter, instead of one rank vector for all depths
+        counts = count_depth_rank(verified_trees([rd for k in keys for rd in res[k]["rounds"]]))
+        by_depth = counts.rows(MIN_TRIES)[0] if counts.rounds else None
         for k in keys:
             c = configs[k]
             nodes = c["tree"] or c["gamma"]
             st = tree_round_stats(res[k]["rounds"])
             dp = best_tree(pos, nodes, max_depth=c["gamma"]) if sum(pos) > 0 else None
+            dd = best_tree_by_depth(by_depth, nodes, c["gamma"]) if by_depth else None
             pred_s = speed[k] * dp.expected_length / st["el"] if dp and st.get("el") else None
             if pred_s is not None and (best_pred is None or pred_s > best_pred[1]):
                 best_pred = (k, pred_s, width_per_depth(dp.shape))
             lines.append(f"{k}: measured E[L] {st.get('el', float('nan')):.2f} widths "
                          f"{[round(w, 1) for w in st.get('widths_mean', [])]} | DP E[L] "
-                         f"{dp.expected_length if dp else float('nan'):.2f} widths {width_per_depth(dp.shape) if dp else []}")
+                         f"{dp.expected_length if dp else float('nan'):.2f} widths {width_per_depth(dp.shape) if dp else []}"
+                         f" | DP by depth x rank E[L] {dd.expected_length if dd else float('nan'):.2f} widths "
+                         f"{width_per_depth(dd.shape) if dd else []}")
         best_meas = max(keys, key=lambda k: speed[k])
         console.print(f"[bold]{name}[/]: acceptance by rank {[round(x, 3) for x in pos]}")
         for line in lines:
