@@ -42,8 +42,9 @@ from specledger.engine.decode import Engine
 from specledger.engine.drafters.registry import make_drafter
 from specledger.engine.loader import convert_gguf, default_target_path, load_model
 from specledger.engine.tree import DraftTree
-from specledger.ledger.trees import best_tree, best_tree_by_depth, count_depth_rank, width_per_depth
-from specledger.predict.tree_forecast import MIN_TRIES, verified_trees
+from specledger.errors import SpecLedgerError
+from specledger.ledger.trees import best_tree, width_per_depth
+from specledger.predict.tree_forecast import dp_acceptance
 
 DATA = Path(__file__).parent / "data" / "heldout_trees.jsonl"
 
@@ -146,7 +147,7 @@ def main() -> None:
     for kw in hf_configs.values():
         hf_go(warm, **kw)
 
-    res = {k: {"tok": 0, "sec": 0.0, "ident": 0, "rounds": []} for k in list(configs) + list(hf_configs)}
+    res = {k: {"tok": 0, "sec": 0.0, "ident": 0, "rounds": [], "records": []} for k in list(configs) + list(hf_configs)}
     plain_out: dict[str, list[int]] = {}
     hf_ref = {}
     for pid, ids in prompts:
@@ -159,6 +160,7 @@ def main() -> None:
             r["sec"] += rec.total_time
             r["ident"] += rec.token_ids == plain_out[pid]
             r["rounds"] += rec.rounds
+            r["records"].append(rec)
         for k, kw in hf_configs.items():
             toks, dt = hf_go(ids, **kw)
             if k == "HF generate":
@@ -225,24 +227,24 @@ def main() -> None:
             pos = [x / sum(pos) for x in pos]
         lines = []
         best_pred = None
-        # the forecasts' own model (predict/tree_forecast.dp_acceptance): p by depth x rank over every verified
-        # tree and chain of the drafter, instead of one rank vector for all depths
-        counts = count_depth_rank(verified_trees([rd for k in keys for rd in res[k]["rounds"]]))
-        by_depth = counts.rows(MIN_TRIES)[0] if counts.rounds else None
+        records = [rec for k in keys for rec in res[k]["records"]]
         for k in keys:
             c = configs[k]
             nodes = c["tree"] or c["gamma"]
             st = tree_round_stats(res[k]["rounds"])
             dp = best_tree(pos, nodes, max_depth=c["gamma"]) if sum(pos) > 0 else None
-            dd = best_tree_by_depth(by_depth, nodes, c["gamma"]) if by_depth else None
+            try:  # the forecasts' own DP: p by depth x rank over every verified tree and chain of the drafter
+                dd = dp_acceptance(records, nodes, c["gamma"])
+            except SpecLedgerError:  # it never proposed
+                dd = None
             pred_s = speed[k] * dp.expected_length / st["el"] if dp and st.get("el") else None
             if pred_s is not None and (best_pred is None or pred_s > best_pred[1]):
                 best_pred = (k, pred_s, width_per_depth(dp.shape))
             lines.append(f"{k}: measured E[L] {st.get('el', float('nan')):.2f} widths "
                          f"{[round(w, 1) for w in st.get('widths_mean', [])]} | DP E[L] "
                          f"{dp.expected_length if dp else float('nan'):.2f} widths {width_per_depth(dp.shape) if dp else []}"
-                         f" | DP by depth x rank E[L] {dd.expected_length if dd else float('nan'):.2f} widths "
-                         f"{width_per_depth(dd.shape) if dd else []}")
+                         f" | DP by depth x rank E[L] {dd.el if dd else float('nan'):.2f} widths "
+                         f"{[int(w) for w in dd.widths] if dd else []}")
         best_meas = max(keys, key=lambda k: speed[k])
         console.print(f"[bold]{name}[/]: acceptance by rank {[round(x, 3) for x in pos]}")
         for line in lines:

@@ -83,24 +83,16 @@ void specledger_pack_bf16(const uint16_t *W, uint16_t *Wp, int N, int K) {
  * reduction, 14 shuffles and 14 vector adds instead of 8 x 15 scalar operations. With K = 576 a block does
  * only 36 FMAs per output, so the scalar sums had cost a third of a multi-row call. */
 #if defined(__AVX512F__)
-#include <immintrin.h>
 _Static_assert(NB == 8, "hsum_block transposes exactly 8 accumulators");
 static inline __attribute__((always_inline)) void hsum_block(v16 acc[][MB], int j, float *out) {
-    __m512 t[4], u[2];
-    for (int p = 0; p < 4; p++) {  /* t[p] = [halves of acc[2p] | halves of acc[2p+1]], summed */
-        __m512 a = (__m512)acc[2 * p][j], b = (__m512)acc[2 * p + 1][j];
-        t[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
-    }
-    for (int q = 0; q < 2; q++)  /* quarters: block i of u[q] holds u_i[0..3] of accumulator 4q + i */
-        u[q] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * q], t[2 * q + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(t[2 * q], t[2 * q + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    for (int q = 0; q < 2; q++) {  /* lane 0 of each block: (u0 + u2) + (u1 + u3) */
-        __m512 v = _mm512_add_ps(u[q], _mm512_permute_ps(u[q], _MM_SHUFFLE(1, 0, 3, 2)));
-        u[q] = _mm512_add_ps(v, _mm512_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1)));
+    __m512 t[4], v[2];
+    for (int p = 0; p < 4; p++) t[p] = hsum_halves((__m512)acc[2 * p][j], (__m512)acc[2 * p + 1][j]);
+    for (int q = 0; q < 2; q++) {  /* lane 0 of block i: hsum16 of accumulator 4q + i */
+        v[q] = hsum_pairs(hsum_quarters(t[2 * q], t[2 * q + 1]));
+        v[q] = _mm512_add_ps(v[q], _mm512_permute_ps(v[q], _MM_SHUFFLE(2, 3, 0, 1)));
     }
     __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
-    _mm256_storeu_ps(out, _mm512_castps512_ps256(_mm512_permutex2var_ps(u[0], idx, u[1])));
+    _mm256_storeu_ps(out, _mm512_castps512_ps256(_mm512_permutex2var_ps(v[0], idx, v[1])));
 }
 #else
 static inline void hsum_block(v16 acc[][MB], int j, float *out) {

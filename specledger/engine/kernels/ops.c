@@ -69,14 +69,6 @@ void specledger_rope_f32(float *x, const float *cos_t, const float *sin_t, const
     }
 }
 
-static inline int pad16(int n) { return (n + 15) & ~15; }
-
-static int max_len(const int64_t *pos, int M) {
-    int maxlen = 0;
-    for (int m = 0; m < M; m++) if (pos[m] + 1 > maxlen) maxlen = (int)pos[m] + 1;
-    return maxlen;
-}
-
 /* sc[j] = dot(q, K_j) * scale for n keys K_j = K + j * hd, bit for bit as dot(): with 16 lanes and hd = 64,
  * 16 keys at a time, their 16 accumulators summed by one transposing reduction (hsum16's pairings). */
 static void scores(const float *q, const float *K, int n, int hd, float scale, float *sc) {
@@ -154,16 +146,23 @@ static inline void write_kv(const float *qkv, float *kc, float *vc, const int64_
     memcpy(vc + at, row + (size_t)(nh + nkv + h) * hd, (size_t)hd * 4);
 }
 
-/* Where a token tree's row m finds its keys (tree == 1): the rows are written at (slot, pos) one after another,
- * each attending right after its own write, so row m sees at position p the k/v of the latest row m' <= m at
- * (slot[m], p), else the cache's. from[m] is the first such position (keys before it all come from the cache),
- * src[m * D + (p - from[m])] the row for p in [from[m], pos[m]] or -1 for the cache. D >= every pos[m] - from[m] + 1. */
+/* The attention of one call, worked out once for every layer and thread: ``scores`` floats of per-thread scratch
+ * for the softmax (max(pos) + 1, padded), and for a token tree (tree == 1) where each row finds its keys. The rows
+ * are written at (slot, pos) one after another, each attending right after its own write, so row m sees at
+ * position p the k/v of the latest row m' <= m at (slot[m], p), else the cache's: from[m] is the first such
+ * position (keys before it all come from the cache), src[m * D + (p - from[m])] the row for p in [from[m], pos[m]]
+ * or -1 for the cache. A thread's scratch is ``scores`` floats, then 2 * D key/value pointers. */
 typedef struct {
-    int *from, *src, D;
-} tree_keys;
+    int tree, scores, D;
+    int *from, *src;
+} attn_plan;
 
-static tree_keys tree_keys_of(const int64_t *slots, const int64_t *pos, int M) {
-    tree_keys t = {malloc(sizeof(int) * (size_t)(M > 0 ? M : 1)), NULL, 1};
+static attn_plan attn_plan_of(const int64_t *slots, const int64_t *pos, int M, int tree) {
+    int maxlen = 0;
+    for (int m = 0; m < M; m++) if (pos[m] + 1 > maxlen) maxlen = (int)pos[m] + 1;
+    attn_plan t = {tree, (maxlen + 15) & ~15, 0, NULL, NULL};
+    if (!tree) return t;
+    t.from = malloc(sizeof(int) * (size_t)(M > 0 ? M : 1));
     for (int m = 0; m < M; m++) {
         int from = (int)pos[m];
         for (int r = 0; r <= m; r++)
@@ -171,7 +170,7 @@ static tree_keys tree_keys_of(const int64_t *slots, const int64_t *pos, int M) {
         t.from[m] = from;
         if ((int)pos[m] - from + 1 > t.D) t.D = (int)pos[m] - from + 1;
     }
-    t.src = malloc(sizeof(int) * (size_t)(M > 0 ? M : 1) * t.D);
+    t.src = malloc(sizeof(int) * (size_t)(M > 0 ? M : 1) * (t.D > 0 ? t.D : 1));
     for (int m = 0; m < M; m++)
         for (int p = t.from[m]; p <= pos[m]; p++) {
             int s = -1;
@@ -182,31 +181,39 @@ static tree_keys tree_keys_of(const int64_t *slots, const int64_t *pos, int M) {
     return t;
 }
 
-/* qkv [M, nh + 2*nkv, hd] (roped); caches [S, nkv, cap, hd]; out [M, nh, hd]; sc: this thread's scratch of
- * max(pos) + 1 floats plus 2 * tk->D pointers. Inside a parallel region (orphaned ``omp for``s, a barrier after
- * each), every (row, query head) in parallel:
+static size_t attn_scratch_bytes(const attn_plan *ap) { return (size_t)ap->scores * 4 + 2 * sizeof(float *) * (size_t)ap->D; }
+
+static void attn_plan_free(attn_plan *ap) { free(ap->from), free(ap->src); }
+
+/* every row's k/v into the cache, in row order, on one thread */
+static void write_rows_kv(const float *qkv, float *kc, float *vc, const int64_t *slots, const int64_t *pos, int M,
+                          int nh, int nkv, int hd, int cap) {
+#pragma omp single
+    for (int m = 0; m < M; m++)
+        for (int h = 0; h < nkv; h++) write_kv(qkv, kc, vc, slots, pos, m, h, nh, nkv, hd, cap);
+}
+
+/* qkv [M, nh + 2*nkv, hd] (roped); caches [S, nkv, cap, hd]; out [M, nh, hd]; sc: this thread's scratch
+ * (``attn_plan``). Inside a parallel region (orphaned ``omp for``s, a barrier after each), every (row, query
+ * head) in parallel:
  * tree == 0: rows' (slot, pos) are distinct -- all k/v are written first (one thread), then every row attends
  *            over its cache slot's [0, pos].
  * tree == 1: a token tree's siblings share positions; row m attends over what it would see had the rows been
- *            written and attended one by one (``tree_keys``: its ancestors' k/v straight from qkv), and the
+ *            written and attended one by one (the plan: its ancestors' k/v straight from qkv), and the
  *            k/v are written afterwards, in row order, leaving the cache as that sequence would. */
 static void attn_for(const float *qkv, float *kc, float *vc, float *out, const int64_t *slots, const int64_t *pos,
-                     int M, int nh, int nkv, int hd, int cap, float scale, const tree_keys *tk, float *sc) {
+                     int M, int nh, int nkv, int hd, int cap, float scale, const attn_plan *ap, float *sc) {
     int group = nh / nkv, stride = (nh + 2 * nkv) * hd;
-    if (!tk) {
-#pragma omp single
-        for (int m = 0; m < M; m++)
-            for (int h = 0; h < nkv; h++) write_kv(qkv, kc, vc, slots, pos, m, h, nh, nkv, hd, cap);
-    }
-    const float **kx = (const float **)(sc + pad16(max_len(pos, M))), **vx = kx + (tk ? tk->D : 0);
+    if (!ap->tree) write_rows_kv(qkv, kc, vc, slots, pos, M, nh, nkv, hd, cap);
+    const float **kx = (const float **)(sc + ap->scores), **vx = kx + ap->D;
 #pragma omp for schedule(static)
     for (int u = 0; u < M * nh; u++) {
         int m = u / nh, qh = u % nh, h = qh / group, len = (int)pos[m] + 1, pre = len;
         size_t base = (((size_t)slots[m] * nkv + h) * cap) * hd;
-        if (tk) {
-            pre = tk->from[m];
+        if (ap->tree) {
+            pre = ap->from[m];
             for (int p = pre; p < len; p++) {
-                int r = tk->src[m * tk->D + (p - pre)];
+                int r = ap->src[m * ap->D + (p - pre)];
                 kx[p - pre] = r < 0 ? kc + base + (size_t)p * hd : qkv + (size_t)r * stride + (size_t)(nh + h) * hd;
                 vx[p - pre] = r < 0 ? vc + base + (size_t)p * hd : qkv + (size_t)r * stride + (size_t)(nh + nkv + h) * hd;
             }
@@ -214,26 +221,20 @@ static void attn_for(const float *qkv, float *kc, float *vc, float *out, const i
         attend_one(qkv + (size_t)m * stride + (size_t)qh * hd, kc + base, vc + base, pre, kx, vx, len, hd, scale,
                    out + ((size_t)m * nh + qh) * hd, sc);
     }
-    if (tk) {
-#pragma omp single
-        for (int m = 0; m < M; m++)
-            for (int h = 0; h < nkv; h++) write_kv(qkv, kc, vc, slots, pos, m, h, nh, nkv, hd, cap);
-    }
+    if (ap->tree) write_rows_kv(qkv, kc, vc, slots, pos, M, nh, nkv, hd, cap);
 }
-
 
 void specledger_attn_f32(const float *qkv, float *kc, float *vc, float *out, const int64_t *slots,
                          const int64_t *pos, int M, int nh, int nkv, int hd, int cap, float scale, int tree,
                          int nthreads) {
-    tree_keys tk = tree ? tree_keys_of(slots, pos, M) : (tree_keys){NULL, NULL, 0};
-    size_t scratch = (size_t)pad16(max_len(pos, M)) * 4 + 2 * sizeof(float *) * (size_t)tk.D;
+    attn_plan ap = attn_plan_of(slots, pos, M, tree);
 #pragma omp parallel num_threads(nthreads)
     {
-        float *sc = malloc(scratch);
-        attn_for(qkv, kc, vc, out, slots, pos, M, nh, nkv, hd, cap, scale, tree ? &tk : NULL, sc);
+        float *sc = malloc(attn_scratch_bytes(&ap));
+        attn_for(qkv, kc, vc, out, slots, pos, M, nh, nkv, hd, cap, scale, &ap, sc);
         free(sc);
     }
-    free(tk.from), free(tk.src);
+    attn_plan_free(&ap);
 }
 
 void specledger_silu_mul_f32(const float *gu, float *y, int M, int H) {
@@ -274,15 +275,14 @@ void specledger_layers_f32(const specledger_layer_f32 *w, const int32_t *ids, in
                            const float *sin_t, float scale, int tree, float *scratch, float *kv_out,
                            int nthreads) {
     int nq = (nh + 2 * nkv) * hd;
-    tree_keys tk = tree ? tree_keys_of(slots, pos, M) : (tree_keys){NULL, NULL, 0};
-    size_t sc_bytes = (size_t)pad16(max_len(pos, M)) * 4 + 2 * sizeof(float *) * (size_t)tk.D;
+    attn_plan ap = attn_plan_of(slots, pos, M, tree);
     float *h = scratch, *qkv = h + (size_t)M * dim, *att = qkv + (size_t)M * nq, *gu = att + (size_t)M * nh * hd,
           *act = gu + (size_t)M * 2 * hidden;
     /* one parallel region for the whole stack: the matmuls and attention share their work among the threads
      * (orphaned omp for), and so do the row ops; every op ends at a barrier, as a call did */
 #pragma omp parallel num_threads(nthreads)
     {
-        float *sc = malloc(sc_bytes);
+        float *sc = malloc(attn_scratch_bytes(&ap));
         for (int li = 0; li < n; li++) {
             const specledger_layer_f32 *L = w + ids[li];
             float *kc = kv + (size_t)ids[li] * layer_stride, *vc = kc + v_offset;
@@ -297,7 +297,7 @@ void specledger_layers_f32(const specledger_layer_f32 *w, const int32_t *ids, in
                         memcpy(dst + ((size_t)half * M + m) * nkv * hd, qkv + (size_t)m * nq + (size_t)(nh + half * nkv) * hd,
                                (size_t)nkv * hd * 4);
             }
-            attn_for(qkv, kc, vc, att, slots, pos, M, nh, nkv, hd, cap, scale, tree ? &tk : NULL, sc);
+            attn_for(qkv, kc, vc, att, slots, pos, M, nh, nkv, hd, cap, scale, &ap, sc);
             specledger_gemv_f32_for(att, L->wo, L->bo, x, x, M, dim, nh * hd);
             specledger_rmsnorm_f32(x, L->mlp_norm, h, M, dim, eps);
             specledger_gemv_f32_for(h, L->w13, NULL, NULL, gu, M, 2 * hidden, dim);
@@ -306,5 +306,5 @@ void specledger_layers_f32(const specledger_layer_f32 *w, const int32_t *ids, in
         }
         free(sc);
     }
-    free(tk.from), free(tk.src);
+    attn_plan_free(&ap);
 }

@@ -18,18 +18,27 @@ static inline float hsum16(v16 a) {
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
-/* lane t = hsum16(a[t]) for 16 vectors at once, bit for bit: the same pairings (halves, quarters, then
- * (u0 + u2) + (u1 + u3)) by a transposing reduction. */
+/* hsum16's pairings across several vectors at once (transposing reductions, bit for bit per vector):
+ * halves: lanes 0-7 = a[i] + a[i + 8], lanes 8-15 = b[i] + b[i + 8];
+ * quarters: of two halves' results holding vectors 0, 1 and 2, 3, 128-bit block i = u0..u3 of vector i;
+ * pairs: lanes 0 and 1 of each block = u0 + u2 and u1 + u3 (their sum is hsum16). */
+static inline __m512 hsum_halves(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+
+static inline __m512 hsum_quarters(__m512 t0, __m512 t1) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+static inline __m512 hsum_pairs(__m512 u) { return _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(1, 0, 3, 2))); }
+
+/* lane t = hsum16(a[t]) for 16 vectors at once, bit for bit. */
 static inline v16 hsum16x16(const v16 *a) {
-    __m512 t[8], u[4], v[4];
-    for (int p = 0; p < 8; p++)  /* t[p]: lanes 0-7 the halves' sums of a[2p], lanes 8-15 those of a[2p+1] */
-        t[p] = _mm512_add_ps(_mm512_shuffle_f32x4((__m512)a[2 * p], (__m512)a[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_f32x4((__m512)a[2 * p], (__m512)a[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    for (int q = 0; q < 4; q++)  /* u[q]: 128-bit block i holds the quarters' sums u0..u3 of a[4q + i] */
-        u[q] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * q], t[2 * q + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(t[2 * q], t[2 * q + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    for (int q = 0; q < 4; q++)  /* lanes 0, 1 of each block: u0 + u2, u1 + u3 */
-        v[q] = _mm512_add_ps(u[q], _mm512_permute_ps(u[q], _MM_SHUFFLE(1, 0, 3, 2)));
+    __m512 t[8], v[4];
+    for (int p = 0; p < 8; p++) t[p] = hsum_halves((__m512)a[2 * p], (__m512)a[2 * p + 1]);
+    for (int q = 0; q < 4; q++) v[q] = hsum_pairs(hsum_quarters(t[2 * q], t[2 * q + 1]));  /* block i: a[4q + i] */
     __m512 x01 = _mm512_shuffle_ps(v[0], v[1], _MM_SHUFFLE(1, 0, 1, 0));  /* block i: v0.l0 v0.l1 v1.l0 v1.l1 */
     __m512 x23 = _mm512_shuffle_ps(v[2], v[3], _MM_SHUFFLE(1, 0, 1, 0));
     __m512 r = _mm512_add_ps(_mm512_shuffle_ps(x01, x23, _MM_SHUFFLE(2, 0, 2, 0)),   /* block i lane q: a[4q + i] */
