@@ -79,7 +79,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, standalone_mode=False)
     except SpecLedgerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        from specledger.probe.safe_text import visible  # messages may quote a file or a server: no raw ESC
+
+        print(f"error: {visible(exc)}", file=sys.stderr)
         raise SystemExit(exc.exit_code) from None
     except KeyboardInterrupt:
         print("interrupted: traces written so far are kept", file=sys.stderr)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 #: ``RequestRecord.extra`` key naming the side experiment (``specledger sweep``) or the load points
@@ -107,10 +107,73 @@ class RequestRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
-        known = {f.name for f in fields(cls)}
-        kwargs = {k: v for k, v in d.items() if k in known}
-        kwargs["rounds"] = [RoundRecord(**r) for r in d.get("rounds", [])]
+        """A record from its JSON object, every field's type checked (:func:`checked_fields`): a field of
+        the wrong type (``"extra": []``, ``"token_times": ["a"]``) raises :class:`RecordError` naming it,
+        before anything reads it. Unknown keys are ignored (records of newer versions load)."""
+        kwargs = checked_fields(d, cls, _REQUEST_KINDS, "record")
+        kwargs["rounds"] = [RoundRecord(**checked_fields(r, RoundRecord, _ROUND_KINDS, f"rounds[{i}]"))
+                            for i, r in enumerate(kwargs.get("rounds", []))]
         return cls(**kwargs)
+
+
+class RecordError(ValueError):
+    """A trace record whose JSON does not have the record's shape; the message names the field."""
+
+
+def _numbers(v: Any) -> bool:
+    return isinstance(v, list) and set(map(type, v)) <= {int, float}
+
+
+def _ints(v: Any) -> bool:
+    return isinstance(v, list) and set(map(type, v)) <= {int}
+
+
+#: what each JSON type of a field may be (JSON has no tuple; bool is not a number here)
+_KINDS: dict[str, tuple[str, Any]] = {
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "int": ("an integer", lambda v: type(v) is int),
+    "number": ("a number", lambda v: type(v) in (int, float)),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "int?": ("an integer or null", lambda v: v is None or type(v) is int),
+    "int|str": ("an integer or a string", lambda v: type(v) is int or isinstance(v, str)),
+    "dict": ("an object", lambda v: isinstance(v, dict)),
+    "list[dict]": ("a list of objects", lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v)),
+    "list[int]": ("a list of integers", _ints),
+    "list[int]?": ("a list of integers or null", lambda v: v is None or _ints(v)),
+    "list[number]": ("a list of numbers", _numbers),
+}
+_REQUEST_KINDS = {
+    "request_id": "str", "drafter": "str", "gamma": "int|str", "temperature": "number", "top_p": "number",
+    "top_k": "int", "seed": "int?", "prompt_tokens": "int", "output_tokens": "int", "text": "str",
+    "token_ids": "list[int]", "stop_reason": "str", "t_prefill": "number", "ttft": "number",
+    "total_time": "number", "token_times": "list[number]", "chunks": "list[int]", "rounds": "list[dict]",
+    "category": "str", "prompt_id": "str", "model": "str", "dtype": "str", "extra": "dict", "tree_budget": "int",
+}
+_ROUND_KINDS = {
+    "drafter": "str", "gamma": "int", "proposed": "int", "accepted": "int", "committed": "int", "truncated": "bool",
+    "t_draft": "number", "t_verify": "number", "t_other": "number", "context_len": "int", "batch_size": "int",
+    "tree_budget": "int", "tree_parents": "list[int]?", "tree_path": "list[int]?",
+}
+
+
+def checked_fields(d: Any, cls: type, kinds: dict[str, str], where: str) -> dict[str, Any]:
+    """The keys of ``d`` that are fields of ``cls``, each value of its field's kind; :class:`RecordError`
+    names the first that is not, or the first required field (no default) that is missing."""
+    if not isinstance(d, dict):
+        raise RecordError(f"{where} must be a JSON object, got {type(d).__name__}")
+    missing = [f.name for f in fields(cls)
+               if f.default is MISSING and f.default_factory is MISSING and f.name not in d]
+    if missing:
+        raise RecordError(f"{where} lacks field(s) {', '.join(map(repr, missing[:4]))}")
+    out: dict[str, Any] = {}
+    for name, kind in kinds.items():
+        if name not in d:
+            continue
+        what, ok = _KINDS[kind]
+        if not ok(d[name]):
+            raise RecordError(f"{where} field {name!r} must be {what}, got {type(d[name]).__name__}")
+        out[name] = d[name]
+    return out
 
 
 def main_records(records: Iterable[RequestRecord]) -> list[RequestRecord]:

@@ -52,19 +52,28 @@ EXPERIMENT_FILES = {"quantization": QUANT_JSON, "policies": POLICIES_JSON, "serv
 #: endpoint figures (``specledger probe`` / ``import-vllm-bench``): a folder with one of these is a run
 ENDPOINT_FILES = (PROBE_JSON, VLLM_BENCH_JSON, GUIDELLM_JSON)
 
-_RECORD_ERRORS = (json.JSONDecodeError, UnicodeDecodeError, TypeError, KeyError, AttributeError, ValueError)
+_RECORD_ERRORS = (json.JSONDecodeError, UnicodeDecodeError, TypeError, KeyError, AttributeError, ValueError,
+                  RecursionError)
+#: :func:`json_safe` keeps this many levels of nesting; deeper values (a hostile server's 10,000-level object)
+#: are replaced by :data:`TOO_DEEP`, so writing never exhausts the stack
+MAX_JSON_DEPTH = 64
+TOO_DEEP = f"<nested deeper than {MAX_JSON_DEPTH} levels: not kept>"
 
 
 # ----------------------------------------------------------------------------- JSON files
 
 
-def json_safe(obj: object) -> object:
+def json_safe(obj: object, depth: int = MAX_JSON_DEPTH) -> object:
     """``obj`` as strict-JSON data: NaN/inf -> None, numpy scalars -> Python numbers, tuples -> lists,
-    dict keys -> str (recursively). Anything else is returned as it is."""
-    if isinstance(obj, dict):
-        return {str(k): json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
+    dict keys -> str (recursively), a container nested deeper than ``depth`` levels -> :data:`TOO_DEEP`.
+    Anything else is returned as it is. Invariant: the result nests at most ``depth`` + 1 levels, so
+    ``json.dumps`` of it cannot hit the recursion limit."""
+    if isinstance(obj, (dict, list, tuple)):
+        if depth <= 0:
+            return TOO_DEEP
+        if isinstance(obj, dict):
+            return {str(k): json_safe(v, depth - 1) for k, v in obj.items()}
+        return [json_safe(v, depth - 1) for v in obj]
     if isinstance(obj, (bool, np.bool_)):
         return bool(obj)
     if isinstance(obj, (int, np.integer)):
@@ -93,15 +102,49 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         raise
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+#: files whose containers at this nesting level or deeper are written on one line each: summary.json's
+#: rows (each verdict, scenario, schedule; each ``meta`` entry) one per line, a fraction of the indented size
+ONE_LINE_BELOW = {SUMMARY_NAME: 2}
+
+
+def dumps_json(obj: Any, indent: int = 2, one_line_below: int | None = None, _level: int = 0) -> str:
+    """Strict JSON text of ``obj`` (already :func:`json_safe`; an object JSON has no type for is written as
+    its ``str``), indented by ``indent``, except that an array of scalars, an empty container and (with
+    ``one_line_below``) every container at that nesting level or deeper is written on one line. Only the
+    whitespace differs from ``json.dumps(obj, indent=indent)``: ``json.loads`` of either is the same value."""
+    flat = one_line_below is not None and _level >= one_line_below
+    pad, end = " " * indent * (_level + 1), " " * indent * _level
+    if isinstance(obj, dict) and obj and not flat:
+        body = ",\n".join(f"{pad}{json.dumps(str(k), ensure_ascii=False)}: "
+                          f"{dumps_json(v, indent, one_line_below, _level + 1)}" for k, v in obj.items())
+        return "{\n" + body + "\n" + end + "}"
+    if isinstance(obj, (list, tuple)) and not flat and any(isinstance(v, (dict, list, tuple)) for v in obj):
+        body = ",\n".join(pad + dumps_json(v, indent, one_line_below, _level + 1) for v in obj)
+        return "[\n" + body + "\n" + end + "]"
+    return json.dumps(obj, ensure_ascii=False, allow_nan=False, default=str,
+                      separators=(",", ":") if flat else (", ", ": "))
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any, one_line_below: int | None = None) -> None:
     """``obj`` as strict JSON (:func:`json_safe`; an object JSON has no type for is written as its
-    ``str``), indented, UTF-8, newline-terminated, written atomically (:func:`write_text_atomic`)."""
-    text = json.dumps(json_safe(obj), indent=2, ensure_ascii=False, allow_nan=False, default=str)
-    write_text_atomic(path, text + "\n")
+    ``str``), indented with arrays of scalars on one line (:func:`dumps_json`; ``one_line_below``: as
+    there), UTF-8, newline-terminated, written atomically (:func:`write_text_atomic`)."""
+    write_text_atomic(path, dumps_json(json_safe(obj), one_line_below=one_line_below) + "\n")
+
+
+def summary_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """``run.json`` as ``summary.json`` repeats it: every key, but each prompt without its ``token_ids`` (it
+    keeps its category and ``prompt_tokens``); the ids stay in ``run.json``, where the forecasts read them."""
+    out = dict(meta)
+    if isinstance(prompts := meta.get("prompts"), Mapping):
+        out["prompts"] = {pid: ({k: v for k, v in p.items() if k != "token_ids"} if isinstance(p, Mapping) else p)
+                          for pid, p in prompts.items()}
+    return out
 
 
 def read_json(path: str | os.PathLike, fix: str = "fix or delete it") -> Any:
-    """The JSON value in ``path``; a file that is not UTF-8 JSON is a one-line SpecLedgerError ending in ``fix``."""
+    """The JSON value in ``path``; a file that is not UTF-8 JSON (bad syntax, an integer over Python's
+    4300-digit limit, nesting past the recursion limit) is a one-line SpecLedgerError ending in ``fix``."""
     path = Path(path)
     try:
         return json.loads(path.read_bytes().decode("utf-8"))
@@ -109,6 +152,10 @@ def read_json(path: str | os.PathLike, fix: str = "fix or delete it") -> Any:
         raise SpecLedgerError(f"{path} is not UTF-8 text; {fix}") from None
     except json.JSONDecodeError as exc:
         raise SpecLedgerError(f"{path} is not valid JSON ({exc}); {fix}") from None
+    except RecursionError:
+        raise SpecLedgerError(f"{path} is not readable JSON (nested too deeply); {fix}") from None
+    except ValueError as exc:  # int(str) past sys.get_int_max_str_digits()
+        raise SpecLedgerError(f"{path} is not readable JSON ({str(exc).split(';')[0]}); {fix}") from None
 
 
 # ----------------------------------------------------------------------------- traces
@@ -329,7 +376,7 @@ class RunDir:
     def write(self, name: str, obj: Any) -> Path:
         """``obj`` as the folder's strict-JSON file ``name`` (:func:`write_json_atomic`); returns its path."""
         path = self.path / name
-        write_json_atomic(path, obj)
+        write_json_atomic(path, obj, ONE_LINE_BELOW.get(name))
         return path
 
     def write_experiment(self, name: str, result: Any) -> Any:
@@ -353,9 +400,9 @@ class RunDir:
 
 
 __all__ = [
-    "COST_MODEL_JSON", "EXPERIMENT_FILES", "ENDPOINT_FILES", "ENDPOINT_KEYS", "GUIDELLM_JSON", "HTML_NAME", "META_NAME",
-    "POLICIES_JSON", "PROBE_JSON", "QUANT_JSON", "RunDir", "SERVING_JSON", "SIMULATE_JSON", "SUMMARY_NAME",
-    "TRACE_NAME", "VLLM_BENCH_JSON",
-    "append_records", "json_safe", "read_json", "read_records", "repair_tail", "write_json_atomic",
+    "COST_MODEL_JSON", "ENDPOINT_FILES", "ENDPOINT_KEYS", "EXPERIMENT_FILES", "GUIDELLM_JSON", "HTML_NAME",
+    "META_NAME", "ONE_LINE_BELOW", "POLICIES_JSON", "PROBE_JSON", "QUANT_JSON", "RunDir", "SERVING_JSON",
+    "SIMULATE_JSON", "SUMMARY_NAME", "TRACE_NAME", "VLLM_BENCH_JSON", "append_records", "dumps_json",
+    "json_safe", "read_json", "read_records", "repair_tail", "summary_meta", "write_json_atomic",
     "write_text_atomic",
 ]

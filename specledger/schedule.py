@@ -3,14 +3,16 @@
 The decision at each load comes from :func:`specledger.gates.verdicts` run on that load's
 scenarios (entries carry ``load`` and ``simulated``). This module folds them into one line per
 category ("ngram γ=4 at 1–4, ngram γ=2 at 16, off from 64 (sim)"; "(sim)": decided by the
-simulator, :mod:`specledger.simulated_loads`) and emits it paste-ready:
+simulator, :mod:`specledger.simulated_loads`) and hands the per-load settings to
+:func:`specledger.gates.engine_configs.engine_configs`, the one writer of the engine snippets (vLLM
+``speculative_config`` with ``num_speculative_tokens_per_batch_size`` ranges, TensorRT-LLM
+``draft_len_schedule``, SGLang and llama.cpp launch flags; its docstring states the rule for loads
+between measured points and what each engine enforces).
 
-- vLLM-style: ``speculative_config`` with ``num_speculative_tokens`` (the largest γ used) and
-  ``num_speculative_tokens_per_batch_size`` (batch size -> γ, 0 = off);
-- TensorRT-LLM-style: ``draft_len_schedule`` (batch size -> draft length, 0 = off).
-
-Both engines take one drafter per deployment: when the schedule switches drafter across loads,
-the snippet keeps the drafter of the target load (or the lowest load) and says so.
+A load counts as on only when its verdict's ``decision`` is ``"deploy"``; every other decision
+("off", "no-decision", anything new) is off (γ 0) there. One drafter per deployment: the snippets
+keep the drafter of the target load (or the lowest deploying load) and say which loads another
+drafter decided.
 """
 
 from __future__ import annotations
@@ -20,44 +22,47 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-#: specledger drafter -> vLLM speculative method name
-VLLM_METHOD = {"ngram": "ngram", "suffix": "suffix", "model": "draft_model", "layerskip": "layerskip",
-               "quant-self": "draft_model"}
+from specledger.gates.engine_configs import DrafterDetails, engine_configs, pick_drafter
 
 
 def _setting(v: dict[str, Any]) -> str:
     return f"{v['drafter']} γ={v['gamma']}" if v.get("decision") == "deploy" else "off"
 
 
+def _load(v: dict[str, Any]) -> int:
+    return int(v.get("load") or 1)
+
+
 def schedules(verdicts: Sequence[dict[str, Any]], target_load: int | None = None) -> list[dict[str, Any]]:
     """One schedule per (category, temperature): ``cells`` (load-sorted verdict entries), ``text``,
-    ``vllm`` and ``trtllm`` (dicts), ``at_target`` (the entry at ``target_load``, if given)."""
+    ``at_target`` (the entry at ``target_load``, if given), the engine snippets ``vllm``, ``trtllm``
+    (``{"speculative_config": ...}``), ``sglang``, ``llama_cpp`` (argv lists), each None where that
+    engine cannot run the schedule, ``ranges`` ([[start, end, γ]]), ``note`` (another drafter at
+    some loads) and ``configs_note`` (the engines' notes: what is missing, what to replace)."""
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for v in verdicts:
         groups[(v["category"], v["temperature"])].append(v)
     out = []
     for (cat, temp), cells in groups.items():
-        cells = sorted(cells, key=lambda v: int(v.get("load") or 1))
+        cells = sorted(cells, key=_load)
         control = any(v.get("decision") == "control" for v in cells)
-        anchor = next((v for v in cells if target_load is not None and int(v.get("load") or 1) == target_load),
-                      None)
-        deployed = [v for v in cells if v.get("decision") == "deploy"]
-        drafter = (anchor if anchor and anchor.get("decision") == "deploy" else (deployed[0] if deployed else {})
-                   ).get("drafter")
-        per_bs = {int(v.get("load") or 1): (int(v["gamma"]) if v.get("decision") == "deploy"
-                                            and v.get("drafter") == drafter and isinstance(v.get("gamma"), int)
-                                            else 0) for v in cells}
-        switched = sorted({v["drafter"] for v in deployed} - {drafter})
-        note = (f"the schedule also uses {', '.join(switched)} at some loads; one drafter per deployment, "
-                f"so those loads are off here" if switched else "")
-        vllm = ({"speculative_config": {"method": VLLM_METHOD.get(drafter, drafter),
-                                        "num_speculative_tokens": max(per_bs.values()),
-                                        "num_speculative_tokens_per_batch_size": per_bs}}
-                if drafter and not control else None)
-        trt = {"draft_len_schedule": per_bs} if drafter and not control else None
-        out.append({"category": cat, "temperature": temp, "cells": cells, "control": control,
-                    "text": "control, never deployed" if control else schedule_text(cells),
-                    "at_target": anchor, "vllm": vllm, "trtllm": trt, "note": note})
+        anchor = next((v for v in cells if target_load is not None and _load(v) == target_load), None)
+        plan = {_load(v): ((v["drafter"], v["gamma"]) if v.get("decision") == "deploy" and v.get("drafter")
+                           else None) for v in cells}
+        drafter = pick_drafter(plan, target_load)
+        entry: dict[str, Any] = {"category": cat, "temperature": temp, "cells": cells, "control": control,
+                                 "text": "control, never deployed" if control else schedule_text(cells),
+                                 "at_target": anchor, "vllm": None, "trtllm": None, "sglang": None,
+                                 "llama_cpp": None, "ranges": None, "note": "", "configs_note": ""}
+        if not control:
+            budget = max((int(v.get("tree_budget") or 0) for v in cells if v.get("drafter") == drafter), default=0)
+            cfg = engine_configs(plan, drafter=drafter, details=DrafterDetails(tree_budget=budget))
+            switched = sorted({v["drafter"] for v in cells if plan[_load(v)] and v["drafter"] != drafter})
+            entry.update({k: cfg[k] for k in ("vllm", "trtllm", "sglang", "llama_cpp", "ranges")},
+                         configs_note=cfg["note"],
+                         note=(f"the schedule also uses {', '.join(switched)} at some loads; one drafter per "
+                               f"deployment, so those loads are off here" if switched else ""))
+        out.append(entry)
     return out
 
 
@@ -91,6 +96,9 @@ def schedule_text(cells: Sequence[dict[str, Any]]) -> str:
 
 
 def snippet(schedule: dict[str, Any], kind: str) -> str:
-    """The paste-ready text of ``schedule["vllm"]`` (``kind="vllm"``) or ``["trtllm"]`` (JSON)."""
+    """The paste-ready text of ``schedule[kind]``: JSON for ``"vllm"`` / ``"trtllm"``, the flags
+    joined for ``"sglang"`` / ``"llama_cpp"``; a comment where there is nothing to deploy."""
     body = schedule.get(kind)
-    return json.dumps(body, ensure_ascii=False) if body else "# no speculative setting to deploy"
+    if not body:
+        return "# no speculative setting to deploy"
+    return " ".join(body) if isinstance(body, list) else json.dumps(body, ensure_ascii=False)

@@ -24,22 +24,22 @@ from typing import Any
 
 from specledger.analysis.endpoints import endpoint_experiments
 from specledger.analysis.run import analyze_run
-from specledger.analysis.scenario import baseline_key, group_scenarios
+from specledger.analysis.scenario import group_scenarios
 from specledger.gates import (
-    GATES,
     SLO,
     check_target_load,
     control_repetition,
-    evaluate_gates,
     verdicts,
     with_measured_margin,
 )
 from specledger.gates.loads import analyze_loads
+from specledger.gates.solo import gate_scenarios
 from specledger.predict.check import run_prediction_check, scenario_predictions, usable
 from specledger.predict.costmodel import CostModel, fit_cost_model
 from specledger.predict.replay import run_forecast_inputs
+from specledger.provenance import provenance
 from specledger.records import RequestRecord, main_records
-from specledger.rundir import EXPERIMENT_FILES, TRACE_NAME, RunDir, json_safe
+from specledger.rundir import EXPERIMENT_FILES, TRACE_NAME, RunDir, json_safe, summary_meta
 from specledger.schedule import schedules
 
 SCHEMA = "specledger.summary/1"
@@ -113,16 +113,16 @@ def summarize(
         key = by_label[s["label"]]
         if s.get("memory_bytes") is None and run_memory is not None:
             s["memory_bytes"] = run_memory
-        gates = evaluate_gates(s, groups[key], groups.get(baseline_key(key), []), slo)
         pred = None if key.tree_budget else predicted.get((key.category, float(key.temperature), key.drafter, key.gamma))
         s["predicted_speedup_e2e"] = pred["speedup"] if pred else None  # specledger.predict, end to end
         s["prediction_kind"] = pred["kind"] if pred else None
-        s["gates"] = {name: gates[name].to_dict() for name in GATES}
+    plain_gates = gate_scenarios(analysis["scenarios"], groups, analysis["baselines"], slo)
     # the main job decodes one request at a time: its verdicts are at load 1, measured; the load
     # points (``specledger run --loads``) add a verdict per load > 1 (specledger.gates.loads)
     controls = control_repetition(records)
     solo_load = measured_load(meta)
-    decided = [{**v, "load": solo_load, "simulated": False} for v in verdicts(analysis["scenarios"], slo, controls)]
+    decided = [{**v, "load": solo_load, "simulated": False}
+               for v in verdicts(analysis["scenarios"], slo, controls, plain_gates, solo_load)]
     at_loads = analyze_loads(all_records, meta, slo, controls, n_resamples=n_resamples, seed=seed)
     decided += at_loads["verdicts"]
     loads = sorted({solo_load, *at_loads["loads"]}) if records else at_loads["loads"]
@@ -142,7 +142,8 @@ def summarize(
         {
             "schema": SCHEMA,
             "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "meta": meta,
+            "provenance": provenance(),
+            "meta": summary_meta(meta),
             "slo": slo.to_dict(),
             "requests": len(records),
             "experiment_requests": len(all_records) - len(records),

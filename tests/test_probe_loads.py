@@ -94,7 +94,7 @@ def test_probe_loads_without_baseline_gives_figures_not_verdicts(tmp_path: Path)
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     assert [p["load"] for p in doc["loads"]] == [1, 3] and doc["loads"][1]["probe"]["summary"]["requests_ok"] == 3
-    assert all(v["decision"] == "off" for v in doc["verdicts"])  # nothing to compare with: never "deploy"
+    assert all(v["decision"] == "no-decision" for v in doc["verdicts"])  # nothing to compare with: never "deploy"
     assert isinstance(bad.exception, SpecLedgerError) and "SLO file not found" in str(bad.exception)
 
 

@@ -9,6 +9,12 @@ import pytest
 
 from specledger.errors import SpecLedgerError
 from specledger.gates import SLO, check_target_load, slo_from_dict
+from specledger.gates.engine_configs import (
+    validate_llama_cpp,
+    validate_sglang,
+    validate_trtllm,
+    validate_vllm,
+)
 from specledger.schedule import schedule_text, schedules, snippet
 
 
@@ -22,14 +28,36 @@ def test_schedule_merges_runs_and_emits_snippets():
     (s,) = schedules(cells, target_load=16)
     assert s["text"] == "ngram γ=4 at 1–4, ngram γ=2 at 16, off from 64 (sim)"
     assert s["at_target"]["load"] == 16
-    assert s["vllm"]["speculative_config"]["num_speculative_tokens_per_batch_size"] == {1: 4, 4: 4, 16: 2, 64: 0}
-    assert s["vllm"]["speculative_config"]["num_speculative_tokens"] == 4
-    assert json.loads(snippet(s, "trtllm")) == {"draft_len_schedule": {"1": 4, "4": 4, "16": 2, "64": 0}}
+    spec = s["vllm"]["speculative_config"]
+    # vLLM's list of [start, end, k]: each load decides the batch sizes down to the load below it
+    assert spec["num_speculative_tokens_per_batch_size"] == [[1, 4, 4], [5, 16, 2], [17, 1024, 0]]
+    assert spec["num_speculative_tokens"] == 4 and spec["method"] == "ngram"
+    validate_vllm(s["vllm"])
+    trt = json.loads(snippet(s, "trtllm"))["speculative_config"]
+    assert trt["draft_len_schedule"] == {"1": 4, "4": 4, "16": 2} and trt["max_draft_len"] == 4
+    validate_trtllm(trt)
+    validate_sglang(s["sglang"])
+    validate_llama_cpp(s["llama_cpp"])
+    assert snippet(s, "sglang").startswith("--speculative-algorithm NGRAM")
+    assert s["ranges"] == spec["num_speculative_tokens_per_batch_size"] and s["configs_note"]
+
+
+def test_every_decision_but_deploy_is_off_and_one_drafter_per_deployment():
+    cells = [_v(1, "suffix", 4), {**_v(4, "ngram", 2), "decision": "no-decision"}, _v(16, "ngram", 2)]
+    (s,) = schedules(cells)
+    assert s["vllm"]["speculative_config"]["method"] == "suffix"  # the lowest deploying load's drafter
+    assert s["ranges"] == [[1, 1, 4], [2, 1024, 0]]  # "no-decision" at 4 is off, ngram at 16 is off
+    assert "also uses ngram" in s["note"] and s["trtllm"] is None and "TensorRT-LLM" in s["configs_note"]
+    (t,) = schedules(cells, target_load=16)
+    assert t["ranges"] == [[1, 4, 0], [5, 16, 2], [17, 1024, 0]]  # the target load's drafter
+    (ls,) = schedules([_v(1, "layerskip", 2)])
+    assert ls["vllm"] is None and "vLLM has no speculative method for layerskip" in ls["configs_note"]
 
 
 def test_off_everywhere_and_controls_have_no_snippet():
     (s,) = schedules([_v(1), _v(16)])
     assert s["text"] == "off at 1–16" and s["vllm"] is None and snippet(s, "vllm").startswith("#")
+    assert s["sglang"] is None and snippet(s, "llama_cpp").startswith("#")
     ctrl = {**_v(1), "decision": "control", "category": "random"}
     (c,) = schedules([ctrl])
     assert c["control"] and c["text"] == "control, never deployed" and c["trtllm"] is None

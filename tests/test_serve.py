@@ -66,11 +66,14 @@ def tiny_engine() -> Engine:
                   eos_token_ids=[TOKENIZER.encode("!")[0]], max_context=CONTEXT, name="tiny")
 
 
+KEEP = 1000  # records (and batch steps) kept by the apps of the tests that read them; the server default is 0
+
+
 def tiny_app(max_queue: int = 16, drafter: str = "ngram", gamma: int | str = 4, max_batch: int = 8,
-             drafter_obj=None, limits: Limits | None = None):
+             drafter_obj=None, limits: Limits | None = None, keep_records: int = 0, encode=None):
     return create_app(tiny_engine(), drafter, gamma, model_name=MODEL, max_queue=max_queue, max_batch=max_batch,
-                      drafter=drafter_obj, layers="1" if drafter == "layerskip" else None, encode=tiny_encoder,
-                      limits=limits)
+                      drafter=drafter_obj, layers="1" if drafter == "layerskip" else None,
+                      encode=encode or tiny_encoder, limits=limits, keep_records=keep_records)
 
 
 def solo_greedy(prompt: str, max_tokens: int, **kwargs):
@@ -185,7 +188,7 @@ def test_protocol_shapes() -> None:
 
 @pytest.mark.parametrize("max_batch", [1, 4])
 def test_end_to_end_probe_matches_engine_records(max_batch: int) -> None:
-    app = tiny_app(max_queue=16, max_batch=max_batch)
+    app = tiny_app(max_queue=16, max_batch=max_batch, keep_records=KEEP)
     records = app.state.records
     with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
         assert client.get("/health").status_code == 200
@@ -261,7 +264,7 @@ def test_end_to_end_probe_matches_engine_records(max_batch: int) -> None:
 
 
 def test_disconnect_mid_stream_frees_the_slot() -> None:
-    app = tiny_app(max_queue=4)
+    app = tiny_app(max_queue=4, keep_records=KEEP)
     service = app.state.service
     long = {"prompt": "abc abc", "max_tokens": 200, "temperature": 0, "ignore_eos": True, "stream": True}
     with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
@@ -298,10 +301,19 @@ async def _robustness_storm(url: str, expected: dict[str, str]) -> Counter:
         json.dumps({"prompt": "abc", "seed": -3}).encode(),
         json.dumps({"prompt": "abc", "stream_options": "yes"}).encode(),
     ]
+    # refused only once encoded (context, vocabulary, empty prompt): the queue check comes first, so 429 when full
+    after_encoding = {json.dumps(b).encode() for b in ({"prompt": "abc", "max_tokens": 10**9},
+                                                       {"prompt": "abc " * 2000, "max_tokens": 8},
+                                                       {"prompt": "", "max_tokens": 4},
+                                                       {"prompt": "\u00e9\u00e9", "max_tokens": 4})}
+    assert after_encoding <= set(bad_bodies)
     tally: Counter = Counter()
 
     async def bad(client: httpx.AsyncClient, body: bytes) -> None:
         r = await client.post("/v1/completions", content=body, headers={"content-type": "application/json"})
+        if r.status_code == 429 and body in after_encoding:
+            tally["bad 429"] += 1
+            return
         assert r.status_code == 400, (body[:60], r.text)
         assert r.json()["error"]["type"] == "invalid_request_error"
         tally["400"] += 1
@@ -368,7 +380,7 @@ async def _robustness_storm(url: str, expected: dict[str, str]) -> Counter:
 
 
 def test_robustness_storm_keeps_serving_and_leaks_no_slots() -> None:
-    app = tiny_app(max_queue=2)
+    app = tiny_app(max_queue=2, keep_records=KEEP)
     service = app.state.service
     with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
         expected = {}
@@ -379,7 +391,7 @@ def test_robustness_storm_keeps_serving_and_leaks_no_slots() -> None:
         served_before = len(app.state.records)
 
         tally = asyncio.run(_robustness_storm(server.url, expected))
-        assert tally["400"] == 60 and tally["404"] == 10 and tally["429"] > 0 and tally["200"] >= len(PROMPTS[:6])
+        assert tally["400"] + tally["bad 429"] == 60 and tally["400"] > 0 and tally["404"] == 10 and tally["429"] > 0 and tally["200"] >= len(PROMPTS[:6])
         assert tally["hang-up"] > 0
 
         # server alive; gauges back to 0 (the worker finishes the round it is in, then stops)
@@ -412,7 +424,7 @@ def wait_idle(client: httpx.Client, tries: int = 200) -> bool:
 def test_real_model_chat_completion() -> None:
     from specledger.engine.build import build_engine
 
-    app = create_app(build_engine(None), "ngram", 4, max_queue=4)
+    app = create_app(build_engine(None), "ngram", 4, max_queue=4, keep_records=10)
     name = app.state.service.model_name
     with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=300) as client:
         chat = {"model": name, "messages": [{"role": "user", "content": "What is the capital of France?"}],
@@ -483,7 +495,7 @@ def wait_for(condition, what: str, tries: int = 600) -> None:
 
 def test_batched_streams_get_their_solo_outputs_and_the_running_gauge_counts_the_batch() -> None:
     gate = Gate()
-    app = tiny_app(max_queue=8, max_batch=4, drafter_obj=GatedDrafter(gate))
+    app = tiny_app(max_queue=8, max_batch=4, drafter_obj=GatedDrafter(gate), keep_records=KEEP)
     prompts = PROMPTS[:4]
     want = {p: solo_greedy(p, 30, ignore_eos=True).text for p in prompts}
     results: dict[str, tuple] = {}
@@ -531,7 +543,7 @@ def test_batched_stop_strings_and_max_tokens_cut_like_solo() -> None:
         async with httpx.AsyncClient(base_url=url, timeout=60) as client:
             return await asyncio.gather(*(client.post("/v1/completions", json=body) for body, _ in cases))
 
-    app = tiny_app(max_queue=16, max_batch=4)
+    app = tiny_app(max_queue=16, max_batch=4, keep_records=KEEP)
     with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
         responses = asyncio.run(run_all(server.url))
         assert wait_idle(client)
@@ -550,7 +562,7 @@ def test_batched_stop_strings_and_max_tokens_cut_like_solo() -> None:
 
 def test_cancelling_a_batched_stream_frees_its_slot_for_a_waiting_request() -> None:
     gate = Gate()
-    app = tiny_app(max_queue=4, max_batch=2, drafter_obj=GatedDrafter(gate))
+    app = tiny_app(max_queue=4, max_batch=2, drafter_obj=GatedDrafter(gate), keep_records=KEEP)
     worker = app.state.service.worker
     long = {"prompt": "abc abc", "max_tokens": 200, "temperature": 0, "ignore_eos": True, "stream": True}
     short = {"prompt": "xyz", "max_tokens": 5, "temperature": 0, "ignore_eos": True}
@@ -624,7 +636,7 @@ def test_batched_drafters_and_policies_stay_exact(drafter: str, gamma: int | str
             return await asyncio.gather(*(client.post("/v1/completions", json={
                 "prompt": p, "max_tokens": 16, "temperature": 0}) for p in prompts))
 
-    app = tiny_app(max_queue=8, max_batch=3, drafter=drafter, gamma=gamma)
+    app = tiny_app(max_queue=8, max_batch=3, drafter=drafter, gamma=gamma, keep_records=KEEP)
     with ServerThread(app) as server:
         responses = asyncio.run(run_all(server.url))
     assert [r.json()["choices"][0]["text"] for r in responses] == [want[p] for p in prompts]
@@ -695,7 +707,7 @@ def test_extreme_sampling_values_cannot_fail_their_batch() -> None:
     """Issue 12 item 1: temperature 1e-40 (greedy) and top_p 1e-300 (top token only) in a batch of 8:
     all 8 answer 200, and each of those two equals plain greedy decoding."""
     gate = Gate()
-    app = tiny_app(max_queue=8, max_batch=8, drafter_obj=GatedDrafter(gate))
+    app = tiny_app(max_queue=8, max_batch=8, drafter_obj=GatedDrafter(gate), keep_records=KEEP)
     prompts = PROMPTS[:8]
     bodies = [{"prompt": p, "max_tokens": 12, "temperature": 0, "ignore_eos": True} for p in prompts]
     bodies[2] = {**bodies[2], "temperature": 1e-40}
@@ -716,7 +728,7 @@ def test_a_request_whose_drafter_raises_fails_alone() -> None:
     """Issue 12 item 1: one request's drafter raises inside a batch step: that request alone gets a
     500 (OpenAI-shaped, no internal text), streamed or not; the others get their solo outputs."""
     gate = Gate()
-    app = tiny_app(max_queue=8, max_batch=6, drafter_obj=BombDrafter(gate))
+    app = tiny_app(max_queue=8, max_batch=6, drafter_obj=BombDrafter(gate), keep_records=KEEP)
     prompts = PROMPTS[:4]
     bodies = [{"prompt": p, "max_tokens": 16, "temperature": 0, "ignore_eos": True} for p in prompts]
     # ignore_eos: no request may finish (a sampled one could draw EOS) before the batch of 6 has formed
@@ -755,7 +767,7 @@ def test_a_non_streaming_client_that_leaves_frees_its_slot_at_the_next_step() ->
     """Issue 12 item 2: the handler notices the hang-up although events keep arriving (one every
     ~20 ms), and the engine drops the request at the next step instead of decoding to max_tokens
     (~120 rounds, several seconds)."""
-    app = tiny_app(max_queue=4, max_batch=2, drafter_obj=SlowDrafter(), gamma=1)
+    app = tiny_app(max_queue=4, max_batch=2, drafter_obj=SlowDrafter(), gamma=1, keep_records=KEEP)
     worker = app.state.service.worker
     long = {"prompt": "abc abc", "max_tokens": 240, "temperature": 0, "ignore_eos": True}
     with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
@@ -881,7 +893,8 @@ def test_hardening_body_limits_errors_and_unsupported_fields() -> None:
         assert _raw(server.url, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n") == b""
         assert time.monotonic() - t0 < 5
         assert _raw(server.url, b"") == b""  # idle fresh connection
-        answer = _raw(server.url, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        answer = _raw(server.url, b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 100\r\n\r\n{")
         assert answer.startswith(b"HTTP/1.1 408") and b"request_timeout" in answer
         # a header block that grows past the limit without ending: h11 refuses it (400, closed)
         answer = _raw(server.url, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70000)

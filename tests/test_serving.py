@@ -19,6 +19,12 @@ from specledger.bench.serving_metrics import crossover, setting_label
 from specledger.bench.sweep_cli import sweep
 from specledger.engine.decode import Engine
 from specledger.engine.drafters.registry import make_drafter
+from specledger.gates.engine_configs import (
+    validate_llama_cpp,
+    validate_sglang,
+    validate_trtllm,
+    validate_vllm,
+)
 from specledger.load_points import poisson_arrivals
 from specledger.rundir import read_records
 from tests.conftest import CharTokenizer, tiny_model
@@ -90,11 +96,18 @@ def test_best_drafter_schedule_and_engine_configs():
     assert d["best_drafter"] == "ngram" and d["gamma_by_concurrency"] == {1: 4, 4: 4, 16: 0}
     cfg = d["vllm"]["speculative_config"]
     assert cfg["method"] == "ngram" and cfg["num_speculative_tokens"] == 4
-    assert cfg["num_speculative_tokens_per_batch_size"] == [[1, 1, 4], [2, 4, 4], [5, 16, 0], [17, 1024, 0]]
+    assert cfg["num_speculative_tokens_per_batch_size"] == [[1, 4, 4], [5, 1024, 0]]
+    validate_vllm(cfg)
+    validate_trtllm(d["trtllm"])
+    assert d["trtllm"]["speculative_config"]["draft_len_schedule"] == {1: 4, 4: 4}
+    validate_sglang(d["sglang"])
+    validate_llama_cpp(d["llama_cpp"])
+    assert d["sglang"][d["sglang"].index("--max-running-requests") + 1] == "4"
     assert "from a concurrency of 16" in d["sglang_note"]
     never = deploy_configs({"concurrency": [_pt("concurrency", 1, "none", 0, 10.0, 1.0),
                                             _pt("concurrency", 1, "ngram", 2, 9.0, 0.9)]})
     assert never["vllm"]["speculative_config"] is None and "launch without it" in never["sglang_note"]
+    assert never["trtllm"] is None and never["sglang"] is None and never["llama_cpp"] is None
 
 
 @given(st.dictionaries(st.integers(1, 256), st.integers(0, 8), min_size=1, max_size=8))
@@ -106,6 +119,9 @@ def test_batch_size_ranges_cover_every_batch_once(schedule):
     for c, k in schedule.items():  # each measured batch size gets its own measured K
         assert next(r[2] for r in ranges if r[0] <= c <= r[1]) == k
     assert ranges[-1][2] == 0  # beyond the largest measured load: plain
+    if any(schedule.values()):  # what vLLM's own schedule check accepts
+        validate_vllm({"method": "ngram", "num_speculative_tokens": max(schedule.values()),
+                       "num_speculative_tokens_per_batch_size": ranges})
 
 
 # ----------------------------------------------------------------------------- the sweep verb

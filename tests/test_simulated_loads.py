@@ -102,7 +102,7 @@ def test_simulated_loads_are_verdicts_labelled_simulated_with_the_validation_err
     sched = {s["category"]: s for s in summary["schedules"]}
     assert sched["copy"]["text"] == "ngram γ=4 at 1–4 and 8 (sim), off from 64 (sim)"
     assert sched["copy"]["vllm"]["speculative_config"]["num_speculative_tokens_per_batch_size"] == \
-        {"1": 4, "4": 4, "8": 4, "64": 0}
+        [[1, 8, 4], [9, 1024, 0]]
     page = html.read_text()
     assert 'id="simulated-loads"' in page and "(simulated)" in page
     console = Console(record=True, width=200)
@@ -120,7 +120,8 @@ def test_simulated_loads_are_verdicts_labelled_simulated_with_the_validation_err
     # an SLO nobody meets: the simulated verdicts say that plain decoding misses it too
     (tmp_path / "slo.json").write_text(json.dumps({"ttft_p99_ms": 1}))
     tight, _ = build_report(run, tmp_path / "slo.json", n_resamples=20)
-    assert all("Plain decoding misses the latency SLO at load 64 too" in v["reason"]
+    assert all("SLO out of reach at load 64 even without speculation" in v["reason"]
+               and v["slo_out_of_reach"].startswith("SLO out of reach at load 64")
                for v in tight["verdicts"] if v["simulated"] and v["load"] == 64)
 
 

@@ -16,6 +16,7 @@ Left out of the comparison, because they are not a function of the run:
   - ``generated``, ``meta.started``: wall-clock timestamps;
   - ``run_dir``, ``meta.config.workload_file``: temporary paths;
   - ``meta.machine``: the host (platform, CPU count, torch version and threads);
+  - ``provenance``, ``meta.provenance``: the checkout and versions that ran (commit, dirty flag, Python, torch);
   - ``meta.cost_surface.source``: the host and time the verify surface was measured (its points are compared).
 Peak memory (``ru_maxrss``) is pinned to a constant by the test. Keys absent from the golden file
 may appear (other sections of the summary grow); every golden key must still be there and equal
@@ -149,8 +150,8 @@ WORKLOAD = [
 
 
 def _summary_view(summary: dict) -> dict:
-    s = {k: v for k, v in summary.items() if k not in ("generated", "run_dir")}
-    meta = {k: v for k, v in s.get("meta", {}).items() if k not in ("started", "machine")}
+    s = {k: v for k, v in summary.items() if k not in ("generated", "run_dir", "provenance")}
+    meta = {k: v for k, v in s.get("meta", {}).items() if k not in ("started", "machine", "provenance")}
     meta["config"] = {k: v for k, v in meta.get("config", {}).items() if k != "workload_file"}
     if isinstance(meta.get("cost_surface"), dict):  # its source names the host and the time it was measured
         meta["cost_surface"] = {k: v for k, v in meta["cost_surface"].items() if k != "source"}

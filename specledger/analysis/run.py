@@ -71,6 +71,9 @@ def analyze_scenario(
         return out
     st, ss = per_prompt_totals(spec_p, prompts)
     bt, bs = per_prompt_totals(base_p, prompts)
+    # what the paired decisions (specledger.gates.paired) compare: per-prompt totals of both sides
+    out["per_prompt"] = {"prompts": list(prompts), "tokens": st.tolist(), "seconds": ss.tolist(),
+                         "base_tokens": bt.tolist(), "base_seconds": bs.tolist()}
     point, low, high = paired_speedup_bootstrap(st, ss, bt, bs, n_resamples=n_resamples, seed=seed)
     t0 = baseline_t0(base_p)
     spec_ledger = {**round_stats(spec_p), **totals(spec_p)}

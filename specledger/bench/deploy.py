@@ -1,8 +1,9 @@
 """Deploy tables from the serving experiment's curves.
 
 Per load level, the fastest setting if its speed-up over plain at that load is > 1, else "off";
-for the best drafter overall a {concurrency: γ or 0} schedule, rendered as vLLM's
-``num_speculative_tokens_per_batch_size`` ranges, plus a note for SGLang.
+for the best drafter overall a {concurrency: γ or 0} schedule, whose engine configs (vLLM
+``num_speculative_tokens_per_batch_size`` ranges, TensorRT-LLM ``draft_len_schedule``, SGLang and
+llama.cpp flags) come from :mod:`specledger.gates.engine_configs`, the one writer of them.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from specledger.bench.serving_metrics import context_position, load_group, setting_label
-
-VLLM_METHODS = {"ngram": "ngram", "suffix": "suffix", "model": "draft_model"}
+from specledger.gates.engine_configs import batch_ranges, engine_configs
 
 
 def deploy_table(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -66,59 +66,48 @@ def gamma_by_concurrency(points: Sequence[dict[str, Any]], drafter: str, gamma: 
 
 
 def batch_size_ranges(schedule: dict[int, int]) -> list[list[int]]:
-    """{c_i: K_i} -> [[start, end, K], ...]: each measured c_i covers (c_(i-1), c_i] -- the range is
-    decided by the measurement at its largest batch, the conservative end when speed-up falls with
-    load -- and batches above the largest measured one get K = 0 (untested: plain)."""
-    rows, start = [], 1
-    for c in sorted(schedule):
-        rows.append([start, c, schedule[c]])
-        start = c + 1
-    if rows:
-        rows.append([start, max(start, 1024), 0])
-    return rows
+    """{c_i: K_i} -> [[start, end, K], ...] (:func:`specledger.gates.engine_configs.batch_ranges`):
+    each measured c_i covers (c_(i-1), c_i] -- decided by the measurement at its largest batch, the
+    conservative end when speed-up falls with load -- and batches above the largest measured one
+    get K = 0 (untested: plain), up to 1024 or past the largest load; equal neighbours merged."""
+    return batch_ranges(schedule) if schedule else []
 
 
 def deploy_configs(result: dict[str, Any]) -> dict[str, Any]:
     """Paste-ready settings for the best drafter overall (:func:`best_overall` over the concurrency
-    points): its {concurrency: gamma or 0} schedule, the vLLM dynamic-SD config and an SGLang note.
-    JSON turns the schedule's integer keys into strings."""
+    points): its {concurrency: gamma or 0} schedule and every engine's config from
+    :func:`specledger.gates.engine_configs.engine_configs` (``vllm`` keeps its ``note``; ``trtllm``,
+    ``sglang``, ``llama_cpp`` are None where the engine cannot run it; ``configs_note`` says why) and
+    an SGLang note. JSON turns the schedule's integer keys into strings."""
     conc = result.get("concurrency", [])
     best = best_overall(conc)
-    out: dict[str, Any] = {"best_drafter": None, "gamma": None,
-                           "gamma_by_concurrency": {}, "vllm": None, "sglang_note": ""}
+    out: dict[str, Any] = {"best_drafter": None, "gamma": None, "gamma_by_concurrency": {}, "vllm": None,
+                           "trtllm": None, "sglang": None, "llama_cpp": None, "sglang_note": "", "configs_note": ""}
     if best is None:
         return out
     drafter, gamma = best
     schedule = gamma_by_concurrency(conc, drafter, gamma)
     crossover_at = result.get("crossover", {}).get("concurrency", {}).get(setting_label(drafter, gamma))
     out.update({"best_drafter": drafter, "gamma": gamma, "gamma_by_concurrency": schedule})
-    method = VLLM_METHODS.get(drafter)
     on = [c for c, k in schedule.items() if k]
-    if method and on:
-        out["vllm"] = {
-            "speculative_config": {
-                "method": method,
-                "num_speculative_tokens": gamma,
-                "num_speculative_tokens_per_batch_size": batch_size_ranges(schedule),
-            },
-            "note": "vLLM dynamic speculative decoding: [start_bs, end_bs, K] ranges from the measured "
-                    "concurrencies; K = 0 turns speculation off. Measured on this machine and model: "
-                    "re-measure on the deployment hardware.",
-        }
-    elif not on:
+    launch = "SGLang fixes the draft length per server at launch (--speculative-num-steps / " \
+             "--speculative-num-draft-tokens). "
+    if not on:
         out["vllm"] = {"speculative_config": None, "note": f"{setting_label(drafter, gamma)} never beat plain "
                        "decoding here: leave speculation off."}
-    else:
-        out["vllm"] = {"speculative_config": None,
-                       "note": f"drafter {drafter!r} has no vLLM equivalent; the schedule above still holds."}
-    launch = ("SGLang fixes the draft length per server at launch (--speculative-num-steps / "
-              "--speculative-num-draft-tokens). ")
-    if not on:
         out["sglang_note"] = launch + "No measured load favoured speculation: launch without it."
-    else:
-        stop = (f"from a concurrency of {crossover_at}" if crossover_at is not None
-                else f"above {max(schedule)} (the largest load measured)")
-        out["sglang_note"] = launch + (
-            f"To follow this table, speculate (γ={gamma}) only on instances whose running requests stay below "
-            f"the crossover (cap --max-running-requests), and decode plainly {stop}.")
+        return out
+    cfg = engine_configs({c: (drafter, k) if k else None for c, k in schedule.items()}, drafter=drafter)
+    out.update({k: cfg[k] for k in ("trtllm", "sglang", "llama_cpp")}, configs_note=cfg["note"])
+    vllm = (cfg["vllm"] or {}).get("speculative_config")
+    out["vllm"] = {"speculative_config": vllm,
+                   "note": ("vLLM dynamic speculative decoding: [start_bs, end_bs, K] ranges from the measured "
+                            "concurrencies; K = 0 turns speculation off. Measured on this machine and model: "
+                            "re-measure on the deployment hardware. " if vllm else "")
+                   + cfg["notes"].get("vllm", "")}
+    stop = (f"from a concurrency of {crossover_at}" if crossover_at is not None
+            else f"above {max(schedule)} (the largest load measured)")
+    out["sglang_note"] = launch + (
+        f"To follow this table, speculate (γ={gamma}) only on instances whose running requests stay below "
+        f"the crossover (cap --max-running-requests), and decode plainly {stop}.")
     return out

@@ -126,14 +126,30 @@ def monotone(values: np.ndarray, dists: np.ndarray) -> tuple[np.ndarray, np.ndar
     return m, np.where(m > values, np.maximum.accumulate(dists), dists)
 
 
+#: a batch, row count, context or repeat count above this is not a measurement (and would overflow floats)
+MAX_AXIS = 2**53
+
+
+def _shown(v: Any) -> str:
+    """``repr(v)``, short: a 10**400 from a file is not echoed digit by digit."""
+    text = repr(v) if not (isinstance(v, int) and v.bit_length() > 64) else f"an integer of {v.bit_length()} bits"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def point_problem(batch: Any, rows: Any, context: Any, seconds: Any, repeats: Any = 1) -> str | None:
-    """What is wrong with one point's values (None: nothing)."""
+    """What is wrong with one point's values (None: nothing). Integers must lie within ±2**53 (a float holds
+    them exactly; 10**400 from a file is refused, not overflowed)."""
     for name, v in (("batch", batch), ("rows", rows), ("context", context), ("repeats", repeats)):
-        if (isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v)
-                or v != int(v)):
-            return f"{name} must be an integer, got {v!r}"
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            return f"{name} must be an integer, got {_shown(v)}"
+        if isinstance(v, (int, np.integer)) and abs(int(v)) > MAX_AXIS:
+            return f"{name} must be an integer up to {MAX_AXIS}, got {_shown(v)}"
+        if not math.isfinite(v) or v != int(v):
+            return f"{name} must be an integer, got {_shown(v)}"
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float, np.integer, np.floating)):
-        return f"the time must be a number, got {seconds!r}"
+        return f"the time must be a number, got {_shown(seconds)}"
+    if isinstance(seconds, (int, np.integer)) and abs(int(seconds)) > MAX_AXIS:
+        return f"the time must be finite and at most {MAX_AXIS}, got {_shown(seconds)}"
     if batch < 1 or rows < 1:
         return f"batch and rows per request must be >= 1, got batch={batch}, rows={rows}"
     if context < 0:
@@ -375,6 +391,10 @@ def _parse_import_line(line: str, where: str) -> tuple[SurfacePoint, dict[str, A
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise SpecLedgerError(f"{where}: not valid JSON ({exc.msg}); each line must be one object like "
+                              f"{IMPORT_EXAMPLE}") from None
+    except (ValueError, RecursionError) as exc:  # an int past 4300 digits; nesting past the recursion limit
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
+        raise SpecLedgerError(f"{where}: not readable JSON ({reason}); each line must be one object like "
                               f"{IMPORT_EXAMPLE}") from None
     if not isinstance(obj, dict):
         raise SpecLedgerError(f"{where}: expected a JSON object like {IMPORT_EXAMPLE}, got {type(obj).__name__}")

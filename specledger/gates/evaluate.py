@@ -16,13 +16,16 @@ from specledger.records import RequestRecord
 
 
 def evaluate_gates(
-    scenario: dict[str, Any], spec: Sequence[RequestRecord], base: Sequence[RequestRecord], slo: SLO = SLO()
+    scenario: dict[str, Any], spec: Sequence[RequestRecord], base: Sequence[RequestRecord], slo: SLO = SLO(),
+    plain_latency: dict[str, Any] | None = None,
 ) -> dict[str, GateResult]:
-    """All four gates of one scenario (``scenario`` is an :func:`~specledger.analysis.analyze_scenario` dict)."""
+    """All four gates of one scenario (``scenario`` is an :func:`~specledger.analysis.analyze_scenario` dict);
+    ``plain_latency``: plain decoding's latency dict on the same prompts, against which a latency limit that
+    plain misses too is judged (:func:`specledger.gates.latency.latency_gate`)."""
     return {
         "correctness": correctness_gate(spec, base, float(scenario["temperature"]), slo),
         "quality": quality_gate(spec, base, slo.quality_tolerance),
-        "latency": latency_gate(scenario["latency"], slo),
+        "latency": latency_gate(scenario["latency"], slo, plain_latency),
         "capacity": capacity_gate(
             scenario.get("paired_tokens_per_s"),
             scenario.get("baseline_tokens_per_s"),

@@ -14,42 +14,69 @@ from specledger.gates.slo import SLO
 from specledger.records import RequestRecord
 
 
-def _judge(checks: list[tuple[str, float | None, float]], margin: float = 0.0) -> GateResult:
+def _judge(checks: list[tuple[str, float | None, float]], margin: float = 0.0,
+           plain: dict[str, float | None] | None = None) -> GateResult:
     """Pass iff every known (name, ms, limit) is within its limit; "not assessed" when none is known.
     A check is *marginal* when |ms − limit| ≤ margin · limit: its outcome is inside the machine's
     run-to-run drift (:attr:`SLO.margin`). The result's ``marginal`` names the checks whose drift could
     flip the gate: for a pass, every marginal check; for a fail, the checks over their limit when all of
-    them are marginal (else none: it fails whatever the drift)."""
-    known = [(n, v, lim) for n, v, lim in checks if v is not None]
+    them are marginal (else none: it fails whatever the drift).
+
+    ``plain``: plain decoding's figure per check at the same load. Where plain itself misses a limit, that
+    limit is out of reach whatever runs, so speculation is judged on what it changes: the check's limit
+    becomes plain's figure · (1 + margin) ("vs plain"), and the evidence says plain misses it too."""
+    plain = plain or {}
+    judged = []
+    for n, v, lim in checks:
+        p = plain.get(n)
+        if v is not None and p is not None and p > lim:
+            judged.append((n, v, p * (1 + margin), f" vs plain {p:.1f} (plain misses {lim:g} too)"))
+        else:
+            judged.append((n, v, lim, ""))
+    known = [(n, v, lim, note) for n, v, lim, note in judged if v is not None]
     if not known:
         return GateResult("latency", NOT_ASSESSED, "no latency samples")
-    over = [n for n, v, lim in known if v > lim]
-    close = tuple(n for n, v, lim in known if abs(v - lim) <= margin * lim)
+    over = [n for n, v, lim, _ in known if v > lim]
+    close = tuple(n for n, v, lim, note in known if not note and abs(v - lim) <= margin * lim)
     flips = close if not over else tuple(over) if set(over) <= set(close) else ()
-    parts = [f"{n} {v:.1f}{'>' if v > lim else '≤'}{lim:g} ms" + (" (marginal)" if n in close else "")
-             for n, v, lim in known]
+    parts = [(f"{n} {v:.1f}{note}" if note else f"{n} {v:.1f}{'>' if v > lim else '≤'}{lim:g} ms")
+             + (" (marginal)" if n in close else "") + (" (worse than plain)" if note and v > lim else "")
+             for n, v, lim, note in known]
     return GateResult("latency", FAIL if over else PASS, ", ".join(parts), flips)
 
 
-def latency_gate(latency: dict[str, Any], slo: SLO = SLO()) -> GateResult:
-    """TTFT P99, TPOT P50, chunk ITL P99 and longest stall (ms) against the SLO."""
-    return _judge([
-        ("TTFT P99", latency["ttft_ms"]["p99"], slo.ttft_p99_ms),
-        ("TPOT P50", latency["tpot_ms"]["p50"], slo.tpot_p50_ms),
-        ("ITL P99", latency["itl_chunk_ms"]["p99"], slo.itl_p99_ms),
-        ("stall", latency["longest_stall_ms"], slo.stall_ms),
-    ], slo.margin)
+def _figures(latency: dict[str, Any], load_point: bool) -> list[tuple[str, float | None]]:
+    """(check name, ms) of a latency dict (:func:`specledger.analysis.metrics.latency_stats`)."""
+    out = [("TTFT P99", latency["ttft_ms"]["p99"]), ("TPOT P50", latency["tpot_ms"]["p50"])]
+    if load_point:
+        out += [("TPOT P99", latency["tpot_ms"]["p99"]), ("token-ITL P99", latency["itl_token_ms"]["p99"])]
+    else:
+        out += [("ITL P99", latency["itl_chunk_ms"]["p99"])]
+    return out + [("stall", latency["longest_stall_ms"])]
 
 
-def load_latency_gate(latency: dict[str, Any], slo: SLO = SLO()) -> GateResult:
-    """At a load > 1: TTFT P99, TPOT P50 and P99, token-ITL P99 and the longest stall (ms) against the SLO."""
-    return _judge([
-        ("TTFT P99", latency["ttft_ms"]["p99"], slo.ttft_p99_ms),
-        ("TPOT P50", latency["tpot_ms"]["p50"], slo.tpot_p50_ms),
-        ("TPOT P99", latency["tpot_ms"]["p99"], slo.tpot_p99_ms),
-        ("token-ITL P99", latency["itl_token_ms"]["p99"], slo.itl_p99_ms),
-        ("stall", latency["longest_stall_ms"], slo.stall_ms),
-    ], slo.margin)
+def _limits(slo: SLO) -> dict[str, float]:
+    return {"TTFT P99": slo.ttft_p99_ms, "TPOT P50": slo.tpot_p50_ms, "TPOT P99": slo.tpot_p99_ms,
+            "ITL P99": slo.itl_p99_ms, "token-ITL P99": slo.itl_p99_ms, "stall": slo.stall_ms}
+
+
+def _gate(latency: dict[str, Any], slo: SLO, plain: dict[str, Any] | None, load_point: bool) -> GateResult:
+    lim = _limits(slo)
+    base = dict(_figures(plain, load_point)) if plain else None
+    return _judge([(n, v, lim[n]) for n, v in _figures(latency, load_point)], slo.margin, base)
+
+
+def latency_gate(latency: dict[str, Any], slo: SLO = SLO(), plain: dict[str, Any] | None = None) -> GateResult:
+    """TTFT P99, TPOT P50, chunk ITL P99 and longest stall (ms) against the SLO; where ``plain`` (plain
+    decoding's latency dict at the same load) misses a limit too, against plain's figure (:func:`_judge`)."""
+    return _gate(latency, slo, plain, load_point=False)
+
+
+def load_latency_gate(latency: dict[str, Any], slo: SLO = SLO(), plain: dict[str, Any] | None = None
+                      ) -> GateResult:
+    """At a load > 1: TTFT P99, TPOT P50 and P99, token-ITL P99 and the longest stall (ms) against the SLO
+    (against plain's figure where plain misses a limit too)."""
+    return _gate(latency, slo, plain, load_point=True)
 
 
 #: drafters whose requests prefill exactly as plain decoding does (no draft model or draft KV to fill)

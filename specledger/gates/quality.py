@@ -53,6 +53,10 @@ def quality_gate(
         return GateResult("quality", NOT_ASSESSED, "no task scores recorded on shared prompts")
     ms = sum(p[0] for p in pairs) / len(pairs)
     mb = sum(p[1] for p in pairs) / len(pairs)
+    if all(a == 0 and b == 0 for a, b in pairs):  # 0.000 vs 0.000 is no evidence of equal quality
+        return GateResult("quality", NOT_ASSESSED,
+                          f"the task metric scored 0 on all {len(pairs)} prompts on both sides: nothing to compare "
+                          "(raise the category's max tokens, or check the reference answers)")
     status = PASS if ms >= mb - tolerance else FAIL
     return GateResult(
         "quality",

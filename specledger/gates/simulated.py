@@ -205,7 +205,8 @@ def simulated_verdicts(scenarios: Sequence[dict[str, Any]], slo: SLO, controls: 
     out = []
     for load in sorted({s["load"] for s in scenarios}):
         at = [s for s in scenarios if s["load"] == load]
-        for v in verdicts(at, slo, controls):
+        here = {(c, t): g for (c, t, ld), g in plain.items() if ld == load}
+        for v in verdicts(at, slo, controls, here, load):
             if note["text"] == NOT_VALIDATED and v["decision"] == "off":
                 best = max((s for s in at if s["category"] == v["category"] and s["temperature"] == v["temperature"]
                             and s["speedup"] is not None), key=lambda s: s["speedup"], default=None)
@@ -215,10 +216,6 @@ def simulated_verdicts(scenarios: Sequence[dict[str, Any]], slo: SLO, controls: 
                                + "; measure a load > 1 too (e.g. --loads 1,16) to validate it.")
                 v["resolved"] = False
             elif v["decision"] != "control":
-                lat = plain.get((v["category"], v["temperature"], load))
-                if v["decision"] == "off" and lat is not None and lat.status == FAIL:
-                    v["reason"] += (f" Plain decoding misses the latency SLO at load {load} too ({lat.evidence}): "
-                                    "this load needs more capacity or a looser SLO whichever setting runs.")
                 v["reason"] += f" Simulated at load {load}; {note['text']}."
             out.append({**v, "load": load, "simulated": True, "simulation_error": note})
     return out

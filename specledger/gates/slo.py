@@ -35,6 +35,13 @@ class SLO:
     #: run-to-run drift of the machine (10–25 % between minutes on a shared 2-core VM), so a verdict that
     #: hinges on it is marked not yet resolved rather than reported as settled
     margin: float = 0.1
+    #: practical-equivalence margin of the decision: two settings whose paired speed-up ratio has its
+    #: 1 − 2·decision_alpha interval inside [1/(1+m), 1+m] are equivalent (TOST), and so is a setting
+    #: within it of plain decoding (no practical gain). Default 3 %: see docs/decisions.md for the
+    #: measured run-to-run noise of the paired ratio it is set above
+    equivalence_margin: float = 0.03
+    #: level of each one-sided test of the decision (faster / slower / the two TOST tests): 0.05 = 90 % intervals
+    decision_alpha: float = 0.05
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -54,6 +61,10 @@ def _check_value(name: str, value: Any, default: Any) -> Any:
         raise SpecLedgerError(f"SLO key {name!r} must be a non-negative number, got {value!r}")
     if name == "alpha" and not 0 < value < 1:
         raise SpecLedgerError(f"SLO key 'alpha' must be between 0 and 1, got {value!r}")
+    if name == "decision_alpha" and not 0 < value < 0.5:
+        raise SpecLedgerError(f"SLO key 'decision_alpha' must be in (0, 0.5), e.g. 0.05, got {value!r}")
+    if name == "equivalence_margin" and not 0 < value < 0.5:
+        raise SpecLedgerError(f"SLO key 'equivalence_margin' must be in (0, 0.5), e.g. 0.03 for 3 %, got {value!r}")
     return int(value) if isinstance(default, int) else float(value)
 
 

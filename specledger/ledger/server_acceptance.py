@@ -27,11 +27,18 @@ def per_position_mismatch(
 ) -> str | None:
     """The consistency check every server figure must pass: 1 + Σ_i Pr(K ≥ i) = 1 + accepted / drafts
     (each accepted token sits at exactly one position). A message when they differ by more than
-    ``tolerance`` (counters: half a token per draft round; a saved file: rounding), else None."""
-    if mean_length is None or not rates or not all(math.isfinite(r) for r in rates):
+    ``tolerance`` (counters: half a token per draft round; a saved file: rounding), else None.
+    Figures that are not finite floats (NaN, ±inf, an integer past the float range, a sum of rates that
+    overflows) cannot be checked: None, as for absent ones."""
+    mean_length = _finite(mean_length)
+    values = [_finite(r) for r in rates]
+    if mean_length is None or not values or any(v is None for v in values):
         return None
-    from_positions = 1.0 + math.fsum(rates)
-    if not math.isfinite(mean_length) or abs(from_positions - mean_length) <= tolerance:
+    try:
+        from_positions = 1.0 + math.fsum(values)
+    except OverflowError:  # partial sums past the float range (rates near 1e308)
+        return None
+    if not math.isfinite(from_positions) or abs(from_positions - mean_length) <= tolerance:
         return None
     return (
         f"inconsistent spec-decode figures: 1 + Σ per-position rates = {from_positions:.4f} but "
@@ -40,23 +47,39 @@ def per_position_mismatch(
     )
 
 
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float; None for a bool, a non-number, NaN, ±inf or an int past the float range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def acceptance_ledger(spec: Mapping[str, Any] | None) -> dict[str, Any]:
     """Per-position rates Pr(K ≥ i) -> conditional a_i and E[L] = 1 + Σ Pr(K ≥ i) (bonus token counted),
     next to the reported mean acceptance length (1 + accepted/drafts). Every figure None (no rates)
     without spec-decode figures."""
     spec = spec or {}
-    rates = [float(r) for r in spec.get("per_position_rates") or [] if isinstance(r, (int, float))]
+    numbers = [r for r in spec.get("per_position_rates") or [] if isinstance(r, (int, float))
+               and not isinstance(r, bool)]
+    rates = [v for v in map(_finite, numbers) if v is not None]
     reported = spec.get("mean_acceptance_length")
+    reported = _finite(reported) if reported is not None else None
     out: dict[str, Any] = {
         "gamma": len(rates) or None,
         "per_position_rates": rates,
         "conditional_a": [],
         "el_from_per_position": None,
         "el_reported": reported,
-        "mean_accepted_per_draft": reported - 1.0 if isinstance(reported, (int, float)) else None,
+        "mean_accepted_per_draft": reported - 1.0 if reported is not None else None,
         "error": None,
     }
-    if rates:
+    if len(rates) < len(numbers):
+        out["error"] = "a per-position rate is not a finite number (NaN, ±inf or past the float range)"
+    elif rates:
         try:
             chain = conditional_from_survival(rates)
             out["conditional_a"] = chain

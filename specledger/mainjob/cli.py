@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from specledger.errors import SpecLedgerError
+from specledger.gates.slo import load_slo
 from specledger.load_points import parse_loads
 
 
@@ -17,6 +18,24 @@ def _csv(text: str | None, cast=str) -> list | None:
     from specledger.bench.sweep import parse_csv
 
     return None if text is None else parse_csv(text, cast)
+
+
+def parse_budget(text: str | None) -> float | None | bool:
+    """"330", "90s", "6m", "1h" -> seconds; "none" -> False (no race); None -> None (the preset's)."""
+    if text is None:
+        return None
+    t = text.strip().lower()
+    if t in ("none", "off", "0"):
+        return False
+    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(t[-1:], None)
+    number = t[:-1] if scale else t
+    try:
+        value = float(number) * (scale or 1.0)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value < float("inf")):
+        raise SpecLedgerError(f"--budget {text!r} is not a time; give seconds or minutes, e.g. 330, 90s or 6m")
+    return value
 
 
 def run(
@@ -57,11 +76,21 @@ def run(
     slo: Annotated[Path | None, typer.Option(help="SLO file (TOML/JSON): latency/capacity targets, target_load "
                                                   "(a measured or a simulated load).")] = None,
     seed: Annotated[int, typer.Option(help="Workload sampling and sampling seed.")] = 0,
+    budget: Annotated[str | None, typer.Option(help="Time budget of the run, start to report (e.g. 330, 90s, 6m; "
+                                                  "default 5.5m, so that `make run` fits 8 minutes with set-up). "
+                                                  "After the first prompts the job races: more prompts where a "
+                                                  "decision is open, clearly losing settings dropped, until every "
+                                                  "decision is resolved or the budget is spent. 'none': no race.")]
+    = None,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Print the full tables (ledger, gates, every verdict) "
+                                          "after the answer.")] = False,
     sequential: Annotated[bool, typer.Option("--sequential", help="Run a prompt's settings one after the other "
                                              "(default: side by side, one round of each in turn, so the machine's "
                                              "drift cancels in the speed-ups).")] = False,
 ) -> None:
     """Run plain decoding and every drafter over real workloads; write traces, report.html, summary.json and the verdict."""
+    started = time.monotonic()
+    budget_s = parse_budget(budget)
     from rich.console import Console
     from rich.markup import escape
     from rich.progress import (
@@ -77,7 +106,7 @@ def run(
     from specledger.mainjob.job import RunPlan, preset
     from specledger.mainjob.job import run as run_plan
     from specledger.report.build import build_report
-    from specledger.report.cli import print_summary
+    from specledger.report.console import print_answer
     from specledger.rundir import META_NAME, SUMMARY_NAME, RunDir
 
     console = Console(width=None if sys.stdout.isatty() else 160)
@@ -107,10 +136,12 @@ def run(
                 setattr(plan, attr, value)
         if max_tokens is not None:
             plan.category_max_tokens = {}
+        if budget_s is not None:
+            plan.budget_s = budget_s or None
         plan.interleave_rounds = not sequential
         run_dir = out or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     plan.validate()
-    from specledger.gates import check_target_load, load_slo
+    from specledger.gates import check_target_load
 
     check_target_load(load_slo(slo), sorted({1, *plan.loads}), plan.simulate_loads)  # before any model loads
 
@@ -134,7 +165,8 @@ def run(
             bar.update(task, completed=done, total=total, description=label[:48].ljust(48))
 
         run_plan(run_dir, plan, engine, resume=resume is not None, progress=progress,
-                 on_warning=lambda w: console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False))
+                 on_warning=lambda w: console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False),
+                 slo=load_slo(slo), started=started)
         if plan.side_experiments:  # --full: quantization four-way, gamma policies, serving under load
             from specledger.bench.sweep import run_side_experiments
 
@@ -142,5 +174,5 @@ def run(
                                  lambda w: console.print(f"[yellow]warning:[/] {w}"))
     with console.status("analysing traces and writing the report"):
         summary, html = build_report(run_dir, slo)
-    print_summary(summary, console)
+    print_answer(summary, console, verbose=verbose)
     console.print(f"report: {html}\nsummary: {run_dir / SUMMARY_NAME}")

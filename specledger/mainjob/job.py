@@ -15,6 +15,7 @@ after the other instead.
 
 from __future__ import annotations
 
+import math
 import resource
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +39,15 @@ QUICK_LOADS = (1, 16)
 FULL_LOADS = (1, 2, 4, 8, 16, 32)
 #: simulated after every preset's measured part (:mod:`specledger.simulated_loads`): about a second on 2 cores
 SIMULATED_LOADS = (64,)
+#: ``make run``'s time budget (seconds, from the start of ``specledger run`` to its report): with set-up on a
+#: fresh clone it fits 8 minutes on 2 cores; racing spends what the initial prompts leave
+DEFAULT_BUDGET_S = 330.0
+#: prompts per category before racing: 2, the least that gives an interval (Student's t with 1 degree of
+#: freedom, 6.3 at α = 0.05, so only large differences -- a drafter at half plain's speed -- resolve there);
+#: the race adds prompts only where decisions stay open
+DEFAULT_INITIAL_PROMPTS = 2
+#: kept back from the budget for the summary, the report and the simulated loads after the race
+REPORT_RESERVE_S = 30.0
 #: output budgets where the task metric needs room: HumanEval a whole function, ASDiv a stated answer
 QUALITY_MAX_TOKENS = {"code": 96, "math": 64}
 
@@ -79,6 +89,13 @@ class RunPlan:
     #: a prompt's settings run side by side, one round of each in turn (see the module doc); False: one
     #: request after the other
     interleave_rounds: bool = True
+    #: the run's time budget in seconds (None: no racing, every prompt of the plan and nothing more). With a
+    #: budget, after the initial prompts the job races (:mod:`specledger.mainjob.race`): more prompts where
+    #: decisions are open, losing settings dropped, until all are resolved or the budget is spent; a
+    #: workload file's lines beyond ``n_per_category`` per category are the race's pool
+    budget_s: float | None = None
+    #: prompts added per open category and race round
+    race_step: int = 2
 
     def max_tokens_for(self, category: str) -> int:
         return int(self.category_max_tokens.get(category, self.max_tokens))
@@ -99,6 +116,10 @@ class RunPlan:
 
         check_tree_shape(self.tree_shape)
         require(self.max_tokens >= 1, "--max-tokens must be >= 1")
+        require(self.budget_s is None or (isinstance(self.budget_s, (int, float)) and self.budget_s > 0
+                                          and math.isfinite(self.budget_s)),
+                f"--budget must be a positive time such as 300, 90s or 6m (got {self.budget_s})")
+        require(isinstance(self.race_step, int) and self.race_step >= 1, "race_step must be a whole number >= 1")
         require(bool(self.loads) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1
                                          for x in self.loads),
                 f"--loads must be whole numbers of concurrent requests >= 1, e.g. 1,4,16 (got {self.loads})")
@@ -124,8 +145,9 @@ def preset(name: str) -> RunPlan:
                        loads=list(QUICK_LOADS), category_max_tokens=dict(QUALITY_MAX_TOKENS),
                        simulate_loads=list(SIMULATED_LOADS))
     if name == "default":  # quant-self (S ~0.5 on this CPU, a third of the run's time) is left to --full
-        return RunPlan(drafters=list(DEFAULT_DRAFTERS), loads=list(DEFAULT_LOADS),
-                       category_max_tokens=dict(QUALITY_MAX_TOKENS), simulate_loads=list(SIMULATED_LOADS))
+        return RunPlan(n_per_category=DEFAULT_INITIAL_PROMPTS, drafters=list(DEFAULT_DRAFTERS),
+                       loads=list(DEFAULT_LOADS), category_max_tokens=dict(QUALITY_MAX_TOKENS),
+                       simulate_loads=list(SIMULATED_LOADS), budget_s=DEFAULT_BUDGET_S)
     if name == "full":
         return RunPlan(n_per_category=8, gammas=[1, 2, 3, 4, 6, 8], model_gammas=None, temperatures=[0.0, 0.8],
                        max_tokens=256, max_prompt_tokens=6144, side_experiments=True, loads=list(FULL_LOADS),
@@ -189,10 +211,50 @@ def done_keys(run: RunDir) -> set[tuple[str, str, int, float, int]]:
 
 
 def load_items(plan: RunPlan, vocab_size: int):
-    """The plan's workload items (:func:`specledger.workloads.run_items`); returns (items, warnings)."""
+    """The plan's initial workload items (:func:`specledger.workloads.run_items`); returns (items, warnings).
+    With a budget, a workload file's items beyond ``n_per_category`` per category are left to the race
+    (:class:`PromptPool`)."""
     from specledger.workloads import run_items
 
-    return run_items(plan.categories, plan.n_per_category, plan.seed, plan.workload_file, vocab_size)
+    items, warnings = run_items(plan.categories, plan.n_per_category, plan.seed, plan.workload_file, vocab_size)
+    if plan.workload_file and plan.budget_s is not None:
+        seen: dict[str, int] = {}
+        first = []
+        for it in items:
+            seen[it.category] = seen.get(it.category, 0) + 1
+            if seen[it.category] <= plan.n_per_category:
+                first.append(it)
+        items = first
+    return items, warnings
+
+
+class PromptPool:
+    """The race's supply of unused prompts per category: the bundled datasets in their seeded, prefix-stable
+    order (:func:`specledger.workloads.catalog.load_category`), or a workload file's remaining lines."""
+
+    def __init__(self, plan: RunPlan, used: set[str]) -> None:
+        self.plan, self.used = plan, used
+        self._file: dict[str, list[Any]] | None = None
+        if plan.workload_file:
+            from specledger.workloads.jsonl import load_jsonl
+
+            self._file = {}
+            for it in load_jsonl(plan.workload_file)[0]:
+                self._file.setdefault(it.category, []).append(it)
+
+    def more(self, category: str, k: int) -> list[Any]:
+        """Up to ``k`` items of ``category`` not used yet (none for the random control)."""
+        if self._file is not None:
+            pool = self._file.get(category, [])
+        elif category == "random":
+            return []
+        else:
+            from specledger.workloads.catalog import load_category
+
+            pool = load_category(category, len([u for u in self.used if u]) + 4 * k + 64, seed=self.plan.seed)
+        out = [it for it in pool if it.id not in self.used][:k]
+        self.used.update(it.id for it in out)
+        return out
 
 
 def surface_contexts(prompt_lengths: Sequence[int], max_tokens: int, limit: int) -> list[int]:
@@ -240,16 +302,22 @@ def run(
     resume: bool = False,
     progress: Callable[[int, int, str], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
+    slo: Any = None,
+    started: float | None = None,
 ) -> Path:
     """Execute (or continue) the plan into ``run_dir``; returns the trace path. ``on_warning`` hears
     each workload warning (a bad JSONL line, a prompt over the budget) as the run starts; run.json
-    keeps them too."""
+    keeps them too. With ``plan.budget_s`` the job races after its initial prompts and load points
+    (:mod:`specledger.mainjob.race`), judging by ``slo`` (default SLO) until ``started`` (a
+    ``time.monotonic()`` reading; default now) + the budget, less :data:`REPORT_RESERVE_S`."""
     from specledger.engine.device import machine_info
     from specledger.engine.drafters.registry import make_drafter
     from specledger.engine.interleave import SideBySide
     from specledger.engine.sampling import SamplingParams
+    from specledger.provenance import provenance
     from specledger.workloads import encode_item
 
+    started = time.monotonic() if started is None else started
     plan.validate()
     run_dir.mkdir(parents=True, exist_ok=True)
     rd = RunDir(run_dir)
@@ -257,15 +325,24 @@ def run(
     loaded = engine.loaded
     items, warnings = load_items(plan, engine.model.config.vocab_size)
     encoded: dict[str, list[int]] = {}
+    by_id: dict[str, Any] = {}
     skipped: list[str] = []
-    for it in items:
-        ids = encode_item(loaded, it)
-        if len(ids) > plan.max_prompt_tokens or \
-                len(ids) + plan.max_tokens_for(it.category) + max(plan.tree_budgets) > engine.max_context:
-            skipped.append(f"{it.id}: prompt of {len(ids)} tokens is over --max-prompt-tokens {plan.max_prompt_tokens}")
-            continue
-        encoded[it.id] = ids
-    by_id = {it.id: it for it in items if it.id in encoded}
+
+    def register(new_items: Sequence[Any]) -> list[str]:
+        """Encode items that fit the prompt budget into ``encoded`` / ``by_id``; returns their ids."""
+        ids = []
+        for it in new_items:
+            tokens = encode_item(loaded, it)
+            if len(tokens) > plan.max_prompt_tokens or \
+                    len(tokens) + plan.max_tokens_for(it.category) + max(plan.tree_budgets) > engine.max_context:
+                skipped.append(f"{it.id}: prompt of {len(tokens)} tokens is over --max-prompt-tokens "
+                               f"{plan.max_prompt_tokens}")
+                continue
+            encoded[it.id], by_id[it.id] = tokens, it
+            ids.append(it.id)
+        return ids
+
+    register(items)
     if on_warning is not None:
         path = str(plan.workload_file or "")
         for message in warnings + [f"skipped {m}" for m in skipped]:
@@ -299,19 +376,23 @@ def run(
                 drafters[key].tree_shape = shapes.get(job.drafter)
         return drafters[key]
 
+    def prompt_facts() -> dict[str, Any]:
+        return {pid: {"category": it.category, "prompt_tokens": len(encoded[pid]), "token_ids": encoded[pid]}
+                for pid, it in by_id.items()}
+
     meta = {
         "name": run_dir.name,
         "model": engine.name,
         "dtype": engine.dtype,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": machine_info(),
+        "provenance": provenance(),
         "weight_bytes": engine.model.weight_bytes(),
         "config": asdict(plan),
         "drafters": drafter_info,
         "workload_warnings": warnings,
         "skipped_prompts": skipped,
-        "prompts": {pid: {"category": it.category, "prompt_tokens": len(encoded[pid]), "token_ids": encoded[pid]}
-                    for pid, it in by_id.items()},
+        "prompts": prompt_facts(),
     }
     if any(x > 1 for x in plan.loads):  # what the KV-capacity gate needs (m_KV from the model config)
         from specledger.mainjob.loads import memory_facts
@@ -323,6 +404,9 @@ def run(
         if _plan_config(old.get("config")) != meta["config"]:
             raise SpecLedgerError(f"{run_dir} was started with another configuration; resume it without options")
         meta["started"] = old.get("started", meta["started"])
+        for pid, facts in (old.get("prompts") or {}).items():  # prompts a race had added
+            if pid not in encoded and isinstance(facts, dict) and facts.get("token_ids"):
+                encoded[pid] = list(facts["token_ids"])
     elif not resume and trace_path.exists() and trace_path.stat().st_size:
         raise SpecLedgerError(f"{run_dir} already holds a run; use --resume {run_dir} or another --out")
     if resume and rd.meta_path.exists() and old.get(SURFACE_KEY):
@@ -333,6 +417,8 @@ def run(
         meta[SURFACE_KEY] = measure_run_surface(engine, [len(v) for v in encoded.values()],
                                                 max(plan.max_tokens_for(it.category) for it in by_id.values())
                                                 ).to_dict()
+    if plan.budget_s is not None:
+        check_budget(plan, meta[SURFACE_KEY], time.monotonic() - started, sorted({it.category for it in items}))
     rd.write_meta(meta)
     if resume and (removed := rd.repair_tail()):
         warn(f"{trace_path}: removed the torn last line ({removed} bytes) the interruption left; "
@@ -340,11 +426,6 @@ def run(
 
     from specledger.quality import answer_complete, score
 
-    jobs = plan_jobs(list(by_id), plan)
-    done = done_keys(rd) if resume else set()
-    todo = [j for j in jobs if j.key not in done]
-    total = len(jobs)
-    finished = total - len(todo)
     side_by_side = SideBySide()  # one KV cache per request in flight (a prompt's settings)
 
     def request(job: Job) -> tuple[TargetEngine, list[int], dict[str, Any]]:
@@ -354,27 +435,124 @@ def run(
             request_id=f"{job.prompt_id}|{job.drafter}|{job.gamma}|{job.temperature:g}"
             + (f"|tree{job.tree_budget}" if job.tree_budget else ""), tree_budget=job.tree_budget)
 
-    for group in job_groups(todo, plan.interleave_rounds):
-        item = by_id[group[0].prompt_id]
-        if progress:
-            what = ", ".join(f"{j.drafter} γ={j.gamma}" + (f" tree={j.tree_budget}" if j.tree_budget else "")
-                             for j in group)
-            progress(finished, total, f"{item.category} T={group[0].temperature:g}: {what}")
-        records = side_by_side.run([request(job) for job in group])
-        for rec in records:
-            rec.category = item.category
-            rec.prompt_id = item.id
-            rec.extra["max_tokens"] = plan.max_tokens_for(item.category)  # this request's own output budget
-            rec.extra["quality"] = score(item, rec.text)
-            if (complete := answer_complete(item, rec.text, rec.stop_reason)) is not None:
-                rec.extra["quality_complete"] = complete
-            rec.extra["peak_memory_bytes"] = peak_rss_bytes()
-        rd.append(records)
-        finished += len(group)
-    if any(x > 1 for x in plan.loads):
+    def execute(jobs: Sequence[Job], finished: int, total: int) -> int:
+        """Run ``jobs`` side by side per prompt, append their records; returns the new finished count."""
+        for group in job_groups(jobs, plan.interleave_rounds):
+            item = by_id[group[0].prompt_id]
+            if progress:
+                what = ", ".join(f"{j.drafter} γ={j.gamma}" + (f" tree={j.tree_budget}" if j.tree_budget else "")
+                                 for j in group)
+                progress(finished, total, f"{item.category} T={group[0].temperature:g}: {what}")
+            records = side_by_side.run([request(job) for job in group])
+            for rec in records:
+                rec.category = item.category
+                rec.prompt_id = item.id
+                rec.extra["max_tokens"] = plan.max_tokens_for(item.category)  # this request's own output budget
+                rec.extra["quality"] = score(item, rec.text)
+                if (complete := answer_complete(item, rec.text, rec.stop_reason)) is not None:
+                    rec.extra["quality_complete"] = complete
+                rec.extra["peak_memory_bytes"] = peak_rss_bytes()
+            rd.append(records)
+            finished += len(group)
+        return finished
+
+    initial_ids = [pid for pid in by_id if pid in {it.id for it in items}]
+    jobs = plan_jobs(initial_ids, plan)
+    done = done_keys(rd) if resume else set()
+    todo = [j for j in jobs if j.key not in done]
+    finished = execute(todo, len(jobs) - len(todo), len(jobs))
+    at_loads = any(x > 1 for x in plan.loads)
+    survivors = None
+    if plan.budget_s is not None:
+        reserve = REPORT_RESERVE_S + (LOAD_POINTS_SHARE * plan.budget_s if at_loads else 0.0)
+        log = _race(rd, plan, by_id, register, execute, done, slo, started, progress, {it.id for it in items},
+                    reserve)
+        survivors = survivor_settings(log.final, plan)
+        meta["prompts"] = prompt_facts()
+        meta["race"] = {**log.to_dict(), "load_point_settings": [f"{d} γ={g}" for d, g in survivors[1:]]}
+        rd.write_meta(meta)
+    if at_loads:  # after the race: only the settings it left in contention, on the initial prompts
         from specledger.mainjob.loads import run_load_points
 
-        run_load_points(rd, plan, engine, by_id, encoded, layers, progress)
+        run_load_points(rd, plan, engine, {pid: by_id[pid] for pid in initial_ids},
+                        {pid: encoded[pid] for pid in initial_ids}, layers, progress, survivors)
     elif progress:
-        progress(finished, total, "done")
+        progress(finished, len(jobs), "done")
     return trace_path
+
+
+#: share of the budget kept for the load points, which run after the race with the settings it left
+LOAD_POINTS_SHARE = 0.25
+#: settings per category the load points keep from an open decision (its leader and closest rival)
+LOAD_POINT_CONTENDERS = 2
+
+
+def survivor_settings(decisions: Sequence[dict[str, Any]], plan: RunPlan) -> list[tuple[str, int]]:
+    """Plain, then the (drafter, γ) each category's decision still stands on: the chosen setting of a
+    resolved deploy, the leader and its closest rival of an open one (chains only; none from an off or a
+    control). Every chain setting when the decisions name none (e.g. all off: loads then show why)."""
+    keep: list[tuple[str, int]] = []
+    for v in decisions:
+        if v.get("decision") in ("control", "no-decision"):
+            continue
+        names = v.get("contenders")[:LOAD_POINT_CONTENDERS] if v.get("contenders") else (
+            [v["setting"]] if v.get("decision") == "deploy" and v.get("setting") else [])
+        for name in names:
+            drafter, _, gamma = name.partition(" γ=")
+            if gamma.isdigit() and (drafter, int(gamma)) not in keep:
+                keep.append((drafter, int(gamma)))
+    if not keep:
+        keep = [(d, g) for d in plan.drafters for g in plan.gammas_for(d)]
+    order = {(d, g): i for i, (d, g) in enumerate((d, g) for d in plan.drafters for g in plan.gammas_for(d))}
+    return [("none", 0)] + sorted(keep, key=lambda s: order.get(s, len(order)))
+
+
+def check_budget(plan: RunPlan, surface: dict[str, Any], spent_s: float, categories: Sequence[str] = ()) -> None:
+    """One-line error when ``plan.budget_s`` cannot hold what one prompt needs: the time already spent on
+    start-up plus one prompt of every setting, priced at the measured 1-row step (a lower bound: draft
+    passes and prefill come on top), plus :data:`REPORT_RESERVE_S`."""
+    steps = [float(p["seconds"]) for p in surface.get("points") or [] if int(p.get("rows", 0)) == 1]
+    step = min(steps) if steps else 0.01
+    settings = 1 + sum(len(plan.gammas_for(d)) * len(plan.tree_budgets) for d in plan.drafters)
+    tokens = max(plan.max_tokens_for(c) for c in categories) if categories else plan.max_tokens
+    one_prompt = settings * tokens * step * len(plan.temperatures)
+    need = spent_s + one_prompt + REPORT_RESERVE_S
+    require(plan.budget_s >= need,
+            f"--budget {plan.budget_s:g}s is below what one prompt needs here (≈ {need:.0f} s: start-up "
+            f"{spent_s:.0f} s, {settings} settings × {tokens} tokens × {1e3 * step:.1f} ms per step, "
+            f"{REPORT_RESERVE_S:.0f} s for the report); raise --budget to at least {math.ceil(need)}s")
+
+
+def _race(rd: RunDir, plan: RunPlan, by_id: dict[str, Any], register: Callable[[Sequence[Any]], list[str]],
+          execute: Callable[[Sequence[Job], int, int], int], done: set, slo: Any, started: float,
+          progress: Callable[[int, int, str], None] | None, used: set[str], reserve_s: float) -> Any:
+    """Race rounds until the budget (see :mod:`specledger.mainjob.race`); returns the race log."""
+    from specledger.gates import SLO, with_measured_margin
+    from specledger.gates.solo import solo_decisions
+    from specledger.mainjob.race import RaceLog, Setting, race
+
+    log = RaceLog(budget_s=float(plan.budget_s), started=started)
+    pool = PromptPool(plan, set(by_id) | used)
+    settings = [Setting(d, g, b) for d in plan.drafters for g in plan.gammas_for(d) for b in plan.tree_budgets]
+    counter = {"n": 0}
+
+    def decide() -> list[dict[str, Any]]:
+        records = rd.records_so_far()
+        return solo_decisions(records, with_measured_margin(slo or SLO(), records))
+
+    def more(category: str, k: int) -> list[str]:
+        return register(pool.more(category, k))
+
+    def run_prompts(category: str, temperature: float, ids: list[str], keep: list[Any]) -> None:
+        jobs = [j for pid in ids for j in [Job(pid, "none", 0, temperature)]
+                + [Job(pid, s.drafter, s.gamma, temperature, s.tree_budget) for s in keep]]
+        jobs = [j for j in jobs if j.key not in done]
+        if progress:
+            progress(0, 0, f"race: {category} +{len(ids)} prompts")
+        counter["n"] = execute(jobs, counter["n"], counter["n"] + len(jobs))
+
+    def prompts_so_far(category: str) -> int:
+        return sum(1 for it in by_id.values() if it.category == category)
+
+    deadline = started + float(plan.budget_s) - reserve_s
+    return race(log, deadline, decide, more, run_prompts, settings, prompts_so_far, step=plan.race_step)

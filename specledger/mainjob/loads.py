@@ -19,7 +19,7 @@ appended together).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from specledger.engine.protocol import TargetEngine
@@ -63,15 +63,17 @@ def run_load_points(
     encoded: Mapping[str, list[int]],
     layers: str | None = None,
     progress: Callable[[int, int, str], None] | None = None,
+    settings: Sequence[tuple[str, int]] | None = None,
 ) -> None:
-    """Run every (load > 1, temperature, setting) point of ``plan`` not yet in the run's trace."""
+    """Run every (load > 1, temperature, setting) point of ``plan`` not yet in the run's trace; ``settings``
+    (plain first) limits them, e.g. to the settings a race left in contention."""
     from specledger.bench.serving import run_point
     from specledger.engine.drafters.registry import make_drafter
     from specledger.engine.sampling import SamplingParams
     from specledger.quality import answer_complete, score
 
     loads = sorted({x for x in plan.loads if x > 1})
-    settings = settings_of(plan)
+    settings = list(settings) if settings is not None else settings_of(plan)
     ids = interleaved(list(encoded), {pid: items[pid].category for pid in encoded})
     done = done_points(run)
     total = len(loads) * len(plan.temperatures) * len(settings)

@@ -39,7 +39,7 @@ def calibrate(
             write_text_atomic(out, surface.to_jsonl())
         else:
             surface.save(out)
-        Console().print(f"{surface!r}\nwrote {out}")
+        Console().print(f"{surface!r}\nwrote {out}", markup=False)
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

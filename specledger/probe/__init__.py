@@ -3,7 +3,9 @@
 Modules: ``prometheus`` (metrics text -> spec-decode figures; their acceptance ledger is
 :mod:`specledger.ledger.server_acceptance`), ``sse`` (streaming parser), ``vllm_bench`` (``vllm bench serve`` JSON
 import), ``loadgen`` (async load generator), ``metrics`` (TTFT/TPOT/ITL summaries), ``workload``
-(what is sent), ``endpoint`` (measure one endpoint, or it and a baseline), ``records`` (results as
+(what is sent), ``endpoint`` (measure one endpoint, or it and a baseline), ``fetch`` (the one bounded reader
+of server answers: total timeout, size bound; credentials kept out of files), ``safe_text`` (the one escape
+of server- and file-supplied text for the terminal), ``records`` (results as
 run records), ``outputs`` (the run directory), ``cli`` (verbs ``probe`` and ``import-vllm-bench``).
 Heavy or network pieces are imported from their modules, not here.
 """

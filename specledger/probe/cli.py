@@ -8,6 +8,10 @@ prints one summary table; ``--baseline URL2`` repeats the same load on a second 
 and prints the speed-up. ``--loads 1,4,16`` probes both endpoints at each concurrency
 (:mod:`~specledger.probe.loads`) and ends in the per-load gates, verdicts and schedule of
 ``specledger run --loads``. It only ever contacts the URLs it is given.
+
+Everything a server or a file supplies (model names, versions, warnings quoting them) is printed through
+:func:`specledger.probe.safe_text.safe`: no Rich markup and no control byte of theirs reaches the terminal.
+``--header`` / ``--api-key`` values are sent and never written or printed.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from rich.table import Table
 from specledger.errors import SpecLedgerError
 from specledger.load_points import parse_loads
 from specledger.probe.endpoint import load_tokenizer, run_probe
+from specledger.probe.fetch import parse_headers
 from specledger.probe.guidellm import guidellm_version, load_guidellm
 from specledger.probe.loadgen import LoadConfig
 from specledger.probe.loads import run_probe_loads, without_results
@@ -38,17 +43,32 @@ from specledger.probe.outputs import (
     write_probe_loads_dir,
 )
 from specledger.probe.records import ENDPOINT_DRAFTER, check_label
+from specledger.probe.safe_text import safe
 from specledger.probe.vllm_bench import load_vllm_bench_records, records_of
 from specledger.probe.workload import select_workload
 from specledger.rundir import GUIDELLM_JSON, VLLM_BENCH_JSON
 
+#: a figure longer than this is cut in a table cell (a 10**400 count is a number, not a screenful)
+MAX_CELL = 80
+
 
 def _fmt(value: Any, digits: int = 2) -> str:
+    """A figure as plain text (escaped for the terminal by :func:`render_report`)."""
     if value is None:
         return "-"
     if isinstance(value, float):
         return f"{value:.{digits}f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _big_int(value)
     return str(value)
+
+
+def _big_int(value: int) -> str:
+    """An int as digits, or ``~1.0e400`` past :data:`MAX_CELL` digits (no 4300-digit str() limit applies)."""
+    if value.bit_length() < 200:
+        return str(value)
+    digits = int(value.bit_length() * 0.30103)  # log10(2): the exponent within one
+    return f"{'-' if value < 0 else ''}~1e{digits} (an integer of about {digits + 1} digits)"
 
 
 def _pcts(block: dict | None) -> str:
@@ -114,18 +134,19 @@ def spec_rows(spec: dict[str, Any] | None, missing: str = NO_METRICS_REASON) -> 
     if spec.get("per_position_rates"):
         rows.append(("Pr(K>=i), i=1..", " ".join(_fmt(r, 3) for r in spec["per_position_rates"])))
         rows.append(("conditional a_i", " ".join(_fmt(r, 3) for r in spec["conditional_rates"])))
-    rows.extend(("warning", w) for w in spec.get("warnings", []))
+    rows.extend(("warning", w) for w in spec.get("warnings") or [])
     return rows
 
 
 def render_report(
     console: Console, title: str, columns: dict[str, dict[str, Any]], ratios: dict | None
 ) -> None:
-    """One table with a column per endpoint, speed-up rows for a baseline, warnings below."""
-    table = Table(title=title)
+    """One table with a column per endpoint, speed-up rows for a baseline, warnings below. Every title,
+    name and value is escaped (:func:`~specledger.probe.safe_text.safe`): they may come from a server."""
+    table = Table(title=safe(title, 200))
     table.add_column("figure")
     for name in columns:
-        table.add_column(name, overflow="fold")
+        table.add_column(safe(name, 200), overflow="fold")
     per_column: dict[str, dict[str, str]] = {}
     warnings: list[tuple[str, str]] = []
     for name, report in columns.items():
@@ -133,16 +154,16 @@ def render_report(
         rows = summary_rows(report["summary"]) + spec_rows(report.get("spec_decode"), missing)
         per_column[name] = {label: value for label, value in rows if label != "warning"}
         warnings += [(name, value) for label, value in rows if label == "warning"]
-        warnings += [(name, w) for w in report.get("warnings", [])]
+        warnings += [(name, w) for w in report.get("warnings") or []]
     labels = list(dict.fromkeys(label for rows in per_column.values() for label in rows))
     for label in labels:
-        table.add_row(label, *[rows.get(label, "-") for rows in per_column.values()])
+        table.add_row(safe(label), *[safe(rows.get(label, "-"), 4 * MAX_CELL) for rows in per_column.values()])
     if ratios:
-        table.add_row("speed-up: throughput ratio", _fmt(ratios.get("throughput_ratio"), 3))
-        table.add_row("speed-up: TPOT ratio (base/cand)", _fmt(ratios.get("tpot_ratio"), 3))
+        table.add_row("speed-up: throughput ratio", safe(_fmt(ratios.get("throughput_ratio"), 3)))
+        table.add_row("speed-up: TPOT ratio (base/cand)", safe(_fmt(ratios.get("tpot_ratio"), 3)))
     console.print(table)
-    for name, warning in dict.fromkeys(warnings):
-        console.print(f"[yellow]warning ({name}):[/yellow] {warning}")
+    for name, warning in dict.fromkeys((str(n), str(w)) for n, w in warnings):
+        console.print(f"[yellow]warning ({safe(name, 200)}):[/yellow] {safe(warning, 400)}")
 
 
 def probe(
@@ -194,6 +215,18 @@ def probe(
         Path | None, typer.Option(help="SLO file (TOML/JSON) for the gates: latency/capacity targets, target_load")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON")] = False,
+    header: Annotated[
+        list[str] | None,
+        typer.Option("--header", help="Extra request header 'Name: value' (repeatable), e.g. 'Authorization: "
+                     "Bearer KEY'; sent to both endpoints, never written to a file or printed"),
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True,
+                     help="Sent as 'Authorization: Bearer KEY' (unless --header gives an Authorization); never "
+                     "written. Credentials in the URL (http://user:pass@host) are sent as Basic auth and "
+                     "left out of every file and message."),
+    ] = None,
 ) -> None:
     """Measure an OpenAI-compatible endpoint under load: TTFT, TPOT, ITL, stalls, spec-decode.
 
@@ -209,6 +242,7 @@ def probe(
     if workload is not None and categories:
         raise SpecLedgerError("give either --workload or --categories, not both")
     label = check_label(label)
+    headers = parse_headers(header, api_key)
     from specledger.gates import check_target_load, load_slo
 
     slo_obj = load_slo(slo)  # a bad SLO file fails before any request is sent
@@ -235,6 +269,7 @@ def probe(
             duration_s=duration,
             arrival_seed=seed,
             timeout_s=timeout,
+            headers=dict(headers),
         )
 
     if concurrency is None and rate is None:
@@ -289,6 +324,7 @@ def _write_and_show(file: Path, documents: list[Imported], out: Path | None, as_
         typer.echo(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2, default=str))
         return
     console = Console()
+    console.print(f"{safe(file)}: {safe(FORMAT_NAMES.get(kind, kind))} (format detected)")
     columns = {
         f"result {index}" if len(documents) > 1 else kind: {
             "summary": document["summary"],
@@ -301,11 +337,17 @@ def _write_and_show(file: Path, documents: list[Imported], out: Path | None, as_
     render_report(console, f"{title}: {documents[0][1] or file.name}", columns, None)
     for index, _, document in documents:
         ledger = document["acceptance_ledger"]
-        if ledger.get("el_from_per_position") is not None:
+        if isinstance(ledger.get("el_from_per_position"), (int, float)):
             console.print(f"result {index}: E[L] = 1 + Σ Pr(K ≥ i) from the per-position rates: "
                           f"{ledger['el_from_per_position']:.3f}")
     for html_path in written:
-        console.print(f"wrote {html_path.parent / filename}; report: {html_path}")
+        console.print(f"wrote {safe(html_path.parent / filename)}; report: {safe(html_path)}")
+
+
+#: what ``import`` and ``inspect`` say they found
+FORMAT_NAMES = {VLLM_BENCH_KIND: "vllm bench serve result", GUIDELLM_KIND: "guidellm report",
+                "prometheus": "Prometheus /metrics dump", "sse": "SSE stream capture",
+                "vllm-bench": "vllm bench serve result"}
 
 
 def _source(file: Path, index: int, count: int) -> str:
@@ -386,8 +428,9 @@ def inspect(
         typer.echo(json.dumps(found, indent=2, default=str))
         return
     console = Console()
-    console.print(f"{file}: {found['format']}; engine {found.get('engine') or 'not stated'}; "
-                  f"version {found.get('version') or 'not stated'}")
+    console.print(f"{safe(file)}: {safe(FORMAT_NAMES.get(found['format'], found['format']))} (format detected); "
+                  f"engine {safe(found.get('engine') or 'not stated', 200)}; "
+                  f"version {safe(found.get('version') or 'not stated', 200)}")
     if found.get("records"):
         columns = {f"result {i}": {"summary": r, "spec_decode": r.get("spec_decode"),
                                    "spec_decode_note": r.get("spec_decode_note"), "warnings": []}
@@ -395,13 +438,13 @@ def inspect(
         render_report(console, f"{found['format']} results", columns, None)
     table = Table(title="what the file holds", show_header=False)
     for label, value in _inspect_rows(found):
-        table.add_row(label, value)
+        table.add_row(safe(label, 200), safe(value, 4 * MAX_CELL))
     if table.row_count:
         console.print(table)
     for term, meaning in found["definitions"].items():
-        console.print(f"[dim]{term}: {meaning}[/dim]")
+        console.print(f"[dim]{safe(term)}: {safe(meaning)}[/dim]")
     for line in found["unread"]:
-        console.print(f"[yellow]not read:[/yellow] {line}")
+        console.print(f"[yellow]not read:[/yellow] {safe(line, 400)}")
 
 
 def _inspect_rows(found: dict[str, Any]) -> list[tuple[str, str]]:
@@ -417,7 +460,8 @@ def _inspect_rows(found: dict[str, Any]) -> list[tuple[str, str]]:
             rows.append((label, _fmt(rate["value"])))
     elif found["format"] == "sse":
         for key, value in found["stream"].items():
-            rows.append((key.replace("_", " "), _fmt(value) if not isinstance(value, list) else ", ".join(value)))
+            rows.append((key.replace("_", " "), _fmt(value) if not isinstance(value, list)
+                         else ", ".join(map(str, value))))
         rows += _optional_rows({"response_timings": found.get("spec_decode")})
     return [(label, value) for label, value in rows if label != "warning"] + [
         ("warning", value) for label, value in rows if label == "warning"]

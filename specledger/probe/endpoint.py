@@ -5,12 +5,15 @@ Only the URLs given are ever contacted."""
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from specledger.errors import SpecLedgerError
+from specledger.probe.fetch import fetch, redact_url, split_credentials
 from specledger.probe.loadgen import LoadConfig, PromptItem, RequestResult, Tokenizer, run_load
 from specledger.probe.metrics import speedup, summarize
 from specledger.probe.prometheus import (
@@ -25,12 +28,20 @@ from specledger.probe.prometheus import (
 
 
 def normalize_base_url(url: str) -> str:
-    """``http(s)://host:port[/v1][/]`` -> ``http(s)://host:port`` (the server root)."""
+    """``http(s)://host:port[/v1][/]`` -> ``http(s)://host:port`` (the server root); user info is kept
+    (:func:`endpoint_target` takes it out), and never shown in the error."""
     url = url.strip()
     if not url.startswith(("http://", "https://")):
-        raise SpecLedgerError(f"URL {url!r} must start with http:// or https://, e.g. http://127.0.0.1:8000")
+        raise SpecLedgerError(f"URL {redact_url(url)!r} must start with http:// or https://, "
+                              "e.g. http://127.0.0.1:8000")
     url = url.rstrip("/")
     return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def endpoint_target(url: str) -> tuple[str, dict[str, str]]:
+    """(server root without credentials, the ``Authorization`` header its ``user:pass@`` gave, if any):
+    the root is what every file and message names (:func:`specledger.probe.fetch.split_credentials`)."""
+    return split_credentials(normalize_base_url(url))
 
 
 def _unreachable(url: str, exc: Exception) -> SpecLedgerError:
@@ -38,35 +49,38 @@ def _unreachable(url: str, exc: Exception) -> SpecLedgerError:
     return SpecLedgerError(f"cannot reach {url} ({reason}); check the URL and that the server is running")
 
 
-def discover_model(base_url: str, model: str | None, timeout_s: float = 10.0) -> str:
-    """``model`` or the first id of GET /v1/models; an unreachable server is a SpecLedgerError."""
+def discover_model(base_url: str, model: str | None, timeout_s: float = 10.0,
+                   headers: Mapping[str, str] | None = None) -> str:
+    """``model`` or the first id of GET /v1/models (read with :func:`~specledger.probe.fetch.fetch`: a total
+    timeout and a size bound); an unreachable server is a SpecLedgerError."""
     try:
-        response = httpx.get(f"{base_url}/v1/models", timeout=timeout_s)
+        response = fetch(f"{base_url}/v1/models", headers=headers, timeout_s=timeout_s)
     except httpx.HTTPError as exc:
         raise _unreachable(base_url, exc) from None
     if model:
         return model
     try:
-        ids = [m["id"] for m in response.json()["data"]] if response.status_code == 200 else []
-    except (ValueError, KeyError, TypeError):
+        ids = [m["id"] for m in json.loads(response.body)["data"]] if response.status == 200 else []
+    except (ValueError, KeyError, TypeError, RecursionError):
         ids = []
-    if not ids or not isinstance(ids[0], str):
+    if not ids or not isinstance(ids[0], str) or not ids[0]:
         raise SpecLedgerError(
-            f"{base_url}/v1/models lists no model (HTTP {response.status_code}); pass --model"
+            f"{base_url}/v1/models lists no model (HTTP {response.status}); pass --model"
         )
     return ids[0]
 
 
-def scrape_metrics(base_url: str, timeout_s: float = 10.0) -> tuple[MetricsSnapshot | None, str | None]:
-    """(snapshot, None) or (None, why not); a malformed body is reported, not raised."""
+def scrape_metrics(base_url: str, timeout_s: float = 10.0,
+                   headers: Mapping[str, str] | None = None) -> tuple[MetricsSnapshot | None, str | None]:
+    """(snapshot, None) or (None, why not); a malformed, too slow or too large body is reported, not raised."""
     try:
-        response = httpx.get(f"{base_url}/metrics", timeout=timeout_s)
+        response = fetch(f"{base_url}/metrics", headers=headers, timeout_s=timeout_s)
     except httpx.HTTPError as exc:
-        return None, f"metrics scrape failed: {type(exc).__name__}"
-    if response.status_code != 200:
-        return None, f"{base_url}/metrics answered HTTP {response.status_code}"
+        return None, f"metrics scrape failed: {type(exc).__name__}" + (f" ({exc})" if str(exc) else "")
+    if response.status != 200:
+        return None, f"{base_url}/metrics answered HTTP {response.status}"
     try:
-        return parse_prometheus_text(response.text), None
+        return parse_prometheus_text(response.text()), None
     except SpecLedgerError as exc:
         return None, str(exc)
 
@@ -119,18 +133,19 @@ def probe_endpoint_results(
     tokenizer: Tokenizer | None = None,
 ) -> tuple[dict[str, Any], list[RequestResult]]:
     """:func:`probe_endpoint`'s report and the per-request results it was built from."""
-    base_url = normalize_base_url(url)
+    base_url, url_auth = endpoint_target(url)
     config.base_url = base_url
-    config.model = discover_model(base_url, config.model or None)
+    config.headers = {**config.headers, **url_auth}
+    config.model = discover_model(base_url, config.model or None, headers=config.headers)
     warnings: list[str] = []
     before = after = None
     if metrics:
-        before, why = scrape_metrics(base_url)
+        before, why = scrape_metrics(base_url, headers=config.headers)
         if why:
             warnings.append(why)
     run = asyncio.run(run_load(config, items, tokenizer=tokenizer))
     if metrics and before is not None:
-        after, why = scrape_metrics(base_url)
+        after, why = scrape_metrics(base_url, headers=config.headers)
         if why:
             warnings.append(why)
     report: dict[str, Any] = {
@@ -179,6 +194,7 @@ def run_probe(
 
 __all__ = [
     "discover_model",
+    "endpoint_target",
     "load_tokenizer",
     "normalize_base_url",
     "probe_endpoint",

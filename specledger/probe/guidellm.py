@@ -38,8 +38,14 @@ NO_SPEC_NOTE = "not in a guidellm report: it measures from the client (tokens pe
 
 
 def _number(value: Any) -> float | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok else None
+    """``value`` as a finite float; None for anything else (a bool, NaN, ±inf, an int past the float range)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int such as 10**400
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _int(value: Any) -> int | None:
@@ -76,8 +82,9 @@ def _pooled_tokens_per_iteration(requests: list[Any]) -> float | None:
         if not isinstance(r, dict):
             continue
         out = _number(r.get("output_tokens"))
-        its = _number(((r.get("info") or {}).get("timings") or {}).get("token_iterations")
-                      if isinstance(r.get("info"), dict) else None)
+        info = r.get("info") if isinstance(r.get("info"), dict) else {}
+        timings = info.get("timings") if isinstance(info.get("timings"), dict) else {}
+        its = _number(timings.get("token_iterations"))
         if out is not None and its:
             tokens, iterations = tokens + out, iterations + its
     return tokens / iterations if iterations > 0 else None

@@ -167,7 +167,7 @@ def inspect_vllm_bench(text: str) -> dict[str, Any]:
     records, unread = [], []
     for number, part in parts:
         try:
-            result = parse_vllm_bench_text(part, f"line {number}" if number else "result")
+            result = parse_vllm_bench_text(part, f"line {number}" if number else "the JSON object")
         except SpecLedgerError as exc:
             unread.append(str(exc))
             continue
@@ -176,7 +176,7 @@ def inspect_vllm_bench(text: str) -> dict[str, Any]:
         if extra:
             unread.append(f"result {len(records)}: kept, not read: {', '.join(extra[:6])}")
     if not records:
-        raise SpecLedgerError(f"no readable vllm bench result: {unread[0]}")
+        raise SpecLedgerError(unread[0] if whole is not None else f"no readable vllm bench result: {unread[0]}")
     return {"format": "vllm-bench", "engine": "vllm", "version": None, "records": records, "unread": unread}
 
 

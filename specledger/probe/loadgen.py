@@ -18,9 +18,12 @@ kept apart (``reasoning_text``) from the answer (``output_text``); llama.cpp's p
 A request succeeds only if it is a complete stream: HTTP 200, an SSE body (``Content-Type:
 text/event-stream`` when the server states one), and ``data: [DONE]`` at the end, all within
 ``timeout_s`` in total (connect, wait and stream; the read timeout alone would let a server that
-trickles a byte a second go on for ever). Anything else is a failure whose ``error`` starts with
-its kind: ``HTTP 500: ...``, ``NotSSE: ...``, ``IncompleteStream: ...``, ``TotalTimeout: ...``,
-an in-stream error, or the transport exception's name.
+trickles a byte a second go on for ever) and within :data:`~specledger.probe.fetch.MAX_STREAM_BYTES` of
+body. Anything else is a failure whose ``error`` starts with its kind: ``HTTP 500: ...``, ``NotSSE: ...``,
+``IncompleteStream: ...``, ``TotalTimeout: ...``, ``TooLarge: ...``, an in-stream error, or the transport
+exception's name. ``LoadConfig.headers`` (``--header``, ``--api-key``, a URL's ``user:pass@``) ride on every
+request and nowhere else: :meth:`LoadConfig.describe` (what files get) names them only, and every
+``error`` has their values blanked (:func:`~specledger.probe.fetch.redact`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,7 @@ import httpx
 
 from specledger.errors import SpecLedgerError
 from specledger.load_points import poisson_arrivals
+from specledger.probe.fetch import MAX_STREAM_BYTES, read_body, redact, secrets_of
 from specledger.probe.sse import OpenAIStreamDecoder
 
 Tokenizer = Callable[[str], Any]
@@ -140,6 +144,15 @@ class LoadConfig:
     arrival_seed: int = 0
     timeout_s: float = 120.0
     include_usage: bool = True
+    #: sent with every request, never written: :meth:`describe` keeps the names only
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def describe(self) -> dict[str, Any]:
+        """The config as written to probe.json / run.json: every field, header values left out."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "headers"}
+        out["stop"] = list(self.stop) if self.stop else self.stop
+        out["header_names"] = sorted(self.headers)
+        return out
 
     def validate(self) -> None:
         if (self.concurrency is None) == (self.rate is None):
@@ -185,7 +198,15 @@ class RequestResult:
     server_timings: dict[str, Any] | None = None  # llama.cpp's per-response ``timings``, last seen
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field; ``server_timings`` (server-supplied JSON) through the depth-bounded
+        :func:`specledger.rundir.json_safe`, so a 500-level nested object cannot exhaust the stack."""
+        from specledger.rundir import json_safe
+
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name in ("chunk_times", "chunk_tokens", "chunk_chars"):
+            out[name] = list(out[name])
+        out["server_timings"] = json_safe(self.server_timings)
+        return out
 
 
 @dataclass
@@ -279,6 +300,8 @@ async def send_one(
         result.error = f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # keep the run going; the error is recorded per request
         result.error = f"{type(exc).__name__}: {exc}"
+    if result.error is not None and config.headers:
+        result.error = redact(result.error, secrets_of(config.headers))
     result.end_s = time.perf_counter() - run_start
     result.output_text = "".join(texts)
     result.reasoning_text = "".join(reasoning)
@@ -293,12 +316,8 @@ QUOTED_BODY = 200
 
 async def _head(response: httpx.Response, limit: int = 4096) -> str:
     """The first ``limit`` bytes of the body, one line (the rest is not read)."""
-    data = b""
-    async for raw in response.aiter_bytes():
-        data += raw
-        if len(data) >= limit:
-            break
-    return data[:limit].decode("utf-8", "replace").strip().replace("\n", " ")[:QUOTED_BODY]
+    data = await read_body(response, limit, truncate=True)
+    return data.decode("utf-8", "replace").strip().replace("\n", " ")[:QUOTED_BODY]
 
 
 async def _exchange(client: httpx.AsyncClient, config: LoadConfig, item: PromptItem, sent: float,
@@ -306,7 +325,8 @@ async def _exchange(client: httpx.AsyncClient, config: LoadConfig, item: PromptI
                     tokenizer: Tokenizer | None) -> None:
     """The request itself: status, content type, every chunk; sets ``result.error`` for a failure."""
     decoder = OpenAIStreamDecoder()
-    async with client.stream("POST", config.endpoint, json=build_payload(config, item)) as response:
+    async with client.stream("POST", config.endpoint, json=build_payload(config, item),
+                             headers=config.headers or None) as response:
         result.status = response.status_code
         if response.status_code != 200:
             result.error = f"HTTP {response.status_code}: {await _head(response)}"
@@ -315,8 +335,13 @@ async def _exchange(client: httpx.AsyncClient, config: LoadConfig, item: PromptI
         if content_type is not None and not content_type.lower().startswith("text/event-stream"):
             result.error = f"NotSSE: the answer is {content_type!r}, not text/event-stream: {await _head(response)}"
             return
+        received = 0
         async for raw in response.aiter_bytes():
             now = time.perf_counter() - sent
+            received += len(raw)
+            if received > MAX_STREAM_BYTES:
+                result.error = f"TooLarge: the stream passed {MAX_STREAM_BYTES} bytes"
+                return
             if _consume(decoder.feed(raw), now, result, texts, tokenizer):
                 break
         else:
@@ -414,4 +439,4 @@ async def run_load(
             await client.aclose()
     wall = time.perf_counter() - start
     results.sort(key=lambda r: r.index)
-    return LoadRun(results=results, wall_time_s=wall, config=asdict(config))
+    return LoadRun(results=results, wall_time_s=wall, config=config.describe())

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from specledger.probe.loads import LoadPoint, without_results
 from specledger.probe.outputs import probe_loads_run
+from specledger.probe.safe_text import safe
 from specledger.rundir import HTML_NAME, META_NAME, PROBE_JSON, TRACE_NAME
 
 
@@ -48,12 +49,12 @@ def render_loads_table(console: Console, points: list[LoadPoint]) -> None:
         if base and "baseline" in p.full:
             row += [*cells(p.full["baseline"]), _fmt((p.full.get("speedup") or {}).get("throughput_ratio"), 3),
                     "endpoint" if p.order[0] == "probe" else "baseline"]
-        table.add_row(*row)
+        table.add_row(*(safe(cell, 200) for cell in row))
     console.print(table)
     for p in points:
         for role in p.order:
             for w in p.full[role].get("warnings", []):
-                console.print(f"[yellow]warning (load {p.load}, {role}):[/yellow] {w}")
+                console.print(f"[yellow]warning (load {p.load}, {role}):[/yellow] {safe(w, 400)}")
 
 
 def show_loads(points: list[LoadPoint], summary: dict[str, Any] | None, out: Path | None, as_json: bool) -> None:
@@ -83,5 +84,5 @@ def print_run_report(console: Console, out: Path, summary: dict[str, Any] | None
     else:
         console.print("[yellow]no request finished: the run folder holds no traces to compare[/]")
     written = [out / name for name in (PROBE_JSON, TRACE_NAME, META_NAME) if (out / name).is_file()]
-    console.print("wrote " + ", ".join(map(str, written)))
-    console.print(f"report: {out / HTML_NAME} (rebuild with `specledger report {out}`)")
+    console.print("wrote " + ", ".join(safe(p) for p in written))
+    console.print(f"report: {safe(out / HTML_NAME)} (rebuild with `specledger report {safe(out)}`)")

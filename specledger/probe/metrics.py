@@ -24,6 +24,7 @@ Conventions (times in seconds inside, reported in ms):
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -73,9 +74,15 @@ def error_counts(results: Sequence[RequestResult]) -> dict[str, int]:
 
 
 def _count(timings: Mapping[str, Any], key: str) -> float | None:
+    """A finite, non-negative count of a server's ``timings``; None otherwise (an int past the float range too)."""
     value = timings.get(key)
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
-    return float(value) if ok else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
 
 
 def response_timings_figures(timings: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:

@@ -19,6 +19,9 @@ Conventions (K = accepted candidates of a draft round, L = K + 1 committed token
   ``sglang:spec_accept_rate``: gauges are not deltas, so the after-scrape value is reported
   and it describes the whole server, not this probe. Both are 0 when speculation is off: read as
   ``off``, never as a measured length of 0.
+* Positions are kept sparse (a dict ``position -> count``) and only positions 0 .. :data:`MAX_POSITIONS` - 1
+  become rates: a ``position="1000000000"`` label (a broken or hostile exporter) costs what position 10
+  costs, and is named in a warning instead of stretching the rates to a billion entries.
 * Consistency: 1 + Σ_i per_position_rates[i] must equal 1 + accepted / drafts (every accepted token
   sits at one position); a gap larger than half a token per draft round is warned (positions missing
   from the dump, or a data-parallel deployment whose per-position counters undercount).
@@ -52,6 +55,8 @@ SERVER_WIDE_WARNING = (
     "server-wide counters: they include any other traffic the server handled during the probe window"
 )
 DUMP_WARNING = "one scrape: counters are totals since the server started, over all its traffic"
+#: positions 0 .. MAX_POSITIONS - 1 are read as rates (llama.cpp exports 0..63; no drafter proposes 256)
+MAX_POSITIONS = 256
 
 # Kept for callers that name vLLM's counters directly; every name lives in :mod:`specledger.probe.engines`.
 VLLM_DRAFTS = VLLM.spec.drafts
@@ -260,10 +265,12 @@ def _counter_figures(figures: SpecDecodeFigures, names: SpecCounterNames, before
         figures.mean_acceptance_length = 1.0 + accepted / drafts
     if delta.num_draft_tokens and accepted is not None:
         figures.draft_acceptance_rate = accepted / delta.num_draft_tokens
-    per_pos = dict(delta.accepted_per_pos)
+    per_pos = _readable_positions(figures, names.accepted_per_pos, delta.accepted_per_pos)
     if names.trim_trailing_zero_positions:
-        while per_pos and per_pos[max(per_pos)] == 0:
-            del per_pos[max(per_pos)]
+        for position in sorted(per_pos, reverse=True):
+            if per_pos[position] != 0:
+                break
+            del per_pos[position]
     if drafts > 0 and per_pos:
         last = max(per_pos)
         missing = [p for p in range(last + 1) if p not in per_pos]
@@ -280,6 +287,20 @@ def _counter_figures(figures: SpecDecodeFigures, names: SpecCounterNames, before
             figures.warnings.append(mismatch)
     if drafts == 0:
         figures.warnings.append("no draft rounds in the window (spec decoding off or idle?)")
+
+
+def _readable_positions(figures: SpecDecodeFigures, name: str, per_pos: dict[int, float]) -> dict[int, float]:
+    """The positions 0 .. :data:`MAX_POSITIONS` - 1 of ``per_pos`` (still sparse); the others are named in
+    one warning (at most three of them) and left out."""
+    kept = {p: v for p, v in per_pos.items() if 0 <= p < MAX_POSITIONS}
+    dropped = sorted(p for p in per_pos if p not in kept)
+    if dropped:
+        shown = ", ".join(str(p) if abs(p) < 10**30 else f"~1e{len(str(abs(p))) - 1}" for p in dropped[:3])
+        figures.warnings.append(
+            f"{name}: {len(dropped)} position label(s) outside 0..{MAX_POSITIONS - 1} left out ({shown}"
+            f"{' ...' if len(dropped) > 3 else ''}): not a speculative position"
+        )
+    return kept
 
 
 def _legacy_vllm_figures(figures: SpecDecodeFigures, before: MetricsSnapshot, after: MetricsSnapshot) -> bool:

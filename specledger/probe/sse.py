@@ -6,7 +6,9 @@ CR; a blank line dispatches the event; ``:`` starts a comment; ``data`` fields o
 are joined with newlines; one leading space after the colon is dropped.
 
 Invariant: for any byte string and any way of splitting it into chunks, the events returned
-by ``feed`` over the chunks followed by ``close`` are the same.
+by ``feed`` over the chunks followed by ``close`` are the same. Cost: linear in the input, however it
+is split and whatever its line endings (one regex scan per fed chunk; an unfinished line is kept as a
+list of pieces and joined once, when its end arrives).
 
 :func:`interpret_event` maps one event of an OpenAI-compatible stream to a
 :class:`StreamChunk`: text delta (``choices[0].text`` for /v1/completions,
@@ -27,10 +29,14 @@ from __future__ import annotations
 
 import codecs
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from specledger.errors import SpecLedgerError
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
+_HAS_END = re.compile(r"[\r\n]")
 
 
 @dataclass(frozen=True)
@@ -51,7 +57,7 @@ class SSEParser:
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._buffer = ""
+        self._pending: list[str] = []  # the unfinished line, in pieces (no line end, but maybe a last CR)
         self._data: list[str] = []
         self._event = ""
         self._last_id: str | None = None
@@ -65,40 +71,36 @@ class SSEParser:
         if not self._started and text:
             self._started = True
             text = text.removeprefix("\ufeff")
-        self._buffer += text
-        return self._drain(final=False)
+        if not text:
+            return []
+        if not _HAS_END.search(text) and not (self._pending and self._pending[-1].endswith("\r")):
+            self._pending.append(text)  # still inside one line: nothing to scan again
+            return []
+        return self._drain(text, final=False)
 
     def close(self) -> list[SSEEvent]:
         """Flush: decode the remaining bytes, take the last line and dispatch a pending event."""
-        self._buffer += self._decoder.decode(b"", final=True)
-        events = self._drain(final=True)
-        if self._buffer:
-            events.extend(self._line(self._buffer))
-            self._buffer = ""
+        events = self._drain(self._decoder.decode(b"", final=True), final=True)
+        if self._pending:
+            events.extend(self._line("".join(self._pending)))
+            self._pending = []
         if self._data:
             events.append(self._dispatch())
         return events
 
-    def _drain(self, final: bool) -> list[SSEEvent]:
+    def _drain(self, text: str, final: bool) -> list[SSEEvent]:
+        """Split the pending line plus ``text`` at every line end; what follows the last one stays pending."""
+        buffer = "".join(self._pending) + text
+        self._pending = []
         events: list[SSEEvent] = []
-        buffer = self._buffer
         start = 0
-        while True:
-            cr = buffer.find("\r", start)
-            lf = buffer.find("\n", start)
-            ends = [i for i in (cr, lf) if i >= 0]
-            if not ends:
-                break
-            end = min(ends)
-            if buffer[end] == "\r":
-                if end + 1 == len(buffer) and not final:
-                    break  # CR at the end: the LF of a CRLF may still come
-                step = 2 if end + 1 < len(buffer) and buffer[end + 1] == "\n" else 1
-            else:
-                step = 1
-            events.extend(self._line(buffer[start:end]))
-            start = end + step
-        self._buffer = buffer[start:]
+        for match in _LINE_END.finditer(buffer):
+            if match.group() == "\r" and match.end() == len(buffer) and not final:
+                break  # CR at the end: the LF of a CRLF may still come
+            events.extend(self._line(buffer[start:match.start()]))
+            start = match.end()
+        if start < len(buffer):
+            self._pending = [buffer[start:]]
         return events
 
     def _line(self, line: str) -> list[SSEEvent]:

@@ -13,7 +13,9 @@ Older scripts (``benchmarks/benchmark_serving.py``, vLLM <= 0.9) write goodput u
 ``"request_goodput:"`` (with a colon); it is read as ``request_goodput``. With ``--append-result``
 (or several runs saved to one file) the file is JSON Lines, one result per line
 (:func:`parse_vllm_bench_records`). Unknown fields are kept (``model_extra``); every known field is
-optional; a wrong type raises SpecLedgerError naming the field (and the line of a JSON Lines file).
+optional; a wrong type raises SpecLedgerError naming the field (and the line of a JSON Lines file). A file
+(or a line) must hold at least one of :data:`RESULT_KEYS`: any other JSON object -- a ``traces.jsonl``
+record, a config -- is refused as "not a vllm bench result", not shown as a table of dashes.
 """
 
 from __future__ import annotations
@@ -32,10 +34,13 @@ from specledger.ledger.server_acceptance import per_position_mismatch
 from specledger.probe.prometheus import SERVER_WIDE_WARNING
 
 OLD_GOODPUT_KEY = "request_goodput:"
+#: every ``vllm bench serve`` result has these (vLLM's ``benchmark()`` writes both); a file with neither is not one
+RESULT_KEYS = ("completed", "request_throughput")
 NO_SPEC_NOTE = (
     "not in this file: no spec_decode_* fields (the server ran without speculative decoding, or vLLM "
     "could not read its /metrics)"
 )
+MAX_COUNT = 2**63
 _PERCENTILE_KEY = re.compile(r"^p(\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
 _INT_FIELDS = (
     "completed",
@@ -111,8 +116,12 @@ class VllmBenchResult(BaseModel):
     @field_validator(*_INT_FIELDS, mode="before")
     @classmethod
     def _integral_floats_are_ints(cls, value: Any) -> Any:
+        """2.0 -> 2 (Python's json writes some counts as floats); a count past ±2**63 is refused (no
+        benchmark counts that many, and it would overflow every float figure built from it)."""
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-            return int(value)
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_COUNT:
+            raise ValueError(f"a count past ±2**63 ({value.bit_length()}-bit integer)")
         return value
 
     @model_validator(mode="before")
@@ -240,15 +249,27 @@ def load_vllm_bench(path: str | Path) -> VllmBenchResult:
     return records[0]
 
 
+def check_result_keys(obj: Any, source: str) -> None:
+    """Refuse a JSON object that has none of :data:`RESULT_KEYS` (one line, naming what it looks like)."""
+    if isinstance(obj, dict) and not any(key in obj for key in RESULT_KEYS):
+        looks = (" (it is a specledger trace record: `specledger report` reads the run folder)"
+                 if {"request_id", "token_times"} <= obj.keys() else "")
+        raise SpecLedgerError(f"{source}: not a vllm bench result: no `completed` or `request_throughput` key"
+                              f"{looks}")
+
+
 def parse_vllm_bench_text(text: str, source: str = "vllm bench result") -> VllmBenchResult:
-    """Decode JSON text (NaN/Infinity allowed, as Python's json writes them) and validate it."""
+    """Decode JSON text (NaN/Infinity allowed, as Python's json writes them), check it is a result
+    (:func:`check_result_keys`) and validate it."""
     try:
         obj = json.loads(text)
     except (ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
         raise SpecLedgerError(
-            f"{source} is not JSON ({exc}); pass a `vllm bench serve --save-result` file (JSON, or JSON Lines "
+            f"{source} is not JSON ({reason}); pass a `vllm bench serve --save-result` file (JSON, or JSON Lines "
             "with one result per line)"
         ) from None
+    check_result_keys(obj, source)
     return parse_vllm_bench(obj, source=source)
 
 
@@ -262,6 +283,7 @@ def parse_vllm_bench_records(text: str, source: str = "vllm bench result") -> li
         if len(lines) < 2 or not _is_json_object(lines[0][1]):
             return [parse_vllm_bench_text(text, source)]  # not JSON Lines either: the document's error
         return [parse_vllm_bench_text(line, f"{source} line {n}") for n, line in lines]
+    check_result_keys(obj, source)
     return [parse_vllm_bench(obj, source=source)]
 
 

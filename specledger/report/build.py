@@ -35,11 +35,18 @@ def _fmt_bytes(x: Any) -> str:
 
 
 def render_html(summary: dict[str, Any], title: str = "") -> str:
-    """The self-contained report page: plotly.js inlined once, every figure drawn from ``summary``."""
+    """The self-contained report page: plotly.js inlined once, every figure drawn from ``summary``.
+
+    Layout: the answer first (one row per category at its leading load, :func:`specledger.report.view.answer_rows`;
+    then the schedule, its engine configs folded), one section per category (its verdicts at every load
+    and its own small figures, :mod:`specledger.report.category_plots`), then every detail table
+    collapsed in a ``<details>``, then the side experiments."""
     import jinja2
     from plotly.offline import get_plotlyjs
 
+    from specledger.report.category_plots import CATEGORY_FIGURES, category_figure_divs
     from specledger.report.plots import experiment_figure_divs, figure_divs
+    from specledger.report.view import answer_rows, category_sections, ci_level, snippets, solo_load_of
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("specledger.report", "."),
@@ -50,15 +57,28 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
     meta = summary.get("meta", {})
     meta_line = [
         (k, meta[k])
-        for k in ("model", "dtype", "machine", "started")
+        for k in ("dtype", "machine", "started")
         if isinstance(meta.get(k), (str, int, float))
     ]
+    verdicts = summary.get("verdicts") or []
+    answer = answer_rows(summary)
     return template.render(
         title=title or str(meta.get("name", "run")),
+        model=meta.get("model") if isinstance(meta.get("model"), str) else "",
         generated=summary["generated"],
         meta_line=meta_line,
         slo=summary["slo"],
-        verdicts=summary["verdicts"],
+        loads=summary.get("loads") or [],
+        simulated_loads=summary.get("simulated_loads") or [],
+        multi_t=len({float(v.get("temperature") or 0.0) for v in verdicts}) > 1,
+        answer=answer,
+        answer_loads=sorted({r["load"] for r in answer}),
+        ci_level=ci_level(summary.get("slo") or {}),
+        sections=category_sections(summary),
+        race=summary.get("race"),
+        snippets=snippets,
+        solo_load=solo_load_of(summary),
+        category_figures=[f"plot-%s-{suffix}" for suffix, _ in CATEGORY_FIGURES],
         schedules=summary.get("schedules", []),
         load_scenarios=summary.get("load_scenarios", []),
         simulation=summary.get("simulation"),
@@ -73,7 +93,7 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
         status_class={"pass": "pass", "fail": "fail", NOT_ASSESSED: "na"},
         fmt=_fmt,
         fmt_bytes=_fmt_bytes,
-        plots={**figure_divs(summary), **experiment_figure_divs(summary)},
+        plots={**figure_divs(summary), **category_figure_divs(summary), **experiment_figure_divs(summary)},
         experiments=summary.get("experiments", {}),
         plotly_js=get_plotlyjs(),
     )

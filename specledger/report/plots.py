@@ -1,5 +1,7 @@
 """Plotly figures of the report, built from the machine-readable summary only (so the HTML shows
-exactly what summary.json holds). Each function returns a ``plotly.graph_objects.Figure``."""
+exactly what summary.json holds). Each function returns a ``plotly.graph_objects.Figure``: the run-wide
+figures (in the report's collapsed details) and the side experiments'; each category's own small figures are
+:mod:`specledger.report.category_plots`."""
 
 from __future__ import annotations
 
@@ -16,77 +18,6 @@ LAYOUT = {
     "margin": {"l": 60, "r": 20, "t": 50, "b": 60},
     "legend": {"font": {"size": 10}},
 }
-
-
-def _series_name(s: dict[str, Any]) -> str:
-    return f"{s['category']} T={s['temperature']:g} {s['drafter']}"
-
-
-def _static(scenarios: list[dict]) -> dict[str, list[dict]]:
-    """Scenarios with an integer gamma, grouped by series (category, temperature, drafter), sorted by gamma."""
-    out: dict[str, list[dict]] = {}
-    for s in scenarios:
-        if isinstance(s["gamma"], int) and not s.get("tree_budget"):  # chains (trees: tree_heatmap)
-            out.setdefault(_series_name(s), []).append(s)
-    return {k: sorted(v, key=lambda s: s["gamma"]) for k, v in out.items()}
-
-
-def el_vs_gamma(summary: dict) -> go.Figure:
-    fig = go.Figure()
-    for name, items in _static(summary["scenarios"]).items():
-        fig.add_trace(
-            go.Scatter(
-                x=[s["gamma"] for s in items],
-                y=[s["rounds"]["el_full"] for s in items],
-                mode="lines+markers",
-                name=name,
-            )
-        )
-    fig.update_layout(
-        title="E[L]: tokens committed per full round",
-        xaxis_title="γ (candidates per round)",
-        yaxis_title="E[L]",
-        **LAYOUT,
-    )
-    return fig
-
-
-def speedup_vs_gamma(summary: dict) -> go.Figure:
-    fig = go.Figure()
-    for name, items in _static(summary["scenarios"]).items():
-        items = [s for s in items if s["speedup"] is not None]
-        if not items:
-            continue
-        lo = [s["speedup"] - s["speedup_ci"][0] if s["speedup_ci"][0] is not None else 0 for s in items]
-        hi = [s["speedup_ci"][1] - s["speedup"] if s["speedup_ci"][1] is not None else 0 for s in items]
-        fig.add_trace(
-            go.Scatter(
-                x=[s["gamma"] for s in items],
-                y=[s["speedup"] for s in items],
-                name=name,
-                mode="lines+markers",
-                error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo},
-            )
-        )
-    for opt in summary.get("optimal_gamma", []):
-        curve = opt["curve"]
-        fig.add_trace(
-            go.Scatter(
-                x=[p["gamma"] for p in curve],
-                y=[p["speedup"] for p in curve],
-                mode="lines",
-                line={"dash": "dot"},
-                name=f"predicted {_series_name(opt)}",
-            )
-        )
-    fig.add_hline(y=1.0, line_dash="dash", line_color="grey", annotation_text="plain")
-    fig.update_layout(
-        title="Measured speed-up vs γ (95% bootstrap CI); dotted: predicted from fitted costs",
-        xaxis_title="γ",
-        yaxis_title="speed-up vs plain",
-        **LAYOUT,
-    )
-    return fig
 
 
 def predicted_vs_measured(summary: dict) -> go.Figure:
@@ -120,68 +51,6 @@ def predicted_vs_measured(summary: dict) -> go.Figure:
         title="Measured vs predicted speed-up (T0·E[L]/E[T_round])",
         xaxis_title="predicted S",
         yaxis_title="measured S",
-        **LAYOUT,
-    )
-    return fig
-
-
-def round_decomposition(summary: dict) -> go.Figure:
-    labels, draft, verify, other, budget = [], [], [], [], []
-    for b in summary["baselines"]:
-        labels.append(b["label"])
-        draft.append(0.0)
-        verify.append(b["rounds"]["t_verify_ms"])
-        other.append(b["rounds"]["t_other_ms"])
-        budget.append(b["t0_ms"])
-    for s in summary["scenarios"]:
-        labels.append(s["label"])
-        r = s["rounds"]
-        draft.append(r["t_draft_ms"])
-        verify.append(r["t_verify_ms"])
-        other.append(r["t_other_ms"])
-        t0 = s.get("t0_ms")
-        budget.append(t0 * r["el_full"] if t0 is not None and r["el_full"] is not None else None)
-    fig = go.Figure()
-    for name, ys in (("draft", draft), ("verify", verify), ("other", other)):
-        fig.add_trace(go.Bar(x=labels, y=ys, name=name))
-    fig.add_trace(
-        go.Scatter(
-            x=labels,
-            y=budget,
-            mode="markers",
-            marker={"symbol": "line-ew-open", "size": 24, "color": "black"},
-            name="T0·E[L] (break-even)",
-        )
-    )
-    fig.update_layout(
-        barmode="stack",
-        title="Mean full-round time (ms) and the break-even budget T0·E[L]",
-        yaxis_title="ms per round",
-        **{**LAYOUT, "height": 480},
-    )
-    return fig
-
-
-def acceptance_by_position(summary: dict) -> go.Figure:
-    fig = go.Figure()
-    for s in summary["scenarios"]:
-        chain = [c for c in s["rounds"]["conditional_acceptance"] if c["a"] is not None]
-        if chain:
-            fig.add_trace(
-                go.Scatter(
-                    x=[c["position"] for c in chain],
-                    y=[c["a"] for c in chain],
-                    mode="lines+markers",
-                    name=s["label"],
-                    customdata=[c["at_risk"] for c in chain],
-                    hovertemplate="position %{x}: a=%{y:.3f} (n=%{customdata})<extra></extra>",
-                )
-            )
-    fig.update_layout(
-        title="Conditional acceptance a_j = Pr(K ≥ j | K ≥ j−1)",
-        xaxis_title="position j",
-        yaxis_title="a_j",
-        yaxis_range=[0, 1.05],
         **LAYOUT,
     )
     return fig
@@ -272,12 +141,9 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
+#: the run-wide figures (in the report's collapsed details); the per-category ones: :func:`category_figure_divs`
 FIGURES = {
-    "plot-speedup-vs-gamma": speedup_vs_gamma,
-    "plot-el-vs-gamma": el_vs_gamma,
     "plot-predicted-vs-measured": predicted_vs_measured,
-    "plot-round-decomposition": round_decomposition,
-    "plot-acceptance-by-position": acceptance_by_position,
     "plot-latency": latency_ecdf,
     "plot-cost-fit": cost_fit,
 }

@@ -4,8 +4,10 @@ Routes: POST /v1/completions (raw text prompt), POST /v1/chat/completions (chat 
 both streaming (SSE ``data: {json}\\n\\n`` ... ``data: [DONE]``) and not; GET /v1/models,
 GET /health, GET /metrics (Prometheus text, vLLM names; see :mod:`specledger.serve.metrics`).
 
-Request life cycle: validate (400 / 404) -> encode -> check the context (400 with the
-engine's message) -> admit into the bounded queue (429 + Retry-After when full) -> the worker
+Request life cycle: host and content type (421 / 415, :mod:`specledger.serve.hardening`) ->
+validate (400 / 404) -> reserve a place in the bounded queue (429 + Retry-After when full, before
+any tokenizing; 503 once the engine thread has died) -> encode -> check the context (400 with the
+engine's message) -> admit into the reserved place -> the worker
 thread decodes it, batched with up to ``max_batch - 1`` others (continuous batching) -> events
 reach the handler through the request's asyncio queue. When the client goes away (streaming or
 not: a watcher task waits for the ASGI disconnect) the request leaves the queue, or, if running,
@@ -40,7 +42,7 @@ from specledger.engine.protocol import TargetEngine
 from specledger.engine.sampling import SamplingParams
 from specledger.errors import SpecLedgerError
 from specledger.records import RequestRecord
-from specledger.serve.hardening import BodyLimit, Limits
+from specledger.serve.hardening import AccessLog, BodyLimit, Limits, RequestGate, log_safe
 from specledger.serve.metrics import ServeMetrics
 from specledger.serve.protocol import (
     FINISH_REASONS,
@@ -179,9 +181,36 @@ class Service:
         except SpecLedgerError as exc:
             raise RequestError(str(exc)) from None
 
+    def _refusal(self) -> RequestError:
+        """Why the queue has no place: the engine is gone (503) or the server is full (429)."""
+        if self.queue.closed:
+            return RequestError("the engine has stopped; this server cannot generate (see its log)", status=503,
+                                kind="server_error", code="engine_stopped")
+        return RequestError(
+            f"the server is busy: it holds at most {self.max_batch} decoding and {self.queue.maxsize} waiting "
+            f"requests; retry after {self.retry_after_s} s",
+            status=429, kind="rate_limit_error", code="queue_full",
+            headers={"Retry-After": str(self.retry_after_s)},
+        )
+
     async def admit(self, body: SamplingFields, prompt: str | None, messages: list[dict[str, str]] | None,
                     max_tokens: int | None, prefix: str) -> Job:
-        """Encode, check and enqueue one request; RequestError for anything refused."""
+        """Reserve a queue place, then encode, check and enqueue one request; RequestError for
+        anything refused. Invariant: a refused request gives its reserved place back."""
+        if not self.queue.reserve():  # before tokenizing: a 429 costs no tokenizer time
+            raise self._refusal()
+        try:
+            job = await self._prepare(body, prompt, messages, max_tokens, prefix)
+        except BaseException:
+            self.queue.unreserve()
+            raise
+        if not self.queue.offer(job, reserved=True):
+            raise self._refusal()
+        return job
+
+    async def _prepare(self, body: SamplingFields, prompt: str | None, messages: list[dict[str, str]] | None,
+                       max_tokens: int | None, prefix: str) -> Job:
+        """Encode and check one request into a Job (not yet queued); RequestError for anything refused."""
         try:
             ids = [int(t) for t in await asyncio.to_thread(self.encode, prompt, messages)]
         except SpecLedgerError as exc:
@@ -196,19 +225,11 @@ class Service:
             self.engine.check_prompt(ids, max_tokens)
         except SpecLedgerError as exc:
             raise RequestError(str(exc)) from None
-        job = Job(
+        return Job(
             request_id=f"{prefix}-{uuid.uuid4().hex[:24]}", prompt_ids=ids, params=self.sampling_params(body),
             max_tokens=max_tokens, stop=body.stop_strings, ignore_eos=bool(body.ignore_eos),
             loop=asyncio.get_running_loop(),
         )
-        if not self.queue.offer(job):
-            raise RequestError(
-                f"the server is busy: it holds at most {self.max_batch} decoding and {self.queue.maxsize} waiting "
-                f"requests; retry after {self.retry_after_s} s",
-                status=429, kind="rate_limit_error", code="queue_full",
-                headers={"Retry-After": str(self.retry_after_s)},
-            )
-        return job
 
     def release(self, job: Job) -> None:
         """The client is done with ``job`` (finished or gone): free its queue slot or stop it."""
@@ -316,7 +337,7 @@ def create_app(
     draft_path: str | None = None,
     encode: PromptEncoder | None = None,
     retry_after_s: int = 1,
-    keep_records: int = 10000,
+    keep_records: int = 0,
     limits: Limits | None = None,
     tree_budget: int = 0,
 ) -> FastAPI:
@@ -332,8 +353,10 @@ def create_app(
     ``limits``: transport limits (:class:`~specledger.serve.hardening.Limits`); the body limit
     is enforced here, the others by :func:`~specledger.serve.hardening.uvicorn_config`.
     ``encode``: (prompt, messages) -> ids; default: the engine's LoadedModel.
+    ``keep_records``: how many RequestRecords of finished requests to keep in memory (newest
+    first out; 0, the default, keeps none -- a long-running server must not grow with traffic).
     State for callers: ``app.state.service`` (a :class:`Service`), ``app.state.records``
-    (RequestRecords of finished requests), ``app.state.registry`` (Prometheus registry).
+    (the kept RequestRecords), ``app.state.registry`` (Prometheus registry).
     Call ``app.state.service.worker.stop()`` (done on lifespan shutdown) to end the worker.
     """
     if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
@@ -342,6 +365,8 @@ def create_app(
         raise SpecLedgerError(f"max_queue must be >= 1, got {max_queue}")
     if retry_after_s < 1:
         raise SpecLedgerError(f"retry_after_s must be >= 1, got {retry_after_s}")
+    if isinstance(keep_records, bool) or not isinstance(keep_records, int) or keep_records < 0:
+        raise SpecLedgerError(f"keep_records must be an integer >= 0, got {keep_records!r}")
     if drafter is None:
         from specledger.engine.drafters.registry import make_drafter
 
@@ -365,6 +390,8 @@ def create_app(
     app = FastAPI(title="specledger serve", lifespan=lifespan)
     limits = limits or Limits()
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
+    app.add_middleware(RequestGate, allowed_hosts=limits.allowed_hosts)  # before the body limit
+    app.add_middleware(AccessLog)  # added last: outermost, so refusals are logged too
     app.state.limits = limits
     app.state.service = service
     app.state.records = service.worker.records
@@ -372,7 +399,7 @@ def create_app(
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        log.error("unhandled error on %s %s", request.method, log_safe(request.url.path), exc_info=exc)
         return JSONResponse(error_body(INTERNAL_FAILURE, kind="server_error"), status_code=500)
 
     @app.exception_handler(StarletteHTTPException)
@@ -402,7 +429,11 @@ def create_app(
 
     @app.get("/health")
     async def health() -> Response:
-        return Response(status_code=200)
+        """200 while the engine thread serves; 503 (OpenAI-shaped) once it has died or is stopping."""
+        if service.worker.alive:
+            return Response(status_code=200)
+        return JSONResponse(error_body("the engine thread has stopped; see the server log", kind="server_error",
+                                       code="engine_stopped"), status_code=503)
 
     @app.get("/metrics")
     async def metrics() -> Response:

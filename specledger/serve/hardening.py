@@ -11,17 +11,30 @@ What a hostile but fair client can no longer do, and the knob that stops it:
   ``header_timeout_s`` of connecting or of its previous response (uvicorn has no knob for this);
 - an idle keep-alive connection: uvicorn's ``timeout_keep_alive``;
 - a huge header block: uvicorn's ``h11_max_incomplete_event_size`` (h11 answers 400);
-- a connection flood: uvicorn's ``limit_concurrency`` (503 beyond it).
+- a connection flood: uvicorn's ``limit_concurrency`` (503 beyond it);
+- a client that stops reading (its connection would hold a batch slot, then a connection, forever:
+  asyncio flushes a closed transport's buffer before letting go): :func:`timed_h11` aborts a
+  connection whose outgoing buffer has not shrunk for ``send_timeout_s`` (sampled every
+  ``min(1, send_timeout_s / 4)`` s); the aborted stream's client is gone, so its job is released
+  and its batch slot freed at the next step;
+- a web page posting to the loopback server (a "simple" cross-origin request needs no CORS
+  preflight for ``text/plain``) or reading it through DNS rebinding: :class:`RequestGate` answers
+  415 to a POST whose Content-Type is not ``application/json`` and 421 to a Host header not in
+  ``allowed_hosts`` (loopback names by default), before reading the body.
 
-:func:`uvicorn_config` puts them together; the CLI and :class:`~specledger.serve.runner.ServerThread`
-both use it.
+:class:`AccessLog` writes one line per request (logger ``specledger.serve.access``, INFO), every
+client-supplied part passed through :func:`log_safe` (no newline or terminal escape reaches a log
+line). :func:`uvicorn_config` puts the transport limits together; the CLI and
+:class:`~specledger.serve.runner.ServerThread` both use it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,8 +49,18 @@ DEFAULT_BODY_TIMEOUT_S = 30.0
 DEFAULT_KEEP_ALIVE_S = 5
 DEFAULT_MAX_HEADER_BYTES = 16 * 1024
 DEFAULT_LIMIT_CONCURRENCY = 1024
+#: A client that reads nothing for this long while the server has bytes for it is dropped. Generous
+#: for a live reader (its kernel socket buffer takes hundreds of KB before ours fills at all).
+DEFAULT_SEND_TIMEOUT_S = 30.0
+#: The Host names a loopback-bound server answers (any port): what a local client sends. A DNS
+#: rebinding page sends its own domain name, which is not among them.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+ANY_HOST = "*"
+LOG_SAFE_LIMIT = 512
 
 CLOSE = {"Connection": "close"}
+
+access_log = logging.getLogger("specledger.serve.access")
 
 
 @dataclass(frozen=True)
@@ -50,6 +73,37 @@ class Limits:
     keep_alive_s: int = DEFAULT_KEEP_ALIVE_S
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
     limit_concurrency: int | None = DEFAULT_LIMIT_CONCURRENCY
+    send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S
+    allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS  # "*" among them: any Host
+
+
+def host_name(value: str) -> str:
+    """The name part of a Host header or an allow-list entry, normalised: ``[::1]:8000`` -> ``::1``,
+    ``LocalHost.:80`` -> ``localhost``; a bare IPv6 address stays whole."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        value = value[1:end] if end > 0 else value[1:]
+    elif value.count(":") == 1:
+        value = value.split(":", 1)[0]
+    return value.rstrip(".")
+
+
+def log_safe(text: str, limit: int = LOG_SAFE_LIMIT) -> str:
+    r"""``text`` fit for one log line: every character that is not printable (controls such as a
+    newline, a carriage return or ESC; line and paragraph separators; format characters) and the
+    backslash itself written as a Python escape (``\n``, ``\x1b``, ``\u2028``, ``\\``), so the
+    result is unambiguous; longer than ``limit`` characters: cut, with ``...``."""
+    cut = len(text) > limit
+    out = []
+    for ch in text[:limit]:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == " " or ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out) + ("..." if cut else "")
 
 
 class BodyTooLarge(RequestError):
@@ -145,15 +199,127 @@ class BodyLimit:
             await _send_error(send, exc)
 
 
-def timed_h11(header_timeout_s: float) -> type[H11Protocol]:
+class RequestGate:
+    """ASGI middleware: the Host allow-list (421) and, on POST, a JSON Content-Type (415), both
+    answered before a byte of the body is read (and the connection closed after).
+
+    Invariant: the app below sees only requests whose Host names an allowed host (``"*"`` among
+    ``allowed_hosts``: any) and POSTs declaring ``application/json`` (parameters such as
+    ``charset`` allowed).
+    """
+
+    def __init__(self, app: Any, allowed_hosts: Iterable[str] = LOOPBACK_HOSTS) -> None:
+        self.app = app
+        hosts = {host_name(h) for h in allowed_hosts}
+        self.any_host = ANY_HOST in hosts
+        self.hosts = frozenset(hosts - {ANY_HOST})
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            refusal = self.refusal(scope)
+            if refusal is not None:
+                await _send_error(send, refusal)
+                return
+        await self.app(scope, receive, send)
+
+    def refusal(self, scope: dict[str, Any]) -> RequestError | None:
+        """The error this request gets at the gate, or None to let it through."""
+        if not self.any_host:
+            raw = _header(scope, b"host")
+            if raw is None:
+                return RequestError("the request has no Host header; send Host: localhost", headers=dict(CLOSE),
+                                    code="host_missing")
+            name = host_name(raw.decode("latin-1"))
+            if name not in self.hosts:
+                shown = ", ".join(sorted(self.hosts)) or "none"
+                return RequestError(
+                    f"this server does not answer for host {json.dumps(name[:100])} (allowed: {shown}; "
+                    "start it with --allow-host NAME to add one)",
+                    status=421, code="host_not_allowed", headers=dict(CLOSE),
+                )
+        if scope.get("method") == "POST":
+            raw = _header(scope, b"content-type")
+            media = (raw or b"").decode("latin-1").split(";", 1)[0].strip().lower()
+            if media != "application/json":
+                got = json.dumps(media[:100]) if raw is not None else "none"
+                return RequestError(f"the request body must be JSON: send Content-Type: application/json "
+                                    f"(got {got})", status=415, code="unsupported_media_type",
+                                    headers=dict(CLOSE))
+        return None
+
+
+class AccessLog:
+    """ASGI middleware: one INFO line per HTTP request on ``specledger.serve.access`` --
+    ``client "METHOD path?query" status seconds`` -- with the path and query through
+    :func:`log_safe` (the path is percent-decoded: ``%0A`` is a real newline by then). Costs
+    nothing when that logger is not enabled for INFO."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not access_log.isEnabledFor(logging.INFO):
+            await self.app(scope, receive, send)
+            return
+        status = [0]
+        t0 = time.perf_counter()
+
+        async def logged_send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, logged_send)
+        finally:
+            access_log.info("%s", access_line(scope, status[0], time.perf_counter() - t0))
+
+
+def access_line(scope: dict[str, Any], status: int, seconds: float) -> str:
+    """``127.0.0.1:5000 "GET /v1/models" 200 0.002s``; status 0: no response was started."""
+    client = scope.get("client")
+    who = f"{client[0]}:{client[1]}" if client else "-"
+    target = scope.get("path", "")
+    query = scope.get("query_string", b"")
+    if query:
+        target += "?" + query.decode("latin-1")
+    return f'{who} "{log_safe(str(scope.get("method", "?")), 16)} {log_safe(target)}" {status} {seconds:.3f}s'
+
+
+def timed_h11(header_timeout_s: float, send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S) -> type[H11Protocol]:
     """uvicorn's h11 protocol with a request-head timeout: a connection whose next request head
     is not complete ``header_timeout_s`` after it connected, or after its previous response
     ended, is closed. (uvicorn's keep-alive timer stops at the first byte, so a client that
-    sends one byte and stalls would otherwise hold the connection forever.)"""
+    sends one byte and stalls would otherwise hold the connection forever.)
+
+    And a send timeout: a connection whose outgoing buffer is non-empty and has not shrunk for
+    ``send_timeout_s`` (checked every ``min(1, send_timeout_s / 4)`` s) is aborted -- its
+    buffered bytes dropped, the app told the client is gone -- so a client that stops reading
+    holds neither its batch slot nor its connection."""
+    period = min(1.0, send_timeout_s / 4)
 
     class TimedH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
         _armed_for: Any = None
+        _send_timer: asyncio.TimerHandle | None = None
+        _stalled_since: float | None = None
+        _buffered = 0
+
+        def _watch_send(self) -> None:
+            """Abort the connection once its write buffer has stood without shrinking for send_timeout_s."""
+            self._send_timer = None
+            transport = self.transport
+            size = transport.get_write_buffer_size()
+            now = self.loop.time()
+            if size == 0 or size < self._buffered:
+                self._stalled_since = None if size == 0 else now
+            elif self._stalled_since is None:
+                self._stalled_since = now
+            elif now - self._stalled_since >= send_timeout_s:
+                transport.abort()  # connection_lost follows: the app hears http.disconnect
+                return
+            self._buffered = size
+            self._send_timer = self.loop.call_later(period, self._watch_send)
 
         def _arm(self) -> None:
             self._disarm()
@@ -173,6 +339,7 @@ def timed_h11(header_timeout_s: float) -> type[H11Protocol]:
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._arm()
+            self._send_timer = self.loop.call_later(period, self._watch_send)
 
         def handle_events(self) -> None:
             super().handle_events()
@@ -185,6 +352,9 @@ def timed_h11(header_timeout_s: float) -> type[H11Protocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._send_timer is not None:
+                self._send_timer.cancel()
+                self._send_timer = None
             super().connection_lost(exc)
 
     return TimedH11Protocol
@@ -195,7 +365,8 @@ def uvicorn_config(app: Any, host: str = "127.0.0.1", port: int = 0, limits: Lim
     """A uvicorn Config for ``app`` with ``limits`` (the body limit itself is the app's middleware)."""
     limits = limits or Limits()
     return uvicorn.Config(
-        app, host=host, port=port, http=timed_h11(limits.header_timeout_s), log_level="warning",
+        app, host=host, port=port, http=timed_h11(limits.header_timeout_s, limits.send_timeout_s),
+        log_level="warning",
         access_log=False, timeout_keep_alive=limits.keep_alive_s, limit_concurrency=limits.limit_concurrency,
         h11_max_incomplete_event_size=limits.max_header_bytes, **kwargs,
     )

@@ -10,6 +10,11 @@ not Unicode) is a 400 naming where it is.
 
 Defaults follow OpenAI / vLLM: temperature 1, top_p 1, top_k off, n 1, no stop strings;
 ``max_tokens`` defaults to 128, clipped to the room the context leaves after the prompt.
+
+``stop``: at most :data:`MAX_STOP_STRINGS` (4, OpenAI's limit) strings of at most
+:data:`MAX_STOP_CHARS` characters each, checked on the raw payload before anything else walks
+it, so a body holding 100,000 stop strings is a 400 at once (each decode step searches every stop
+string on the one engine thread that serves the whole batch).
 """
 
 from __future__ import annotations
@@ -21,6 +26,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 DEFAULT_MAX_TOKENS = 128
 MAX_SEED = 2**63 - 1
+#: OpenAI: "Up to 4 sequences where the API will stop generating further tokens".
+MAX_STOP_STRINGS = 4
+#: OpenAI states no length. 256 characters holds any real delimiter (closing tags, role markers such as
+#: "\n\nHuman:", code fences) many times over, and bounds the engine's per-step cost: it holds back the last
+#: ``longest stop - 1`` characters of output and searches each stop string over them, so a request costs at
+#: most 4 searches of ~(255 + new text) characters per step and delays its stream by at most 255 characters.
+MAX_STOP_CHARS = 256
 
 #: engine stop reason -> OpenAI finish_reason
 FINISH_REASONS: dict[str, str] = {"eos": "stop", "stop": "stop", "length": "length"}
@@ -161,10 +173,27 @@ def _surrogate_at(value: Any, where: str) -> str | None:
     return None
 
 
+def check_stop(stop: Any) -> None:
+    """RequestError(400, param "stop") for more than MAX_STOP_STRINGS stop strings or one longer than
+    MAX_STOP_CHARS characters; cost O(MAX_STOP_STRINGS) whatever the list's length. Types are left
+    to the model's validation (a non-string is a 400 there)."""
+    items = stop if isinstance(stop, list) else [stop]
+    if len(items) > MAX_STOP_STRINGS:
+        raise RequestError(f"stop: at most {MAX_STOP_STRINGS} stop sequences are allowed, got {len(items)}",
+                           param="stop")
+    for i, item in enumerate(items):
+        if isinstance(item, str) and len(item) > MAX_STOP_CHARS:
+            where = "stop" if stop is item else f"stop.{i}"
+            raise RequestError(f"{where}: a stop sequence may hold at most {MAX_STOP_CHARS} characters, "
+                               f"got {len(item)}", param="stop")
+
+
 def parse_body(model: type[_Body], payload: Any) -> Any:
     """Validate a decoded JSON payload into ``model``; RequestError(400) when it does not fit."""
     if not isinstance(payload, dict):
         raise RequestError("the request body must be a JSON object")
+    if payload.get("stop") is not None:
+        check_stop(payload["stop"])  # first: before anything walks a list of any length
     where = _surrogate_at(payload, "")
     if where is not None:
         raise RequestError(f"{where}: the text holds a lone UTF-16 surrogate (e.g. \\ud800), which is not "

@@ -20,10 +20,16 @@ Invariants:
   detail goes to the log); the others decode on. Only an exception outside any one request
   (the packed forward itself) fails the whole batch (the scheduler is rebuilt empty); the server
   keeps serving either way.
-- Admission: the server holds at most ``max_queue + max_batch`` requests (waiting + running);
-  :meth:`JobQueue.offer` counts the jobs the worker has taken and not yet ended, so a burst is
-  admitted up to queue + batch (the free batch places fill at the next step boundary), not
-  queue + 1.
+- Admission: the server holds at most ``max_queue + max_batch`` requests (waiting + running +
+  being encoded); :meth:`JobQueue.offer` counts the jobs the worker has taken and not yet ended,
+  so a burst is admitted up to queue + batch (the free batch places fill at the next step
+  boundary), not queue + 1. A request reserves its place (:meth:`JobQueue.reserve`) before its
+  prompt is tokenized, so a request refused with 429 costs no tokenizing, and at most queue +
+  batch prompts are being tokenized at once.
+- Liveness: the engine thread never dies silently. A failure while failing the batch (rebuilding
+  the scheduler) or any exception outside the per-step handler marks the worker dead
+  (:attr:`EngineWorker.error`, logged), fails every job it holds and closes the queue (waiting jobs
+  get :class:`JobCancelled`); ``/health`` then answers 503 and new requests 503.
 """
 
 from __future__ import annotations
@@ -101,6 +107,7 @@ class JobQueue:
         self._cond = threading.Condition()
         self._closed = False
         self._taken = 0
+        self._reserved = 0
 
     def __len__(self) -> int:
         return len(self._items)
@@ -114,14 +121,40 @@ class JobQueue:
         """Jobs the worker took and has not reported :meth:`done`."""
         return self._taken
 
-    def offer(self, job: Job) -> bool:
-        """Enqueue unless full (waiting + taken >= maxsize + batch) or closed; True if admitted."""
+    @property
+    def reserved(self) -> int:
+        """Places reserved by requests still being encoded (:meth:`reserve`)."""
+        return self._reserved
+
+    def _full(self) -> bool:
+        return len(self._items) + self._taken + self._reserved >= self.maxsize + self.batch
+
+    def offer(self, job: Job, reserved: bool = False) -> bool:
+        """Enqueue unless closed or full (waiting + taken + reserved >= maxsize + batch); True if
+        admitted. ``reserved``: the caller holds a place from :meth:`reserve`, which this consumes
+        (admitted or not)."""
         with self._cond:
-            if self._closed or len(self._items) + self._taken >= self.maxsize + self.batch:
+            if reserved:
+                self._reserved = max(0, self._reserved - 1)
+            if self._closed or self._full():
                 return False
             self._items.append(job)
             self._cond.notify()
             return True
+
+    def reserve(self) -> bool:
+        """Hold one place for a request about to be encoded; False if closed or full. The caller
+        then calls :meth:`offer` with ``reserved=True`` or :meth:`unreserve`, exactly once."""
+        with self._cond:
+            if self._closed or self._full():
+                return False
+            self._reserved += 1
+            return True
+
+    def unreserve(self) -> None:
+        """Give back a place from :meth:`reserve` (the request was refused after all)."""
+        with self._cond:
+            self._reserved = max(0, self._reserved - 1)
 
     def take(self, block: bool = True) -> Job | None:
         """The next job, waiting for one if ``block``; None once closed (or, not blocking, if empty).
@@ -180,8 +213,11 @@ class EngineWorker:
     ``engine``: the solo :class:`~specledger.engine.decode.Engine` (model, tokenizer, EOS,
     context); the worker builds a :class:`~specledger.engine.batch.BatchEngine` over its model
     with ``max_batch`` slots of its full context. ``drafter``: the server's drafter, forked per job.
-    ``records``: RequestRecords of finished requests (newest ``keep_records``);
-    ``aborted_rounds``: rounds run by requests cancelled or failed before they finished.
+    ``records``: RequestRecords of finished requests (newest ``keep_records``; 0, the default,
+    keeps none: a record holds the request's rounds, chunks and text, ~0.8 MB at 4k tokens);
+    ``aborted_rounds``: rounds run by requests cancelled or failed before they finished (newest
+    ``8 * keep_records``). ``error``: None while the engine thread serves; the exception that
+    stopped it otherwise.
     """
 
     def __init__(
@@ -192,7 +228,7 @@ class EngineWorker:
         queue: JobQueue,
         metrics: ServeMetrics,
         max_batch: int = 8,
-        keep_records: int = 10000,
+        keep_records: int = 0,
     ) -> None:
         self.drafter, self.gamma, self.queue, self.metrics = drafter, gamma, queue, metrics
         self.tree_budget = 0  # token-tree nodes per round (0: chains), set by the service
@@ -206,11 +242,17 @@ class EngineWorker:
         self.active: dict[int, _InBatch] = {}  # scheduler ticket -> job
         self.records: deque[RequestRecord] = deque(maxlen=keep_records)
         self.aborted_rounds: deque[RoundRecord] = deque(maxlen=keep_records * 8)
-        self._thread = threading.Thread(target=self._loop, name="specledger-engine", daemon=True)
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="specledger-engine", daemon=True)
 
     @property
     def num_running(self) -> int:
         return len(self.active)
+
+    @property
+    def alive(self) -> bool:
+        """True while the engine thread runs and has not failed (what ``/health`` reports)."""
+        return self.error is None and self._thread.is_alive() and not self.queue.closed
 
     def start(self) -> None:
         self._thread.start()
@@ -224,6 +266,13 @@ class EngineWorker:
             self._thread.join(timeout)
 
     # -- the engine thread -------------------------------------------------------------------
+    def _run(self) -> None:
+        """The thread's body: the loop, and if anything escapes it, a loud death (see :meth:`_die`)."""
+        try:
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 -- whatever it is, the server must stop admitting
+            self._die(exc)
+
     def _loop(self) -> None:
         while True:
             try:
@@ -234,10 +283,23 @@ class EngineWorker:
                     self._step()
             except Exception:  # a failure outside any one request ends the batch's requests, never the server
                 log.exception("engine step failed; failing the %d request(s) in the batch", len(self.active))
-                self._fail_all()
+                self._fail_all()  # if this raises too, _run marks the worker dead
         for ticket in list(self.active):  # shutting down
             self.scheduler.cancel(ticket)
             self._end(ticket, JobCancelled())
+
+    def _die(self, exc: BaseException) -> None:
+        """The engine cannot go on: log it, stop admitting (the queue closes; waiting jobs are
+        cancelled) and fail every job in the batch, so no client waits forever."""
+        self.error = exc
+        log.critical("the engine thread stopped; the server answers 503 from now on", exc_info=exc)
+        for job in self.queue.close():
+            job.push(JobCancelled())
+        for entry in list(self.active.values()):
+            self.queue.done()
+            self.metrics.observe_failure()
+            entry.job.push(JobFailed())
+        self.active.clear()
 
     def _fill(self) -> bool:
         """Take jobs while the batch has room (waiting for one only when the batch is empty);

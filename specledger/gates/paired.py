@@ -1,0 +1,119 @@
+"""Paired comparisons of settings on the same prompts: ratio-of-totals intervals and equivalence (TOST).
+
+Every figure the verdict compares is a ratio of per-prompt totals. A setting's speed-up over plain
+decoding is ``S = (Σ tok_a / Σ t_a) / (Σ tok_0 / Σ t_0)``; two settings compared on the prompts both
+ran give ``S_a / S_b = (Σ tok_a / Σ t_a) / (Σ tok_b / Σ t_b)`` (plain decoding cancels). Prompt
+difficulty moves both sides of a pair alike, so the paired ratio is far tighter than two marginal
+intervals.
+
+Interval: the ratio estimator's linearisation. With ``log R = Σ_k s_k log Σ_i x_{k,i}`` (signs
+``s_k = ±1``), each prompt's influence is ``u_i = Σ_k s_k x_{k,i} / mean(x_k)``; then
+``Var(log R) ≈ Var(u) / n`` and the interval is ``exp(log R ± t_{n-1, 1-α} · sd(u) / √n)`` with
+Student's t (honest for the few prompts a run starts with: with 2 prompts t is 6.3 at α = 0.05).
+
+Decisions at level α (one-sided tests, i.e. a two-sided ``1 − 2α`` interval [lo, hi]):
+
+- *a faster than b*: lo > 1; *b faster*: hi < 1;
+- *equivalent within margin m* (two one-sided tests, Schuirmann's TOST): 1/(1+m) < lo and hi < 1+m;
+- otherwise *open*: more prompts are needed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+FASTER, SLOWER, EQUIVALENT, OPEN = "a faster", "b faster", "equivalent", "open"
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    """A paired ratio of totals over ``n`` prompts with its two-sided ``1 − 2α`` interval [lo, hi]."""
+
+    ratio: float
+    lo: float
+    hi: float
+    n: int
+
+    def verdict(self, margin: float) -> str:
+        """:data:`EQUIVALENT` when [lo, hi] lies inside [1/(1+m), 1+m] (TOST), else :data:`FASTER` /
+        :data:`SLOWER` when the interval excludes 1, else :data:`OPEN`."""
+        if math.isnan(self.lo) or math.isnan(self.hi):
+            return OPEN
+        if 1.0 / (1.0 + margin) < self.lo and self.hi < 1.0 + margin:
+            return EQUIVALENT
+        if self.lo > 1.0:
+            return FASTER
+        if self.hi < 1.0:
+            return SLOWER
+        return OPEN
+
+    def to_dict(self) -> dict[str, float | int | list[float]]:
+        return {"ratio": self.ratio, "ci": [self.lo, self.hi], "n": self.n}
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile (scipy), ``df`` >= 1."""
+    from scipy.stats import t
+
+    return float(t.ppf(p, df))
+
+
+def ratio_interval(parts: Sequence[tuple[Sequence[float], int]], alpha: float = 0.05) -> RatioInterval:
+    """``R = Π_k (Σ_i x_{k,i})^{s_k}`` over prompts i with its two-sided ``1 − 2α`` interval (module doc).
+
+    ``parts``: (per-prompt values aligned by prompt, sign ±1). Fewer than 2 prompts, or a total that is
+    not positive, give an infinite interval (nothing can be decided from it)."""
+    arrays = [[float(v) for v in xs] for xs, _ in parts]
+    n = len(arrays[0]) if arrays else 0
+    if n == 0 or any(len(a) != n for a in arrays):
+        return RatioInterval(math.nan, -math.inf, math.inf, n)
+    sums = [math.fsum(a) for a in arrays]
+    if any(not (s > 0 and math.isfinite(s)) for s in sums):
+        return RatioInterval(math.nan, -math.inf, math.inf, n)
+    log_r = math.fsum(sign * math.log(s) for s, (_, sign) in zip(sums, parts))
+    ratio = math.exp(log_r)
+    if n < 2:
+        return RatioInterval(ratio, -math.inf, math.inf, n)
+    means = [s / n for s in sums]
+    u = [math.fsum(sign * a[i] / m for a, m, (_, sign) in zip(arrays, means, parts)) for i in range(n)]
+    mu = math.fsum(u) / n
+    sd = math.sqrt(math.fsum((x - mu) ** 2 for x in u) / (n - 1))
+    half = t_quantile(1.0 - alpha, n - 1) * sd / math.sqrt(n)
+    return RatioInterval(ratio, math.exp(log_r - half), math.exp(log_r + half), n)
+
+
+@dataclass(frozen=True)
+class PerPrompt:
+    """One setting's per-prompt totals: committed tokens and seconds (repeats summed), keyed by prompt."""
+
+    tokens: Mapping[str, float]
+    seconds: Mapping[str, float]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Sequence]) -> PerPrompt:
+        """From ``{"prompts": [...], "tokens": [...], "seconds": [...]}`` (the scenario dicts' form)."""
+        ids = list(d.get("prompts") or [])
+        return cls(dict(zip(ids, d.get("tokens") or [])), dict(zip(ids, d.get("seconds") or [])))
+
+    def prompts(self) -> set[str]:
+        return {p for p in self.tokens if p in self.seconds}
+
+
+def speedup_interval(spec: PerPrompt, plain: PerPrompt, alpha: float = 0.05) -> RatioInterval:
+    """S = (Σ tok / Σ t)_spec / (Σ tok / Σ t)_plain on the prompts both ran."""
+    shared = sorted(spec.prompts() & plain.prompts())
+    return ratio_interval([
+        ([spec.tokens[p] for p in shared], 1), ([spec.seconds[p] for p in shared], -1),
+        ([plain.tokens[p] for p in shared], -1), ([plain.seconds[p] for p in shared], 1),
+    ], alpha)
+
+
+def setting_ratio(a: PerPrompt, b: PerPrompt, alpha: float = 0.05) -> RatioInterval:
+    """S_a / S_b on the prompts both settings ran (their common plain baseline cancels)."""
+    return speedup_interval(a, b, alpha)
+
+
+__all__ = ["EQUIVALENT", "FASTER", "OPEN", "SLOWER", "PerPrompt", "RatioInterval", "ratio_interval",
+           "setting_ratio", "speedup_interval", "t_quantile"]

@@ -1,0 +1,154 @@
+"""Racing: the main job spends its time budget where decisions are still open.
+
+After the initial prompts of every category, the job asks the decision rule
+(:func:`specledger.gates.solo.solo_decisions`) which (category, temperature) decisions are open.
+For each open one it adds ``step`` more prompts of that category (the bundled datasets have
+hundreds; a workload file's unused lines), running plain decoding and only the settings still in
+contention -- the leader and every setting whose paired comparison with it is open. A setting whose
+paired interval lies below the leader's, or that is slower than plain, or fails a gate, is *dropped*
+there and runs no more prompts (its figures so far stay in the trace and the report). The race stops
+when every decision is resolved, the prompt pools are exhausted, or the budget is spent; a prompt
+group is only started when its estimated time (the median of that category's groups so far) fits.
+
+The race's log (rounds, drops, why it stopped) goes into ``run.json`` under ``race`` and from there
+into ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+#: prompts added to an open category per race round
+RACE_STEP = 2
+#: a category's prompts never exceed this many in a race (a decision that needs more is left open)
+MAX_PROMPTS_PER_CATEGORY = 48
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A speculative configuration of the plan: (drafter, γ, tree budget)."""
+
+    drafter: str
+    gamma: int
+    tree_budget: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.drafter} γ={self.gamma}" + (f" tree={self.tree_budget}" if self.tree_budget else "")
+
+
+@dataclass
+class RaceLog:
+    """What the race did: every round, every drop, and why it stopped."""
+
+    budget_s: float
+    started: float = field(default_factory=time.monotonic)
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    dropped: list[dict[str, Any]] = field(default_factory=list)
+    stopped: str = ""
+    #: the decisions as the race left them (what the load points after it keep)
+    final: list[dict[str, Any]] = field(default_factory=list)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"budget_s": self.budget_s, "spent_s": round(self.elapsed(), 1), "rounds": self.rounds,
+                "dropped": self.dropped, "stopped": self.stopped}
+
+
+def contenders(verdict: dict[str, Any]) -> list[str]:
+    """Setting names still in contention in an open decision: its ``contenders`` (the leader and every
+    setting whose comparison with it is open)."""
+    return list(verdict.get("contenders") or [])
+
+
+def open_decisions(decisions: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Decisions a race can still settle: not resolved, neither a control nor a no-decision."""
+    return [v for v in decisions if not v.get("resolved") and v.get("decision") not in ("control", "no-decision")
+            and v.get("contenders")]
+
+
+def race(
+    log: RaceLog,
+    deadline: float,
+    decide: Callable[[], list[dict[str, Any]]],
+    more_prompts: Callable[[str, int], list[str]],
+    run_prompts: Callable[[str, float, list[str], list[Setting]], None],
+    settings: Sequence[Setting],
+    prompts_so_far: Callable[[str], int],
+    step: int = RACE_STEP,
+    max_per_category: int = MAX_PROMPTS_PER_CATEGORY,
+    clock: Callable[[], float] = time.monotonic,
+) -> RaceLog:
+    """Run race rounds until every decision is resolved, nothing can be added, or ``deadline`` (a
+    ``clock`` time) is near. ``decide()`` returns the current decisions; ``more_prompts(category, k)``
+    the ids of up to k unused prompts of a category (registered for running); ``run_prompts(category,
+    temperature, ids, settings)`` runs plain + those settings on them; ``prompts_so_far(category)``
+    counts the category's prompts."""
+    by_name = {s.name: s for s in settings}
+    dropped: set[tuple[str, float, str]] = set()
+    exhausted: set[str] = set()
+    group_time: dict[str, list[float]] = {}
+    while True:
+        decisions = decide()
+        log.final = decisions
+        todo = [v for v in open_decisions(decisions) if v["category"] not in exhausted]
+        if not todo:
+            log.stopped = ("every decision resolved" if not open_decisions(decisions) else
+                           "no more prompts in the open categories")
+            return log
+        _note_drops(log, decisions, by_name, dropped, prompts_so_far)
+        ran = late = False
+        for v in todo:
+            cat, temp = v["category"], float(v["temperature"])
+            est = statistics.median(group_time[cat]) if group_time.get(cat) else 0.0
+            if clock() + est * step > deadline:
+                late = True
+                continue
+            if prompts_so_far(cat) >= max_per_category:
+                exhausted.add(cat)
+                continue
+            ids = more_prompts(cat, step)
+            if not ids:
+                exhausted.add(cat)
+                continue
+            keep = [by_name[n] for n in contenders(v) if n in by_name]
+            t0 = clock()
+            run_prompts(cat, temp, ids, keep)
+            group_time.setdefault(cat, []).append((clock() - t0) / len(ids))
+            log.rounds.append({"after_s": round(log.elapsed(), 1), "category": cat, "temperature": temp,
+                               "added_prompts": len(ids), "settings": [s.name for s in keep],
+                               "why": v.get("headline", "")})
+            ran = True
+        if late and not ran:
+            log.stopped = "budget spent"
+            return log
+
+
+def _note_drops(log: RaceLog, decisions: Sequence[dict[str, Any]], by_name: dict[str, Setting],
+                dropped: set[tuple[str, float, str]], prompts_so_far: Callable[[str], int]) -> None:
+    """Log every setting of an open decision that is no longer a contender, once."""
+    for v in open_decisions(decisions):
+        keep = set(contenders(v))
+        cmp = {c["b"]: c for c in v.get("comparisons") or []}
+        for name in by_name:
+            key = (v["category"], float(v["temperature"]), name)
+            if name in keep or key in dropped:
+                continue
+            dropped.add(key)
+            c = cmp.get(name)
+            lo = (c.get("ci") or [None])[0] if c else None
+            reason = (f"cannot be more than the margin faster than {v.get('setting')} (paired ratio "
+                      f"{c['ratio']:.3f}, lower bound {lo:.3f})" if c and isinstance(lo, (int, float))
+                      else "slower than plain, no practical gain, or fails a gate")
+            log.dropped.append({"category": v["category"], "temperature": v["temperature"], "label": name,
+                                "after_prompts": prompts_so_far(v["category"]), "after_s": round(log.elapsed(), 1),
+                                "why": reason})
+
+
+__all__ = ["MAX_PROMPTS_PER_CATEGORY", "RACE_STEP", "RaceLog", "Setting", "contenders", "open_decisions", "race"]

@@ -1,0 +1,256 @@
+"""The small figures of one category's section: a handful of series each, from ``summary.json`` only.
+
+- S vs γ: one line per drafter (measured, 95% CI bars), dotted its predicted curve (fitted costs);
+- S vs load (the crossover): one line per setting, solid over measured loads, dashed with open markers
+  over simulated ones, the S = 1 line marking where speculation stops paying;
+- E[L] vs γ: one line per drafter;
+- the round-time split: per setting the mean full-round time as draft + verify + other, its break-even
+  budget T0·E[L] as a tick (a bar above its tick is a slow-down);
+- conditional acceptance a_j by position: one line per setting.
+
+Colours follow the drafter (the same drafter has the same colour in every section). The figures are plain
+plotly.js JSON (``{"data": [...], "layout": {...}}``), not ``plotly.graph_objects``: validating and
+templating a graph object costs ~40–80 ms a figure, and a run has five per category.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from specledger.report.view import cat_key, crossover_points, slug
+
+Figure = dict[str, Any]
+
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
+PLAIN = "#7f7f7f"
+#: marker symbols by the setting's rank of γ within its drafter (γ=2 circle, γ=4 square, ...)
+SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "star"]
+
+_AXIS: dict[str, Any] = {"gridcolor": "#ebebeb", "linecolor": "#aaaaaa", "showline": True, "zeroline": False,
+                         "automargin": True, "title": {"font": {"size": 11}, "standoff": 6}}
+SMALL: dict[str, Any] = {
+    "paper_bgcolor": "white",
+    "plot_bgcolor": "white",
+    "height": 330,
+    "margin": {"l": 50, "r": 12, "t": 32, "b": 10},
+    "title": {"font": {"size": 13}, "x": 0.01, "xanchor": "left", "y": 0.985, "yanchor": "top"},
+    "legend": {"font": {"size": 10}, "orientation": "h", "yanchor": "top", "y": -0.22, "x": 0, "xanchor": "left",
+               "traceorder": "normal"},
+    "font": {"size": 11, "family": "-apple-system, Segoe UI, Roboto, Helvetica, Arial, sans-serif", "color": "#333"},
+    "hoverlabel": {"font": {"size": 11}},
+    "hovermode": "closest",
+}
+CONFIG = {"displaylogo": False, "responsive": True, "displayModeBar": False}
+
+
+def drafter_colours(summary: dict[str, Any]) -> dict[str, str]:
+    """Drafter -> colour, in the order drafters first appear among the run's scenarios."""
+    names = dict.fromkeys(str(s.get("drafter")) for s in summary.get("scenarios") or [])
+    names.update(dict.fromkeys(str(s.get("drafter")) for s in summary.get("load_scenarios") or []))
+    return {d: PALETTE[i % len(PALETTE)] for i, d in enumerate(names)}
+
+
+def _figure(data: list[dict[str, Any]], title: str, x_title: str, y_title: str, xaxis: dict[str, Any] | None = None,
+            yaxis: dict[str, Any] | None = None, shapes: Sequence[dict[str, Any]] = (),
+            annotations: Sequence[dict[str, Any]] = (), **extra: Any) -> Figure:
+    layout = {**SMALL, "title": {**SMALL["title"], "text": title},
+              "xaxis": {**_AXIS, "title": {**_AXIS["title"], "text": x_title}, **(xaxis or {})},
+              "yaxis": {**_AXIS, "title": {**_AXIS["title"], "text": y_title}, **(yaxis or {})},
+              "shapes": list(shapes), "annotations": list(annotations), **extra}
+    return {"data": data, "layout": layout}
+
+
+def _unity(right: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The S = 1 line (plain decoding's speed) and its label."""
+    line = {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": 1, "y1": 1,
+            "line": {"dash": "dash", "color": PLAIN, "width": 1}}
+    label = {"xref": "paper", "x": 1 if right else 0, "xanchor": "right" if right else "left", "yref": "y", "y": 1,
+             "yanchor": "top", "text": "S = 1 (plain)", "showarrow": False, "font": {"size": 10, "color": PLAIN}}
+    return line, label
+
+
+def _chains(summary: dict[str, Any], key: tuple[str, float]) -> dict[str, list[dict[str, Any]]]:
+    """Drafter -> its solo chain scenarios of ``key`` (integer γ, no tree), sorted by γ."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for s in summary.get("scenarios") or []:
+        g = s.get("gamma")
+        if cat_key(s) == key and isinstance(g, int) and not isinstance(g, bool) and not s.get("tree_budget"):
+            out.setdefault(str(s["drafter"]), []).append(s)
+    return {d: sorted(v, key=lambda s: s["gamma"]) for d, v in out.items()}
+
+
+def _error_bars(rows: Sequence[dict[str, Any]], y: Sequence[float]) -> dict[str, Any]:
+    """Asymmetric error bars from each row's ``ci`` / ``speedup_ci`` (0 where a bound is missing)."""
+    cis = [r.get("ci") or r.get("speedup_ci") or (None, None) for r in rows]
+    return {"type": "data", "symmetric": False, "thickness": 1, "width": 3,
+            "array": [(c[1] - v) if c[1] is not None else 0 for c, v in zip(cis, y)],
+            "arrayminus": [(v - c[0]) if c[0] is not None else 0 for c, v in zip(cis, y)]}
+
+
+def speedup_vs_gamma(summary: dict[str, Any], key: tuple[str, float], colours: dict[str, str]) -> Figure | None:
+    """Measured S per γ, one line per drafter with its 95% CI; dotted: predicted from the fitted costs,
+    over the measured γ and two past them (and the predicted best γ)."""
+    chains = {d: [s for s in rows if s.get("speedup") is not None] for d, rows in _chains(summary, key).items()}
+    chains = {d: rows for d, rows in chains.items() if rows}
+    if not chains:
+        return None
+    data = []
+    for drafter, rows in chains.items():
+        y = [s["speedup"] for s in rows]
+        data.append({"type": "scatter", "x": [s["gamma"] for s in rows], "y": y, "mode": "lines+markers",
+                     "name": drafter, "legendgroup": drafter, "line": {"color": colours.get(drafter)},
+                     "error_y": _error_bars(rows, y),
+                     "hovertemplate": f"{drafter} γ=%{{x}}: S %{{y:.3f}}<extra></extra>"})
+    for opt in summary.get("optimal_gamma") or []:
+        d = str(opt.get("drafter"))
+        if cat_key(opt) != key or d not in chains or not opt.get("curve"):
+            continue
+        best = opt.get("predicted_best_gamma")
+        top = max(max(s["gamma"] for s in chains[d]) + 2, best if isinstance(best, int) else 0)
+        curve = [p for p in opt["curve"] if p.get("speedup") is not None and p["gamma"] <= top]
+        data.append({"type": "scatter", "x": [p["gamma"] for p in curve], "y": [p["speedup"] for p in curve],
+                     "mode": "lines", "line": {"dash": "dot", "color": colours.get(d), "width": 1},
+                     "name": f"{d} predicted", "legendgroup": d, "showlegend": False,
+                     "hovertemplate": f"{d} predicted γ=%{{x}}: S %{{y:.3f}}<extra></extra>"})
+    line, label = _unity()
+    return _figure(data, "S vs γ (95% CI; dotted: predicted)", "γ", "speed-up S", xaxis={"dtick": 1},
+                   shapes=[line], annotations=[label])
+
+
+def el_vs_gamma(summary: dict[str, Any], key: tuple[str, float], colours: dict[str, str]) -> Figure | None:
+    """E[L], tokens committed per full round, per γ: one line per drafter."""
+    chains = {d: [s for s in rows if (s.get("rounds") or {}).get("el_full") is not None]
+              for d, rows in _chains(summary, key).items()}
+    data = [{"type": "scatter", "x": [s["gamma"] for s in rows], "y": [s["rounds"]["el_full"] for s in rows],
+             "mode": "lines+markers", "name": drafter, "line": {"color": colours.get(drafter)},
+             "hovertemplate": f"{drafter} γ=%{{x}}: E[L] %{{y:.2f}}<extra></extra>"}
+            for drafter, rows in chains.items() if rows]
+    return _figure(data, "E[L]: tokens per round vs γ", "γ", "E[L]", xaxis={"dtick": 1}) if data else None
+
+
+def _setting_name(s: dict[str, Any]) -> str:
+    return "plain" if (s.get("drafter") or "none") == "none" else f"{s['drafter']} γ={s['gamma']}"
+
+
+def round_split(summary: dict[str, Any], key: tuple[str, float], colours: dict[str, str]) -> Figure | None:
+    """Mean full-round time per setting, stacked draft / verify / other, and the tick T0·E[L] (plain: T0)."""
+    rows = [b for b in summary.get("baselines") or [] if cat_key(b) == key]
+    rows += [s for s in summary.get("scenarios") or [] if cat_key(s) == key and not s.get("tree_budget")]
+    rows = [r for r in rows if (r.get("rounds") or {}).get("t_verify_ms") is not None]
+    if not any((r.get("drafter") or "none") != "none" for r in rows):
+        return None
+    names = [_setting_name(r) for r in rows]
+    data: list[dict[str, Any]] = [
+        {"type": "bar", "x": names, "y": [(r["rounds"].get(f"t_{part}_ms") or 0.0) for r in rows], "name": part,
+         "marker": {"color": colour}, "hovertemplate": f"%{{x}}: {part} %{{y:.2f}} ms<extra></extra>"}
+        for part, colour in (("draft", "#f4a261"), ("verify", "#457b9d"), ("other", "#a8dadc"))]
+    budget = []
+    for r in rows:
+        t0, el = r.get("t0_ms"), r["rounds"].get("el_full")
+        plain = (r.get("drafter") or "none") == "none"
+        budget.append(t0 if plain else (t0 * el if t0 is not None and el is not None else None))
+    data.append({"type": "scatter", "x": names, "y": budget, "mode": "markers", "name": "T0·E[L]",
+                 "marker": {"symbol": "line-ew-open", "size": 22, "color": "black", "line": {"width": 2}},
+                 "hovertemplate": "%{x}: break-even %{y:.2f} ms<extra></extra>"})
+    return _figure(data, "Round time: draft / verify / other (tick: T0·E[L])", "", "ms per round", barmode="stack")
+
+
+def acceptance(summary: dict[str, Any], key: tuple[str, float], colours: dict[str, str]) -> Figure | None:
+    """Conditional acceptance a_j = Pr(K ≥ j | K ≥ j−1) per position, one line per setting."""
+    data = []
+    for drafter, rows in _chains(summary, key).items():
+        for i, s in enumerate(rows):
+            chain = [c for c in (s.get("rounds") or {}).get("conditional_acceptance") or [] if c.get("a") is not None]
+            if chain:
+                data.append({"type": "scatter", "x": [c["position"] for c in chain], "y": [c["a"] for c in chain],
+                             "mode": "lines+markers", "name": _setting_name(s), "line": {"color": colours.get(drafter)},
+                             "marker": {"symbol": SYMBOLS[i % len(SYMBOLS)]},
+                             "customdata": [c.get("at_risk") for c in chain],
+                             "hovertemplate": f"{_setting_name(s)} j=%{{x}}: a=%{{y:.3f}} (n=%{{customdata}})"
+                                              "<extra></extra>"})
+    if not data:
+        return None
+    return _figure(data, "Acceptance a_j by position", "position j", "a_j", yaxis={"range": [0, 1.05]},
+                   xaxis={"dtick": 1})
+
+
+def crossover(summary: dict[str, Any], key: tuple[str, float], colours: dict[str, str]) -> Figure | None:
+    """S vs load per setting: solid over measured loads, dashed (open markers) over simulated ones, the
+    dashed part starting at the last measured point; None when the category was decided at one load only."""
+    curves = crossover_points(summary, key)
+    loads = sorted({p["load"] for pts in curves.values() for p in pts})
+    if len(loads) < 2:
+        return None
+    data = []
+    rank: dict[str, int] = {}
+    for name, pts in curves.items():
+        drafter = name.split(" γ=")[0]
+        symbol = SYMBOLS[rank.setdefault(drafter, 0) % len(SYMBOLS)]
+        rank[drafter] += 1
+        real = [p for p in pts if not p["simulated"]]
+        sim = [p for p in pts if p["simulated"]]
+        for part, dash, show in ((real, "solid", True), ((real[-1:] + sim) if sim else [], "dash", not real)):
+            if not part:
+                continue
+            y = [p["speedup"] for p in part]
+            data.append({
+                "type": "scatter", "x": [p["load"] for p in part], "y": y, "mode": "lines+markers", "name": name,
+                "legendgroup": name, "showlegend": show, "line": {"color": colours.get(drafter), "dash": dash},
+                "marker": {"symbol": [f"{symbol}-open" if p["simulated"] else symbol for p in part], "size": 8},
+                "error_y": _error_bars(part, y),
+                "customdata": ["simulated" if p["simulated"] else "measured" for p in part],
+                "hovertemplate": f"{name} at load %{{x}} (%{{customdata}}): S %{{y:.3f}}<extra></extra>"})
+    line, label = _unity(right=False)
+    shapes, notes = [line], [label]
+    sim_loads = sorted({p["load"] for pts in curves.values() for p in pts if p["simulated"]})
+    if sim_loads:  # the border halfway (on the log axis) between the last measured and first simulated load
+        below = [x for x in loads if x < sim_loads[0]]
+        at = math.sqrt(below[-1] * sim_loads[0]) if below else sim_loads[0]
+        # on a log axis a shape takes the load itself, an annotation its log10
+        shapes.append({"type": "line", "x0": at, "x1": at, "xref": "x", "y0": 0, "y1": 1, "yref": "paper",
+                       "line": {"dash": "dot", "color": PLAIN, "width": 1}})
+        notes.append({"x": math.log10(at), "xref": "x", "y": 1, "yref": "paper", "text": "simulated →",
+                      "showarrow": False, "xanchor": "left", "yanchor": "top", "font": {"size": 10, "color": PLAIN}})
+    return _figure(data, "S vs load (dashed, open: simulated)", "load (concurrent requests)", "speed-up S",
+                   xaxis={"type": "log", "tickvals": loads, "ticktext": [str(x) for x in loads]},
+                   shapes=shapes, annotations=notes)
+
+
+#: the section's figures, in the order shown: (id suffix, builder)
+CATEGORY_FIGURES = (("speedup", speedup_vs_gamma), ("crossover", crossover), ("el", el_vs_gamma),
+                    ("rounds", round_split), ("acceptance", acceptance))
+
+
+def figure_html(div_id: str, fig: Figure, config: dict[str, Any] | None = None) -> str:
+    """A ``<div>`` and the inline script that draws ``fig`` into it (plotly.js loaded once by the page);
+    ``</`` is escaped so no string in the data can close the script."""
+    payload = ", ".join(json.dumps(x, ensure_ascii=False, allow_nan=False).replace("</", "<\\/")
+                        for x in (fig["data"], fig["layout"], config or CONFIG))
+    height = fig["layout"].get("height", 330)
+    return (f'<div id="{div_id}" class="plotly-graph-div" style="height:{height}px; width:100%;"></div>\n'
+            f'<script>if (window.Plotly) Plotly.newPlot("{div_id}", {payload});</script>')
+
+
+def category_figures(summary: dict[str, Any]) -> dict[str, Figure]:
+    """``plot-<category>-T<t>-<figure>`` -> its figure JSON, for every (category, temperature) with a
+    verdict and every figure that has data."""
+    colours = drafter_colours(summary)
+    out = {}
+    for key in dict.fromkeys(cat_key(v) for v in summary.get("verdicts") or []):
+        for suffix, build in CATEGORY_FIGURES:
+            fig = build(summary, key, colours)
+            if fig is not None:
+                out[f"plot-{slug(key)}-{suffix}"] = fig
+    return out
+
+
+def category_figure_divs(summary: dict[str, Any]) -> dict[str, str]:
+    """:func:`category_figures` as HTML (:func:`figure_html`)."""
+    return {div_id: figure_html(div_id, fig) for div_id, fig in category_figures(summary).items()}
+
+
+__all__ = ["CATEGORY_FIGURES", "acceptance", "category_figure_divs", "category_figures", "crossover",
+           "el_vs_gamma", "figure_html", "round_split", "speedup_vs_gamma"]
