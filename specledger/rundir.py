@@ -84,12 +84,16 @@ def json_safe(obj: object, depth: int = MAX_JSON_DEPTH) -> object:
     return obj
 
 
+#: :func:`write_text_atomic`'s temp file beside NAME is ``.NAME.<random>`` + this suffix
+TEMP_SUFFIX = ".tmp"
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` via a temp file in the same folder, fsync and ``os.replace``;
     the folder is created if needed. The file is world-readable (0644): a report is meant to be shared."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -398,11 +402,24 @@ class RunDir:
         """Remove a torn last line of the trace (:func:`repair_tail`); the bytes removed."""
         return repair_tail(self.trace_path)
 
+    def remove_stale_temp_files(self) -> list[str]:
+        """Delete the temp files that interrupted atomic writes of the folder's own files left behind
+        (``.NAME.<random>.tmp`` for a NAME of this module, :func:`write_text_atomic`: a kill between
+        writing the temp file and its ``os.replace``; a 5 MB ``report.html`` each); returns their names.
+        For the one writer of a run being continued (``run --resume``): a concurrent writer's temp file
+        would go too."""
+        names = {META_NAME, SUMMARY_NAME, COST_MODEL_JSON, HTML_NAME, *EXPERIMENT_FILES.values(), *ENDPOINT_FILES}
+        stale = [p for p in self.path.glob(f".*{TEMP_SUFFIX}")
+                 if p.is_file() and p.name[1:].rsplit(".", 2)[0] in names]
+        for p in stale:
+            p.unlink(missing_ok=True)
+        return sorted(p.name for p in stale)
+
 
 __all__ = [
     "COST_MODEL_JSON", "ENDPOINT_FILES", "ENDPOINT_KEYS", "EXPERIMENT_FILES", "GUIDELLM_JSON", "HTML_NAME",
     "META_NAME", "ONE_LINE_BELOW", "POLICIES_JSON", "PROBE_JSON", "QUANT_JSON", "RunDir", "SERVING_JSON",
-    "SIMULATE_JSON", "SUMMARY_NAME", "TRACE_NAME", "VLLM_BENCH_JSON", "append_records", "dumps_json",
-    "json_safe", "read_json", "read_records", "repair_tail", "summary_meta", "write_json_atomic",
+    "SIMULATE_JSON", "SUMMARY_NAME", "TEMP_SUFFIX", "TRACE_NAME", "VLLM_BENCH_JSON", "append_records",
+    "dumps_json", "json_safe", "read_json", "read_records", "repair_tail", "summary_meta", "write_json_atomic",
     "write_text_atomic",
 ]

@@ -149,6 +149,7 @@ def summarize(
             "experiment_requests": len(all_records) - len(records),
             "experiments": dict(experiments or {}),
             "verdicts": decided,
+            **({"race": meta["race"]} if isinstance(meta.get("race"), dict) else {}),  # the main job's race
             "schedules": [{k: v for k, v in sch.items() if k != "cells"} for sch in schedules(decided, slo.target_load)],
             "loads": loads,
             "simulated_loads": sim_loads,

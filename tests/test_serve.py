@@ -827,16 +827,9 @@ def test_a_burst_is_admitted_up_to_queue_plus_batch() -> None:
 
 def _raw(url: str, data: bytes, read_timeout: float = 10.0) -> bytes:
     """Send raw bytes on a fresh connection; everything the server answers until it closes."""
-    import socket
-    from urllib.parse import urlsplit
+    from tests.test_serve_hostile import raw_request
 
-    parts = urlsplit(url)
-    with socket.create_connection((parts.hostname, parts.port), timeout=read_timeout) as sock:
-        sock.sendall(data)
-        out = b""
-        while chunk := sock.recv(65536):
-            out += chunk
-        return out
+    return raw_request(url, data, read_timeout)
 
 
 def test_hardening_body_limits_errors_and_unsupported_fields() -> None:

@@ -256,7 +256,8 @@ def decide_group(items: Sequence[dict[str, Any]], slo: SLO, base: dict[str, Any]
 
     A setting is *safe* when, paired, no other eligible setting can be more than the margin m faster:
     for every other b the lower bound of S_s / S_b exceeds 1/(1+m). The decision is resolved when some
-    safe setting pays (the rule picks among them: all are within m of the best), or when no eligible
+    setting pays and some safe setting is faster than plain (the rule picks among the safe ones faster than
+    plain: all are within m of the best), or when no eligible
     setting can be more than m faster than plain (off). Otherwise it is open, with the leader and every
     setting that could still beat it by more than m as the contenders (the race runs those)."""
     alpha, margin = slo.decision_alpha, slo.equivalence_margin
@@ -282,14 +283,29 @@ def decide_group(items: Sequence[dict[str, Any]], slo: SLO, base: dict[str, Any]
 
     paying = [x for x in eligible if _pays(ivs[id(x)], slo) == "pays"]
     leader = max(paying or eligible, key=lambda x: x["speedup"])  # a faster point that may not pay contends
-    pool = [x for x in paying if safe(x)]
     hinge = [x for x in measured if x not in eligible and x["speedup"] > leader["speedup"]
              and _marginally_blocked(x, slo) and _pays(ivs[id(x)], slo) != "slower"]
-    if pool:
-        chosen = min(pool, key=lambda x: (*memory_key(x), -x["speedup"]))
+    # The target is reproducible: the rule's first setting (cheaper in memory, then smaller γ) among those within
+    # the margin of the best. Walk the settings faster than plain in the rule's order: the first one that is safe
+    # is the pick; one proven slower than another setting (paired upper bound below 1) is passed over; one that
+    # is neither keeps the decision open (a rerun could pick it or pass it: the race measures it further).
+    chosen, undecided = None, None
+    if paying:
+        for x in sorted((x for x in eligible if x["speedup"] > 1.0), key=lambda x: (*memory_key(x), -x["speedup"])):
+            if safe(x):
+                chosen = x
+                break
+            if any(pair[(id(x), id(y))].hi < 1.0 for y in eligible if y is not x):
+                continue
+            undecided = x
+            break
+    if chosen is not None:
         entry = _resolved_deploy(base, chosen, [x for x in eligible if x is not chosen], ivs, pair, slo)
     elif all(_pays(ivs[id(x)], slo) in ("no gain", "slower") for x in eligible):
         entry = _resolved_off(base, leader, ivs[id(leader)], slo)
+    elif undecided is not None and undecided is not leader:
+        entry = _open(base, undecided, [x for x in eligible if x is not undecided], ivs, pair, slo,
+                      pays=_pays(ivs[id(undecided)], slo) == "pays", leader=leader)
     else:
         entry = _open(base, leader, [x for x in eligible if x is not leader], ivs, pair, slo,
                       pays=bool(paying) and leader in paying)
@@ -358,27 +374,34 @@ def _resolved_off(base: dict[str, Any], leader: dict[str, Any], il: RatioInterva
             "contenders": [], "reason": f"Off: {why}."}
 
 
-def _open(base: dict[str, Any], leader: dict[str, Any], others: Sequence[dict[str, Any]],
+def _open(base: dict[str, Any], focus: dict[str, Any], others: Sequence[dict[str, Any]],
           ivs: Mapping[int, RatioInterval], pair: Mapping[tuple[int, int], RatioInterval], slo: SLO,
-          pays: bool) -> dict[str, Any]:
-    """Open: the leader and every setting that could still beat it by more than the margin (and could pay)."""
-    margin, il = slo.equivalence_margin, ivs[id(leader)]
-    rivals = [(x, pair[(id(leader), id(x))]) for x in others
-              if _lo(pair[(id(leader), id(x))]) <= 1.0 / (1.0 + margin)
+          pays: bool, leader: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Open: ``focus`` (the leader, or the rule's first setting whose place is unsettled) and every setting that
+    could still beat it by more than the margin (and could pay) are the contenders; with ``leader`` (the
+    fastest paying setting) given, that is the provisional deploy."""
+    margin = slo.equivalence_margin
+    shown = leader if leader is not None else focus
+    il = ivs[id(shown)]
+    rivals = [(x, pair[(id(focus), id(x))]) for x in others
+              if _lo(pair[(id(focus), id(x))]) <= 1.0 / (1.0 + margin)
               and _pays(ivs[id(x)], slo) not in ("no gain", "slower")]
     need = [n for _, v in rivals if (n := prompts_to_settle(v, margin)) is not None]
     if not pays and (n := prompts_to_settle(il, margin)) is not None:
         need.append(n)
-    lead = f"{setting_name(leader)} S {il.ratio:.2f} [{_fmt_ci(il)}]"
+    lead = f"{setting_name(shown)} S {il.ratio:.2f} [{_fmt_ci(il)}]"
     if rivals:
         x, v = min(rivals, key=lambda p: _lo(p[1]))
-        head = (f"{setting_name(leader)} vs {setting_name(x)}: paired ratio {v.ratio:.3f} [{_fmt_ci(v)}] after "
+        head = (f"{setting_name(focus)} vs {setting_name(x)}: paired ratio {v.ratio:.3f} [{_fmt_ci(v)}] after "
                 f"{v.n} prompts; {setting_name(x)} could still be more than {100 * margin:.0f} % faster")
     else:
         head = f"{lead} could be above or below 1 after {il.n} prompts"
-    out = {**_entry(base, leader, il, "deploy" if pays else "off"), "resolution": "open", "resolved": False,
-           "prompts_needed": max(need) if need else None, "tied_with": [x["label"] for x, _ in rivals],
-           "contenders": [setting_name(leader), *(setting_name(x) for x, _ in rivals)], "headline": head}
+    names = [setting_name(focus), *(setting_name(x) for x, _ in rivals)]
+    if leader is not None and setting_name(leader) not in names:
+        names.insert(0, setting_name(leader))
+    out = {**_entry(base, shown, il, "deploy" if (pays or leader is not None) else "off"), "resolution": "open",
+           "resolved": False, "prompts_needed": max(need) if need else None,
+           "tied_with": [x["label"] for x, _ in rivals], "contenders": names, "headline": head}
     out["reason"] = ((f"{lead} pays; " if pays else "Off until resolved: ") + f"not yet resolved: {head}"
                      + (f"; ≈ {out['prompts_needed']} paired prompts would settle it." if need else "."))
     return out

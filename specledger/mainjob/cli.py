@@ -77,7 +77,7 @@ def run(
                                                   "(a measured or a simulated load).")] = None,
     seed: Annotated[int, typer.Option(help="Workload sampling and sampling seed.")] = 0,
     budget: Annotated[str | None, typer.Option(help="Time budget of the run, start to report (e.g. 330, 90s, 6m; "
-                                                  "default 5.5m, so that `make run` fits 8 minutes with set-up). "
+                                                  "default 6m, so that `make run` fits 8 minutes with set-up). "
                                                   "After the first prompts the job races: more prompts where a "
                                                   "decision is open, clearly losing settings dropped, until every "
                                                   "decision is resolved or the budget is spent. 'none': no race.")]

@@ -30,8 +30,10 @@ from specledger.records import EXPERIMENT_KEY
 from specledger.rundir import SURFACE_KEY, RunDir
 
 DEFAULT_CATEGORIES = ("code", "code-edit", "extraction", "agent", "dialogue", "summary", "math", "random")
-#: drafters of ``make run`` (the default preset); --full adds quant-self
-DEFAULT_DRAFTERS = ("ngram", "suffix", "layerskip")
+#: drafters of ``make run`` (the default preset): the model-free ones, which pay on this CPU. layerskip (S about
+#: 0.5 here: a draft pass costs most of a verify pass) is dropped by every race at its first look, so it only
+#: cost the budget; --drafters ngram,suffix,layerskip or --full runs it (--full adds quant-self too)
+DEFAULT_DRAFTERS = ("ngram", "suffix")
 #: concurrencies of the presets (1 = the solo job); chosen so that ``make run`` fits 10 minutes on 2 cores
 #: (estimated: load 16 adds about 2 minutes to the default run, load 4 about 2.5 more: ``--loads 1,4,16``)
 DEFAULT_LOADS = (1, 16)
@@ -41,7 +43,9 @@ FULL_LOADS = (1, 2, 4, 8, 16, 32)
 SIMULATED_LOADS = (64,)
 #: ``make run``'s time budget (seconds, from the start of ``specledger run`` to its report): with set-up on a
 #: fresh clone it fits 8 minutes on 2 cores; racing spends what the initial prompts leave
-DEFAULT_BUDGET_S = 330.0
+DEFAULT_BUDGET_S = 360.0
+#: ``--quick``'s budget
+QUICK_BUDGET_S = 150.0
 #: prompts per category before racing: 2, the least that gives an interval (Student's t with 1 degree of
 #: freedom, 6.3 at α = 0.05, so only large differences -- a drafter at half plain's speed -- resolve there);
 #: the race adds prompts only where decisions stay open
@@ -143,7 +147,7 @@ def preset(name: str) -> RunPlan:
         return RunPlan(categories=["code-edit", "dialogue", "math"], n_per_category=2,
                        drafters=["ngram", "suffix", "layerskip"], gammas=[4], max_tokens=40,
                        loads=list(QUICK_LOADS), category_max_tokens=dict(QUALITY_MAX_TOKENS),
-                       simulate_loads=list(SIMULATED_LOADS))
+                       simulate_loads=list(SIMULATED_LOADS), budget_s=QUICK_BUDGET_S)
     if name == "default":  # quant-self (S ~0.5 on this CPU, a third of the run's time) is left to --full
         return RunPlan(n_per_category=DEFAULT_INITIAL_PROMPTS, drafters=list(DEFAULT_DRAFTERS),
                        loads=list(DEFAULT_LOADS), category_max_tokens=dict(QUALITY_MAX_TOKENS),
@@ -420,6 +424,8 @@ def run(
     if plan.budget_s is not None:
         check_budget(plan, meta[SURFACE_KEY], time.monotonic() - started, sorted({it.category for it in items}))
     rd.write_meta(meta)
+    if resume:  # what a kill inside an atomic write left (a report's temp copy): rewritten before the end
+        rd.remove_stale_temp_files()
     if resume and (removed := rd.repair_tail()):
         warn(f"{trace_path}: removed the torn last line ({removed} bytes) the interruption left; "
              "that request runs again", SpecLedgerWarning, stacklevel=2)
@@ -482,29 +488,28 @@ def run(
 
 
 #: share of the budget kept for the load points, which run after the race with the settings it left
-LOAD_POINTS_SHARE = 0.25
-#: settings per category the load points keep from an open decision (its leader and closest rival)
-LOAD_POINT_CONTENDERS = 2
+LOAD_POINTS_SHARE = 0.15
+#: speculative settings the load points keep after a race: the ones most categories' decisions stand on
+LOAD_POINT_SETTINGS = 2
 
 
 def survivor_settings(decisions: Sequence[dict[str, Any]], plan: RunPlan) -> list[tuple[str, int]]:
-    """Plain, then the (drafter, γ) each category's decision still stands on: the chosen setting of a
-    resolved deploy, the leader and its closest rival of an open one (chains only; none from an off or a
-    control). Every chain setting when the decisions name none (e.g. all off: loads then show why)."""
-    keep: list[tuple[str, int]] = []
+    """Plain, then the (drafter, γ) most categories' decisions stand on after the race (the chosen setting of
+    a deploy, the leader of an open decision; chains only), at most :data:`LOAD_POINT_SETTINGS` of them; the
+    plan's first chain setting when the decisions name none (everything off: the loads then show why)."""
+    votes: dict[tuple[str, int], int] = {}
     for v in decisions:
-        if v.get("decision") in ("control", "no-decision"):
+        if v.get("decision") in ("control", "no-decision") or not v.get("setting"):
             continue
-        names = v.get("contenders")[:LOAD_POINT_CONTENDERS] if v.get("contenders") else (
-            [v["setting"]] if v.get("decision") == "deploy" and v.get("setting") else [])
-        for name in names:
-            drafter, _, gamma = name.partition(" γ=")
-            if gamma.isdigit() and (drafter, int(gamma)) not in keep:
-                keep.append((drafter, int(gamma)))
-    if not keep:
-        keep = [(d, g) for d in plan.drafters for g in plan.gammas_for(d)]
-    order = {(d, g): i for i, (d, g) in enumerate((d, g) for d in plan.drafters for g in plan.gammas_for(d))}
-    return [("none", 0)] + sorted(keep, key=lambda s: order.get(s, len(order)))
+        if v.get("decision") == "off" and v.get("resolved"):
+            continue
+        drafter, _, gamma = str(v["setting"]).partition(" γ=")
+        if gamma.isdigit():
+            votes[(drafter, int(gamma))] = votes.get((drafter, int(gamma)), 0) + 1
+    order = [(d, g) for d in plan.drafters for g in plan.gammas_for(d)]
+    keep = sorted(votes, key=lambda k: (-votes[k], order.index(k) if k in order else len(order)))
+    keep = keep[:LOAD_POINT_SETTINGS] or order[:1]
+    return [("none", 0)] + sorted(keep, key=lambda k: order.index(k) if k in order else len(order))
 
 
 def check_budget(plan: RunPlan, surface: dict[str, Any], spent_s: float, categories: Sequence[str] = ()) -> None:
@@ -538,7 +543,7 @@ def _race(rd: RunDir, plan: RunPlan, by_id: dict[str, Any], register: Callable[[
 
     def decide() -> list[dict[str, Any]]:
         records = rd.records_so_far()
-        return solo_decisions(records, with_measured_margin(slo or SLO(), records))
+        return solo_decisions(records, with_measured_margin(slo or SLO(), records), n_resamples=0)
 
     def more(category: str, k: int) -> list[str]:
         return register(pool.more(category, k))

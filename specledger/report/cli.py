@@ -331,6 +331,7 @@ def report(
         int, typer.Option("--resamples", min=0, help="Bootstrap resamples for the speed-up CI.")
     ] = 1000,
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Print the full tables after the answer.")] = False,
     simulate_loads: Annotated[
         str | None,
         typer.Option("--simulate-loads", help="Loads to simulate beyond the measured ones, e.g. 64,256, or none "
@@ -347,9 +348,12 @@ def report(
     if json_output:
         typer.echo(json.dumps(summary, indent=2, ensure_ascii=False))
     else:
+        from specledger.report.console import print_answer
+
         console = Console()
-        print_summary(summary, console)
-        print_experiments(summary, console)
+        print_answer(summary, console, verbose=verbose)
+        if verbose:
+            print_experiments(summary, console)
         console.print(f"report: {html_path}\nsummary: {html_path.with_name('summary.json')}")
     if open_:
         import webbrowser

@@ -140,8 +140,10 @@ def answer_lines(summary: dict[str, Any]) -> list[str]:
 def print_answer(summary: dict[str, Any], console: Console | None = None, verbose: bool = False) -> None:
     """The answer lines; with ``verbose`` the full tables after them."""
     console = console or Console()
-    for line in answer_lines(summary):
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    from specledger.probe.safe_text import visible
+
+    for line in answer_lines(summary):  # control characters of file-supplied names shown, never sent raw
+        console.print(visible(line), markup=False, highlight=False, soft_wrap=True)
     if verbose:
         from specledger.report.cli import print_summary
 
