@@ -85,3 +85,24 @@ def test_budget_parsing_and_a_budget_below_one_prompt_are_one_line_errors():
     check_budget(RunPlan(drafters=["ngram"], gammas=[2, 4], max_tokens=40, budget_s=60.0), surface, 5.0, ["chat"])
     with pytest.raises(SpecLedgerError, match="--budget must be a positive time"):
         RunPlan(budget_s=-1.0).validate()
+
+
+def test_replies_that_end_at_their_first_token_get_no_decision_through_the_whole_summary():
+    """The raw-text case of issue 33: an instruct model answered every prompt with EOS at once (1 output token,
+    0 speculative rounds); the prefill noise of 8 prompts read 'deploy ngram γ=2: S = 1.06, resolved'. The
+    summary now gives no decision and says what to change."""
+    from specledger.records import RoundRecord
+    from specledger.summary import summarize
+    from tests.synthetic import request_from_rounds
+
+    records = []
+    for i in range(8):
+        for drafter, gamma, prefill in (("none", 0, 0.050), ("ngram", 2, 0.047 + 0.001 * (i % 3))):
+            one = [RoundRecord(drafter, gamma, 0, 0, 1, True, 0.0, 0.0, 0.0, 10)]
+            r = request_from_rounds(f"{drafter}{i}", f"p{i}", one, category="sql-edit", t_prefill=prefill)
+            r.drafter, r.gamma, r.rounds = drafter, gamma, []
+            records.append(r)
+    summary = summarize(records, {}, n_resamples=50)
+    (v,) = [v for v in summary["verdicts"] if v["category"] == "sql-edit"]
+    assert v["decision"] == "no-decision" and v["resolved"] is False
+    assert "messages" in v["reason"] and "max-tokens" in v["reason"]
