@@ -238,6 +238,8 @@ class PromptPool:
 
     def __init__(self, plan: RunPlan, used: set[str]) -> None:
         self.plan, self.used = plan, used
+        self._cache: dict[str, list[Any]] = {}
+        self._asked: dict[str, int] = {}
         self._file: dict[str, list[Any]] | None = None
         if plan.workload_file:
             from specledger.workloads.jsonl import load_jsonl
@@ -246,6 +248,17 @@ class PromptPool:
             for it in load_jsonl(plan.workload_file)[0]:
                 self._file.setdefault(it.category, []).append(it)
 
+    def _bundled(self, category: str, k: int) -> list[Any]:
+        """The category's items in their seeded order, loaded once and extended when a race needs more."""
+        from specledger.workloads.catalog import load_category
+
+        have = self._cache.get(category, [])
+        unused = sum(it.id not in self.used for it in have)
+        if unused < k and (not have or len(have) >= self._asked.get(category, 0)):
+            self._asked[category] = 2 * len(have) + 64
+            have = self._cache[category] = load_category(category, self._asked[category], seed=self.plan.seed)
+        return have
+
     def more(self, category: str, k: int) -> list[Any]:
         """Up to ``k`` items of ``category`` not used yet (none for the random control)."""
         if self._file is not None:
@@ -253,9 +266,7 @@ class PromptPool:
         elif category == "random":
             return []
         else:
-            from specledger.workloads.catalog import load_category
-
-            pool = load_category(category, len([u for u in self.used if u]) + 4 * k + 64, seed=self.plan.seed)
+            pool = self._bundled(category, k)
         out = [it for it in pool if it.id not in self.used][:k]
         self.used.update(it.id for it in out)
         return out
@@ -546,7 +557,11 @@ def _race(rd: RunDir, plan: RunPlan, by_id: dict[str, Any], register: Callable[[
         return solo_decisions(records, with_measured_margin(slo or SLO(), records), n_resamples=0)
 
     def more(category: str, k: int) -> list[str]:
-        return register(pool.more(category, k))
+        """Up to ``k`` new prompts that fit the prompt budget (long ones are skipped, and more are drawn)."""
+        ids: list[str] = []
+        while len(ids) < k and (batch := pool.more(category, k - len(ids))):
+            ids += register(batch)
+        return ids
 
     def run_prompts(category: str, temperature: float, ids: list[str], keep: list[Any]) -> None:
         jobs = [j for pid in ids for j in [Job(pid, "none", 0, temperature)]
