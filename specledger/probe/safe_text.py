@@ -31,8 +31,10 @@ def _escape_char(match: re.Match[str]) -> str:
 
 
 def visible(value: Any, limit: int | None = None) -> str:
-    """``str(value)`` with control and bidi-override characters written as visible escapes (one line)."""
-    text = _UNSAFE.sub(_escape_char, value if isinstance(value, str) else str(value))
+    """``str(value)`` with control and bidi-override characters written as visible escapes (one line). A
+    backslash right before ``[`` is written ``\\x5c`` too: Rich reads ``\\[`` as an escaped bracket even in
+    escaped text, so it would silently drop that backslash."""
+    text = _UNSAFE.sub(_escape_char, value if isinstance(value, str) else str(value)).replace("\\[", "\\x5c[")
     if limit is not None and len(text) > limit:
         text = text[: max(limit - 3, 0)] + "..."
     return text

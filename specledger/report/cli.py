@@ -352,7 +352,7 @@ def report(
 
         console = Console()
         print_answer(summary, console, verbose=verbose)
-        if verbose:
+        if verbose or not summary.get("verdicts"):  # an import or a probe without a baseline: its figures
             print_experiments(summary, console)
         console.print(f"report: {html_path}\nsummary: {html_path.with_name('summary.json')}")
     if open_:
