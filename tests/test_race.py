@@ -40,7 +40,7 @@ class FakeJob:
         self.pool[cat] -= k
         return [f"{cat}{self.count[cat] + i}" for i in range(k)]
 
-    def run(self, cat: str, temp: float, ids: list[str], keep: list[Setting]) -> None:
+    def run(self, cat: str, temp: float, ids: list[str], keep: list[Setting], with_plain: bool = True) -> None:
         self.ran.append((cat, [s.name for s in keep]))
         self.count[cat] += len(ids)
         self.now += len(ids)

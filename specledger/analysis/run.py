@@ -72,8 +72,11 @@ def analyze_scenario(
     st, ss = per_prompt_totals(spec_p, prompts)
     bt, bs = per_prompt_totals(base_p, prompts)
     # what the paired decisions (specledger.gates.paired) compare: per-prompt totals of both sides
+    own = sorted(by_prompt(records))  # every prompt this setting ran: settings compare on those both ran
+    ot, os_ = per_prompt_totals(records, own)
     out["per_prompt"] = {"prompts": list(prompts), "tokens": st.tolist(), "seconds": ss.tolist(),
-                         "base_tokens": bt.tolist(), "base_seconds": bs.tolist()}
+                         "base_tokens": bt.tolist(), "base_seconds": bs.tolist(),
+                         "own": {"prompts": own, "tokens": ot.tolist(), "seconds": os_.tolist()}}
     point, low, high = paired_speedup_bootstrap(st, ss, bt, bs, n_resamples=n_resamples, seed=seed)
     t0 = baseline_t0(base_p)
     spec_ledger = {**round_stats(spec_p), **totals(spec_p)}

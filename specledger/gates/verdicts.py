@@ -158,8 +158,9 @@ def _compare(a: Mapping[str, Any], b: Mapping[str, Any], ia: RatioInterval, ib: 
     """S_a / S_b paired on the prompts both ran; without per-prompt totals, the ratio of the points with an
     interval only when the two intervals do not overlap (then it excludes 1), else unbounded."""
     pa, pb = a.get("per_prompt"), b.get("per_prompt")
-    if pa and pb and pa.get("prompts") and pb.get("prompts"):
-        return setting_ratio(PerPrompt.from_dict(pa), PerPrompt.from_dict(pb), alpha)
+    if pa and pb and pa.get("prompts") and pb.get("prompts"):  # on every prompt both ran, plain or not
+        return setting_ratio(PerPrompt.from_dict(pa.get("own") or pa), PerPrompt.from_dict(pb.get("own") or pb),
+                             alpha)
     ratio = ia.ratio / ib.ratio if ib.ratio else math.nan
     if ia.lo > ib.hi and ib.hi > 0:
         return RatioInterval(ratio, ia.lo / ib.hi, math.inf, min(ia.n, ib.n))
@@ -401,7 +402,9 @@ def _open(base: dict[str, Any], focus: dict[str, Any], others: Sequence[dict[str
         names.insert(0, setting_name(leader))
     out = {**_entry(base, shown, il, "deploy" if (pays or leader is not None) else "off"), "resolution": "open",
            "resolved": False, "prompts_needed": max(need) if need else None,
-           "tied_with": [x["label"] for x, _ in rivals], "contenders": names, "headline": head}
+           "tied_with": [x["label"] for x, _ in rivals], "contenders": names, "headline": head,
+           # what is open is between settings once one is proven to pay: more prompts need no plain run
+           "needs_plain": not (pays or leader is not None)}
     out["reason"] = ((f"{lead} pays; " if pays else "Off until resolved: ") + f"not yet resolved: {head}"
                      + (f"; ≈ {out['prompts_needed']} paired prompts would settle it." if need else "."))
     return out

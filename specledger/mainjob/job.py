@@ -563,8 +563,8 @@ def _race(rd: RunDir, plan: RunPlan, by_id: dict[str, Any], register: Callable[[
             ids += register(batch)
         return ids
 
-    def run_prompts(category: str, temperature: float, ids: list[str], keep: list[Any]) -> None:
-        jobs = [j for pid in ids for j in [Job(pid, "none", 0, temperature)]
+    def run_prompts(category: str, temperature: float, ids: list[str], keep: list[Any], with_plain: bool) -> None:
+        jobs = [j for pid in ids for j in [Job(pid, "none", 0, temperature)][: int(with_plain)]
                 + [Job(pid, s.drafter, s.gamma, temperature, s.tree_budget) for s in keep]]
         jobs = [j for j in jobs if j.key not in done]
         if progress:

@@ -78,7 +78,7 @@ def race(
     deadline: float,
     decide: Callable[[], list[dict[str, Any]]],
     more_prompts: Callable[[str, int], list[str]],
-    run_prompts: Callable[[str, float, list[str], list[Setting]], None],
+    run_prompts: Callable[[str, float, list[str], list[Setting], bool], None],
     settings: Sequence[Setting],
     prompts_so_far: Callable[[str], int],
     step: int = RACE_STEP,
@@ -88,7 +88,8 @@ def race(
     """Run race rounds until every decision is resolved, nothing can be added, or ``deadline`` (a
     ``clock`` time) is near. ``decide()`` returns the current decisions; ``more_prompts(category, k)``
     the ids of up to k unused prompts of a category (registered for running); ``run_prompts(category,
-    temperature, ids, settings)`` runs plain + those settings on them; ``prompts_so_far(category)``
+    temperature, ids, settings, with_plain)`` runs those settings on them, and plain decoding too when the
+    decision still needs it (an open S against plain; comparisons between settings need no plain run); ``prompts_so_far(category)``
     counts the category's prompts."""
     by_name = {s.name: s for s in settings}
     dropped: set[tuple[str, float, str]] = set()
@@ -119,7 +120,7 @@ def race(
                 continue
             keep = [by_name[n] for n in contenders(v) if n in by_name]
             t0 = clock()
-            run_prompts(cat, temp, ids, keep)
+            run_prompts(cat, temp, ids, keep, bool(v.get("needs_plain", True)))
             group_time.setdefault(cat, []).append((clock() - t0) / len(ids))
             log.rounds.append({"after_s": round(log.elapsed(), 1), "category": cat, "temperature": temp,
                                "added_prompts": len(ids), "settings": [s.name for s in keep],
