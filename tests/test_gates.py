@@ -346,6 +346,10 @@ def test_the_slo_out_of_reach_at_a_load_is_said_and_latency_is_judged_against_pl
     assert g.status == "pass" and "vs plain 2348.0" in g.evidence and "plain misses 2000 too" in g.evidence
     assert latency_gate(lat(2325.7)).status == "fail"  # alone it fails
     assert latency_gate(lat(3000.0), SLO(), lat(2348.0)).status == "fail"  # much worse than plain: still a fail
+    # ngram prefills exactly as plain: its TTFT beyond plain's is the machine's noise, judged on plain's figure
+    assert latency_gate(lat(3000.0), SLO(), lat(2348.0), "ngram").status == "pass"
+    assert latency_gate(lat(3000.0), SLO(), lat(2348.0), "layerskip").status == "fail"
+    assert latency_gate(lat(3000.0), SLO(), lat(1500.0), "ngram").status == "fail"  # plain meets it: absolute
     s = _paired("ngram", 4, PLAIN, [1.22] * 8)
     s["gates"]["latency"] = g.to_dict()
     (v,) = verdicts([s], plain_latency={("code", 0.0): plain})

@@ -25,7 +25,7 @@ def evaluate_gates(
     return {
         "correctness": correctness_gate(spec, base, float(scenario["temperature"]), slo),
         "quality": quality_gate(spec, base, slo.quality_tolerance),
-        "latency": latency_gate(scenario["latency"], slo, plain_latency),
+        "latency": latency_gate(scenario["latency"], slo, plain_latency, scenario.get("drafter")),
         "capacity": capacity_gate(
             scenario.get("paired_tokens_per_s"),
             scenario.get("baseline_tokens_per_s"),
