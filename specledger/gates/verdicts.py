@@ -93,10 +93,6 @@ def _fmt_ci(iv: RatioInterval) -> str:
     return f"{iv.lo:.2f}–{iv.hi:.2f}"
 
 
-def _pct(x: float) -> str:
-    return f"{100 * (x - 1):+.0f} %"
-
-
 def prompts_to_separate(a: dict[str, Any], b: dict[str, Any] | None = None, threshold: float = 1.0) -> int | None:
     """Paired prompts that would make the intervals of ``a`` and ``b`` (or ``a`` and ``threshold``) stop
     overlapping, if the half-widths shrink as 1/sqrt(n) and the point estimates stay put."""
