@@ -38,7 +38,10 @@ class Setting:
 
     @property
     def name(self) -> str:
-        return f"{self.drafter} γ={self.gamma}" + (f" tree={self.tree_budget}" if self.tree_budget else "")
+        """The label the decisions use for it (:func:`specledger.gates.verdicts.setting_name`)."""
+        from specledger.gates.verdicts import setting_name
+
+        return setting_name({"drafter": self.drafter, "gamma": self.gamma, "tree_budget": self.tree_budget})
 
 
 @dataclass
