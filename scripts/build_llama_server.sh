@@ -8,9 +8,10 @@
 # The binary lands in  <cache>/llama-server/<version>/llama-server  where <cache> is
 # $SPECLEDGER_CACHE, else ~/.cache/specledger (the same root specledger's model cache uses);
 # the test looks there, or at $SPECLEDGER_LLAMA_SERVER. A cached binary is reused: re-runs are
-# instant. The build is CPU-only, static (no shared libggml to find at run time), tuned to this CPU
-# (GGML_NATIVE: the cache is per machine), without libcurl or OpenSSL, and runs under `nice -n 19`:
-# 0.3.36 took 33 minutes with -j2 on a 2-core machine busy with other jobs (idle: not measured).
+# instant. The build is CPU-only, static (no shared libggml to find at run time), without libcurl or
+# OpenSSL, and generic x86-64 with AVX2/FMA/F16C (GGML_NATIVE=OFF): a cache can travel between machines
+# of one kind whose CPUs differ, and a -march=native binary dies there with "illegal instruction".
+# The cache folder is keyed by the version and a hash of the flags, so changing either rebuilds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,7 +19,11 @@ VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 CACHE=${SPECLEDGER_CACHE:-$HOME/.cache/specledger}
-DEST="$CACHE/llama-server/$VERSION"
+FLAGS="-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON"
+KEY=$(printf '%s' "$FLAGS" | sha256sum | cut -c1-10)
+DEST="$CACHE/llama-server/$VERSION-$KEY"
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 
 if [ -x "$DEST/llama-server" ]; then
@@ -36,12 +41,11 @@ tar -xzf "$WORK"/llama_cpp_python-"$VERSION".tar.gz -C "$WORK"
 SRC="$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp"
 [ -f "$SRC/CMakeLists.txt" ] || { echo "no vendored llama.cpp in the sdist ($SRC)" >&2; exit 1; }
 
-nice -n 19 cmake -S "$SRC" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release \
-  -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON \
-  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON >"$WORK/cmake.log" 2>&1 \
+# shellcheck disable=SC2086  # FLAGS is a list of words
+cmake -S "$SRC" -B "$WORK/build" $FLAGS >"$WORK/cmake.log" 2>&1 \
   || { tail -40 "$WORK/cmake.log" >&2; exit 1; }
 start=$(date +%s)
-nice -n 19 cmake --build "$WORK/build" --config Release --target llama-server -j "$JOBS" >"$WORK/build.log" 2>&1 \
+cmake --build "$WORK/build" --config Release --target llama-server -j "$JOBS" >"$WORK/build.log" 2>&1 \
   || { tail -40 "$WORK/build.log" >&2; exit 1; }
 secs=$(( $(date +%s) - start ))
 
@@ -52,6 +56,7 @@ cp "$WORK/build/bin/llama-server" "$DEST.tmp/llama-server"
   echo "vendored llama.cpp commit: $(git -C "$SRC" log -1 --format='%H (%cs)' 2>/dev/null || echo unknown)"
   echo "llama-server --version: $("$DEST.tmp/llama-server" --version 2>&1 | tr '\n' ' ')"
   echo "built: $(date -u +%FT%TZ) in ${secs}s with -j$JOBS on $(uname -m)"
+  echo "cmake flags: $FLAGS"
 } >"$DEST.tmp/BUILD_INFO"
 rm -rf "$DEST" && mv "$DEST.tmp" "$DEST"
 cat "$DEST/BUILD_INFO"

@@ -441,3 +441,42 @@ def test_the_margin_is_raised_to_the_runs_own_ttft_drift():
     assert ttft_drift(same[:2]) is None  # two figures say nothing about the spread
     assert with_measured_margin(SLO(), same).margin == pytest.approx(0.2)
     assert with_measured_margin(SLO(margin=0.3), same).margin == 0.3
+
+
+def test_plains_ttft_is_pooled_over_the_same_prefill_family_so_prompts_run_without_plain_count():
+    """A race adds prompts without plain: ngram's slow prefills there (2.5 s, plain's own prefill on those
+    prompts) must not read as speculation failing latency. Plain's TTFT P99 pools every same-prefill request,
+    so plain misses the TTFT limit too (the SLO is out of reach) and ngram is judged on what it changes."""
+    from specledger.gates.solo import solo_decisions
+
+    def rec(make, pid, prefill):
+        r = make(pid)
+        shift = prefill - r.ttft + 0.0
+        r.ttft += shift
+        r.t_prefill = prefill
+        r.token_times = [t + shift for t in r.token_times]
+        r.total_time += shift
+        r.category = "code"
+        return r
+
+    def ngram(pid):
+        return request_from_rounds(f"s{pid}", pid, spec_rounds("ngram", 2, [1, 1, 1], 0.001, 0.012),
+                                   token_ids=list(range(6)))
+
+    fast = [f"p{i}" for i in range(4)]
+    slow = [f"q{i}" for i in range(4)]
+    records = [rec(lambda p: _plain(p, ids=list(range(6))), p, 0.2) for p in fast]
+    records += [rec(ngram, p, 0.2) for p in fast] + [rec(ngram, p, 2.5) for p in slow]
+    (v,) = solo_decisions(records, n_resamples=0)
+    assert "fails the latency" not in v["reason"]
+    assert str(v.get("slo_out_of_reach", "")).startswith("SLO out of reach at load 1")
+    # without the pooling (plain's TTFT from its own 4 prompts only) the same records read as a latency failure
+    import specledger.gates.solo as solo
+
+    real = solo.pool_prefill_ttft
+    try:
+        solo.pool_prefill_ttft = lambda plain, records: plain
+        (w,) = solo_decisions(records, n_resamples=0)
+    finally:
+        solo.pool_prefill_ttft = real
+    assert "latency" in w["reason"] and not w.get("slo_out_of_reach")

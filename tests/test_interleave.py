@@ -45,7 +45,7 @@ def test_interleaved_requests_decode_exactly_what_they_decode_alone(target):
 
 
 def test_side_by_side_prefills_in_passes_and_decodes_what_one_pass_decodes(target):
-    """SideBySide runs prefills in PREFILL_CHUNK passes, one per turn: a long prompt's outputs and rounds are those
+    """Unshared, SideBySide runs prefills in PREFILL_CHUNK passes, one per turn: a long prompt's outputs and rounds are those
     of a one-pass prefill, and each request's prefill time counts only its own passes."""
     from specledger.engine.interleave import PREFILL_CHUNK, SideBySide
 
@@ -54,11 +54,38 @@ def test_side_by_side_prefills_in_passes_and_decodes_what_one_pass_decodes(targe
     settings = SETTINGS[:4]
     alone = [engine.generate(prompt, **_kwargs(engine, *s)) for s in settings]
     wall = time.perf_counter()
-    records = SideBySide().run([(engine, prompt, _kwargs(engine, *s)) for s in settings])
+    records = SideBySide(share_prefill=False).run([(engine, prompt, _kwargs(engine, *s)) for s in settings])
     wall = time.perf_counter() - wall
     assert [r.token_ids for r in records] == [r.token_ids for r in alone]
     assert [[rd.accepted for rd in r.rounds] for r in records] == [[rd.accepted for rd in r.rounds] for r in alone]
     assert sum(r.total_time for r in records) <= wall * 1.05
+
+
+def test_settings_of_one_prompt_share_one_prefill_and_decode_what_they_decode_alone(target, monkeypatch):
+    """One prefill per (engine, prompt) group: every setting (sampled, trees and a layer-skip draft included)
+    decodes exactly what it decodes alone, each record says it shared the prefill, and counts it in its time."""
+    from specledger.engine.interleave import SideBySide
+
+    engine = Engine(target)
+    prompt = (PROMPT * 20)[:150]
+    alone = [engine.generate(prompt, **_kwargs(engine, *s)) for s in SETTINGS]
+    calls = []
+    real = Engine.prefill
+    monkeypatch.setattr(Engine, "prefill", lambda self, *a, **k: calls.append(a) or real(self, *a, **k))
+    records = SideBySide().run([(engine, prompt, _kwargs(engine, *s)) for s in SETTINGS]
+                               + [(engine, PROMPT, _kwargs(engine, *SETTINGS[0]))])
+    assert len(calls) == 1  # the lone request on PROMPT prefills on its own
+    assert [r.token_ids for r in records[:-1]] == [r.token_ids for r in alone]
+    assert [[rd.accepted for rd in r.rounds] for r in records[:-1]] == [[rd.accepted for rd in r.rounds] for r in alone]
+    assert all(r.extra.get("prefill_shared") for r in records[:-1]) and not records[-1].extra.get("prefill_shared")
+    assert all(0 < r.t_prefill <= r.ttft <= r.total_time for r in records)
+
+
+def test_a_prefill_of_another_prompt_is_not_used(target):
+    engine = Engine(target)
+    other = engine.sibling().prefill(PROMPT[:-1], 8)
+    rec = engine.generate(PROMPT, max_tokens=8, prefilled=other)
+    assert rec.token_ids == engine.generate(PROMPT, max_tokens=8).token_ids and "prefill_shared" not in rec.extra
 
 
 def test_each_request_is_timed_as_if_alone():

@@ -120,3 +120,15 @@ def test_per_category_budgets_replay_and_report(tmp_path, engine, workload):
     assert {r.extra["max_tokens"] for r in records if r.category == "copy"} == {12}
     summary, _ = build_report(out, n_resamples=20)
     assert summary["optimal_gamma"] and summary["prediction_check"]
+
+
+def test_resume_of_a_run_stopped_before_its_plan_says_start_again_with_out(tmp_path, capsys):
+    """A kill before run.json exists leaves a folder --resume cannot continue: the one-line error says to start
+    again with --out (the hint printed at start-up would otherwise send the user in a circle)."""
+    from tests.conftest import run_cli
+
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    code, out, err = run_cli(["run", "--resume", str(stopped)], capsys)
+    assert code == 2 and "Traceback" not in out + err
+    assert f"start it again with --out {stopped}" in " ".join((out + err).split())

@@ -31,6 +31,7 @@ from specledger.engine.drafters.base import Drafter, NoDrafter
 from specledger.engine.policy import GammaPolicy, as_policy
 from specledger.engine.request import (
     Emitted,
+    Prefilled,
     PrefillProgress,
     Request,
     StopReleaser,
@@ -41,7 +42,7 @@ from specledger.engine.request import (
 from specledger.engine.sampling import SamplingParams
 from specledger.records import RequestRecord, RoundRecord
 
-__all__ = ["Emitted", "Engine", "PrefillProgress", "StopReleaser", "cut_at_stop"]  # all but Engine: engine/request.py
+__all__ = ["Emitted", "Engine", "Prefilled", "PrefillProgress", "StopReleaser", "cut_at_stop"]  # all but Engine: engine/request.py
 
 
 class Engine:
@@ -112,6 +113,7 @@ class Engine:
         tree_budget: int = 0,
         clock: Callable[[], float] | None = None,
         prefill_chunk: int = 0,
+        prefilled: Prefilled | None = None,
     ) -> Iterator[Emitted | PrefillProgress | RoundRecord | RequestRecord]:
         """Decode one request, yielding ``Emitted`` chunks and ``RoundRecord`` s as they happen,
         then the final ``RequestRecord`` (which also holds every round). The round itself is
@@ -123,34 +125,35 @@ class Engine:
         (:class:`specledger.engine.interleave.PausableClock`); a round's own marks never span a yield.
         ``prefill_chunk`` > 0: the prefill runs in passes of at most that many prompt positions, yielding a
         :class:`PrefillProgress` between them, so streams run side by side share the machine's slow moments
-        in their prefills too, not only in their rounds (0: one pass, no such event)."""
+        in their prefills too, not only in their rounds (0: one pass, no such event).
+        ``prefilled``: this prompt's prefill, already run (:meth:`prefill`); its k/v are copied into this
+        request's cache and its measured time counts as this request's prefill (ignored when it is another
+        prompt's, or lacks the hidden states this drafter reads)."""
         self.check_prompt(prompt_ids, max_tokens)
         check_tree_budget(tree_budget, self.max_context - len(prompt_ids) - max_tokens)
         policy = as_policy(gamma)
         policy.reset()
         perf, model, device = clock or time.perf_counter, self.model, self.device
         rclock = RoundClock(device)
-        req = Request(prompt_ids, drafter or NoDrafter(), policy, params, max_tokens,
+        drafter = drafter or NoDrafter()
+        want_hidden = drafter.wants_hidden
+        shared = prefilled is not None and prefilled.prompt == tuple(int(t) for t in prompt_ids) and (
+            prefilled.hidden is not None or not want_hidden)
+        arrival = perf() - (prefilled.seconds if shared else 0.0)
+        req = Request(prompt_ids, drafter, policy, params, max_tokens,
                       frozenset() if ignore_eos else self.eos_token_ids,
                       StopReleaser(self.decode_text if self.tokenizer is not None else None, stop),
-                      perf(), request_id or uuid.uuid4().hex[:12], tree_budget=tree_budget, device=device)
+                      arrival, request_id or uuid.uuid4().hex[:12], tree_budget=tree_budget, device=device)
         cache = self.cache_for(len(req.prompt) + max_tokens + 1)
         capacity = cache.capacity
         hidden = None
-        want_hidden = req.drafter.wants_hidden
         n_prompt = len(req.prompt)
-        step = prefill_chunk if prefill_chunk > 0 else n_prompt
-        hiddens = []
-        for a in range(0, n_prompt, step):  # one pass unless chunked; chunks fill the cache in order
-            if a:
-                yield PrefillProgress(a, n_prompt)
-            ids = torch.tensor([req.prompt[a:a + step]], device=device)
-            if want_hidden:
-                logits, h = model(ids, a, cache, last_only=True, return_hidden=True)
-                hiddens.append(h[0])
-            else:
-                logits = model(ids, a, cache, last_only=True)
-        req.start(logits[0, -1], (hiddens[0] if len(hiddens) == 1 else torch.cat(hiddens)) if want_hidden else None)
+        if shared:
+            cache.kv[..., :n_prompt, :].copy_(prefilled.cache.kv[..., :n_prompt, :])
+            req.start(prefilled.logits.clone(), prefilled.hidden if want_hidden else None)
+        else:
+            logits, prompt_hidden = yield from self._prefill_passes(req.prompt, cache, want_hidden, prefill_chunk)
+            req.start(logits, prompt_hidden)
         req.t_prefill = perf() - req.t_arrival  # start() read the first token back: the device is done
         chunk = req.release()
         if chunk is not None:
@@ -186,7 +189,46 @@ class Engine:
             m2 = rclock.mark()
             rd = req.accept(logits, cand, q, g, 0.0, 0.0, hidden=hidden)  # the commit: the round's one read-back
             yield from _end_round(req, rd, rclock, m0, m1, m2, perf)
-        yield req.finish(perf(), self.decode_text, self.name, self.dtype)
+        yield req.finish(perf(), self.decode_text, self.name, self.dtype,
+                         extra={"prefill_shared": True} if shared else None)
+
+    def _prefill_passes(self, prompt: Sequence[int], cache: Any, want_hidden: bool, chunk: int = 0
+                        ) -> Iterator[PrefillProgress]:
+        """Fill ``cache`` positions [0, len(prompt)) with the prompt's k/v, in passes of ``chunk`` positions
+        (0: one pass), yielding a :class:`PrefillProgress` between passes; returns (the last position's logits
+        [vocab], the prompt's hidden states [len(prompt), d_model] or None)."""
+        n_prompt = len(prompt)
+        step = chunk if chunk > 0 else n_prompt
+        hiddens = []
+        for a in range(0, n_prompt, step):  # one pass unless chunked; chunks fill the cache in order
+            if a:
+                yield PrefillProgress(a, n_prompt)
+            ids = torch.tensor([list(prompt[a:a + step])], device=self.device)
+            if want_hidden:
+                logits, h = self.model(ids, a, cache, last_only=True, return_hidden=True)
+                hiddens.append(h[0])
+            else:
+                logits = self.model(ids, a, cache, last_only=True)
+        hidden = (hiddens[0] if len(hiddens) == 1 else torch.cat(hiddens)) if want_hidden else None
+        return logits[0, -1], hidden
+
+    @torch.inference_mode()
+    def prefill(self, prompt_ids: Sequence[int], max_tokens: int, want_hidden: bool = False) -> Prefilled:
+        """Run the prompt's prefill once into this engine's cache and time it (the first token read back, as a
+        request's TTFT does): the :class:`Prefilled` that requests of this prompt share (``stream(prefilled=)``).
+        The cache is this engine's own: use a twin that decodes nothing while the prefill is shared."""
+        self.check_prompt(prompt_ids, max_tokens)
+        prompt = [int(t) for t in prompt_ids]
+        cache = self.cache_for(len(prompt) + 1)
+        t0 = time.perf_counter()
+        gen = self._prefill_passes(prompt, cache, want_hidden)
+        try:
+            while True:
+                next(gen)
+        except StopIteration as done:
+            logits, hidden = done.value
+        int(logits.argmax())  # the read-back: the device is done
+        return Prefilled(tuple(prompt), cache, logits.clone(), hidden, time.perf_counter() - t0)
 
     def generate(self, prompt_ids: Sequence[int], **kwargs: Any) -> RequestRecord:
         """Run :meth:`stream` to the end and return the request record."""

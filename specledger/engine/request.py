@@ -55,6 +55,21 @@ class PrefillProgress:
     total: int
 
 
+@dataclass(frozen=True)
+class Prefilled:
+    """One prompt's target prefill, run once and shared by every request that decodes that prompt side by side
+    (``Engine.stream(prefilled=...)``). A drafter that needs no network of the target's to prefill (plain, n-gram,
+    suffix; a draft model or a head prefills its own state after this, on the request's clock) sees exactly what
+    its own prefill would have computed, so outputs are unchanged; each request's clock starts ``seconds`` before
+    it copies the k/v, so its TTFT and total time include the prefill once, the same prefill for every setting."""
+
+    prompt: tuple[int, ...]
+    cache: Any  # KVCache; positions [0, len(prompt)) hold the prompt's k/v
+    logits: Any  # torch.Tensor [vocab]: the last prompt position's logits
+    hidden: Any  # torch.Tensor [len(prompt), d_model] when a drafter reads the target's features, else None
+    seconds: float  # the prefill's measured time (the first token read back)
+
+
 def check_request(n_prompt: int, max_tokens: int, limit: int, limit_name: str, who: str = "") -> None:
     """A request fits: a non-empty prompt, max_tokens >= 1, prompt + max_tokens <= ``limit`` positions."""
     require(n_prompt > 0, "the prompt is empty; give at least one token")

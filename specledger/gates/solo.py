@@ -9,7 +9,7 @@ from typing import Any
 
 from specledger.analysis.scenario import ScenarioKey, baseline_key, group_scenarios
 from specledger.gates.evaluate import evaluate_gates
-from specledger.gates.latency import latency_gate
+from specledger.gates.latency import latency_gate, pool_prefill_ttft
 from specledger.gates.result import GATES, GateResult
 from specledger.gates.slo import SLO
 from specledger.gates.verdicts import control_repetition, verdicts
@@ -24,8 +24,13 @@ def plain_latency_figures(baselines: Sequence[Mapping[str, Any]]) -> dict[tuple[
 def gate_scenarios(scenarios: Sequence[dict[str, Any]], groups: Mapping[ScenarioKey, list[RequestRecord]],
                    baselines: Sequence[Mapping[str, Any]], slo: SLO) -> dict[tuple[str, float], GateResult]:
     """Adds ``gates`` (as dicts) to every analysed load-1 scenario, each latency limit that plain decoding
-    misses too judged against plain's figure; returns plain's own latency gate per (category, temperature)."""
+    misses too judged against plain's figure; returns plain's own latency gate per (category, temperature).
+    Plain's TTFT is pooled over its whole same-prefill family (:func:`~specledger.gates.latency.pool_prefill_ttft`)."""
     plain = plain_latency_figures(baselines)
+    family: dict[tuple[str, float], list[RequestRecord]] = {}
+    for k, rs in groups.items():
+        family.setdefault(k.group, []).extend(rs)
+    plain = {g: pool_prefill_ttft(v, family.get(g, [])) for g, v in plain.items()}
     by_label = {k.label: k for k in groups}
     for s in scenarios:
         key = by_label[s["label"]]

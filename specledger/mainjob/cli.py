@@ -115,6 +115,9 @@ def run(
     if resume is not None:
         rd = RunDir(resume)
         if not rd.meta_path.exists():
+            if resume.is_dir() and not (rd.trace_path.exists() and rd.trace_path.stat().st_size):
+                raise SpecLedgerError(f"{resume} has no {META_NAME}: the run stopped before it wrote its plan, and "
+                                      f"nothing was measured; start it again with --out {resume}")
             raise SpecLedgerError(f"{resume} has no {META_NAME}; it is not a run directory")
         meta = rd.meta(f"start a new run with --out instead of --resume {resume}")
         try:

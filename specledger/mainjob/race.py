@@ -123,10 +123,12 @@ def race(
                 continue
             keep = [by_name[n] for n in contenders(v) if n in by_name]
             t0 = clock()
-            run_prompts(cat, temp, ids, keep, bool(v.get("needs_plain", True)))
+            with_plain = bool(v.get("needs_plain", True))
+            run_prompts(cat, temp, ids, keep, with_plain)
             group_time.setdefault(cat, []).append((clock() - t0) / len(ids))
             log.rounds.append({"after_s": round(log.elapsed(), 1), "category": cat, "temperature": temp,
-                               "added_prompts": len(ids), "settings": [s.name for s in keep],
+                               "added_prompts": len(ids), "with_plain": with_plain,
+                               "settings": [s.name for s in keep],
                                "why": v.get("headline", "")})
             ran = True
         if late and not ran:
