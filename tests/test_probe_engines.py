@@ -274,7 +274,14 @@ def test_inspect_lists_what_it_could_not_read(tmp_path: Path) -> None:
 
     found = inspect_file(DATA / "llamacpp_metrics.prom")
     assert found["spec_decode"]["mean_acceptance_length"] == pytest.approx(2.5)
-    assert any("not mapped" in line and "llamacpp:n_decode" in line for line in found["unread"])
+    # a dump's own counters are listed as they are (issue 35), so they are not "unread"
+    assert found["counters"]["llamacpp:n_decode"]["value"] == 420
+    assert not any("llamacpp:n_decode" in line for line in found["unread"])
+    hist = tmp_path / "hist.prom"
+    hist.write_text("# TYPE vllm:request_prompt_tokens histogram\n"
+                    'vllm:request_prompt_tokens_bucket{le="+Inf"} 3\nvllm:request_prompt_tokens_sum 30\n'
+                    "vllm:request_prompt_tokens_count 3\n")
+    assert any("not mapped" in line and "vllm:request_prompt_tokens" in line for line in inspect_file(hist)["unread"])
     sse = inspect_file(DATA / "llamacpp_reasoning_stream.sse")
     assert sse["version"] == "b6100-abc1234" and sse["stream"]["mean_tokens_per_chunk"] == pytest.approx(3.0)
     assert any("no arrival times" in line for line in sse["unread"])

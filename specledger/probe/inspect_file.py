@@ -7,27 +7,37 @@ serve`` result (JSON or JSON Lines) and a guidellm JSON report. The result lists
 where the file states them, the spec-decode figures with their definitions, latency summaries, tokens per
 stream chunk, and one ``unread`` line for each thing that could not be read, with why. A file that is none
 of these raises :class:`SpecLedgerError` (one line, exit 2).
+
+A dump's own counters and gauges are listed as they are (``counters``: each engine family of type counter,
+gauge or untyped, summed over its label sets, mean for gauges, with its HELP text), besides the ledger
+figures read from them. An SSE capture is split into responses (at each ``data: [DONE]``, or where the
+chunk ``id`` changes); llama.cpp's ``timings`` is a cumulative snapshot, so only the *last* one of each
+response is read (:func:`specledger.probe.metrics.response_timings_totals`), draft fields or not; vLLM's and
+SGLang's per-request figures likewise (:mod:`specledger.probe.counters`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from specledger.errors import SpecLedgerError
+from specledger.probe.counters import KEYS, counts_from_spec_stats
 from specledger.probe.engines import ENGINES, EngineNames, engines_in
 from specledger.probe.guidellm import guidellm_version, parse_guidellm
-from specledger.probe.metrics import response_timings_figures
+from specledger.probe.metrics import response_timings_figures, response_timings_totals
 from specledger.probe.prometheus import (
     DUMP_WARNING,
     EMPTY_SNAPSHOT,
     counter_rates,
     latency_histogram_summaries,
+    metric_families,
     parse_prometheus_text,
     spec_decode_figures,
 )
-from specledger.probe.sse import interpret_event, parse_sse
+from specledger.probe.sse import StreamChunk, interpret_event, parse_sse
 from specledger.probe.vllm_bench import parse_vllm_bench_text
 
 DEFINITIONS = {
@@ -37,6 +47,10 @@ DEFINITIONS = {
     "SGLang accept length": "accepted tokens per verify step, bonus token counted (>= 1; 0 means off), a gauge",
     "draft acceptance rate": "accepted / proposed draft tokens",
     "Pr(K>=i)": "share of draft rounds that accepted at least i tokens (unconditional); a_i = Pr(K>=i) / Pr(K>=i-1)",
+    "timings ...": "llama.cpp's per-response timings: the last (cumulative) snapshot of each response, summed over "
+    "responses (counts and milliseconds)",
+    "per request ...": "the speculation figures vLLM (metrics.speculative_decoding) or SGLang "
+    "(sglext.spec_tokens_details) returned with each response, the last per response, summed",
     "tokens per chunk": "output tokens / token-bearing stream chunks; above 1 when speculation commits several "
     "tokens per step",
 }
@@ -119,8 +133,9 @@ def inspect_prometheus(text: str) -> dict[str, Any]:
         except SpecLedgerError as exc:
             out[key] = None
             out["unread"].append(f"{key}: {exc}")
+    out["counters"] = engine_scalars(text, engines)
     families = {_family(n) for n in snap.names()}
-    mapped = {n for e in ENGINES for n in _mapped_names(e)}
+    mapped = {n for e in ENGINES for n in _mapped_names(e)} | set(out["counters"])
     for engine in engines:
         extra = sorted(f for f in families if f.startswith(engine.prefix) and f not in mapped)
         if extra:
@@ -134,16 +149,71 @@ def inspect_prometheus(text: str) -> dict[str, Any]:
     return out
 
 
+def engine_scalars(text: str, engines: list[EngineNames]) -> dict[str, dict[str, Any]]:
+    """The engines' counter, gauge and untyped families of a dump, by family name: ``{"type", "value",
+    "series", "help"}`` (value: Σ over label sets, their mean for a gauge; untyped lines of one name merge
+    into one family); the per-position spec-decode counters are left to the rates."""
+    per_pos = {e.spec.accepted_per_pos for e in engines if e.spec}
+    found: dict[str, tuple[str, str, list[float]]] = {}  # name -> (type, help, values); untyped lines merge
+    for family in metric_families(text):
+        if family.type not in ("counter", "gauge", "untyped", "unknown") or family.name in per_pos:
+            continue
+        if not any(family.name.startswith(e.prefix) for e in engines):
+            continue
+        values = [v for name, v in family.samples if not name.endswith("_created")]
+        kind, help_text, seen = found.get(family.name, (family.type, family.help, []))
+        found[family.name] = (kind, help_text or family.help, seen + values)
+    out: dict[str, dict[str, Any]] = {}
+    for name, (kind, help_text, values) in found.items():
+        if not values:
+            continue
+        try:
+            total = math.fsum(values)
+        except (OverflowError, ValueError):  # partial sums past the float range, or inf - inf: plain sum
+            total = float(sum(values))
+        value = total / len(values) if kind == "gauge" else total
+        out[name] = {"type": kind, "value": int(value) if value.is_integer() else value, "series": len(values),
+                     "help": help_text}
+    return out
+
+
+def split_responses(chunks: list[StreamChunk]) -> list[list[StreamChunk]]:
+    """The chunks of a capture, one list per response: a response ends at ``data: [DONE]`` or where the
+    chunk ``id`` changes (both ids known); chunks before any id join the response that follows."""
+    responses: list[list[StreamChunk]] = []
+    current: list[StreamChunk] = []
+    current_id: str | None = None
+    for chunk in chunks:
+        if chunk.response_id and current_id and chunk.response_id != current_id:
+            responses.append(current)
+            current, current_id = [], None
+        current.append(chunk)
+        current_id = current_id or chunk.response_id
+        if chunk.kind == "done":
+            responses.append(current)
+            current, current_id = [], None
+    if current:
+        responses.append(current)
+    return [r for r in responses if any(c.kind != "done" for c in r)]
+
+
+def _last(values: list[Any]) -> Any:
+    return values[-1] if values else None
+
+
 def inspect_sse(text: str) -> dict[str, Any]:
     chunks = [interpret_event(e) for e in parse_sse(text)]
     unread = [f"event {i + 1}: {c.error}" for i, c in enumerate(chunks) if c.kind == "error"]
     token_chunks = [c for c in chunks if c.generated]
     usage = [c.usage["completion_tokens"] for c in chunks
              if c.usage and isinstance(c.usage.get("completion_tokens"), int)]
-    timings = [c.timings for c in chunks if c.timings]
+    responses = split_responses(chunks)
+    timings = [t for t in (_last([c.timings for c in r if c.timings is not None]) for r in responses) if t]
+    specs = [s for s in (_last([c.spec_stats for c in r if c.spec_stats]) for r in responses) if s]
     fingerprints = sorted({c.system_fingerprint for c in chunks if c.system_fingerprint})
     stream = {
         "events": len(chunks),
+        "responses": len(responses),
         "streams_done": sum(1 for c in chunks if c.kind == "done"),
         "token_chunks": len(token_chunks),
         "answer_chars": sum(len(c.text) for c in chunks),
@@ -152,12 +222,43 @@ def inspect_sse(text: str) -> dict[str, Any]:
         "mean_tokens_per_chunk": sum(usage) / len(token_chunks) if usage and token_chunks else None,
         "models": sorted({c.model for c in chunks if c.model}),
     }
+    totals = response_timings_totals(timings)
+    if totals:
+        stream.update({f"timings_{k}": v for k, v in totals.items() if v is not None})
+    per_request = _spec_sums(specs)
+    if per_request:
+        stream["per_request_source"] = per_request["source"]
+        stream.update({f"per_request_{k}": per_request[k] for k in ("responses", *KEYS) if per_request[k] is not None})
     if not usage:
         unread.append("no usage.completion_tokens: tokens per chunk unknown (send stream_options.include_usage)")
     unread.append("an SSE capture has no arrival times: TTFT, TPOT and ITL need a live probe")
-    return {"format": "sse", "engine": "llama.cpp" if timings else None,
-            "version": ", ".join(fingerprints) or None, "stream": stream,
+    engine = "llama.cpp" if timings else (specs[0]["source"] if specs else None)
+    return {"format": "sse", "engine": engine, "version": ", ".join(fingerprints) or None, "stream": stream,
+            "response_timings": totals, "per_request_spec": per_request,
             "spec_decode": response_timings_figures(timings), "unread": unread}
+
+
+def _spec_sums(specs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """vLLM / SGLang per-request figures (last per response) summed per key; None when there are none."""
+    counts = [c for c in (counts_from_spec_stats(s) for s in specs) if c is not None]
+    if not counts:
+        return None
+    out: dict[str, Any] = {"source": counts[0].source, "responses": len(counts)}
+    for key in KEYS:
+        values = [getattr(c, key) for c in counts if getattr(c, key) is not None]
+        out[key] = sum(values) if values else None
+    return out
+
+
+def counter_rows(found: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) rows of a dump's counters and gauges, for the ``inspect`` table."""
+    rows = []
+    for name, c in (found.get("counters") or {}).items():
+        value = c["value"]
+        shown = f"{value:.6g}" if isinstance(value, float) else str(value)
+        series = f" over {c['series']} series" if c["series"] > 1 else ""
+        rows.append((f"{name} ({c['type']})", f"{shown}{series}" + (f": {c['help']}" if c.get("help") else "")))
+    return rows
 
 
 def inspect_vllm_bench(text: str) -> dict[str, Any]:
@@ -200,4 +301,5 @@ def inspect_file(path: str | Path) -> dict[str, Any]:
     return {"file": str(path), **found, "definitions": DEFINITIONS}
 
 
-__all__ = ["DEFINITIONS", "inspect_file", "read_text", "sniff"]
+__all__ = ["DEFINITIONS", "counter_rows", "engine_scalars", "inspect_file", "read_text", "sniff",
+           "split_responses"]

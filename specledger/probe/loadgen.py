@@ -196,6 +196,7 @@ class RequestResult:
     prompt_id: str | None = None  # PromptItem.id of the item this request sent
     reasoning_text: str = ""  # delta.reasoning_content, timed and counted like the answer
     server_timings: dict[str, Any] | None = None  # llama.cpp's per-response ``timings``, last seen
+    server_spec: dict[str, Any] | None = None  # vLLM / SGLang per-request spec figures (StreamChunk.spec_stats)
 
     def to_dict(self) -> dict[str, Any]:
         """Every field; ``server_timings`` (server-supplied JSON) through the depth-bounded
@@ -206,6 +207,7 @@ class RequestResult:
         for name in ("chunk_times", "chunk_tokens", "chunk_chars"):
             out[name] = list(out[name])
         out["server_timings"] = json_safe(self.server_timings)
+        out["server_spec"] = json_safe(self.server_spec)
         return out
 
 
@@ -369,6 +371,8 @@ def _consume(
             result.finish_reason = chunk.finish_reason
         if chunk.timings is not None:
             result.server_timings = chunk.timings
+        if chunk.spec_stats is not None:
+            result.server_spec = chunk.spec_stats
         generated = chunk.generated
         if generated:
             if result.ttft_s is None:

@@ -109,6 +109,36 @@ def response_timings_figures(timings: Sequence[Mapping[str, Any]]) -> dict[str, 
     }
 
 
+def _total(values: Sequence[float]) -> float:
+    try:
+        return math.fsum(values)
+    except (OverflowError, ValueError):  # partial sums past the float range: the plain sum is inf
+        return float(sum(values))
+
+
+#: llama.cpp ``timings`` fields that add up over responses (counts and milliseconds)
+TIMINGS_TOTALS = ("cache_n", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "draft_n", "draft_n_accepted")
+
+
+def response_timings_totals(timings: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """llama.cpp's ``timings``, one (the last snapshot) per response, added up field by field over
+    :data:`TIMINGS_TOTALS`, whether or not the server drafted; None when no response has one.
+
+    A field no response carries is None; a response that lacks a field others carry counts as 0 for it
+    (llama.cpp leaves out ``draft_n`` when nothing was drafted). No rate is derived: llama.cpp's own
+    ``predicted_per_second`` divides by the generation steps after the first token (41 tokens in 758.6 ms
+    is 52.7 tok/s there, not 54.0), and its per-response rates do not add up.
+    """
+    if not timings:
+        return None
+    out: dict[str, Any] = {"responses": len(timings)}
+    for key in TIMINGS_TOTALS:
+        values = [v for v in (_count(t, key) for t in timings if key in t) if v is not None]
+        total = _total(values) if any(key in t for t in timings) else None
+        out[key] = int(total) if total is not None and total.is_integer() and not key.endswith("_ms") else total
+    return out
+
+
 def summarize(results: Sequence[RequestResult], wall_time_s: float) -> dict[str, Any]:
     """The probe summary: counts, throughput, TTFT/TPOT/ITL percentiles (ms), stalls, chunking."""
     ok = [r for r in results if r.ok]

@@ -125,6 +125,25 @@ def parse_prometheus_text(text: str) -> MetricsSnapshot:
     return MetricsSnapshot(samples=samples)
 
 
+@dataclass(frozen=True)
+class MetricFamily:
+    """One family of an exposition as declared: name (no ``_total``), TYPE, HELP, (sample name, value)s."""
+
+    name: str
+    type: str
+    help: str
+    samples: tuple[tuple[str, float], ...]
+
+
+def metric_families(text: str) -> list[MetricFamily]:
+    """The families of a Prometheus text exposition with their TYPE and HELP (what a flat
+    :class:`MetricsSnapshot` drops); malformed text raises like :func:`parse_prometheus_text`."""
+    parse_prometheus_text(text)  # the one-line error for malformed text
+    return [MetricFamily(name=f.name, type=f.type, help=f.documentation or "",
+                         samples=tuple((s.name, float(s.value)) for s in f.samples))
+            for f in text_string_to_metric_families(text)]
+
+
 def _base_name(sample_name: str) -> str:
     """Counter name without the ``_total`` suffix."""
     return sample_name[: -len("_total")] if sample_name.endswith("_total") else sample_name

@@ -14,7 +14,11 @@ A probe of an endpoint (and of a ``--baseline`` endpoint) becomes one
 * ``rounds`` is empty: outside the engine there is no round ledger (E[L] per request, round times
   and the reconciliation show n/a; the server-wide spec-decode counters live in ``run.json``);
 * ``token_ids`` are the tokenizer's ids of the streamed text when a tokenizer is given; otherwise
-  they are empty, ``extra["text_only"]`` is true and the greedy correctness gate compares texts.
+  they are empty, ``extra["text_only"]`` is true and the greedy correctness gate compares texts;
+* ``extra["engine_spec"]`` is what the engine said of this request's speculation, ``{"drafts",
+  "draft_tokens", "accepted", "source"}`` (None where it does not say: llama.cpp's last ``timings`` has no
+  rounds), from :func:`specledger.probe.counters.request_counts`; absent when the engine returned nothing.
+  :func:`specledger.probe.counters.engine_counters` sums these against the server's counters.
 
 What the probe writes around these records: :mod:`specledger.probe.outputs`.
 """
@@ -25,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from specledger.errors import SpecLedgerError
+from specledger.probe.counters import request_counts
 from specledger.probe.loadgen import RequestResult, Tokenizer
 from specledger.records import RequestRecord
 
@@ -90,6 +95,9 @@ def record_from_result(
         "token_count_source": result.token_count_source,
         "text_only": ids is None,
     }
+    spec = request_counts(result)
+    if spec is not None:
+        extra["engine_spec"] = spec.to_dict()
     if score is not None:
         extra["quality"] = score
     if score_error:

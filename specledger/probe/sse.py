@@ -18,9 +18,20 @@ or an error object for malformed JSON -- never an exception. Engine additions re
 * reasoning text, ``choices[0].delta.reasoning_content`` (llama.cpp with ``--reasoning-format``,
   vLLM and SGLang reasoning parsers) or ``delta.reasoning`` (vLLM >= 0.10): generated tokens, so a
   chunk that carries only reasoning is still a token-bearing chunk;
-* llama.cpp's per-response ``timings`` object (``tools/server/server.cpp``, ``result_timings``:
-  ``prompt_n``, ``predicted_n``, ``predicted_ms`` ..., and ``draft_n`` / ``draft_n_accepted`` when a
-  draft model runs), on the last chunk of a stream;
+* llama.cpp's ``timings`` object (``tools/server/server-common.cpp``, ``server_slot_stats::to_json``:
+  ``prompt_n``, ``prompt_ms``, ``predicted_n``, ``predicted_ms`` ..., and ``draft_n`` / ``draft_n_accepted``
+  once the slot has drafted a token). It rides on the last chunk of a response, and on every chunk with
+  ``"timings_per_token": true``; each is a *cumulative snapshot* of the response so far (``draft_n`` 25 then
+  60 in one response), so a reader keeps the last one per response and never adds them;
+* the per-request speculation figures vLLM and SGLang attach to a response, as ``spec_stats``
+  (``{"source": ..., "details": ...}``, read by :func:`specledger.probe.counters.request_counts`):
+  vLLM >= 0.29 started with ``--per-request-spec-decode-metrics summary`` puts
+  ``metrics.speculative_decoding`` (``num_spec_steps``, ``num_draft_tokens``,
+  ``num_accepted_draft_tokens`` ...) on the final usage chunk (``vllm/entrypoints/generate/base/protocol.py``);
+  SGLang >= 0.5.19 asked with ``"return_spec_tokens_details": true`` sends ``sglext.spec_tokens_details``
+  (``spec_verify_ct``, ``spec_num_proposed_drafts``, ``spec_num_correct_drafts``; a list when n > 1) in a
+  chunk of its own (``python/sglang/srt/entrypoints/openai/protocol.py``, ``SpecTokensDetails``);
+* the response ``id`` (``chatcmpl-...``), so a capture of several responses splits into responses;
 * TGI's native ``/generate_stream`` events, ``{"token": {"text": ...}, "details": ...}``
   (``router/src/lib.rs``, ``StreamResponse``).
 """
@@ -154,6 +165,8 @@ class StreamChunk:
     timings: dict[str, Any] | None = None  # llama.cpp's per-response timings
     model: str | None = None
     system_fingerprint: str | None = None  # llama.cpp: its build, e.g. "b6100-..."
+    response_id: str | None = None  # the chunk's "id": every chunk of one response carries the same
+    spec_stats: dict[str, Any] | None = None  # vLLM / SGLang per-request speculation figures (module docstring)
 
     @property
     def generated(self) -> str:
@@ -194,6 +207,8 @@ def interpret_event(event: SSEEvent) -> StreamChunk:
         "timings": timings,
         "model": obj.get("model") if isinstance(obj.get("model"), str) else None,
         "system_fingerprint": fp if isinstance(fp := obj.get("system_fingerprint"), str) else None,
+        "response_id": rid if isinstance(rid := obj.get("id"), str) else None,
+        "spec_stats": engine_spec_stats(obj),
     }
     choices = obj.get("choices")
     if choices is None and isinstance(obj.get("token"), dict):
@@ -224,6 +239,22 @@ def interpret_event(event: SSEEvent) -> StreamChunk:
         kind="delta", text=text, usage=usage, finish_reason=finish if isinstance(finish, str) else None,
         reasoning=reasoning, **extras,
     )
+
+
+def engine_spec_stats(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The per-request speculation object an engine attached to a stream chunk, tagged with its source:
+    ``{"source": "vllm", "details": metrics.speculative_decoding}`` or ``{"source": "sglang", "details":
+    sglext.spec_tokens_details}`` (an object, or a list of them when n > 1); None when neither is there
+    or it is not an object (never raises)."""
+    metrics = obj.get("metrics")
+    if isinstance(metrics, dict) and isinstance(spec := metrics.get("speculative_decoding"), dict):
+        return {"source": "vllm", "details": spec}
+    sglext = obj.get("sglext")
+    if isinstance(sglext, dict):
+        details = sglext.get("spec_tokens_details")
+        if isinstance(details, dict) or (isinstance(details, list) and all(isinstance(d, dict) for d in details)):
+            return {"source": "sglang", "details": details}
+    return None
 
 
 def _tgi_token(token: dict[str, Any], usage: dict[str, Any] | None, extras: dict[str, Any]) -> StreamChunk:
