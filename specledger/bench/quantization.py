@@ -1,20 +1,24 @@
 """Quantization and speculation, four measurements on the same prompts.
 
 Per prompt, side by side (one round of each in turn, :mod:`specledger.engine.interleave`, so the machine's
-drift hits every setting alike):
+drift hits every setting alike), with ``Q`` the quantized target (:func:`quantized_engine`; on the bundled GGUF
+``gguf``: the file's own Q4_1/Q8_0 blocks kept quantized on the native kernel, what a CPU user deploys; else int8):
 
   (1) fp32 plain      the unquantized target, plain decoding         -- the one baseline
-  (2) int8 plain      the weight-only int8 target, plain decoding    -- quant only
+  (2) Q plain         the quantized target, plain decoding           -- quant only
   (3) fp32 + drafter  speculation, verified by the fp32 target       -- spec only
-  (4) int8 + drafter  speculation, verified by the int8 target       -- combined
+  (4) Q + drafter     speculation, verified by the quantized target  -- combined
 
 Every speed-up is taken against (1) from totals, S = (Σ tokens / Σ seconds)_setting /
 (Σ tokens / Σ seconds)_(1). The product S_(2) · S_(3) is shown beside the *measured* S_(4),
 never in its place (:mod:`specledger.ledger.fourway`): quantization changes the very cost
-speculation trades on, so the gains do not multiply.
+speculation trades on, so the gains do not multiply. :func:`round_terms` says why, term by term: the
+plain step gets cheaper (fewer weight bytes), while a verify pass's extra rows cost arithmetic that the
+weight stream no longer hides (the verify premium grows at fewer bytes per row), and a drafter's fixed
+cost becomes a larger share of a step.
 
 Correctness is judged against the target that actually verifies: (3) must reproduce (1)
-token for token, (4) must reproduce (2). The int8 target is a different model, so (2) vs (1)
+token for token, (4) must reproduce (2). The quantized target is a different model, so (2) vs (1)
 is a *quality* question, reported separately from task scores ("quantization effect on quality").
 
 Default drafter: ``ngram``. ``quant-self`` drafts with an int8 copy of the target; on an int8
@@ -64,13 +68,85 @@ def int8_engine(engine: TargetEngine) -> TargetEngine:
     return q
 
 
-SETTINGS = (  # (key, label, target, speculative)
-    ("fp32-plain", "fp32 plain (baseline)", "fp32", False),
-    ("int8-plain", "int8 plain (quant only)", "int8", False),
-    ("fp32-spec", "fp32 + drafter (spec only)", "fp32", True),
-    ("int8-spec", "int8 + drafter (combined)", "int8", True),
-)
-VERIFIER = {"fp32-plain": None, "int8-plain": None, "fp32-spec": "fp32-plain", "int8-spec": "int8-plain"}
+def quantized_engine(engine: TargetEngine, quant: str = "auto") -> tuple[TargetEngine, str]:
+    """The quantized target and its short name for the four-way: ``gguf`` (the target's GGUF file with its own
+    blocks kept quantized, engine/quant_gguf.py: what a CPU user deploys), ``q8_0`` / ``q4_0`` / ``q4_1`` (every
+    linear quantized to that block format), or ``int8`` (per-channel, engine/int8.py). ``auto``: ``gguf`` when the
+    target was loaded from a .gguf file and the native kernel is built, else ``int8``."""
+    import copy
+
+    from specledger.engine import kernels
+    from specledger.engine.decode import Engine
+
+    source = str(getattr(getattr(engine, "loaded", None), "source", "") or "")
+    is_gguf = source.lower().endswith(".gguf")
+    if quant == "auto":
+        quant = "gguf" if is_gguf and kernels.lib() is not None else "int8"
+    require(quant in ("gguf", "int8", "q8_0", "q4_0", "q4_1"),
+            f"unknown quantized target {quant!r}; use auto, gguf, q8_0, q4_0, q4_1 or int8")
+    require(not str(engine.dtype or "").startswith(("gguf", "q")),
+            f"the four-way needs the float32 target as its baseline, not {engine.dtype}; drop --dtype")
+    if quant == "int8":
+        return int8_engine(engine), "int8"
+    from specledger.engine import quant_gguf
+
+    model = copy.deepcopy(engine.model)
+    if quant == "gguf":
+        require(is_gguf, "the four-way's gguf target keeps a GGUF file's own blocks; the target came from "
+                         f"{source or 'no file'}: pass a .gguf --target")
+        label = quant_gguf.load_quantized(model, source).label
+    else:
+        quant_gguf.quantize_model(model, quant.upper())
+        label = quant
+    q = Engine(model, engine.tokenizer, sorted(engine.eos_token_ids), engine.max_context, name=engine.name,
+               dtype=label)
+    q.loaded = engine.loaded
+    return q, quant
+
+
+def settings_for(quant: str) -> tuple[tuple[str, str, str, bool], ...]:
+    """(key, label, target, speculative) of the four settings with quantized target ``quant``."""
+    return (
+        ("fp32-plain", "fp32 plain (baseline)", "fp32", False),
+        (f"{quant}-plain", f"{quant} plain (quant only)", quant, False),
+        ("fp32-spec", "fp32 + drafter (spec only)", "fp32", True),
+        (f"{quant}-spec", f"{quant} + drafter (combined)", quant, True),
+    )
+
+
+def verifiers_for(quant: str) -> dict[str, str | None]:
+    """Which plain setting each setting must reproduce token for token (None: a plain setting itself)."""
+    return {"fp32-plain": None, f"{quant}-plain": None, "fp32-spec": "fp32-plain", f"{quant}-spec": f"{quant}-plain"}
+
+
+SETTINGS = settings_for("int8")  # (key, label, target, speculative)
+VERIFIER = verifiers_for("int8")
+
+
+def round_terms(spec: Sequence[RequestRecord], plain: Sequence[RequestRecord], weight_bytes: int) -> dict[str, Any]:
+    """Why a speculative setting gains what it gains over its own plain decoding, term by term (means over rounds):
+
+    S_spec/plain ~= L / ((t_draft + t_verify + t_other) / t_step), t_step = plain's mean round (one token), L the
+    tokens committed per round; ``verify_premium = t_verify / t_step`` (a verify pass of ``rows = proposed + 1`` rows
+    against a one-row step), ``bytes_per_row = weight_bytes / rows`` (the weight stream each verified row shares)."""
+    from specledger.analysis.metrics import all_rounds
+
+    sr, pr = all_rounds(spec), all_rounds(plain)
+    if not sr or not pr:
+        return {}
+    step = float(np.mean([r.t_round for r in pr]))
+    draft = float(np.mean([r.t_draft for r in sr]))
+    verify = float(np.mean([r.t_verify for r in sr]))
+    other = float(np.mean([r.t_other for r in sr]))
+    rows = float(np.mean([r.proposed + 1 for r in sr]))
+    per_round = float(np.mean([r.committed for r in sr]))
+    return {
+        "t_step_ms": step * 1e3, "t_draft_ms": draft * 1e3, "t_verify_ms": verify * 1e3, "t_other_ms": other * 1e3,
+        "verify_rows": rows, "tokens_per_round": per_round,
+        "verify_premium": verify / step, "draft_share": draft / step,
+        "predicted_speedup_vs_own_plain": per_round / ((draft + verify + other) / step),
+        "weight_bytes": int(weight_bytes), "bytes_per_verified_row": weight_bytes / rows,
+    }
 
 
 def drafter_note(drafter: str) -> str:
@@ -83,18 +159,20 @@ def drafter_note(drafter: str) -> str:
 
 
 def four_way_summary(by_setting: dict[str, list[RequestRecord]], prompt_ids: Sequence[str],
-                     n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
-    """Figures of the four settings, the four-way arithmetic, correctness and the int8 quality effect."""
+                     n_resamples: int = 1000, seed: int = 0, quant: str = "int8",
+                     weight_bytes: dict[str, int] | None = None) -> dict[str, Any]:
+    """Figures of the four settings, the four-way arithmetic, correctness and the quantization quality effect."""
     from specledger.ledger.fourway import compare_quant_and_spec
     from specledger.quality.stats import compare_quality
 
     base = by_setting["fp32-plain"]
     settings = []
-    for key, label, target, spec in SETTINGS:
+    verifiers = verifiers_for(quant)
+    for key, label, target, spec in settings_for(quant):
         recs = by_setting[key]
         row = {"key": key, "setting": label, "target": target, "speculative": spec,
                **setting_figures(recs, base, n_resamples, seed)}
-        verifier = VERIFIER[key]
+        verifier = verifiers[key]
         row["verifier"] = verifier.replace("-", " ") if verifier else None
         row["correctness"] = identical(recs, by_setting[verifier]) if verifier else None
         if key == "fp32-plain":  # the reference itself: S = 1 by definition, no interval
@@ -103,11 +181,19 @@ def four_way_summary(by_setting: dict[str, list[RequestRecord]], prompt_ids: Seq
         row["quality_mean"] = float(np.mean(scores)) if scores else None
         settings.append(row)
     tps = {row["key"]: row["tokens_per_s"] for row in settings}
-    four = compare_quant_and_spec(tps["fp32-plain"], tps["int8-plain"], tps["fp32-spec"], tps["int8-spec"])
-    quality = compare_quality(quality_scores(base, prompt_ids), quality_scores(by_setting["int8-plain"], prompt_ids),
+    qp, qs = f"{quant}-plain", f"{quant}-spec"
+    four = compare_quant_and_spec(tps["fp32-plain"], tps[qp], tps["fp32-spec"], tps[qs])
+    quality = compare_quality(quality_scores(base, prompt_ids), quality_scores(by_setting[qp], prompt_ids),
                               n_bootstrap=2000, seed=seed)
-    changed = identical(by_setting["int8-plain"], base)
+    changed = identical(by_setting[qp], base)
+    wb = weight_bytes or {}
+    terms = {"fp32": round_terms(by_setting["fp32-spec"], base, wb.get("fp32", 0)),
+             quant: round_terms(by_setting[qs], by_setting[qp], wb.get(quant, 0))}
     return {
+        "quant_target": quant,
+        "quality_reference": (f"the {quant} target is the correctness reference for its own speculation ({qs} must "
+                              f"reproduce {qp}); its distance from fp32 is reported as quality, not correctness"),
+        "terms": terms,
         "settings": settings,
         "four_way": {
             "quant_speedup": four.quant_speedup,
@@ -119,34 +205,50 @@ def four_way_summary(by_setting: dict[str, list[RequestRecord]], prompt_ids: Seq
         },
         "correctness": {
             "spec_fp32_vs_fp32_plain": settings[2]["correctness"],
-            "spec_int8_vs_int8_plain": settings[3]["correctness"],
+            f"spec_{quant}_vs_{quant}_plain": settings[3]["correctness"],
         },
-        "int8_output_vs_fp32": changed,
-        "quality_int8_vs_fp32": quality,
+        f"{quant}_output_vs_fp32": changed,
+        f"quality_{quant}_vs_fp32": quality,
+        "quant_output_vs_fp32": changed,  # the same two under names that do not depend on the quantized target
+        "quality_quant_vs_fp32": quality,
     }
 
 
 def statements(result: dict[str, Any]) -> list[str]:
     """The findings in sentences, with the numbers."""
+    qn = result.get("quant_target", "int8")
     fw = result["four_way"]
     c = result["correctness"]
-    q = result["quality_int8_vs_fp32"]
-    ch = result["int8_output_vs_fp32"]
+    q = result[f"quality_{qn}_vs_fp32"]
+    ch = result[f"{qn}_output_vs_fp32"]
+    cq = c[f"spec_{qn}_vs_{qn}_plain"]
     out = [
         f"Quant only S = {fw['quant_speedup']:.3f}, spec only S = {fw['spec_speedup']:.3f}; their product "
         f"{fw['product_of_single_speedups']:.3f} vs the measured combined S = {fw['combined_speedup']:.3f} "
         f"(interaction {fw['interaction']:.3f}; < 1 means the gains overlap).",
-        f"Speculation on the int8 target adds {fw['spec_speedup_on_quantized']:.3f}x over int8 plain.",
+        f"Speculation on the {qn} target adds {fw['spec_speedup_on_quantized']:.3f}x over {qn} plain.",
         f"Correctness vs the verifying target: fp32 + drafter {c['spec_fp32_vs_fp32_plain']['identical']}/"
-        f"{c['spec_fp32_vs_fp32_plain']['of']} identical to fp32 plain; int8 + drafter "
-        f"{c['spec_int8_vs_int8_plain']['identical']}/{c['spec_int8_vs_int8_plain']['of']} identical to int8 plain.",
+        f"{c['spec_fp32_vs_fp32_plain']['of']} identical to fp32 plain; {qn} + drafter "
+        f"{cq['identical']}/{cq['of']} identical to {qn} plain.",
         f"Quantization changes the output itself on {ch['of'] - ch['identical']}/{ch['of']} prompts "
         "(a different model, judged by quality, not correctness).",
     ]
+    terms = result.get("terms") or {}
+    tf, tq = terms.get("fp32") or {}, terms.get(qn) or {}
+    if tf and tq:
+        out.append(
+            f"Why they do not multiply, per round: a plain step costs {tf['t_step_ms']:.2f} ms (fp32) vs "
+            f"{tq['t_step_ms']:.2f} ms ({qn}); a verify pass of ~{tf['verify_rows']:.1f} rows costs "
+            f"{tf['verify_premium']:.2f}x a step in fp32 ({tf['bytes_per_verified_row'] / 1e6:.0f} MB of weights per "
+            f"row) but {tq['verify_premium']:.2f}x on {qn} ({tq['bytes_per_verified_row'] / 1e6:.0f} MB per row: the "
+            f"rows' arithmetic is no longer hidden under the weight stream); drafting costs {tf['draft_share']:.2f} "
+            f"vs {tq['draft_share']:.2f} steps. With {tf['tokens_per_round']:.2f} vs {tq['tokens_per_round']:.2f} "
+            f"tokens per round that predicts {tf['predicted_speedup_vs_own_plain']:.2f}x vs "
+            f"{tq['predicted_speedup_vs_own_plain']:.2f}x over each target's own plain decoding.")
     if q["n_pairs"]:
         lo, hi = q["ci95"]
         out.append(f"Quantization effect on quality: mean task score {q['base_mean']:.3f} (fp32) -> "
-                   f"{q['spec_mean']:.3f} (int8), difference {q['mean_difference']:+.3f} "
+                   f"{q['spec_mean']:.3f} ({qn}), difference {q['mean_difference']:+.3f} "
                    f"(95% CI {lo:+.3f} to {hi:+.3f}, {q['n_pairs']} scored prompts).")
     else:
         out.append("Quantization effect on quality: not assessed (no prompt with an automatic task metric).")
@@ -171,6 +273,7 @@ def run_quantization(
     progress: Progress | None = None,
     layers: str | None = None,
     draft_path: str | None = None,
+    quant: str = "auto",
 ) -> dict[str, Any]:
     """Run the four settings per prompt (interleaved), append tagged traces to ``out_dir/traces.jsonl``
     (``extra.experiment = "quant4"``, ``extra.target`` = fp32 | int8) and write ``quantization.json``."""
@@ -182,33 +285,34 @@ def run_quantization(
     out.mkdir(parents=True, exist_ok=True)
     check_fresh(out, QUANT_EXPERIMENT)
     prompts, skipped = encode_prompts(engine, items, max_tokens)
-    q_engine = int8_engine(engine)
-    engines = {"fp32": engine, "int8": q_engine}
+    q_engine, qn = quantized_engine(engine, quant)
+    engines = {"fp32": engine, qn: q_engine}
     makers = {
         "fp32": drafter_factory(drafter, engine, layers, draft_path),
-        "int8": drafter_factory(drafter, q_engine, layers, draft_path),
+        qn: drafter_factory(drafter, q_engine, layers, draft_path),
     }
+    settings = settings_for(qn)
     plain = drafter_factory("none", engine)
     runs = {key: (engines[target], makers[target] if spec else plain, gamma if spec else 0)
-            for key, _, target, spec in SETTINGS}
+            for key, _, target, spec in settings}
     _warm_up(list(runs.values()), prompts[0], max_tokens)
 
     params = SamplingParams(temperature=0.0, seed=seed)
-    by_setting: dict[str, list[RequestRecord]] = {key: [] for key, *_ in SETTINGS}
-    total, done = len(prompts) * len(SETTINGS), 0
+    by_setting: dict[str, list[RequestRecord]] = {key: [] for key, *_ in settings}
+    total, done = len(prompts) * len(settings), 0
     side_by_side = SideBySide()
     for p in prompts:  # a prompt's four settings side by side, one round of each in turn
         if progress:
-            progress(done, total, f"quant4 {p.category}: {len(SETTINGS)} settings side by side")
+            progress(done, total, f"quant4 {p.category}: {len(settings)} settings side by side")
         records = side_by_side.run([
             (runs[key][0], p.ids, dict(drafter=runs[key][1](), gamma=runs[key][2], params=params,
                                        max_tokens=max_tokens, request_id=f"quant4|{p.id}|{key}"))
-            for key, *_ in SETTINGS])
-        for (key, _, target, _), rec in zip(SETTINGS, records):
+            for key, *_ in settings])
+        for (key, _, target, _), rec in zip(settings, records):
             tag(rec, p, QUANT_EXPERIMENT, key, target=target)
             by_setting[key].append(rec)
         RunDir(out).append(records)
-        done += len(SETTINGS)
+        done += len(settings)
     if progress:
         progress(done, total, "quant4 done")
 
@@ -225,7 +329,9 @@ def run_quantization(
         "categories": sorted({p.category for p in prompts}),
         "skipped_prompts": skipped,
         "drafter_note": drafter_note(drafter),
-        **four_way_summary(by_setting, [p.id for p in prompts], n_resamples, seed),
+        "quant_dtype": q_engine.dtype,
+        **four_way_summary(by_setting, [p.id for p in prompts], n_resamples, seed, qn,
+                           {"fp32": engine.model.weight_bytes(), qn: q_engine.model.weight_bytes()}),
     }
     result["statements"] = statements(result)
     return RunDir(out).write_experiment(QUANT_JSON, result)

@@ -14,8 +14,13 @@ if TYPE_CHECKING:
 
 
 def build_engine(target: str | None, dtype: str = "auto", device: str = "cpu") -> Engine:
-    """Load the target (default: bundled SmolLM2-135M-Instruct) on ``device`` and wrap it in an Engine."""
+    """Load the target (default: bundled SmolLM2-135M-Instruct) on ``device`` and wrap it in an Engine; its
+    ``dtype`` names the weights when they are quantized (``gguf:q4_1+q8_0`` for the bundled file's own blocks)."""
     from specledger.engine.decode import Engine
     from specledger.engine.loader import load_model
 
-    return Engine.from_loaded(load_model(target, dtype=dtype, device=device))
+    lm = load_model(target, dtype=dtype, device=device)
+    engine = Engine.from_loaded(lm)
+    if lm.weights:  # quantized weights (--dtype gguf | q8_0 | q4_0 | q4_1 | int8): the run reports which
+        engine.dtype = lm.weights
+    return engine

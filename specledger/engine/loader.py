@@ -43,6 +43,11 @@ _DTYPES = {
     "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
     "float16": torch.float16, "fp16": torch.float16,
 }
+#: ``--dtype`` values that choose the *weights* (activations stay float32 on the CPU): the GGUF file's own block
+#: quantization kept quantized (``gguf``, engine/quant_gguf.py), every linear re-quantized to one GGUF block format
+#: from the float32 weights (``q8_0``, ``q4_0``, ``q4_1``), or weight-only per-channel int8 (engine/int8.py).
+QUANT_DTYPES = ("gguf", "q8_0", "q4_0", "q4_1", "int8")
+_QUANT_ALIASES = {"file": "gguf", "own": "gguf", "fp32+int8": "int8", "float32+int8": "int8"}
 # End-of-turn markers a chat template may emit; those that occur in the template text are
 # added to the stop ids alongside the configured eos.
 _END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "</s>")
@@ -58,6 +63,10 @@ class LoadedModel:
     dtype: torch.dtype
     eos_token_ids: list[int]
     max_context: int
+    #: the weights when not plain ``dtype``: ``gguf:q4_1+q8_0`` (the file's blocks kept), ``q8_0``, ``float32+int8``
+    weights: str = ""
+    #: one line on what the quantized load kept and what (if anything) fell back to float32
+    weights_note: str = ""
 
     def _require_tokenizer(self) -> Any:
         if self.tokenizer is None:
@@ -130,7 +139,8 @@ def parse_dtype(dtype: str | torch.dtype, device: str | torch.device | None = No
             return _DTYPES[default_dtype(device)]
         return AUTO_DTYPE
     if dtype not in _DTYPES:
-        raise SpecLedgerError(f"unknown dtype {dtype!r}; use one of auto, {', '.join(_DTYPES)}")
+        raise SpecLedgerError(f"unknown dtype {dtype!r}; use one of auto, {', '.join(_DTYPES)}, "
+                              f"{', '.join(QUANT_DTYPES)}")
     return _DTYPES[dtype]
 
 
@@ -298,6 +308,11 @@ def load_model(
         from specledger.engine.device import resolve_device
 
         device = resolve_device(device)
+    quant = quant_choice(dtype)
+    if quant is not None:
+        if device is not None and device.type != "cpu":
+            raise SpecLedgerError(f"--dtype {dtype} runs on the CPU only; use --dtype auto on {device}")
+        return apply_weights(_load_model(target, torch.float32, cache_dir), quant, target)
     lm = _load_model(target, parse_dtype(dtype, device), cache_dir)
     if device is not None and device.type != "cpu":
         lm.model = lm.model.to(device)
@@ -314,3 +329,34 @@ def _load_model(target: str | os.PathLike | None, torch_dtype: torch.dtype, cach
         raise SpecLedgerError(f"{path} is neither a .gguf file nor a model directory; pass one of those")
     converted = convert_gguf(path, cache_dir)
     return load_hf_dir(converted, torch_dtype, name=path.stem, source=str(path))
+
+
+def quant_choice(dtype: str | torch.dtype) -> str | None:
+    """The weights choice in ``dtype`` (one of :data:`QUANT_DTYPES`), or None for a plain float dtype."""
+    if not isinstance(dtype, str):
+        return None
+    name = _QUANT_ALIASES.get(dtype.lower(), dtype.lower())
+    return name if name in QUANT_DTYPES else None
+
+
+def apply_weights(lm: LoadedModel, quant: str, target: str | os.PathLike | None) -> LoadedModel:
+    """``lm`` (float32) with its weights as ``quant`` asks (see :data:`QUANT_DTYPES`), in place; returns it."""
+    if quant == "int8":
+        from specledger.engine.int8 import quantize_int8
+
+        lm.model, lm.weights = quantize_int8(lm.model), "float32+int8"
+        lm.weights_note = "weights: per-channel int8 (torch kernels), activations float32"
+        return lm
+    from specledger.engine import quant_gguf
+
+    if quant == "gguf":
+        path = default_target_path() if target is None else Path(target).expanduser()
+        if path.suffix.lower() != ".gguf":
+            raise SpecLedgerError(f"--dtype gguf keeps a GGUF file's own quantization; {path} is not a .gguf file "
+                                  "(use --dtype q8_0, q4_0 or q4_1 to quantize it)")
+        report = quant_gguf.load_quantized(lm.model, str(path))
+        lm.weights, lm.weights_note = report.label, report.line()
+        return lm
+    quant_gguf.quantize_model(lm.model, quant.upper())
+    lm.weights, lm.weights_note = quant, f"weights: every linear quantized to {quant.upper()} from float32"
+    return lm

@@ -60,10 +60,12 @@ def block_rows(block: Any, x: torch.Tensor, kv_cache: torch.Tensor, slots: torch
 
 
 class _LayerF32(ctypes.Structure):
-    """One layer's pointers for ``specledger_layers_f32`` (packed weights, biases or NULL, norm weights)."""
+    """One layer's pointers for ``specledger_layers_f32`` (packed weights, biases or NULL, norm weights) and its
+    linears' kinds (float32 or quantized weights)."""
 
-    _fields_ = [(name, ctypes.c_void_p) for name in
-                ("wqkv", "bqkv", "wo", "bo", "w13", "w2", "attn_norm", "mlp_norm")]
+    _fields_ = [*((name, ctypes.c_void_p) for name in
+                  ("wqkv", "bqkv", "wo", "bo", "w13", "w2", "attn_norm", "mlp_norm")),
+                ("kind", ctypes.c_int32 * 4)]  # per linear: 0 float32, else a GGUF block kind (quant_gguf.KIND)
 
 
 #: per model: (key, the ctypes array of its layers' pointers) and {layer ids: ctypes int32 array}. A side table, not
@@ -94,6 +96,7 @@ def _stack(model: Any) -> Any:
         a.bqkv = None if wqkv.bias is None else wqkv.bias.data_ptr()
         a.bo = None if wo.bias is None else wo.bias.data_ptr()
         a.attn_norm, a.mlp_norm = block.attn_norm.data_ptr(), block.mlp_norm.data_ptr()
+        a.kind[:] = [getattr(n, "kind", 0) for n in (wqkv, wo, w13, w2)]
     _STACKS[model] = (key, arr)  # the pointers stay valid while the key holds (its packs are kept alive by it)
     return arr
 

@@ -60,7 +60,7 @@ def run(
                                                         "given, it applies to every category).")] = None,
     workload: Annotated[Path | None, typer.Option(help="Your own JSONL workload instead of the built-in categories.")] = None,
     target: Annotated[str | None, typer.Option(help="GGUF file or HF model dir (default: bundled SmolLM2-135M).")] = None,
-    dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | gguf (the GGUF file's own blocks kept quantized) | q8_0 | q4_0 | q4_1 | int8")] = "auto",
     device: Annotated[str, typer.Option(help="cpu, or cuda[:N] on a machine with an NVIDIA GPU (dtype auto = bfloat16 there).")] = "cpu",
     layers: Annotated[str | None, typer.Option(help="layerskip layers (default: calibrate).")] = None,
     draft: Annotated[str | None, typer.Option(help="Draft model path for the 'model' drafter; a .safetensors head file for 'head'.")] = None,

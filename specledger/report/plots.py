@@ -228,7 +228,8 @@ def quantization_speedups(quant: dict) -> go.Figure:
             error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo},
         )
     )
-    combined = next((r["setting"] for r in rows if r["key"] == "int8-spec"), None)
+    combined_key = f"{quant.get('quant_target', 'int8')}-spec"
+    combined = next((r["setting"] for r in rows if r["key"] == combined_key), None)
     product = quant.get("four_way", {}).get("product_of_single_speedups")
     if combined is not None and product is not None:
         fig.add_trace(

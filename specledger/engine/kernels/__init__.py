@@ -27,10 +27,10 @@ from pathlib import Path
 
 import torch
 
-_SRCS = (Path(__file__).with_name("gemv.c"), Path(__file__).with_name("ops.c"))
+_SRCS = (Path(__file__).with_name("gemv.c"), Path(__file__).with_name("ops.c"), Path(__file__).with_name("qgemv.c"))
 _HEADERS = (Path(__file__).with_name("simd.h"),)
 _FLAGS = ["-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", "-fPIC", "-shared"]
-_ABI = 5
+_ABI = 6
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 _status = "not loaded yet"
@@ -81,6 +81,16 @@ def _bind(path: Path) -> ctypes.CDLL:
     for name, argtypes in signatures.items():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = argtypes, None
+    quant = {  # qgemv.c: GGUF block-quantized weights (see specledger/engine/quant_gguf.py)
+        "specledger_qpack": [i, p, p, i, i],
+        "specledger_qdequant_rows": [i, p, p, i, i, i, p],
+        "specledger_qlinear": [i, p, p, p, p, p, i, i, i, i],
+    }
+    for name, argtypes in quant.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, None
+    lib.specledger_qchunk_bytes.argtypes, lib.specledger_qchunk_bytes.restype = [i], i
+    lib.specledger_qpath.argtypes, lib.specledger_qpath.restype = [], ctypes.c_char_p
     for name in ("specledger_pack_f32", "specledger_pack_bf16"):
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = [p, p, i, i], None

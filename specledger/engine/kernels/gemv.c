@@ -26,7 +26,7 @@ typedef uint32_t u32x16 __attribute__((vector_size(64)));
 #define NB 8
 #define MB 3
 
-int specledger_gemv_abi(void) { return 5; }
+int specledger_gemv_abi(void) { return 6; }
 int specledger_gemv_nb(void) { return NB; }
 
 static inline v16 widen(const uint16_t *p) {

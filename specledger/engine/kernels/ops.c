@@ -18,6 +18,9 @@
 
 #include "simd.h"
 
+/* qgemv.c: blocks [b0, b0 + nb) of row m of an M x K activation, quantized into a matmul's buffer */
+void specledger_q8_blocks(const float *x_row, int m, int b0, int nb, int M, int K, uint8_t *buf);
+
 /* sum_i a[i] * b[i]: 16 lanes over i in increasing order then a fixed tree (n % 16 == 0), else sequential. */
 static inline float dot(const float *a, const float *b, int n) {
     if (n % 16 == 0) {
@@ -38,14 +41,21 @@ static inline float dot(const float *a, const float *b, int n) {
 /* The row ops below share their rows (silu_mul: 256-element chunks) among the threads of an enclosing parallel
  * region (orphaned ``omp for``, a barrier at the end); called outside one, they run on the caller's thread. Each
  * element's arithmetic is the same whichever thread runs it. */
-void specledger_rmsnorm_f32(const float *x, const float *w, float *y, int M, int D, float eps) {
+/* ... and, with q (a quantized linear's buffer; NULL: none), each finished row quantized for the next matmul in the
+ * same pass (one barrier instead of two; the quantized bits are those of a separate pass over the same floats). */
+static void rmsnorm_q_for(const float *x, const float *w, float *y, int M, int D, float eps, uint8_t *q) {
 #pragma omp for schedule(static)
     for (int m = 0; m < M; m++) {
         const float *xr = x + (size_t)m * D;
         float *yr = y + (size_t)m * D;
         float r = 1.0f / sqrtf(dot(xr, xr, D) / (float)D + eps);
         for (int i = 0; i < D; i++) yr[i] = w[i] * (xr[i] * r);
+        if (q) specledger_q8_blocks(yr, m, 0, D / 32, M, D, q);
     }
+}
+
+void specledger_rmsnorm_f32(const float *x, const float *w, float *y, int M, int D, float eps) {
+    rmsnorm_q_for(x, w, y, M, D, eps, NULL);
 }
 
 /* x [M, H, hd] in place; rows' positions pos[M]; tables cos/sin [P, hd]; heads [0, rot) rotated. */
@@ -202,7 +212,8 @@ static void write_rows_kv(const float *qkv, float *kc, float *vc, const int64_t 
  *            written and attended one by one (the plan: its ancestors' k/v straight from qkv), and the
  *            k/v are written afterwards, in row order, leaving the cache as that sequence would. */
 static void attn_for(const float *qkv, float *kc, float *vc, float *out, const int64_t *slots, const int64_t *pos,
-                     int M, int nh, int nkv, int hd, int cap, float scale, const attn_plan *ap, float *sc) {
+                     int M, int nh, int nkv, int hd, int cap, float scale, const attn_plan *ap, float *sc,
+                     uint8_t *q) {  /* q: quantize each head's output for the next matmul (hd % 32 == 0); NULL: no */
     int group = nh / nkv, stride = (nh + 2 * nkv) * hd;
     if (!ap->tree) write_rows_kv(qkv, kc, vc, slots, pos, M, nh, nkv, hd, cap);
     const float **kx = (const float **)(sc + ap->scores), **vx = kx + ap->D;
@@ -220,6 +231,7 @@ static void attn_for(const float *qkv, float *kc, float *vc, float *out, const i
         }
         attend_one(qkv + (size_t)m * stride + (size_t)qh * hd, kc + base, vc + base, pre, kx, vx, len, hd, scale,
                    out + ((size_t)m * nh + qh) * hd, sc);
+        if (q) specledger_q8_blocks(out + (size_t)m * nh * hd, m, qh * hd / 32, hd / 32, M, nh * hd, q);
     }
     if (ap->tree) write_rows_kv(qkv, kc, vc, slots, pos, M, nh, nkv, hd, cap);
 }
@@ -231,13 +243,14 @@ void specledger_attn_f32(const float *qkv, float *kc, float *vc, float *out, con
 #pragma omp parallel num_threads(nthreads)
     {
         float *sc = malloc(attn_scratch_bytes(&ap));
-        attn_for(qkv, kc, vc, out, slots, pos, M, nh, nkv, hd, cap, scale, &ap, sc);
+        attn_for(qkv, kc, vc, out, slots, pos, M, nh, nkv, hd, cap, scale, &ap, sc, NULL);
         free(sc);
     }
     attn_plan_free(&ap);
 }
 
-void specledger_silu_mul_f32(const float *gu, float *y, int M, int H) {
+/* q: quantize each finished chunk for the next matmul (H % 32 == 0: chunks end on block boundaries); NULL: no */
+static void silu_mul_q_for(const float *gu, float *y, int M, int H, uint8_t *q) {
     int chunks = (H + 255) / 256;
 #pragma omp for schedule(static)
     for (int c = 0; c < M * chunks; c++) {
@@ -245,8 +258,11 @@ void specledger_silu_mul_f32(const float *gu, float *y, int M, int H) {
         const float *g = gu + (size_t)m * 2 * H, *u = g + H;
         float *yr = y + (size_t)m * H;
         for (int i = i0; i < i1; i++) yr[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        if (q) specledger_q8_blocks(yr, m, i0 / 32, (i1 - i0) / 32, M, H, q);
     }
 }
+
+void specledger_silu_mul_f32(const float *gu, float *y, int M, int H) { silu_mul_q_for(gu, y, M, H, NULL); }
 
 /* ---- a whole stack of decoder layers in one call --------------------------------------------------------
  * specledger_layers_f32 runs the layers ``ids[0..n)`` over rows x [M, dim] in place, each layer exactly as
@@ -264,10 +280,28 @@ void specledger_silu_mul_f32(const float *gu, float *y, int M, int H) {
  * row's roped k and v per layer, [n_layers][2][M][nkv][hd] indexed by layer id, as block_rows' kv_out. */
 typedef struct {
     const float *wqkv, *bqkv, *wo, *bo, *w13, *w2, *attn_norm, *mlp_norm;
+    int32_t kind[4]; /* wqkv, wo, w13, w2: 0 = float32 packed as gemv.c packs; else a GGUF block kind (qgemv.c) */
 } specledger_layer_f32;
 
 void specledger_gemv_f32_for(const float *x, const float *Wp, const float *b, const float *r, float *y, int M, int N,
                              int K);
+void specledger_q8_rows_for(const float *x, int M, int K, uint8_t *buf);
+void specledger_qgemv_for(int kind, const uint8_t *buf, const uint8_t *Wp, const float *bias, const float *r, float *y,
+                          int M, int N, int K);
+size_t specledger_qact_bytes(int M, int K);
+
+/* One linear inside the stack's parallel region: float32 (gemv.c), or quantized weights (qgemv.c) over rows that
+ * the op before quantized into qbuf in its own pass (ready), else quantized here first (every thread waits at the
+ * omp for's barrier before the matmul reads them). */
+static void linear_for(int kind, int ready, const float *x, const float *W, const float *b, const float *r, float *y,
+                       int M, int N, int K, uint8_t *qbuf) {
+    if (kind == 0) {
+        specledger_gemv_f32_for(x, W, b, r, y, M, N, K);
+        return;
+    }
+    if (!ready) specledger_q8_rows_for(x, M, K, qbuf);
+    specledger_qgemv_for(kind, qbuf, (const uint8_t *)W, b, r, y, M, N, K);
+}
 
 void specledger_layers_f32(const specledger_layer_f32 *w, const int32_t *ids, int n, float *x, float *kv,
                            int64_t layer_stride, int64_t v_offset, const int64_t *slots, const int64_t *pos, int M,
@@ -276,6 +310,11 @@ void specledger_layers_f32(const specledger_layer_f32 *w, const int32_t *ids, in
                            int nthreads) {
     int nq = (nh + 2 * nkv) * hd;
     attn_plan ap = attn_plan_of(slots, pos, M, tree);
+    int quant = 0, kmax = dim > hidden ? dim : hidden;
+    if (nh * hd > kmax) kmax = nh * hd;
+    for (int li = 0; li < n; li++)
+        for (int t = 0; t < 4; t++) quant |= w[ids[li]].kind[t] != 0;
+    uint8_t *qbuf = quant ? malloc(specledger_qact_bytes(M, kmax)) : NULL;
     float *h = scratch, *qkv = h + (size_t)M * dim, *att = qkv + (size_t)M * nq, *gu = att + (size_t)M * nh * hd,
           *act = gu + (size_t)M * 2 * hidden;
     /* one parallel region for the whole stack: the matmuls and attention share their work among the threads
@@ -286,8 +325,10 @@ void specledger_layers_f32(const specledger_layer_f32 *w, const int32_t *ids, in
         for (int li = 0; li < n; li++) {
             const specledger_layer_f32 *L = w + ids[li];
             float *kc = kv + (size_t)ids[li] * layer_stride, *vc = kc + v_offset;
-            specledger_rmsnorm_f32(x, L->attn_norm, h, M, dim, eps);
-            specledger_gemv_f32_for(h, L->wqkv, L->bqkv, NULL, qkv, M, nq, dim);
+            uint8_t *q0 = L->kind[0] ? qbuf : NULL, *q1 = L->kind[1] && hd % 32 == 0 ? qbuf : NULL;
+            uint8_t *q2 = L->kind[2] ? qbuf : NULL, *q3 = L->kind[3] && hidden % 32 == 0 ? qbuf : NULL;
+            rmsnorm_q_for(x, L->attn_norm, h, M, dim, eps, q0);
+            linear_for(L->kind[0], 1, h, L->wqkv, L->bqkv, NULL, qkv, M, nq, dim, qbuf);
             specledger_rope_f32(qkv, cos_t, sin_t, pos, M, nh + 2 * nkv, nh + nkv, hd);
             if (kv_out) {  /* the rows' roped k and v for a tree's commit: kv_out[layer id][2][M][nkv][hd] */
                 float *dst = kv_out + (size_t)ids[li] * 2 * M * nkv * hd;
@@ -297,14 +338,15 @@ void specledger_layers_f32(const specledger_layer_f32 *w, const int32_t *ids, in
                         memcpy(dst + ((size_t)half * M + m) * nkv * hd, qkv + (size_t)m * nq + (size_t)(nh + half * nkv) * hd,
                                (size_t)nkv * hd * 4);
             }
-            attn_for(qkv, kc, vc, att, slots, pos, M, nh, nkv, hd, cap, scale, &ap, sc);
-            specledger_gemv_f32_for(att, L->wo, L->bo, x, x, M, dim, nh * hd);
-            specledger_rmsnorm_f32(x, L->mlp_norm, h, M, dim, eps);
-            specledger_gemv_f32_for(h, L->w13, NULL, NULL, gu, M, 2 * hidden, dim);
-            specledger_silu_mul_f32(gu, act, M, hidden);
-            specledger_gemv_f32_for(act, L->w2, NULL, x, x, M, dim, hidden);
+            attn_for(qkv, kc, vc, att, slots, pos, M, nh, nkv, hd, cap, scale, &ap, sc, q1);
+            linear_for(L->kind[1], q1 != NULL, att, L->wo, L->bo, x, x, M, dim, nh * hd, qbuf);
+            rmsnorm_q_for(x, L->mlp_norm, h, M, dim, eps, q2);
+            linear_for(L->kind[2], 1, h, L->w13, NULL, NULL, gu, M, 2 * hidden, dim, qbuf);
+            silu_mul_q_for(gu, act, M, hidden, q3);
+            linear_for(L->kind[3], q3 != NULL, act, L->w2, NULL, x, x, M, dim, hidden, qbuf);
         }
         free(sc);
     }
+    free(qbuf);
     attn_plan_free(&ap);
 }
