@@ -143,11 +143,12 @@ def create_app(config: FakeServerConfig) -> tuple[FastAPI, list[ServedRequest]]:
                 finish = "length" if position == len(tokens) else None
                 now = time.perf_counter()
                 engine = entry.engine
-                drafts.labels(config.model_name, engine).inc()
-                draft_tokens.labels(config.model_name, engine).inc(config.gamma)
-                accepted.labels(config.model_name, engine).inc(size - 1)
-                for p in range(size - 1):
-                    per_pos.labels(config.model_name, engine, str(p)).inc()
+                if config.gamma:  # gamma 0: a plain server, no speculation counted
+                    drafts.labels(config.model_name, engine).inc()
+                    draft_tokens.labels(config.model_name, engine).inc(config.gamma)
+                    accepted.labels(config.model_name, engine).inc(size - 1)
+                    for p in range(size - 1):
+                        per_pos.labels(config.model_name, engine, str(p)).inc()
                 if last is None:
                     ttft_hist.labels(config.model_name, engine).observe(now - start)
                 else:

@@ -210,3 +210,49 @@ def test_probe_reads_a_plain_llama_server(probed: dict) -> None:
     assert report["summary"]["response_timings"] is None  # llama.cpp omits draft_n when nothing was drafted
     ratios = probed["speedup"]
     assert ratios["throughput_ratio"] > 0 and ratios["tpot_ratio"] > 0
+
+
+LAUNCH_PROMPTS = [  # repeat-heavy chat turns, so llama.cpp's n-gram drafter finds its n-grams
+    "Write the word 'alpha' ten times, separated by commas.",
+    "Copy this line twice: the quick brown fox jumps over the lazy dog.",
+    "List the numbers from 1 to 20, separated by commas.",
+    "Repeat after me three times: speculative decoding drafts and verifies.",
+]
+
+
+def test_probe_launch_runs_llama_server_per_configuration(tmp_path: Path) -> None:
+    """``probe --launch`` starts llama-server once plain and once with n-gram speculation, probes each at loads
+    1 and 2, and decides: the per-request drafted / accepted tokens (the last ``timings`` of each response)
+    add up to the server's counter deltas, γ is the configured draft length, m_KV comes from the GGUF, and
+    the paste-ready config is llama-server's own command line."""
+    assert BINARY is not None
+    gguf = default_target_path()
+    workload = tmp_path / "w.jsonl"
+    workload.write_text("".join(json.dumps({"id": f"l{i}", "category": "repeat" if i % 2 else "copy",
+                                            "messages": [{"role": "user", "content": p}]}) + "\n"
+                                for i, p in enumerate(LAUNCH_PROMPTS)))
+    template = f"{BINARY} -m {gguf} --host 127.0.0.1 --port {{port}} --metrics -c 2048 -np 2 -t 1 -tb 1 {{spec}}"
+    out = tmp_path / "run"
+    res = CliRunner().invoke(cli_app, [
+        "probe", "--launch", template, "--spec", "off=", "--spec",
+        "ngram=--spec-type ngram-simple --spec-ngram-simple-size-n 2 --spec-ngram-simple-size-m 8", "--loads", "1,2", "--workload", str(workload),
+        "--requests", str(len(LAUNCH_PROMPTS)), "--max-tokens", "48", "--chat", "--temperature", "0",
+        "--out", str(out), "--launch-timeout", "120",
+    ])
+    assert res.exit_code == 0, (res.output, res.exception)
+    summary = json.loads((out / "summary.json").read_text())
+    launch = summary["launch"]
+    assert launch["engine"] == "llama.cpp" and launch["specs"]["ngram"]["gamma"] == 8
+    counters = summary["engine_counters"]["ngram"]
+    server, per_request = counters["server"], counters["per_request_sum"]
+    assert server["draft_tokens"] > 0 and counters["agree"] is True, counters
+    for key in ("draft_tokens", "accepted"):
+        assert per_request[key] == pytest.approx(server[key], rel=0.01)
+    assert not summary["engine_counters"]["off"]["server"].get("draft_tokens")
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["kv_bytes_per_token"] == 30 * 3 * 128 * 2  # SmolLM2-135M, f16 K and V
+    engines = [s["engine"] for s in summary["schedules"]]
+    assert engines and all(e["kind"] == "llama.cpp" for e in engines)
+    assert all(e["command"] is None or e["command"].startswith(str(BINARY)) for e in engines)
+    assert all(s["vllm"] is None for s in summary["schedules"])
+    assert {v["load"] for v in summary["verdicts"]} == {1, 2}

@@ -167,7 +167,9 @@ def render_report(
 
 
 def probe(
-    url: Annotated[str, typer.Argument(help="Server root, e.g. http://127.0.0.1:8000")],
+    url: Annotated[
+        str | None, typer.Argument(help="Server root, e.g. http://127.0.0.1:8000 (none with --launch)")
+    ] = None,
     concurrency: Annotated[
         int | None, typer.Option(help="Closed loop: requests in flight (default 4)")
     ] = None,
@@ -227,13 +229,35 @@ def probe(
                      "written. Credentials in the URL (http://user:pass@host) are sent as Basic auth and "
                      "left out of every file and message."),
     ] = None,
+    launch: Annotated[
+        str | None,
+        typer.Option("--launch", help="Start the engine yourself, once per --spec: its command line with {port} "
+                     "(a free port is picked) and {spec} (each --spec's arguments; appended when absent), e.g. "
+                     "'llama-server -m MODEL --port {port} --metrics -np 4 {spec}'. Each is probed at every "
+                     "--loads with the same prompts, then stopped; needs --out (logs and finished "
+                     "configurations are kept there; the same command resumes)."),
+    ] = None,
+    spec: Annotated[
+        list[str] | None,
+        typer.Option("--spec", help="With --launch: NAME=ARGS, one speculative configuration (repeatable); "
+                     "the one named off is the baseline, e.g. --spec off= --spec 'ngram=--spec-type ngram-simple'"),
+    ] = None,
+    launch_port: Annotated[
+        int | None, typer.Option(help="With --launch: this port instead of a free one (it must be free)")
+    ] = None,
+    launch_timeout: Annotated[
+        float, typer.Option(help="With --launch: seconds an engine may take to answer GET /health")
+    ] = 600.0,
 ) -> None:
     """Measure an OpenAI-compatible endpoint under load: TTFT, TPOT, ITL, stalls, spec-decode.
 
     With --out DIR the requests are also written as a run (traces.jsonl + run.json) and the report is
     built: with --baseline URL2 (drafter "none") it shows the paired speed-up and the four gates.
     With --loads 1,4,16 both endpoints run at each load and the verdict is a schedule: load -> setting.
+    With --launch CMD --spec off= --spec NAME=ARGS ... it starts the engine once per configuration itself,
+    probes each at every load, and decides each against off (specledger/probe/launch.py).
     """
+    launching = _check_launch_options(url, launch, spec, baseline, concurrency, rate, out, launch_port)
     if concurrency is not None and rate is not None:
         raise SpecLedgerError("give either --concurrency or --rate, not both")
     load_list = parse_loads(loads)
@@ -275,6 +299,11 @@ def probe(
     if concurrency is None and rate is None:
         concurrency = 4
     config_for(model).validate()
+    if launching is not None:
+        _run_launch(str(launch), launching, load_list or [1], config_for(model), wl, out, launch_port,
+                    launch_timeout, tok, slo_obj, as_json)
+        return
+    assert url is not None  # _check_launch_options: a URL or --launch
     if load_list is not None:
         points = run_probe_loads(url, config_for(model), wl.items, load_list, baseline=baseline,
                                  baseline_config=config_for(baseline_model), metrics=metrics, tokenizer=tok)
@@ -302,6 +331,43 @@ def probe(
     render_report(console, "specledger probe", columns, ratios)
     if out is not None:
         print_run_report(console, out, summary)
+
+
+def _check_launch_options(url: str | None, launch: str | None, spec: list[str] | None, baseline: str | None,
+                          concurrency: int | None, rate: float | None, out: Path | None,
+                          launch_port: int | None) -> list[Any] | None:
+    """The parsed ``--spec`` list with ``--launch`` (None without it); a one-line error for every combination
+    that cannot work, before any engine starts."""
+    from specledger.probe.launch import check_template, parse_specs
+
+    if launch is None:
+        if spec or launch_port is not None:
+            raise SpecLedgerError("--spec and --launch-port go with --launch CMD (the engine's command line)")
+        if url is None:
+            raise SpecLedgerError("give the server's URL (e.g. http://127.0.0.1:8000), or --launch CMD to start it")
+        return None
+    if url is not None or baseline is not None:
+        raise SpecLedgerError("--launch starts the engines itself: give no URL and no --baseline")
+    if concurrency is not None or rate is not None:
+        raise SpecLedgerError("--launch probes at --loads (e.g. --loads 1,4), not --concurrency / --rate")
+    if out is None:
+        raise SpecLedgerError("--launch needs --out DIR: the engines' logs and each finished configuration go there")
+    if launch_port is not None and not 0 < launch_port < 65536:
+        raise SpecLedgerError(f"--launch-port {launch_port} is not a port; give 1-65535")
+    check_template(launch)
+    return parse_specs(spec or [])
+
+
+def _run_launch(template: str, specs: list[Any], loads: list[int], config: LoadConfig, wl: Any, out: Path | None,
+                port: int | None, ready_timeout: float, tok: Any, slo_obj: Any, as_json: bool) -> None:
+    from specledger.probe.launch import run_launch, write_launch_dir
+    from specledger.probe.loads_cli import show_launch
+
+    assert out is not None
+    runs = run_launch(template, specs, loads, config, wl, out, port=port, ready_timeout_s=ready_timeout,
+                      tokenizer=tok, progress=lambda m: typer.echo(safe(m, 600), err=True))
+    summary = write_launch_dir(out, runs, template, specs, loads, config, wl, tok, slo_obj)
+    show_launch(runs, summary, out, as_json)
 
 
 Imported = tuple[int, str | None, dict[str, Any]]  # (1-based index, model, import document)

@@ -4,6 +4,7 @@ gates and schedule (:func:`specledger.report.cli.print_summary`, the renderer of
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,12 @@ from specledger.probe.loads import LoadPoint, without_results
 from specledger.probe.outputs import probe_loads_run
 from specledger.probe.safe_text import safe
 from specledger.rundir import HTML_NAME, META_NAME, PROBE_JSON, TRACE_NAME
+
+
+def make_console() -> Console:
+    """The terminal's width on a terminal; 200 columns when stdout is a file or a pipe (CI, ``| tee``), where
+    Rich would otherwise cut every table to 80 ("pla…", "tok…")."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -64,7 +71,7 @@ def show_loads(points: list[LoadPoint], summary: dict[str, Any] | None, out: Pat
                "verdicts": (summary or {}).get("verdicts", []), "schedules": (summary or {}).get("schedules", [])}
         typer.echo(json.dumps(doc, indent=2, default=str))
         return
-    console = Console()
+    console = make_console()
     render_loads_table(console, points)
     if out is not None:
         print_run_report(console, out, summary)
@@ -86,3 +93,61 @@ def print_run_report(console: Console, out: Path, summary: dict[str, Any] | None
     written = [out / name for name in (PROBE_JSON, TRACE_NAME, META_NAME) if (out / name).is_file()]
     console.print("wrote " + ", ".join(safe(p) for p in written))
     console.print(f"report: {safe(out / HTML_NAME)} (rebuild with `specledger report {safe(out)}`)")
+
+
+def render_launch_table(console: Console, runs: dict[str, Any], gammas: dict[str, Any]) -> None:
+    """``probe --launch``: one row per (configuration, load): throughput and its ratio to off at that load,
+    latency, the pooled acceptance length of the server's counters, and drafted / accepted tokens summed
+    per request against the server's counter deltas (:func:`specledger.probe.counters.engine_counters`)."""
+    from specledger.probe.counters import engine_counters
+
+    table = Table(title="specledger probe --launch: every configuration at every load (closed loop)")
+    for col in ("spec", "γ", "load", "tok/s", "vs off", "TTFT P99 ms", "TPOT P50 ms", "ok / failed",
+                "E[L] (server)", "accepted / drafted: per request | server", "agree"):
+        table.add_column(col, justify="left" if col in ("spec", "agree") else "right")
+    base = {p.load: p.full["probe"]["summary"] for p in runs["off"].points} if "off" in runs else {}
+    for name, run in runs.items():
+        for p in sorted(run.points, key=lambda q: q.load):
+            report, s = p.full["probe"], p.full["probe"]["summary"]
+            off = base.get(p.load) or {}
+            ratio = (s.get("output_throughput_tok_s") / off["output_throughput_tok_s"]
+                     if s.get("output_throughput_tok_s") and off.get("output_throughput_tok_s") else None)
+            counters = report.get("spec_decode_counters") or {}
+            rec = engine_counters(p.results, counters.get("before"), counters.get("after"))
+            per, srv = rec["per_request_sum"], rec["server"]
+            pair = (f"{_fmt(per['accepted'])} / {_fmt(per['draft_tokens'])} | "
+                    f"{_fmt(srv['accepted'])} / {_fmt(srv['draft_tokens'])}")
+            agree = {True: "yes", False: "NO", None: "-"}[rec["agree"]]
+            table.add_row(*(safe(c, 200) for c in (
+                name, str(gammas.get(name, "")), str(p.load), _fmt(s.get("output_throughput_tok_s"), 1),
+                "1 (ref)" if name == "off" else _fmt(ratio, 3), _fmt((s.get("ttft_ms") or {}).get("p99"), 1),
+                _fmt((s.get("tpot_ms") or {}).get("p50"), 1), f"{s.get('requests_ok')} / {s.get('requests_failed')}",
+                _fmt((report.get("spec_decode") or {}).get("mean_acceptance_length"), 3), pair, agree)))
+    console.print(table)
+
+
+def show_launch(runs: dict[str, Any], summary: dict[str, Any], out: Path, as_json: bool) -> None:
+    """``--json``: the summary's verdicts, schedules, engine counters; else the table, the report's verdicts
+    and schedule, the engine's own paste-ready command per schedule, and the counters' reconciliation."""
+    launch = summary.get("launch") or {}
+    if as_json:
+        doc = {k: summary.get(k) for k in ("verdicts", "schedules", "engine_counters", "launch")}
+        typer.echo(json.dumps(doc, indent=2, default=str))
+        return
+    console = make_console()
+    gammas = {name: spec.get("gamma") for name, spec in (launch.get("specs") or {}).items()}
+    render_launch_table(console, runs, gammas)
+    print_run_report(console, out, summary)
+    for s in summary.get("schedules") or []:
+        engine = s.get("engine") or {}
+        head = f"  paste-ready ({safe(engine.get('kind') or 'engine')}) {safe(s['category'])} T={s['temperature']:g}: "
+        command = engine.get("command")
+        console.print(head + (safe(command, 2000) if command else "no speculative setting: serve plainly"),
+                      highlight=False, soft_wrap=True, markup=False)
+        if engine.get("note"):
+            console.print(f"    [dim]{safe(engine['note'], 400)}[/dim]")
+    for name, rec in (summary.get("engine_counters") or {}).items():
+        if name != "off":
+            console.print(f"engine counters ({safe(name)}): {safe(rec.get('verdict') or '', 600)}", highlight=False)
+    if launch.get("order"):
+        console.print(f"[dim]order: {safe(launch['order'], 400)}[/dim]")
