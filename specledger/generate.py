@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from specledger.engine.choices import DTYPE_HELP
 from specledger.errors import SpecLedgerError
 
 
@@ -43,20 +44,14 @@ def _print_ledger(led: dict) -> None:
 
 
 def _bandwidth(engine, plain) -> dict:
-    """Plain decode's bandwidth (weights + KV bytes per token x decode tokens/s) beside this machine's
-    read bandwidth measured now (engine/bandwidth.py). ``plain`` is a plain-decoding record (or, with
-    --drafter none, the run itself); its decode rate excludes the prefill."""
-    from specledger.engine.bandwidth import describe, measure_read_bandwidth, request_bytes_per_token
+    """Plain decode's bandwidth beside this machine's read bandwidth measured now
+    (:func:`specledger.engine.bandwidth.plain_decode_bandwidth`); ``plain`` is a plain-decoding record (or, with
+    --drafter none, the run itself)."""
+    from specledger.engine.bandwidth import plain_decode_bandwidth
 
-    rounds = [r for r in plain.rounds if r.proposed == 0]
-    seconds = sum(r.t_round for r in rounds)
-    if not rounds or seconds <= 0:
-        return {}
-    rate = sum(r.committed for r in rounds) / seconds
-    bpt = request_bytes_per_token(engine.model, [(plain.prompt_tokens, plain.output_tokens)])
-    machine = measure_read_bandwidth(device=engine.device)
-    return {"plain_decode_tokens_per_s": rate, "plain_decode_GB_per_s": bpt * rate / 1e9,
-            "machine_read_GB_per_s": machine / 1e9, "bandwidth": describe(bpt, rate, machine)}
+    figures = plain_decode_bandwidth(engine.model, [plain], device=engine.device)
+    figures.pop("bytes_per_token", None)
+    return figures
 
 
 def _layers_of(d) -> str | None:
@@ -82,7 +77,7 @@ def generate(
     target: Annotated[str | None, typer.Option(help="GGUF file or HF model dir (default: bundled SmolLM2-135M).")] = None,
     draft: Annotated[str | None, typer.Option(help="Draft model path for --drafter model; a .safetensors head file for head.")] = None,
     layers: Annotated[str | None, typer.Option(help="layerskip layers, e.g. 12 or 0-7,26-29 (default: calibrate).")] = None,
-    dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
+    dtype: Annotated[str, typer.Option(help=DTYPE_HELP)] = "auto",
     device: Annotated[str, typer.Option(help="cpu, or cuda[:N] on a machine with an NVIDIA GPU (dtype auto = bfloat16 there).")] = "cpu",
     raw: Annotated[bool, typer.Option("--raw", help="Encode the prompt as raw text, no chat template.")] = False,
     compare: Annotated[bool, typer.Option(help="Also decode plainly to measure the speed-up.")] = True,

@@ -138,7 +138,8 @@ def summarize(
         decided += sim["verdicts"]
         sim_loads = sorted({int(v["load"]) for v in sim["verdicts"]})  # none when nothing could be simulated
     check_target_load(slo, loads, sim_loads)
-    return json_safe(
+    launch = meta.get("launch") if isinstance(meta.get("launch"), dict) else None
+    summary = json_safe(
         {
             "schema": SCHEMA,
             "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -150,6 +151,8 @@ def summarize(
             "experiments": dict(experiments or {}),
             "verdicts": decided,
             **({"race": meta["race"]} if isinstance(meta.get("race"), dict) else {}),  # the main job's race
+            # probe --launch: the engine's counters reconciled per configuration, and how it was launched
+            **({"launch": launch, "engine_counters": meta.get("engine_counters")} if launch else {}),
             "schedules": [{k: v for k, v in sch.items() if k != "cells"} for sch in schedules(decided, slo.target_load)],
             "loads": loads,
             "simulated_loads": sim_loads,
@@ -159,7 +162,12 @@ def summarize(
             **analysis,
             "prediction_check": check,
         }
-    )  # type: ignore[return-value]
+    )
+    if launch:  # the schedules' configs are the launched engine's own command line, never another engine's
+        from specledger.probe.launch import patch_launched_schedules
+
+        patch_launched_schedules(summary, launch, loads)
+    return summary  # type: ignore[return-value]
 
 
 def run_cost_model(records: Sequence[RequestRecord], surface: Any, source: str) -> CostModel | None:

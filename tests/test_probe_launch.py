@@ -153,6 +153,14 @@ def test_launch_runs_every_configuration_at_every_load_and_decides(tmp_path: Pat
     # 2 loads x 4 prompts x 12 tokens in chunks of 1,3,2,4 (+ 1,1): 6 rounds per request, 3 drafted each
     assert server["drafts"] == 2 * 4 * 6 and server["draft_tokens"] == 3 * server["drafts"]
     assert server["accepted"] == 2 * 4 * (12 - 6)
+    ledger = launch["specs"]["spec"]["ledger"]  # pooled over both loads from the server's counters
+    assert ledger["gamma"] == 3 and ledger["rounds"] == 48 and ledger["el_reported"] == pytest.approx(2.0)
+    assert ledger["acceptance_rate"] == pytest.approx(48 / (3 * 48))
+    assert "E[L] 2.000 tokens per round over 48 rounds" in res.output
+    rebuilt = CliRunner().invoke(cli_app, ["report", str(out)])  # a rebuilt report keeps the engine's command
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert json.loads((out / "summary.json").read_text())["schedules"] == summary["schedules"]
+    assert "(as launched)" in (out / "report.html").read_text()
     off_server = summary["engine_counters"]["off"]["server"]
     assert not off_server.get("drafts")
     verdicts = summary["verdicts"]

@@ -41,3 +41,21 @@ def test_run_prints_workload_warnings_on_the_console(tmp_path, monkeypatch) -> N
     assert any("skipped long: prompt of 600 tokens" in line for line in printed), result.output
     meta = json.loads((out / "run.json").read_text())
     assert len(meta["workload_warnings"]) == 2 and len(meta["skipped_prompts"]) == 1
+    # the plain decode's bandwidth against this machine's read bandwidth, recorded and printed
+    assert meta["bandwidth"]["plain_decode_tokens_per_s"] > 0 and meta["bandwidth"]["machine_read_GB_per_s"] > 0
+    assert any(line.startswith("plain decode (float32): ") and "GB/s measured read" in line
+               for line in result.output.splitlines()), result.output
+
+
+def test_run_defaults_to_the_gguf_files_own_blocks_on_the_cpu(tmp_path) -> None:
+    """``specledger run --dtype auto`` on the CPU with a GGUF target runs the file's quantized blocks (what a
+    CPU user deploys); any other choice, target or device is left as given."""
+    from specledger.engine import kernels
+    from specledger.engine.build import deploy_dtype
+
+    gguf = tmp_path / "m.gguf"
+    expected = "gguf" if kernels.lib() is not None else "auto"
+    assert deploy_dtype(str(gguf), "auto", "cpu") == expected
+    assert deploy_dtype(str(gguf), "float32", "cpu") == "float32"
+    assert deploy_dtype(str(gguf), "auto", "cuda") == "auto"
+    assert deploy_dtype(str(tmp_path / "hf-dir"), "auto", "cpu") == "auto"

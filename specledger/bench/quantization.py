@@ -104,6 +104,18 @@ def quantized_engine(engine: TargetEngine, quant: str = "auto") -> tuple[TargetE
     return q, quant
 
 
+def float_engine(engine: TargetEngine) -> TargetEngine:
+    """The four-way's float32 baseline: ``engine`` itself, or, for an engine on quantized weights (``specledger
+    run``'s default on a GGUF), the same target loaded again in float32 from its file."""
+    if not str(engine.dtype or "").startswith(("gguf", "q", "float32+int8")):
+        return engine
+    from specledger.engine.build import build_engine
+
+    source = getattr(getattr(engine, "loaded", None), "source", None)
+    require(source is not None, f"the four-way needs the float32 target; {engine.dtype} has no file to load it from")
+    return build_engine(str(source), "float32")
+
+
 def settings_for(quant: str) -> tuple[tuple[str, str, str, bool], ...]:
     """(key, label, target, speculative) of the four settings with quantized target ``quant``."""
     return (

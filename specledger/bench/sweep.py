@@ -92,7 +92,7 @@ def run_side_experiments(engine: TargetEngine, run_dir: Path, seed: int, progres
     an interrupted run left half-written is skipped with a warning. Returns the experiments run."""
     from specledger.bench.experiment import check_fresh
     from specledger.bench.policies import POLICY_EXPERIMENT, run_policies
-    from specledger.bench.quantization import QUANT_EXPERIMENT, run_quantization
+    from specledger.bench.quantization import QUANT_EXPERIMENT, float_engine, run_quantization
     from specledger.bench.serving import SERVING_EXPERIMENT, run_serving
     from specledger.rundir import POLICIES_JSON, QUANT_JSON, SERVING_JSON
 
@@ -106,7 +106,7 @@ def run_side_experiments(engine: TargetEngine, run_dir: Path, seed: int, progres
     common = dict(max_tokens=cfg["max_tokens"], out_dir=run_dir, seed=seed, progress=progress)
     jobs = [
         (QUANT_EXPERIMENT, QUANT_JSON,
-         lambda: run_quantization(engine, items, drafter=cfg["drafter"], gamma=cfg["gamma"], **common)),
+         lambda: run_quantization(float_engine(engine), items, drafter=cfg["drafter"], gamma=cfg["gamma"], **common)),
         (POLICY_EXPERIMENT, POLICIES_JSON,
          lambda: run_policies(engine, items, drafter=cfg["drafter"], static_gammas=cfg["static_gammas"],
                               policies=cfg["policies"], **common)),

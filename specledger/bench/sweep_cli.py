@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from specledger.bench.sweep import load_sweep_items, parse_csv, parse_drafter_gammas, write_meta
+from specledger.engine.choices import DTYPE_HELP
 from specledger.errors import require
 
 EXPERIMENTS = ("quant4", "policies", "serving", "all")
@@ -35,7 +36,7 @@ def sweep(
     workload: Annotated[Path | None, typer.Option(help="Your own JSONL workload instead of the categories.")] = None,
     target: Annotated[str | None, typer.Option(help="GGUF file or HF model dir (default: bundled SmolLM2-135M).")]
     = None,
-    dtype: Annotated[str, typer.Option(help="auto (= float32) | float32 | bfloat16")] = "auto",
+    dtype: Annotated[str, typer.Option(help=DTYPE_HELP)] = "auto",
     layers: Annotated[str | None, typer.Option(help="layerskip layers (default: calibrate).")] = None,
     draft: Annotated[str | None, typer.Option(help="Draft model path for the 'model' drafter; a .safetensors head file for 'head'.")] = None,
     concurrencies: Annotated[str, typer.Option(help="serving: closed-loop concurrency levels.")] = "1,2,4,8,16",

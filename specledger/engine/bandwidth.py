@@ -79,3 +79,20 @@ def describe(bytes_per_token: float, tokens_per_s: float, machine_bytes_per_s: f
     if machine_bytes_per_s:
         line += f" = {got / machine_bytes_per_s * 100:.0f}% of {machine_bytes_per_s / 1e9:.1f} GB/s measured read"
     return line
+
+
+def plain_decode_bandwidth(model: Any, plain: Sequence[Any], device: str | torch.device = "cpu") -> dict[str, Any]:
+    """Plain decoding's achieved bandwidth over ``plain`` (records of plain decoding): decode tok/s over its
+    one-token rounds (the prefill left out) x bytes per token (weights + the KV at the mean context,
+    :func:`request_bytes_per_token`), beside this machine's read bandwidth measured now. Empty without a
+    timed decode round."""
+    rounds = [r for rec in plain for r in rec.rounds if r.proposed == 0]
+    seconds = sum(r.t_round for r in rounds)
+    if not rounds or seconds <= 0:
+        return {}
+    rate = sum(r.committed for r in rounds) / seconds
+    bpt = request_bytes_per_token(model, [(rec.prompt_tokens, rec.output_tokens) for rec in plain])
+    machine = measure_read_bandwidth(device=device)
+    return {"plain_decode_tokens_per_s": rate, "plain_decode_GB_per_s": bpt * rate / 1e9,
+            "bytes_per_token": bpt, "machine_read_GB_per_s": machine / 1e9,
+            "bandwidth": describe(bpt, rate, machine)}

@@ -24,3 +24,18 @@ def build_engine(target: str | None, dtype: str = "auto", device: str = "cpu") -
     if lm.weights:  # quantized weights (--dtype gguf | q8_0 | q4_0 | q4_1 | int8): the run reports which
         engine.dtype = lm.weights
     return engine
+
+
+def deploy_dtype(target: str | None, dtype: str = "auto", device: str = "cpu") -> str:
+    """What ``specledger run`` loads for ``--dtype auto``: on the CPU, a GGUF target (the bundled one by default)
+    on its own quantized blocks, ``gguf`` -- what a CPU user deploys (llama.cpp runs the file as it is) -- when
+    the native kernels are built; otherwise ``dtype`` unchanged (float32 on the CPU, bfloat16 on a GPU)."""
+    if dtype != "auto" or device != "cpu":
+        return dtype
+    from pathlib import Path
+
+    from specledger.engine import kernels
+    from specledger.engine.loader import default_target_path
+
+    path = Path(target).expanduser() if target else default_target_path()
+    return "gguf" if path.suffix.lower() == ".gguf" and kernels.lib() is not None else dtype

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from specledger.engine.choices import QUANT_DTYPES
 from specledger.engine.model import Transformer
 from specledger.engine.model_config import ModelConfig
 from specledger.errors import SpecLedgerError
@@ -43,10 +44,6 @@ _DTYPES = {
     "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
     "float16": torch.float16, "fp16": torch.float16,
 }
-#: ``--dtype`` values that choose the *weights* (activations stay float32 on the CPU): the GGUF file's own block
-#: quantization kept quantized (``gguf``, engine/quant_gguf.py), every linear re-quantized to one GGUF block format
-#: from the float32 weights (``q8_0``, ``q4_0``, ``q4_1``), or weight-only per-channel int8 (engine/int8.py).
-QUANT_DTYPES = ("gguf", "q8_0", "q4_0", "q4_1", "int8")
 _QUANT_ALIASES = {"file": "gguf", "own": "gguf", "fp32+int8": "int8", "float32+int8": "int8"}
 # End-of-turn markers a chat template may emit; those that occur in the template text are
 # added to the stop ids alongside the configured eos.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -60,7 +60,9 @@ def run(
                                                         "given, it applies to every category).")] = None,
     workload: Annotated[Path | None, typer.Option(help="Your own JSONL workload instead of the built-in categories.")] = None,
     target: Annotated[str | None, typer.Option(help="GGUF file or HF model dir (default: bundled SmolLM2-135M).")] = None,
-    dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | gguf (the GGUF file's own blocks kept quantized) | q8_0 | q4_0 | q4_1 | int8")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto (CPU: a GGUF target's own quantized blocks, as gguf: what a CPU user "
+                                            "deploys; GPU: bfloat16) | float32 | bfloat16 | gguf | q8_0 | q4_0 | "
+                                            "q4_1 (every linear quantized so) | int8")] = "auto",
     device: Annotated[str, typer.Option(help="cpu, or cuda[:N] on a machine with an NVIDIA GPU (dtype auto = bfloat16 there).")] = "cpu",
     layers: Annotated[str | None, typer.Option(help="layerskip layers (default: calibrate).")] = None,
     draft: Annotated[str | None, typer.Option(help="Draft model path for the 'model' drafter; a .safetensors head file for 'head'.")] = None,
@@ -102,7 +104,7 @@ def run(
         TimeRemainingColumn,
     )
 
-    from specledger.engine.build import build_engine
+    from specledger.engine.build import build_engine, deploy_dtype
     from specledger.mainjob.job import RunPlan, preset
     from specledger.mainjob.job import run as run_plan
     from specledger.report.build import build_report
@@ -155,7 +157,8 @@ def run(
     console.print(f"[bold]specledger run[/] -> {run_dir}  (Ctrl-C keeps every finished request; "
                   f"continue with --resume {run_dir})")
     with console.status("loading the target model (first use converts the GGUF once, ~30 s)"):
-        engine = build_engine(target, dtype) if device == "cpu" else build_engine(target, dtype, device)
+        engine = build_engine(target, deploy_dtype(target, dtype)) if device == "cpu" else \
+            build_engine(target, dtype, device)
     console.print(f"target: {engine.name} ({engine.dtype}), drafters: {', '.join(plan.drafters)}, "
                   f"gammas: {plan.gammas}, temperatures: {plan.temperatures}, loads: {sorted({1, *plan.loads})}"
                   + (f", simulated loads: {plan.simulate_loads}" if plan.simulate_loads else ""))
@@ -176,6 +179,23 @@ def run(
             run_side_experiments(engine, run_dir, plan.seed, progress,
                                  lambda w: console.print(f"[yellow]warning:[/] {w}"))
     with console.status("analysing traces and writing the report"):
+        record_bandwidth(run_dir, engine)
         summary, html = build_report(run_dir, slo)
     print_answer(summary, console, verbose=verbose)
     console.print(f"report: {html}\nsummary: {run_dir / SUMMARY_NAME}")
+
+
+def record_bandwidth(run_dir: Path, engine: Any) -> None:
+    """run.json ``bandwidth``: plain decoding's achieved bandwidth over the main job's plain requests against
+    this machine's read bandwidth measured now (:func:`specledger.engine.bandwidth.plain_decode_bandwidth`)."""
+    from specledger.engine.bandwidth import plain_decode_bandwidth
+    from specledger.records import main_records
+    from specledger.rundir import RunDir
+
+    rd = RunDir(run_dir)
+    plain = [r for r in main_records(rd.records()) if r.drafter == "none"]
+    meta = rd.meta()
+    figures = plain_decode_bandwidth(engine.model, plain, device=engine.device)
+    if figures:
+        meta["bandwidth"] = figures
+    rd.write_meta(meta)

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from specledger.engine.choices import DTYPE_HELP
 from specledger.errors import SpecLedgerError
 
 
@@ -20,7 +21,7 @@ def calibrate(
                                                                   "surface profile to --out, no model load.")]
     = None,
     target: Annotated[str | None, typer.Option(help="GGUF file or HF model dir (default: bundled SmolLM2-135M).")] = None,
-    dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
+    dtype: Annotated[str, typer.Option(help=DTYPE_HELP)] = "auto",
     device: Annotated[str, typer.Option(help="cpu, or cuda where torch sees one.")] = "cpu",
     repeats: Annotated[int, typer.Option(help="Timed repeats per grid point (median).")] = 3,
     contexts: Annotated[str, typer.Option(help="Comma-separated context lengths of the grid.")] = "64,256,1024,2048",

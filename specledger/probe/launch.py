@@ -63,7 +63,7 @@ from specledger.probe.outputs import probe_run_meta, write_probe_run
 from specledger.probe.records import BASELINE_DRAFTER, records_from_probe
 from specledger.probe.workload import ProbeWorkload
 from specledger.records import RequestRecord
-from specledger.rundir import HTML_NAME, PROBE_JSON, SUMMARY_NAME, RunDir, json_safe
+from specledger.rundir import PROBE_JSON, RunDir, json_safe
 
 BASELINE_SPEC = "off"
 LAUNCH_DIR = "launch"
@@ -538,6 +538,34 @@ def counters_of(run: SpecRun) -> dict[str, Any]:
     return engine_counters([r for p in run.points for r in p.results], before, after)
 
 
+def pooled_ledger(run: SpecRun, gamma: int | None) -> dict[str, Any]:
+    """The acceptance ledger of one configuration over its whole run, from the server's counters before the
+    first load and after the last: ``E[L] = 1 + accepted / drafts`` (bonus token counted), per-position rates
+    ``Pr(K ≥ i) = Δaccepted_at_i / Δdrafts`` and their conditional chain
+    (:func:`specledger.ledger.server_acceptance.acceptance_ledger`), ``gamma`` the configured draft length
+    (not the number of positions the counters show). Every figure None when the server drafted nothing."""
+    from specledger.ledger.server_acceptance import acceptance_ledger
+
+    reports = [p.full["probe"] for p in sorted(run.points, key=lambda p: p.load)]
+    before = ((reports[0].get("spec_decode_counters") or {}).get("before") or {}) if reports else {}
+    after = ((reports[-1].get("spec_decode_counters") or {}).get("after") or {}) if reports else {}
+
+    def delta(key: str) -> float:
+        return float(after.get(key) or 0) - float(before.get(key) or 0)
+
+    drafts, drafted, accepted = delta("num_drafts"), delta("num_draft_tokens"), delta("num_accepted_tokens")
+    per_pos_after, per_pos_before = after.get("accepted_per_pos") or {}, before.get("accepted_per_pos") or {}
+    positions = sorted(int(k) for k in per_pos_after)
+    rates = ([(float(per_pos_after[str(i)]) - float(per_pos_before.get(str(i)) or 0)) / drafts for i in positions]
+             if drafts > 0 else [])
+    ledger = acceptance_ledger({"per_position_rates": rates,
+                                "mean_acceptance_length": 1 + accepted / drafts if drafts > 0 else None})
+    ledger.update(gamma=gamma, rounds=int(drafts), draft_tokens=int(drafted), accepted=int(accepted),
+                  acceptance_rate=accepted / drafted if drafted > 0 else None,
+                  positions_seen=len(rates))
+    return ledger
+
+
 def _on_loads(cells: Sequence[Mapping[str, Any]], label: str) -> list[int]:
     return sorted(int(v.get("load") or 1) for v in cells if v.get("decision") == "deploy" and v.get("drafter") == label)
 
@@ -602,12 +630,19 @@ def patch_schedules(summary: dict[str, Any], template: str, specs: Sequence[Spec
                              "note": "speculation pays at no measured load: serve with --spec off's command"}
 
 
+def patch_launched_schedules(summary: dict[str, Any], launch: Mapping[str, Any], loads: Sequence[int]) -> None:
+    """:func:`patch_schedules` from what run.json's ``launch`` records (the summary builder calls it, so a
+    report rebuilt with ``specledger report`` keeps the engine's own command)."""
+    specs = [Spec(str(name), tuple(d.get("args") or ())) for name, d in (launch.get("specs") or {}).items()]
+    patch_schedules(summary, str(launch.get("command") or ""), specs, str(launch.get("engine") or "engine"), loads)
+
+
 def write_launch_dir(out: Path, runs: Mapping[str, SpecRun], template: str, specs: Sequence[Spec],
                      loads: Sequence[int], config: LoadConfig, workload: ProbeWorkload, tokenizer: Tokenizer | None,
                      slo: Any = None) -> dict[str, Any]:
-    """traces.jsonl + run.json + probe.json, then the report; returns the summary with ``engine_counters``
-    and ``launch`` added and the schedules' snippets replaced (:func:`patch_schedules`)."""
-    from specledger.report.build import build_report, render_html
+    """traces.jsonl + run.json (with ``engine_counters`` and ``launch``) + probe.json, then the report; returns
+    the summary, whose schedules' snippets are the engine's own command (:func:`patch_launched_schedules`)."""
+    from specledger.report.build import build_report
 
     base = runs[BASELINE_SPEC]
     first_argv = base.argv
@@ -631,6 +666,7 @@ def write_launch_dir(out: Path, runs: Mapping[str, SpecRun], template: str, spec
                             "ascending order, then stops (no alternation between configurations)",
                    "specs": {s.name: {"args": list(s.args), "label": setting_label(s, kind),
                                       "gamma": 0 if s.is_baseline else (gammas[s.name] or UNKNOWN_GAMMA),
+                                      "ledger": None if s.is_baseline else pooled_ledger(runs[s.name], gammas[s.name]),
                                       "log": runs[s.name].log, "ready_s": runs[s.name].ready_s} for s in specs}},
     })
     if gguf is not None:
@@ -642,17 +678,11 @@ def write_launch_dir(out: Path, runs: Mapping[str, SpecRun], template: str, spec
                                 for p in run.points] for name, run in runs.items()}
     RunDir(out).write(PROBE_JSON, document)
     write_probe_run(out, records, meta)
-    summary, _html = build_report(out, slo)
-    summary["engine_counters"] = counters
-    summary["launch"] = meta["launch"]
-    patch_schedules(summary, template, specs, kind, loads)
-    run = RunDir(out)
-    run.write(SUMMARY_NAME, summary)
-    run.write_text(HTML_NAME, render_html(summary, title=str(summary["meta"].get("name") or run.name)))
+    summary, _html = build_report(out, slo)  # the summary carries launch and engine_counters from run.json
     return summary
 
 
 __all__ = ["BASELINE_SPEC", "EngineServer", "Spec", "SpecRun", "check_template", "configured_gamma", "counters_of",
            "engine_argv", "engine_flags", "engine_kind", "gguf_kv_facts", "launch_records", "paired_points",
-           "parse_spec", "parse_specs", "patch_schedules", "port_taken", "probe_spec", "run_launch", "run_order",
+           "parse_spec", "parse_specs", "patch_launched_schedules", "patch_schedules", "pooled_ledger", "port_taken", "probe_spec", "run_launch", "run_order",
            "setting_label", "write_launch_dir"]

@@ -146,6 +146,16 @@ def show_launch(runs: dict[str, Any], summary: dict[str, Any], out: Path, as_jso
                       highlight=False, soft_wrap=True, markup=False)
         if engine.get("note"):
             console.print(f"    [dim]{safe(engine['note'], 400)}[/dim]")
+    for name, spec in (launch.get("specs") or {}).items():
+        led = spec.get("ledger") or {}
+        if led.get("el_reported") is not None:
+            rates = ", ".join(f"{r:.2f}" for r in (led.get("per_position_rates") or [])[:8])
+            console.print(f"ledger ({safe(name)}, γ={safe(spec.get('gamma'))} configured, pooled over every load): "
+                          f"E[L] {led['el_reported']:.3f} tokens per round over {led.get('rounds')} rounds, "
+                          f"{_fmt(led.get('acceptance_rate'), 3)} of drafted tokens accepted, Pr(K ≥ i) by position: "
+                          f"{rates or '-'}", highlight=False)
+        elif name != "off":
+            console.print(f"ledger ({safe(name)}): the server drafted nothing during the run", highlight=False)
     for name, rec in (summary.get("engine_counters") or {}).items():
         if name != "off":
             console.print(f"engine counters ({safe(name)}): {safe(rec.get('verdict') or '', 600)}", highlight=False)

@@ -62,11 +62,18 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
     ]
     verdicts = summary.get("verdicts") or []
     answer = answer_rows(summary)
+    dtype, bw = str(meta.get("dtype") or ""), meta.get("bandwidth") or {}
+    weights_note = ("target weights: the GGUF file's own quantized blocks (" + dtype + "), as a CPU user deploys "
+                    "it (llama.cpp runs the file as it is); every speed-up is against plain decoding of this same "
+                    "quantized target" if dtype.startswith("gguf") else f"target weights: {dtype}" if dtype else "")
+    if bw.get("bandwidth"):
+        weights_note += f"{'. ' if weights_note else ''}Plain decode: {bw['bandwidth']}"
     return template.render(
         title=title or str(meta.get("name", "run")),
         model=meta.get("model") if isinstance(meta.get("model"), str) else "",
         generated=summary["generated"],
         meta_line=meta_line,
+        weights_note=weights_note,
         slo=summary["slo"],
         loads=summary.get("loads") or [],
         simulated_loads=summary.get("simulated_loads") or [],

@@ -134,6 +134,9 @@ def answer_lines(summary: dict[str, Any]) -> list[str]:
             line += (f"; plain step P10/P50/P90 {noise['p10_ms']:.1f}/{noise['p50_ms']:.1f}/{noise['p90_ms']:.1f} ms"
                      + (" (busy machine: speed figures unreliable)" if noise.get("busy") else ""))
         lines.append(line)
+    bw = meta.get("bandwidth") or {}
+    if bw.get("bandwidth"):
+        lines.append(f"plain decode ({meta.get('dtype') or 'weights'}): {bw['bandwidth']}")
     return lines
 
 

@@ -227,7 +227,9 @@ def snippets(schedule: dict[str, Any]) -> list[tuple[str, str]]:
     owner of that text (:func:`specledger.schedule.snippet`: JSON, or the flags joined)."""
     from specledger.schedule import snippet
 
-    return [(engine, snippet(schedule, key)) for key, engine in SNIPPETS if schedule.get(key)]
+    launched = schedule.get("engine") or {}  # probe --launch: the engine's own command line
+    own = [(f"{launched.get('kind')} (as launched)", str(launched["command"]))] if launched.get("command") else []
+    return own + [(engine, snippet(schedule, key)) for key, engine in SNIPPETS if schedule.get(key)]
 
 
 def category_sections(summary: dict[str, Any]) -> list[dict[str, Any]]:

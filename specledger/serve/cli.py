@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from specledger.engine.choices import DTYPE_HELP
 from specledger.errors import SpecLedgerError
 
 LOOPBACK_NAMES = {"localhost"}
@@ -76,7 +77,7 @@ def serve(
     tree_budget: Annotated[int, typer.Option(help="Token-tree nodes per round (0 = chains; depth <= gamma).")] = 0,
     layers: Annotated[str | None, typer.Option(help="layerskip layers, e.g. 12 or 0-7,26-29.")] = None,
     draft: Annotated[str | None, typer.Option(help="Draft model path for --drafter model; a .safetensors head file for head.")] = None,
-    dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16")] = "auto",
+    dtype: Annotated[str, typer.Option(help=DTYPE_HELP)] = "auto",
     device: Annotated[str, typer.Option(help="cpu, or cuda[:N] on a machine with an NVIDIA GPU (dtype auto = bfloat16 there).")] = "cpu",
     max_queue: Annotated[int, typer.Option(help="Waiting requests beyond which the server answers 429.")] = 64,
     max_batch: Annotated[int, typer.Option(help="Requests decoded together (continuous batching).")] = 8,
