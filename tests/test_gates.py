@@ -480,3 +480,59 @@ def test_plains_ttft_is_pooled_over_the_same_prefill_family_so_prompts_run_witho
     finally:
         solo.pool_prefill_ttft = real
     assert "latency" in w["reason"] and not w.get("slo_out_of_reach")
+
+
+def test_a_cheaper_setting_within_the_margin_is_deployed_only_once_it_beats_plain(monkeypatch):
+    """The rule's pick (cheaper in memory, within the margin of the best) must itself be shown faster than plain:
+    directly, or through a setting that pays (lo(S_y) · lo(S_x / S_y) > 1). Until then the decision is open and
+    the race runs it with plain (the held-out case: suffix γ=2 deployed at S 1.01 [0.86–1.19] after 2 prompts)."""
+    import importlib
+
+    from specledger.gates.paired import RatioInterval
+
+    V = importlib.import_module("specledger.gates.verdicts")  # the module (the package exports a function so named)
+    fast, cheap = _scenario("suffix", 4, 1.10, (None, None)), _scenario("ngram", 2, 1.05, (None, None))
+    vs_plain = {id(fast): RatioInterval(1.10, 1.03, 1.17, 8), id(cheap): RatioInterval(1.05, 0.90, 1.22, 2)}
+    pair = {(id(cheap), id(fast)): RatioInterval(0.98, 0.955, 1.01, 6),
+            (id(fast), id(cheap)): RatioInterval(1.02, 0.99, 1.047, 6)}
+    monkeypatch.setattr(V, "_interval_vs_plain", lambda s, alpha: vs_plain[id(s)])
+    monkeypatch.setattr(V, "_compare", lambda a, b, ia, ib, alpha: pair[(id(a), id(b))])
+    (v,) = verdicts([cheap, fast])  # 1.03 · 0.955 < 1: not yet shown to beat plain
+    assert (v["resolved"], v["resolution"], v["needs_plain"]) == (False, "open", True)
+    assert "ngram γ=2" in v["contenders"] and "not yet shown above 1" in v["headline"]
+    vs_plain[id(cheap)] = RatioInterval(1.05, 1.01, 1.09, 8)  # now it pays on its own
+    (v,) = verdicts([cheap, fast])
+    assert (v["resolved"], v["drafter"], v["gamma"], v["resolution"]) == (True, "ngram", 2, "equivalent")
+    vs_plain[id(cheap)] = RatioInterval(1.05, 0.90, 1.22, 2)
+    pair[(id(cheap), id(fast))] = RatioInterval(0.99, 0.975, 1.01, 6)  # through suffix γ=4: 1.03 · 0.975 > 1
+    (v,) = verdicts([cheap, fast])
+    assert (v["resolved"], v["drafter"], v["gamma"]) == (True, "ngram", 2)
+    assert "faster than plain through suffix γ=4 (S ≥ 1.004)" in v["headline"]
+    vs_plain[id(cheap)] = RatioInterval(1.05, 0.90, 1.22, 2)
+    pair[(id(cheap), id(fast))] = RatioInterval(0.97, 0.955, 0.99, 6)  # slower, but maybe within the margin: open
+    (v,) = verdicts([cheap, fast])
+    assert v["resolved"] is False and "ngram γ=2" in v["contenders"]
+    pair[(id(cheap), id(fast))] = RatioInterval(0.92, 0.90, 0.94, 6)  # more than 5 % slower: passed over
+    (v,) = verdicts([cheap, fast])
+    assert (v["resolved"], v["drafter"], v["gamma"]) == (True, "suffix", 4)
+
+
+def test_a_setting_that_cannot_beat_plain_by_the_margin_cannot_beat_one_that_pays(monkeypatch):
+    """The held-out deadlock: suffix γ=2 pays (S 1.06 [1.02–1.11]); suffix γ=4 was dropped after 2 prompts, so
+    their paired ratio is wide, but γ=4's own S against plain is at most 1.04: it cannot be more than 5 % faster
+    than γ=2 (hi 1.04 / lo 1.02 < 1.05). Resolved, not an open race of one setting against nothing."""
+    import importlib
+
+    from specledger.gates.paired import RatioInterval
+
+    V = importlib.import_module("specledger.gates.verdicts")
+    g2, g4 = _scenario("suffix", 2, 1.06, (None, None)), _scenario("suffix", 4, 1.00, (None, None))
+    vs_plain = {id(g2): RatioInterval(1.06, 1.02, 1.11, 6), id(g4): RatioInterval(1.00, 0.96, 1.04, 2)}
+    pair = {(id(g2), id(g4)): RatioInterval(1.01, 0.93, 1.09, 2), (id(g4), id(g2)): RatioInterval(0.99, 0.92, 1.07, 2)}
+    monkeypatch.setattr(V, "_interval_vs_plain", lambda s, alpha: vs_plain[id(s)])
+    monkeypatch.setattr(V, "_compare", lambda a, b, ia, ib, alpha: pair[(id(a), id(b))])
+    (v,) = verdicts([g2, g4])
+    assert (v["resolved"], v["decision"], v["gamma"]) == (True, "deploy", 2)
+    vs_plain[id(g4)] = RatioInterval(1.00, 0.90, 1.12, 2)  # γ=4 could still be 10 % faster than plain: open
+    (v,) = verdicts([g2, g4])
+    assert v["resolved"] is False and "suffix γ=4" in v["contenders"]

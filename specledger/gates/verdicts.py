@@ -251,8 +251,8 @@ def _lo(iv: RatioInterval) -> float:
 def decide_group(items: Sequence[dict[str, Any]], slo: SLO, base: dict[str, Any]) -> dict[str, Any]:
     """The decision of one (category, temperature) from its scenarios: indifference-zone selection.
 
-    A setting is *safe* when, paired, no other eligible setting can be more than the margin m faster:
-    for every other b the lower bound of S_s / S_b exceeds 1/(1+m). The decision is resolved when some
+    A setting is *safe* when no other eligible setting can be more than the margin m faster: for every other b
+    the lower bound of S_s / S_b exceeds 1/(1+m), paired, or, through plain, hi(S_b) / lo(S_s) < 1 + m. The decision is resolved when some
     setting pays and some safe setting is faster than plain (the rule picks among the safe ones faster than
     plain: all are within m of the best), or when no eligible
     setting can be more than m faster than plain (off). Otherwise it is open, with the leader and every
@@ -275,8 +275,22 @@ def decide_group(items: Sequence[dict[str, Any]], slo: SLO, base: dict[str, Any]
     pair = {(id(x), id(y)): _compare(x, y, ivs[id(x)], ivs[id(y)], alpha)
             for x in eligible for y in eligible if x is not y}
 
+    def within_margin(x: dict[str, Any], y: dict[str, Any]) -> bool:
+        """``y`` cannot be more than the margin faster than ``x``: paired, lo(S_x / S_y) > 1/(1+m); or through
+        plain, hi(S_y) / lo(S_x) < 1 + m (a setting that cannot beat plain by much cannot beat one that pays)."""
+        if _lo(pair[(id(x), id(y))]) > 1.0 / (1.0 + margin):
+            return True
+        lo_x, hi_y = _lo(ivs[id(x)]), ivs[id(y)].hi
+        return lo_x > 0 and math.isfinite(hi_y) and hi_y / lo_x < 1.0 + margin
+
     def safe(x: dict[str, Any]) -> bool:
-        return all(_lo(pair[(id(x), id(y))]) > 1.0 / (1.0 + margin) for y in eligible if y is not x)
+        return all(within_margin(x, y) for y in eligible if y is not x)
+
+    def beaten_by_more_than_margin(x: dict[str, Any], y: dict[str, Any]) -> bool:
+        """``y`` is proven more than the margin faster than ``x``: hi(S_x / S_y) < 1/(1+m). Only such an ``x``
+        is passed over: one merely slower, but possibly within the margin, keeps the decision open, so two runs
+        do not pass it over in one and pick it in the other."""
+        return pair[(id(x), id(y))].hi < 1.0 / (1.0 + margin)
 
     paying = [x for x in eligible if _pays(ivs[id(x)], slo) == "pays"]
     leader = max(paying or eligible, key=lambda x: x["speedup"])  # a faster point that may not pay contends
@@ -284,25 +298,25 @@ def decide_group(items: Sequence[dict[str, Any]], slo: SLO, base: dict[str, Any]
              and _marginally_blocked(x, slo) and _pays(ivs[id(x)], slo) != "slower"]
     # The target is reproducible: the rule's first setting (cheaper in memory, then smaller γ) among those within
     # the margin of the best. Walk the settings faster than plain in the rule's order: the first one that is safe
-    # is the pick; one proven slower than another setting (paired upper bound below 1) is passed over; one that
-    # is neither keeps the decision open (a rerun could pick it or pass it: the race measures it further).
-    chosen, undecided = None, None
+    # (and shown to beat plain) is the pick; one proven more than the margin slower than another setting is passed
+    # over; one that is neither keeps the decision open (a rerun could pick it or pass it: the race measures it).
+    chosen, undecided, unproven = None, None, False
     if paying:
         for x in sorted((x for x in eligible if x["speedup"] > 1.0), key=lambda x: (*memory_key(x), -x["speedup"])):
-            if safe(x):
+            if safe(x) and _proven_to_pay(x, paying, ivs, pair, slo):
                 chosen = x
                 break
-            if any(pair[(id(x), id(y))].hi < 1.0 for y in eligible if y is not x):
+            if any(beaten_by_more_than_margin(x, y) for y in eligible if y is not x):
                 continue
-            undecided = x
+            undecided, unproven = x, safe(x)  # safe but not yet proven faster than plain: measure it with plain
             break
     if chosen is not None:
         entry = _resolved_deploy(base, chosen, [x for x in eligible if x is not chosen], ivs, pair, slo)
     elif all(_pays(ivs[id(x)], slo) in ("no gain", "slower") for x in eligible):
         entry = _resolved_off(base, leader, ivs[id(leader)], slo)
-    elif undecided is not None and undecided is not leader:
+    elif undecided is not None and (undecided is not leader or unproven):
         entry = _open(base, undecided, [x for x in eligible if x is not undecided], ivs, pair, slo,
-                      pays=_pays(ivs[id(undecided)], slo) == "pays", leader=leader)
+                      pays=_pays(ivs[id(undecided)], slo) == "pays", leader=leader, unproven=unproven)
     else:
         entry = _open(base, leader, [x for x in eligible if x is not leader], ivs, pair, slo,
                       pays=bool(paying) and leader in paying)
@@ -326,6 +340,17 @@ def decide_group(items: Sequence[dict[str, Any]], slo: SLO, base: dict[str, Any]
         if caveat:
             entry["reason"] += f" Not assessed: {', '.join(caveat)}."
     return entry
+
+
+def _proven_to_pay(x: dict[str, Any], paying: Sequence[dict[str, Any]], ivs: Mapping[int, RatioInterval],
+                   pair: Mapping[tuple[int, int], RatioInterval], slo: SLO) -> bool:
+    """``x`` is proven faster than plain: its own paired interval against plain pays, or, through a setting
+    ``y`` that pays, ``lo(S_y) · lo(S_x / S_y) > min_ci_low`` (both one-sided bounds at α: the chained bound
+    holds at 2α at worst). A setting the rule would pick for being within the margin of the best is deployed
+    only once it is shown to beat plain itself."""
+    if _pays(ivs[id(x)], slo) == "pays":
+        return True
+    return any(_lo(ivs[id(y)]) * _lo(pair[(id(x), id(y))]) > slo.min_ci_low for y in paying if y is not x)
 
 
 def _resolved_deploy(base: dict[str, Any], chosen: dict[str, Any], others: Sequence[dict[str, Any]],
@@ -353,6 +378,10 @@ def _resolved_deploy(base: dict[str, Any], chosen: dict[str, Any], others: Seque
                    + ", ".join(f"{setting_name(x)} (S {x['speedup']:.2f})" for x in faster_points) + ")"
                    if faster_points else f" ({near})"))
         resolution = "equivalent"
+    if _pays(ic, slo) != "pays":  # shown faster than plain through a setting that pays (_proven_to_pay)
+        via = max(others, key=lambda y: _lo(ivs[id(y)]) * _lo(pair[(id(chosen), id(y))]))
+        bound = _lo(ivs[id(via)]) * _lo(pair[(id(chosen), id(via))])
+        head += f"; faster than plain through {setting_name(via)} (S ≥ {bound:.3f})"
     out = {**_entry(base, chosen, ic, "deploy"), "resolution": resolution, "resolved": True,
            "equivalent_to": [setting_name(x) for x in others if vs[id(x)].verdict(margin) == EQUIVALENT],
            "tied_with": [x["label"] for x in faster_points], "headline": head, "contenders": []}
@@ -373,10 +402,11 @@ def _resolved_off(base: dict[str, Any], leader: dict[str, Any], il: RatioInterva
 
 def _open(base: dict[str, Any], focus: dict[str, Any], others: Sequence[dict[str, Any]],
           ivs: Mapping[int, RatioInterval], pair: Mapping[tuple[int, int], RatioInterval], slo: SLO,
-          pays: bool, leader: dict[str, Any] | None = None) -> dict[str, Any]:
+          pays: bool, leader: dict[str, Any] | None = None, unproven: bool = False) -> dict[str, Any]:
     """Open: ``focus`` (the leader, or the rule's first setting whose place is unsettled) and every setting that
     could still beat it by more than the margin (and could pay) are the contenders; with ``leader`` (the
-    fastest paying setting) given, that is the provisional deploy."""
+    fastest paying setting) given, that is the provisional deploy. ``unproven``: ``focus`` is within the margin
+    of every setting but not yet shown faster than plain (:func:`_proven_to_pay`): more prompts with plain."""
     margin = slo.equivalence_margin
     shown = leader if leader is not None else focus
     il = ivs[id(shown)]
@@ -387,7 +417,12 @@ def _open(base: dict[str, Any], focus: dict[str, Any], others: Sequence[dict[str
     if not pays and (n := prompts_to_settle(il, margin)) is not None:
         need.append(n)
     lead = f"{setting_name(shown)} S {il.ratio:.2f} [{_fmt_ci(il)}]"
-    if rivals:
+    if unproven and not rivals:
+        own = ivs[id(focus)]
+        head = (f"{setting_name(focus)} is within {100 * margin:.0f} % of every setting, and S {own.ratio:.2f} "
+                f"[{_fmt_ci(own)}] against plain after {own.n} prompts is not yet shown above "
+                f"{slo.min_ci_low:g}")
+    elif rivals:
         x, v = min(rivals, key=lambda p: _lo(p[1]))
         head = (f"{setting_name(focus)} vs {setting_name(x)}: paired ratio {v.ratio:.3f} [{_fmt_ci(v)}] after "
                 f"{v.n} prompts; {setting_name(x)} could still be more than {100 * margin:.0f} % faster")
@@ -400,7 +435,8 @@ def _open(base: dict[str, Any], focus: dict[str, Any], others: Sequence[dict[str
            "resolved": False, "prompts_needed": max(need) if need else None,
            "tied_with": [x["label"] for x, _ in rivals], "contenders": names, "headline": head,
            # what is open is between settings once one is proven to pay: more prompts need no plain run
-           "needs_plain": not (pays or leader is not None)}
+           # ... unless nothing between settings is open (no rival): then S against plain is
+           "needs_plain": unproven or not rivals or not (pays or leader is not None)}
     out["reason"] = ((f"{lead} pays; " if pays else "Off until resolved: ") + f"not yet resolved: {head}"
                      + (f"; ≈ {out['prompts_needed']} paired prompts would settle it." if need else "."))
     return out
