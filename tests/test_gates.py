@@ -527,12 +527,33 @@ def test_a_setting_that_cannot_beat_plain_by_the_margin_cannot_beat_one_that_pay
 
     V = importlib.import_module("specledger.gates.verdicts")
     g2, g4 = _scenario("suffix", 2, 1.06, (None, None)), _scenario("suffix", 4, 1.00, (None, None))
-    vs_plain = {id(g2): RatioInterval(1.06, 1.02, 1.11, 6), id(g4): RatioInterval(1.00, 0.96, 1.04, 2)}
+    vs_plain = {id(g2): RatioInterval(1.06, 1.02, 1.11, 6), id(g4): RatioInterval(1.00, 0.96, 1.04, 6)}
     pair = {(id(g2), id(g4)): RatioInterval(1.01, 0.93, 1.09, 2), (id(g4), id(g2)): RatioInterval(0.99, 0.92, 1.07, 2)}
     monkeypatch.setattr(V, "_interval_vs_plain", lambda s, alpha: vs_plain[id(s)])
     monkeypatch.setattr(V, "_compare", lambda a, b, ia, ib, alpha: pair[(id(a), id(b))])
     (v,) = verdicts([g2, g4])
     assert (v["resolved"], v["decision"], v["gamma"]) == (True, "deploy", 2)
-    vs_plain[id(g4)] = RatioInterval(1.00, 0.90, 1.12, 2)  # γ=4 could still be 10 % faster than plain: open
+    vs_plain[id(g4)] = RatioInterval(1.00, 0.90, 1.12, 6)  # γ=4 could still be 10 % faster than plain: open
     (v,) = verdicts([g2, g4])
     assert v["resolved"] is False and "suffix γ=4" in v["contenders"]
+
+
+def test_an_equivalence_needs_six_paired_prompts(monkeypatch):
+    """Within the margin after 4 prompts is not yet an equivalence: with 3 degrees of freedom the interval's own
+    spread is unsteady, and the race looks after every round. From MIN_EQUIVALENCE_PROMPTS on it is."""
+    import importlib
+
+    from specledger.gates.paired import RatioInterval
+
+    V = importlib.import_module("specledger.gates.verdicts")
+    a, b = _scenario("ngram", 2, 1.20, (None, None)), _scenario("suffix", 4, 1.21, (None, None))
+    vs_plain = {id(a): RatioInterval(1.20, 1.10, 1.30, 4), id(b): RatioInterval(1.21, 1.10, 1.32, 4)}
+    pair = {(id(a), id(b)): RatioInterval(0.99, 0.96, 1.02, 4), (id(b), id(a)): RatioInterval(1.01, 0.98, 1.04, 4)}
+    monkeypatch.setattr(V, "_interval_vs_plain", lambda s, alpha: vs_plain[id(s)])
+    monkeypatch.setattr(V, "_compare", lambda a_, b_, ia, ib, alpha: pair[(id(a_), id(b_))])
+    (v,) = verdicts([a, b])
+    assert v["resolved"] is False
+    for key in pair:
+        pair[key] = RatioInterval(pair[key].ratio, pair[key].lo, pair[key].hi, V.MIN_EQUIVALENCE_PROMPTS)
+    (v,) = verdicts([a, b])
+    assert (v["resolved"], v["drafter"], v["gamma"], v["resolution"]) == (True, "ngram", 2, "equivalent")

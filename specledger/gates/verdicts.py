@@ -39,6 +39,9 @@ from specledger.gates.result import FAIL, GATES, NOT_ASSESSED, GateResult
 from specledger.gates.slo import SLO
 from specledger.records import RequestRecord
 
+#: fewest paired prompts behind an equivalence ("within the margin", "no practical gain"): with 2-5 prompts the
+#: t interval's own variance estimate is too unsteady, and the race looks after every round (docs/decisions.md)
+MIN_EQUIVALENCE_PROMPTS = 6
 #: categories that are controls, never deployed: they show what the drafters do on input without structure
 CONTROL_CATEGORIES = frozenset({"random"})
 #: memory rank of a drafter's own state (weights, KV): model-free < shared weights < int8 copy < separate model
@@ -237,11 +240,17 @@ def _pays(iv: RatioInterval, slo: SLO) -> str:
     cannot be worth more than the margin), "slower" (interval below 1), "open"."""
     if iv.hi < 1.0:
         return "slower"
-    if iv.hi < 1.0 + slo.equivalence_margin:
+    if iv.hi < 1.0 + slo.equivalence_margin and _enough(iv):
         return "no gain"
     if iv.lo > slo.min_ci_low:
         return "pays"
     return "open"
+
+
+def _enough(iv: RatioInterval) -> bool:
+    """Enough paired prompts for an equivalence (:data:`MIN_EQUIVALENCE_PROMPTS`); ``n`` 0 is an interval given
+    whole (a scenario without per-prompt totals, an import), taken as it is."""
+    return iv.n == 0 or iv.n >= MIN_EQUIVALENCE_PROMPTS
 
 
 def _lo(iv: RatioInterval) -> float:
@@ -278,10 +287,12 @@ def decide_group(items: Sequence[dict[str, Any]], slo: SLO, base: dict[str, Any]
     def within_margin(x: dict[str, Any], y: dict[str, Any]) -> bool:
         """``y`` cannot be more than the margin faster than ``x``: paired, lo(S_x / S_y) > 1/(1+m); or through
         plain, hi(S_y) / lo(S_x) < 1 + m (a setting that cannot beat plain by much cannot beat one that pays)."""
-        if _lo(pair[(id(x), id(y))]) > 1.0 / (1.0 + margin):
+        xy = pair[(id(x), id(y))]
+        if _enough(xy) and _lo(xy) > 1.0 / (1.0 + margin):
             return True
-        lo_x, hi_y = _lo(ivs[id(x)]), ivs[id(y)].hi
-        return lo_x > 0 and math.isfinite(hi_y) and hi_y / lo_x < 1.0 + margin
+        ix, iy = ivs[id(x)], ivs[id(y)]
+        return (_enough(ix) and _enough(iy) and _lo(ix) > 0 and math.isfinite(iy.hi)
+                and iy.hi / _lo(ix) < 1.0 + margin)
 
     def safe(x: dict[str, Any]) -> bool:
         return all(within_margin(x, y) for y in eligible if y is not x)
