@@ -247,6 +247,19 @@ def _pays(iv: RatioInterval, slo: SLO) -> str:
     return "open"
 
 
+def _within_margin(x: Mapping[str, Any], y: Mapping[str, Any], ivs: Mapping[int, RatioInterval],
+                   pair: Mapping[tuple[int, int], RatioInterval], margin: float) -> bool:
+    """``y`` cannot be more than the margin faster than ``x``: paired, lo(S_x / S_y) > 1/(1+m); or through plain,
+    hi(S_y) / lo(S_x) < 1 + m (a setting that cannot beat plain by much cannot beat one that pays). Either on
+    enough prompts (:func:`_enough`)."""
+    xy = pair[(id(x), id(y))]
+    if _enough(xy) and _lo(xy) > 1.0 / (1.0 + margin):
+        return True
+    ix, iy = ivs[id(x)], ivs[id(y)]
+    return (_enough(ix) and _enough(iy) and _lo(ix) > 0 and math.isfinite(iy.hi)
+            and iy.hi / _lo(ix) < 1.0 + margin)
+
+
 def _enough(iv: RatioInterval) -> bool:
     """Enough paired prompts for an equivalence (:data:`MIN_EQUIVALENCE_PROMPTS`); ``n`` 0 is an interval given
     whole (a scenario without per-prompt totals, an import), taken as it is."""
@@ -284,18 +297,8 @@ def decide_group(items: Sequence[dict[str, Any]], slo: SLO, base: dict[str, Any]
     pair = {(id(x), id(y)): _compare(x, y, ivs[id(x)], ivs[id(y)], alpha)
             for x in eligible for y in eligible if x is not y}
 
-    def within_margin(x: dict[str, Any], y: dict[str, Any]) -> bool:
-        """``y`` cannot be more than the margin faster than ``x``: paired, lo(S_x / S_y) > 1/(1+m); or through
-        plain, hi(S_y) / lo(S_x) < 1 + m (a setting that cannot beat plain by much cannot beat one that pays)."""
-        xy = pair[(id(x), id(y))]
-        if _enough(xy) and _lo(xy) > 1.0 / (1.0 + margin):
-            return True
-        ix, iy = ivs[id(x)], ivs[id(y)]
-        return (_enough(ix) and _enough(iy) and _lo(ix) > 0 and math.isfinite(iy.hi)
-                and iy.hi / _lo(ix) < 1.0 + margin)
-
     def safe(x: dict[str, Any]) -> bool:
-        return all(within_margin(x, y) for y in eligible if y is not x)
+        return all(_within_margin(x, y, ivs, pair, margin) for y in eligible if y is not x)
 
     def beaten_by_more_than_margin(x: dict[str, Any], y: dict[str, Any]) -> bool:
         """``y`` is proven more than the margin faster than ``x``: hi(S_x / S_y) < 1/(1+m). Only such an ``x``
@@ -421,9 +424,7 @@ def _open(base: dict[str, Any], focus: dict[str, Any], others: Sequence[dict[str
     margin = slo.equivalence_margin
     shown = leader if leader is not None else focus
     il = ivs[id(shown)]
-    rivals = [(x, pair[(id(focus), id(x))]) for x in others
-              if _lo(pair[(id(focus), id(x))]) <= 1.0 / (1.0 + margin)
-              and _pays(ivs[id(x)], slo) not in ("no gain", "slower")]
+    rivals = [(x, pair[(id(focus), id(x))]) for x in others if not _within_margin(focus, x, ivs, pair, margin)]
     need = [n for _, v in rivals if (n := prompts_to_settle(v, margin)) is not None]
     if not pays and (n := prompts_to_settle(il, margin)) is not None:
         need.append(n)
