@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from specledger.engine import bandwidth  # noqa: E402
 from specledger.engine.build import build_engine  # noqa: E402
-from specledger.engine.loader import default_target_path  # noqa: E402
+from specledger.engine.loader import cache_root, default_target_path  # noqa: E402
 from specledger.engine.sampling import SamplingParams  # noqa: E402
 
 PROMPTS = [  # held out: written for this benchmark, not used to tune anything
@@ -53,7 +53,7 @@ def _free_port() -> int:
 
 
 def _default_server() -> Path | None:
-    root = Path.home() / ".cache" / "specledger" / "llama-server"
+    root = cache_root() / "llama-server"  # $SPECLEDGER_CACHE, else ~/.cache/specledger (scripts/build_llama_server.sh)
     found = sorted(root.glob("*/llama-server")) if root.is_dir() else []
     return found[-1] if found else None
 

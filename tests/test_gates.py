@@ -20,6 +20,7 @@ from specledger.gates import (
     quality_gate,
     verdicts,
 )
+from specledger.gates.paired import RatioInterval
 
 
 def _plain(pid, n=6, ids=None, quality=None, temperature=0.0):
@@ -482,21 +483,26 @@ def test_plains_ttft_is_pooled_over_the_same_prefill_family_so_prompts_run_witho
     assert "latency" in w["reason"] and not w.get("slo_out_of_reach")
 
 
+def _given_intervals(monkeypatch, vs_plain, pair):
+    """The verdict module with its intervals given: ``vs_plain[id(scenario)]`` (S against plain) and
+    ``pair[(id(a), id(b))]`` (S_a / S_b), read at call time, so a test may change them between verdicts."""
+    import importlib
+
+    module = importlib.import_module("specledger.gates.verdicts")  # the package exports a function so named
+    monkeypatch.setattr(module, "_interval_vs_plain", lambda s, alpha: vs_plain[id(s)])
+    monkeypatch.setattr(module, "_compare", lambda a, b, ia, ib, alpha: pair[(id(a), id(b))])
+    return module
+
+
 def test_a_cheaper_setting_within_the_margin_is_deployed_only_once_it_beats_plain(monkeypatch):
     """The rule's pick (cheaper in memory, within the margin of the best) must itself be shown faster than plain:
     directly, or through a setting that pays (lo(S_y) · lo(S_x / S_y) > 1). Until then the decision is open and
     the race runs it with plain (the held-out case: suffix γ=2 deployed at S 1.01 [0.86–1.19] after 2 prompts)."""
-    import importlib
-
-    from specledger.gates.paired import RatioInterval
-
-    V = importlib.import_module("specledger.gates.verdicts")  # the module (the package exports a function so named)
     fast, cheap = _scenario("suffix", 4, 1.10, (None, None)), _scenario("ngram", 2, 1.05, (None, None))
     vs_plain = {id(fast): RatioInterval(1.10, 1.03, 1.17, 8), id(cheap): RatioInterval(1.05, 0.90, 1.22, 2)}
     pair = {(id(cheap), id(fast)): RatioInterval(0.98, 0.955, 1.01, 6),
             (id(fast), id(cheap)): RatioInterval(1.02, 0.99, 1.047, 6)}
-    monkeypatch.setattr(V, "_interval_vs_plain", lambda s, alpha: vs_plain[id(s)])
-    monkeypatch.setattr(V, "_compare", lambda a, b, ia, ib, alpha: pair[(id(a), id(b))])
+    _given_intervals(monkeypatch, vs_plain, pair)
     (v,) = verdicts([cheap, fast])  # 1.03 · 0.955 < 1: not yet shown to beat plain
     assert (v["resolved"], v["resolution"], v["needs_plain"]) == (False, "open", True)
     assert "ngram γ=2" in v["contenders"] and "not yet shown above 1" in v["headline"]
@@ -521,16 +527,10 @@ def test_a_setting_that_cannot_beat_plain_by_the_margin_cannot_beat_one_that_pay
     """The held-out deadlock: suffix γ=2 pays (S 1.06 [1.02–1.11]); suffix γ=4 was dropped after 2 prompts, so
     their paired ratio is wide, but γ=4's own S against plain is at most 1.04: it cannot be more than 5 % faster
     than γ=2 (hi 1.04 / lo 1.02 < 1.05). Resolved, not an open race of one setting against nothing."""
-    import importlib
-
-    from specledger.gates.paired import RatioInterval
-
-    V = importlib.import_module("specledger.gates.verdicts")
     g2, g4 = _scenario("suffix", 2, 1.06, (None, None)), _scenario("suffix", 4, 1.00, (None, None))
     vs_plain = {id(g2): RatioInterval(1.06, 1.02, 1.11, 6), id(g4): RatioInterval(1.00, 0.96, 1.04, 6)}
     pair = {(id(g2), id(g4)): RatioInterval(1.01, 0.93, 1.09, 2), (id(g4), id(g2)): RatioInterval(0.99, 0.92, 1.07, 2)}
-    monkeypatch.setattr(V, "_interval_vs_plain", lambda s, alpha: vs_plain[id(s)])
-    monkeypatch.setattr(V, "_compare", lambda a, b, ia, ib, alpha: pair[(id(a), id(b))])
+    _given_intervals(monkeypatch, vs_plain, pair)
     (v,) = verdicts([g2, g4])
     assert (v["resolved"], v["decision"], v["gamma"]) == (True, "deploy", 2)
     vs_plain[id(g4)] = RatioInterval(1.00, 0.90, 1.12, 6)  # γ=4 could still be 10 % faster than plain: open
@@ -541,16 +541,10 @@ def test_a_setting_that_cannot_beat_plain_by_the_margin_cannot_beat_one_that_pay
 def test_an_equivalence_needs_six_paired_prompts(monkeypatch):
     """Within the margin after 4 prompts is not yet an equivalence: with 3 degrees of freedom the interval's own
     spread is unsteady, and the race looks after every round. From MIN_EQUIVALENCE_PROMPTS on it is."""
-    import importlib
-
-    from specledger.gates.paired import RatioInterval
-
-    V = importlib.import_module("specledger.gates.verdicts")
     a, b = _scenario("ngram", 2, 1.20, (None, None)), _scenario("suffix", 4, 1.21, (None, None))
     vs_plain = {id(a): RatioInterval(1.20, 1.10, 1.30, 4), id(b): RatioInterval(1.21, 1.10, 1.32, 4)}
     pair = {(id(a), id(b)): RatioInterval(0.99, 0.96, 1.02, 4), (id(b), id(a)): RatioInterval(1.01, 0.98, 1.04, 4)}
-    monkeypatch.setattr(V, "_interval_vs_plain", lambda s, alpha: vs_plain[id(s)])
-    monkeypatch.setattr(V, "_compare", lambda a_, b_, ia, ib, alpha: pair[(id(a_), id(b_))])
+    V = _given_intervals(monkeypatch, vs_plain, pair)
     (v,) = verdicts([a, b])
     assert v["resolved"] is False
     for key in pair:

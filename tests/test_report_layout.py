@@ -69,7 +69,7 @@ def built(tmp_path_factory) -> tuple[dict[str, Any], Path]:
     """A ``make run``-shaped run: 8 categories x 5 settings, load 16 measured, load 64 simulated."""
     run = tmp_path_factory.mktemp("layout") / "run"
     run.mkdir()
-    solo = solo_records()
+    solo = solo_records(6)  # an equivalence needs 6 paired prompts (gates.verdicts.MIN_EQUIVALENCE_PROMPTS)
     append_records(run / "traces.jsonl", solo + load_point(solo, 16, 1.3))
     write_json_atomic(run / "run.json", {"name": "layout-check", "model": "synthetic-135M", "dtype": "fp32",
                                          "machine": "ci", "config": {"simulate_loads": [64]},
