@@ -180,7 +180,7 @@ def test_an_engine_that_dies_mid_run_is_one_line_naming_its_log_and_finished_one
     assert "spec.log" in text and Path(text.split("its log: ")[1].split()[0]).is_file()
     assert (out / "launch" / "off.json").is_file() and not (out / "launch" / "spec.json").exists()
     again, _ = _launch(tmp_path, workload, specs=("off=", "spec=--draft-max 3 --die-after 2"))
-    assert "off: finished before" in again.output  # kept, not run again
+    assert "off (repeat 1): finished before" in again.output  # kept, not run again
 
 
 def test_an_engine_that_fails_to_start_is_one_line_naming_its_log(tmp_path: Path, workload: Path,
@@ -200,3 +200,21 @@ def test_a_port_already_taken_is_one_line(tmp_path: Path, workload: Path, monkey
         port = sock.getsockname()[1]
         res, _ = _launch(tmp_path, workload, "--launch-port", str(port))
     _one_line(res, f"port {port} is already taken")
+
+
+def test_repeats_alternate_the_order_and_their_counters_add_up(tmp_path: Path, workload: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """--repeats 2: off, spec, then spec, off (each a fresh server); every repeat's requests pooled per load, and
+    the server side is the sum of each (repeat, load) window: a restarted server counts from zero."""
+    monkeypatch.chdir(ROOT)
+    res, out = _launch(tmp_path, workload, "--repeats", "2")
+    assert res.exit_code == 0, (res.output, res.exception)
+    for name in ("off.json", "spec.json", "off.rep1.json", "spec.rep1.json"):
+        assert (out / "launch" / name).is_file()
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["load_order"]["1"] == ["off", "spec", "spec", "off"] and meta["launch"]["repeats"] == 2
+    summary = json.loads((out / "summary.json").read_text())
+    counters = summary["engine_counters"]["spec"]
+    assert counters["server"]["drafts"] == 2 * 2 * 4 * 6 and counters["agree"] in (True, None)
+    assert summary["launch"]["specs"]["spec"]["ledger"]["rounds"] == 96
+    assert sum(1 for r in (out / "traces.jsonl").read_text().splitlines() if '"spec"' in r) == 2 * 2 * 4

@@ -248,6 +248,10 @@ def probe(
     launch_timeout: Annotated[
         float, typer.Option(help="With --launch: seconds an engine may take to answer GET /health")
     ] = 600.0,
+    repeats: Annotated[
+        int, typer.Option(help="With --launch: run every configuration this many times, the order reversed every "
+                          "other time (off, ngram | ngram, off | ...); the repeats' requests are pooled")
+    ] = 1,
 ) -> None:
     """Measure an OpenAI-compatible endpoint under load: TTFT, TPOT, ITL, stalls, spec-decode.
 
@@ -301,7 +305,7 @@ def probe(
     config_for(model).validate()
     if launching is not None:
         _run_launch(str(launch), launching, load_list or [1], config_for(model), wl, out, launch_port,
-                    launch_timeout, tok, slo_obj, as_json)
+                    launch_timeout, tok, slo_obj, as_json, repeats)
         return
     assert url is not None  # _check_launch_options: a URL or --launch
     if load_list is not None:
@@ -359,14 +363,14 @@ def _check_launch_options(url: str | None, launch: str | None, spec: list[str] |
 
 
 def _run_launch(template: str, specs: list[Any], loads: list[int], config: LoadConfig, wl: Any, out: Path | None,
-                port: int | None, ready_timeout: float, tok: Any, slo_obj: Any, as_json: bool) -> None:
+                port: int | None, ready_timeout: float, tok: Any, slo_obj: Any, as_json: bool, repeats: int) -> None:
     from specledger.probe.launch import run_launch, write_launch_dir
     from specledger.probe.loads_cli import show_launch
 
     assert out is not None
     runs = run_launch(template, specs, loads, config, wl, out, port=port, ready_timeout_s=ready_timeout,
-                      tokenizer=tok, progress=lambda m: typer.echo(safe(m, 600), err=True))
-    summary = write_launch_dir(out, runs, template, specs, loads, config, wl, tok, slo_obj)
+                      tokenizer=tok, progress=lambda m: typer.echo(safe(m, 600), err=True), repeats=repeats)
+    summary = write_launch_dir(out, runs, template, specs, loads, config, wl, tok, slo_obj, repeats)
     show_launch(runs, summary, out, as_json)
 
 

@@ -57,7 +57,7 @@ scrape: before counts as zero, after as not exported). Pure: nothing is fetched.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -319,10 +319,28 @@ def engine_counters(
     """Reconcile Σ per-request speculation figures with the server's counter deltas (module docstring for
     the shape). ``agree``: for every key both sides report, :func:`rel_diff` <= ``tolerance``; None when
     no key is on both sides."""
+    return engine_counters_over(per_request, [(server_before, server_after)], tolerance)
+
+
+def windows_counts(windows: Sequence[tuple[Scrape, Scrape]]) -> tuple[dict[str, Any], str | None, list[str]]:
+    """:func:`server_counts` added over several (before, after) windows (one server per window, or one server
+    restarted between them); a key None in any window is None."""
+    parts = [server_counts(before, after) for before, after in windows] or [server_counts(None, None)]
+    server = {k: None if any(p[0][k] is None for p in parts) else sum(p[0][k] for p in parts) for k in KEYS}
+    engine = next((p[1] for p in parts if p[1] is not None), None)
+    return server, engine, [w for p in parts for w in p[2]]
+
+
+def engine_counters_over(
+    per_request: Iterable[Any],
+    windows: Sequence[tuple[Scrape, Scrape]],
+    tolerance: float = TOLERANCE,
+) -> dict[str, Any]:
+    """:func:`engine_counters` with the server's side added over ``windows`` (:func:`windows_counts`)."""
     items = list(per_request)
     counts = [c for c in (request_counts(i) for i in items) if c is not None]
     summed: dict[str, int | None] = {k: _summed_present([getattr(c, k) for c in counts]) for k in KEYS}
-    server, engine, warnings = server_counts(server_before, server_after)
+    server, engine, warnings = windows_counts(windows)
     diffs = {k: rel_diff(summed[k], server[k]) for k in KEYS}
     compared = [k for k in KEYS if diffs[k] is not None]
     result: dict[str, Any] = {
@@ -348,4 +366,5 @@ def _summed_present(values: list[int | None]) -> int | None:
 
 
 __all__ = ["KEYS", "SGLANG_REQUEST_OPTION", "TOLERANCE", "RequestCounts", "counts_from_spec_stats",
-           "counts_from_timings", "engine_counters", "rel_diff", "request_counts", "server_counts"]
+           "counts_from_timings", "engine_counters", "engine_counters_over", "rel_diff", "request_counts",
+           "server_counts", "windows_counts"]

@@ -55,7 +55,7 @@ from typing import Any
 import httpx
 
 from specledger.errors import SpecLedgerError
-from specledger.probe.counters import engine_counters
+from specledger.probe.counters import engine_counters_over
 from specledger.probe.loadgen import LoadConfig, RequestResult, Tokenizer
 from specledger.probe.loads import LoadPoint, probe_document, run_probe_loads, tag_load_point
 from specledger.probe.metrics import speedup
@@ -135,9 +135,17 @@ def parse_specs(texts: Sequence[str]) -> list[Spec]:
     return specs
 
 
-def run_order(specs: Sequence[Spec]) -> list[Spec]:
-    """``off`` first, then the others in the order given."""
-    return [s for s in specs if s.is_baseline] + [s for s in specs if not s.is_baseline]
+def run_order(specs: Sequence[Spec], repeat: int = 0) -> list[Spec]:
+    """``off`` first, then the others in the order given; every other repeat the reverse (A B, B A, A B, ...),
+    so that whatever drifts with time (the machine warming, a neighbour's load) falls on every configuration
+    alike, as the local side-by-side alternates its turns."""
+    order = [s for s in specs if s.is_baseline] + [s for s in specs if not s.is_baseline]
+    return order if repeat % 2 == 0 else order[::-1]
+
+
+def saved_name(spec: Spec, repeat: int) -> str:
+    """``NAME.json`` for the first repeat, ``NAME.rep<R>.json`` after it."""
+    return f"{spec.name}.json" if repeat == 0 else f"{spec.name}.rep{repeat}.json"
 
 
 def check_template(template: str) -> list[str]:
@@ -448,12 +456,12 @@ def probe_spec(template: str, spec: Spec, loads: Sequence[int], config: LoadConf
 
 # ------------------------------------------------------------------------------------ the whole run
 def plan_document(template: str, specs: Sequence[Spec], loads: Sequence[int], config: LoadConfig,
-                  workload: ProbeWorkload) -> dict[str, Any]:
+                  workload: ProbeWorkload, repeats: int = 1) -> dict[str, Any]:
     """What a resumed run must share with the saved configurations."""
     return {"launch": template, "specs": {s.name: list(s.args) for s in specs}, "loads": sorted(set(loads)),
             "prompts": [item.id for item in workload.items], "max_tokens": config.max_tokens,
             "temperature": config.temperature, "top_p": config.top_p, "seed": config.seed, "chat": config.chat,
-            "requests": config.num_requests, "model": config.model}
+            "requests": config.num_requests, "model": config.model, "repeats": repeats}
 
 
 def _check_plan(folder: Path, plan: dict[str, Any]) -> None:
@@ -473,25 +481,63 @@ def _check_plan(folder: Path, plan: dict[str, Any]) -> None:
 
 def run_launch(template: str, specs: Sequence[Spec], loads: Sequence[int], config: LoadConfig,
                workload: ProbeWorkload, out: Path, *, port: int | None = None, ready_timeout_s: float = 600.0,
-               tokenizer: Tokenizer | None = None, progress: Progress | None = None) -> dict[str, SpecRun]:
-    """Every configuration in :func:`run_order`, each saved as it finishes (a saved one is read back, not
-    run again); returns them by name."""
+               tokenizer: Tokenizer | None = None, progress: Progress | None = None,
+               repeats: int = 1) -> dict[str, SpecRun]:
+    """Every configuration, ``repeats`` times, in :func:`run_order` of each repeat (alternating), each saved as
+    it finishes (a saved one is read back, not run again); returns them by name, the repeats merged
+    (:func:`merge_repeats`)."""
     check_template(template)
+    if repeats < 1:
+        raise SpecLedgerError(f"--repeats {repeats}: give 1 or more")
     folder = Path(out) / LAUNCH_DIR
-    _check_plan(folder, plan_document(template, specs, loads, config, workload))
-    runs: dict[str, SpecRun] = {}
-    for spec in run_order(specs):
-        saved = folder / f"{spec.name}.json"
-        if saved.is_file():
-            runs[spec.name] = SpecRun.from_dict(RunDir(folder).read(saved.name))
-            if progress:
-                progress(f"{spec.name}: finished before, read from {saved}")
-            continue
-        run = probe_spec(template, spec, loads, config, workload.items, folder, port=port,
-                         ready_timeout_s=ready_timeout_s, tokenizer=tokenizer, progress=progress)
-        RunDir(folder).write(saved.name, run.to_dict())
-        runs[spec.name] = run
-    return runs
+    _check_plan(folder, plan_document(template, specs, loads, config, workload, repeats))
+    done: dict[str, list[SpecRun]] = {s.name: [] for s in specs}
+    for repeat in range(repeats):
+        for spec in run_order(specs, repeat):
+            saved = folder / saved_name(spec, repeat)
+            if saved.is_file():
+                done[spec.name].append(SpecRun.from_dict(RunDir(folder).read(saved.name)))
+                if progress:
+                    progress(f"{spec.name} (repeat {repeat + 1}): finished before, read from {saved}")
+                continue
+            if progress and repeats > 1:
+                progress(f"{spec.name}: repeat {repeat + 1} of {repeats}")
+            run = probe_spec(template, spec, loads, config, workload.items, folder, port=port,
+                             ready_timeout_s=ready_timeout_s, tokenizer=tokenizer, progress=progress)
+            RunDir(folder).write(saved.name, run.to_dict())
+            done[spec.name].append(run)
+    return {name: merge_repeats(runs) for name, runs in done.items()}
+
+
+def point_windows(point: LoadPoint) -> list[tuple[Any, Any]]:
+    """The server-counter windows (before, after) behind one load point: one per repeat (a merged point keeps
+    them under ``windows``; a restarted server counts from zero, so windows are added, never spanned)."""
+    report = point.full["probe"]
+    if report.get("windows") is not None:
+        return [(b, a) for b, a in report["windows"]]
+    counters = report.get("spec_decode_counters") or {}
+    return [(counters.get("before"), counters.get("after"))]
+
+
+def merge_repeats(runs: Sequence[SpecRun]) -> SpecRun:
+    """One configuration's repeats as one run: per load, every repeat's results together and the probe
+    summary over them (:func:`specledger.probe.metrics.summarize`, the repeats' wall times added: throughput is
+    Σ tokens / Σ time); the server-counter window of every (repeat, load) kept, since a restarted server counts
+    from zero (:func:`counters_of` adds the windows' deltas)."""
+    from specledger.probe.metrics import summarize
+
+    first = runs[0]
+    if len(runs) == 1:
+        return first
+    points = []
+    for p in first.points:
+        same = [q for run in runs for q in run.points if q.load == p.load]
+        results = [r for q in same for r in q.results]
+        wall = sum(float(q.full["probe"]["summary"].get("wall_time_s") or 0.0) for q in same)
+        report = {**p.full["probe"], "summary": summarize(results, wall), "repeats": len(same),
+                  "windows": [w for q in same for w in point_windows(q)]}
+        points.append(LoadPoint(p.load, {"probe": report}, results))
+    return SpecRun(first.spec, first.argv, first.log, first.ready_s, points)
 
 
 def _points_by_load(run: SpecRun) -> dict[int, LoadPoint]:
@@ -530,34 +576,34 @@ def launch_records(runs: Mapping[str, SpecRun], kind: str, workload: ProbeWorklo
 
 
 def counters_of(run: SpecRun) -> dict[str, Any]:
-    """Σ per-request speculation figures over every load against the server's counters from before the first
-    load to after the last (nothing else reached the server in between)."""
-    reports = [p.full["probe"] for p in sorted(run.points, key=lambda p: p.load)]
-    before = (reports[0].get("spec_decode_counters") or {}).get("before") if reports else None
-    after = (reports[-1].get("spec_decode_counters") or {}).get("after") if reports else None
-    return engine_counters([r for p in run.points for r in p.results], before, after)
+    """Σ per-request speculation figures over every load and repeat against the server's counter deltas added
+    over the (repeat, load) windows (:func:`specledger.probe.counters.engine_counters_over`: nothing else
+    reached the server inside a window; a restarted server counts from zero)."""
+    return engine_counters_over([r for p in run.points for r in p.results],
+                                [w for p in run.points for w in point_windows(p)])
 
 
-def pooled_ledger(run: SpecRun, gamma: int | None) -> dict[str, Any]:
-    """The acceptance ledger of one configuration over its whole run, from the server's counters before the
-    first load and after the last: ``E[L] = 1 + accepted / drafts`` (bonus token counted), per-position rates
+def pooled_ledger(run: SpecRun | Sequence[LoadPoint], gamma: int | None) -> dict[str, Any]:
+    """The acceptance ledger of one configuration over its whole run, from the server's counter windows (each
+    load of each repeat): ``E[L] = 1 + accepted / drafts`` (bonus token counted), per-position rates
     ``Pr(K ≥ i) = Δaccepted_at_i / Δdrafts`` and their conditional chain
     (:func:`specledger.ledger.server_acceptance.acceptance_ledger`), ``gamma`` the configured draft length
     (not the number of positions the counters show). Every figure None when the server drafted nothing."""
     from specledger.ledger.server_acceptance import acceptance_ledger
 
-    reports = [p.full["probe"] for p in sorted(run.points, key=lambda p: p.load)]
-    before = ((reports[0].get("spec_decode_counters") or {}).get("before") or {}) if reports else {}
-    after = ((reports[-1].get("spec_decode_counters") or {}).get("after") or {}) if reports else {}
+    points = run.points if isinstance(run, SpecRun) else run
+    windows = [(b or {}, a or {}) for p in points for b, a in point_windows(p)]
 
     def delta(key: str) -> float:
-        return float(after.get(key) or 0) - float(before.get(key) or 0)
+        return sum(float(a.get(key) or 0) - float(b.get(key) or 0) for b, a in windows)
+
+    def delta_at(position: str) -> float:
+        return sum(float((a.get("accepted_per_pos") or {}).get(position) or 0)
+                   - float((b.get("accepted_per_pos") or {}).get(position) or 0) for b, a in windows)
 
     drafts, drafted, accepted = delta("num_drafts"), delta("num_draft_tokens"), delta("num_accepted_tokens")
-    per_pos_after, per_pos_before = after.get("accepted_per_pos") or {}, before.get("accepted_per_pos") or {}
-    positions = sorted(int(k) for k in per_pos_after)
-    rates = ([(float(per_pos_after[str(i)]) - float(per_pos_before.get(str(i)) or 0)) / drafts for i in positions]
-             if drafts > 0 else [])
+    positions = sorted({int(k) for _, a in windows for k in (a.get("accepted_per_pos") or {})})
+    rates = [delta_at(str(i)) / drafts for i in positions] if drafts > 0 else []
     ledger = acceptance_ledger({"per_position_rates": rates,
                                 "mean_acceptance_length": 1 + accepted / drafts if drafts > 0 else None})
     ledger.update(gamma=gamma, rounds=int(drafts), draft_tokens=int(drafted), accepted=int(accepted),
@@ -639,7 +685,7 @@ def patch_launched_schedules(summary: dict[str, Any], launch: Mapping[str, Any],
 
 def write_launch_dir(out: Path, runs: Mapping[str, SpecRun], template: str, specs: Sequence[Spec],
                      loads: Sequence[int], config: LoadConfig, workload: ProbeWorkload, tokenizer: Tokenizer | None,
-                     slo: Any = None) -> dict[str, Any]:
+                     slo: Any = None, repeats: int = 1) -> dict[str, Any]:
     """traces.jsonl + run.json (with ``engine_counters`` and ``launch``) + probe.json, then the report; returns
     the summary, whose schedules' snippets are the engine's own command (:func:`patch_launched_schedules`)."""
     from specledger.report.build import build_report
@@ -659,11 +705,13 @@ def write_launch_dir(out: Path, runs: Mapping[str, SpecRun], template: str, spec
     meta.update({
         "machine": f"launched {kind} engine on {HOST}",
         "loads": sorted(set(loads)),
-        "load_order": {str(load): [s.name for s in run_order(specs)] for load in sorted(set(loads))},
+        "load_order": {str(load): [s.name for r in range(repeats) for s in run_order(specs, r)]
+                       for load in sorted(set(loads))},
         "engine_counters": counters,
-        "launch": {"command": template, "engine": kind,
-                   "order": "off first, then each --spec in the order given; each server serves every load in "
-                            "ascending order, then stops (no alternation between configurations)",
+        "launch": {"command": template, "engine": kind, "repeats": repeats,
+                   "order": ("off first, then each --spec in the order given" if repeats == 1 else
+                             f"{repeats} repeats, the order reversed every other repeat (off first, then last, ...)")
+                            + "; each server serves every load in ascending order, then stops",
                    "specs": {s.name: {"args": list(s.args), "label": setting_label(s, kind),
                                       "gamma": 0 if s.is_baseline else (gammas[s.name] or UNKNOWN_GAMMA),
                                       "ledger": None if s.is_baseline else pooled_ledger(runs[s.name], gammas[s.name]),
@@ -684,5 +732,6 @@ def write_launch_dir(out: Path, runs: Mapping[str, SpecRun], template: str, spec
 
 __all__ = ["BASELINE_SPEC", "EngineServer", "Spec", "SpecRun", "check_template", "configured_gamma", "counters_of",
            "engine_argv", "engine_flags", "engine_kind", "gguf_kv_facts", "launch_records", "paired_points",
-           "parse_spec", "parse_specs", "patch_launched_schedules", "patch_schedules", "pooled_ledger", "port_taken", "probe_spec", "run_launch", "run_order",
+           "merge_repeats", "parse_spec", "parse_specs", "patch_launched_schedules", "patch_schedules", "point_windows",
+           "pooled_ledger", "port_taken", "probe_spec", "run_launch", "run_order",
            "setting_label", "write_launch_dir"]

@@ -98,8 +98,10 @@ def print_run_report(console: Console, out: Path, summary: dict[str, Any] | None
 def render_launch_table(console: Console, runs: dict[str, Any], gammas: dict[str, Any]) -> None:
     """``probe --launch``: one row per (configuration, load): throughput and its ratio to off at that load,
     latency, the pooled acceptance length of the server's counters, and drafted / accepted tokens summed
-    per request against the server's counter deltas (:func:`specledger.probe.counters.engine_counters`)."""
-    from specledger.probe.counters import engine_counters
+    per request against the server's counter deltas (:func:`specledger.probe.counters.engine_counters_over`, every
+    repeat's window of that load)."""
+    from specledger.probe.counters import engine_counters_over
+    from specledger.probe.launch import point_windows, pooled_ledger
 
     table = Table(title="specledger probe --launch: every configuration at every load (closed loop)")
     for col in ("spec", "γ", "load", "tok/s", "vs off", "TTFT P99 ms", "TPOT P50 ms", "ok / failed",
@@ -108,12 +110,12 @@ def render_launch_table(console: Console, runs: dict[str, Any], gammas: dict[str
     base = {p.load: p.full["probe"]["summary"] for p in runs["off"].points} if "off" in runs else {}
     for name, run in runs.items():
         for p in sorted(run.points, key=lambda q: q.load):
-            report, s = p.full["probe"], p.full["probe"]["summary"]
+            s = p.full["probe"]["summary"]
             off = base.get(p.load) or {}
             ratio = (s.get("output_throughput_tok_s") / off["output_throughput_tok_s"]
                      if s.get("output_throughput_tok_s") and off.get("output_throughput_tok_s") else None)
-            counters = report.get("spec_decode_counters") or {}
-            rec = engine_counters(p.results, counters.get("before"), counters.get("after"))
+            rec = engine_counters_over(p.results, point_windows(p))
+            el = pooled_ledger([p], None).get("el_reported")
             per, srv = rec["per_request_sum"], rec["server"]
             pair = (f"{_fmt(per['accepted'])} / {_fmt(per['draft_tokens'])} | "
                     f"{_fmt(srv['accepted'])} / {_fmt(srv['draft_tokens'])}")
@@ -122,7 +124,7 @@ def render_launch_table(console: Console, runs: dict[str, Any], gammas: dict[str
                 name, str(gammas.get(name, "")), str(p.load), _fmt(s.get("output_throughput_tok_s"), 1),
                 "1 (ref)" if name == "off" else _fmt(ratio, 3), _fmt((s.get("ttft_ms") or {}).get("p99"), 1),
                 _fmt((s.get("tpot_ms") or {}).get("p50"), 1), f"{s.get('requests_ok')} / {s.get('requests_failed')}",
-                _fmt((report.get("spec_decode") or {}).get("mean_acceptance_length"), 3), pair, agree)))
+                _fmt(el, 3), pair, agree)))
     console.print(table)
 
 
