@@ -551,3 +551,17 @@ def test_an_equivalence_needs_six_paired_prompts(monkeypatch):
         pair[key] = RatioInterval(pair[key].ratio, pair[key].lo, pair[key].hi, V.MIN_EQUIVALENCE_PROMPTS)
     (v,) = verdicts([a, b])
     assert (v["resolved"], v["drafter"], v["gamma"], v["resolution"]) == (True, "ngram", 2, "equivalent")
+
+
+def test_when_nothing_pays_a_setting_still_open_against_plain_is_measured(monkeypatch):
+    """The leader is no practical gain, a second setting within the margin of it is still open against plain:
+    the decision is open with that setting among the contenders (the race measures it with plain), not a race
+    of the leader alone that cannot change the open setting's interval."""
+    lead, other = _scenario("ngram", 2, 1.02, (None, None)), _scenario("suffix", 4, 1.00, (None, None))
+    vs_plain = {id(lead): RatioInterval(1.02, 0.99, 1.04, 8), id(other): RatioInterval(1.00, 0.93, 1.08, 8)}
+    pair = {(id(lead), id(other)): RatioInterval(1.02, 0.99, 1.03, 8),
+            (id(other), id(lead)): RatioInterval(0.98, 0.97, 1.01, 8)}
+    _given_intervals(monkeypatch, vs_plain, pair)
+    (v,) = verdicts([lead, other])
+    assert v["resolved"] is False and v["needs_plain"] is True
+    assert set(v["contenders"]) == {"ngram γ=2", "suffix γ=4"}

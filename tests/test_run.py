@@ -54,6 +54,10 @@ def test_run_resume_and_report(tmp_path, engine, workload):
 
     with pytest.raises(SpecLedgerError, match="--resume"):
         run(out, plan, engine)
+    engine.dtype, kept = "gguf:q4_1", engine.dtype  # other weights: resuming would mix two targets' records
+    with pytest.raises(SpecLedgerError, match="--dtype it started with"):
+        run(out, plan, engine, resume=True)
+    engine.dtype = kept
     run(out, plan, engine, resume=True)
     records = list(read_records(out / "traces.jsonl"))
     jobs = plan_jobs(["a", "b", "c"], plan)

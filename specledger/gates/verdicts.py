@@ -392,8 +392,9 @@ def _resolved_deploy(base: dict[str, Any], chosen: dict[str, Any], others: Seque
                    + ", ".join(f"{setting_name(x)} (S {x['speedup']:.2f})" for x in faster_points) + ")"
                    if faster_points else f" ({near})"))
         resolution = "equivalent"
-    if _pays(ic, slo) != "pays":  # shown faster than plain through a setting that pays (_proven_to_pay)
-        via = max(others, key=lambda y: _lo(ivs[id(y)]) * _lo(pair[(id(chosen), id(y))]))
+    paying = [y for y in others if _pays(ivs[id(y)], slo) == "pays"]
+    if _pays(ic, slo) != "pays" and paying:  # shown faster than plain through a setting that pays (_proven_to_pay)
+        via = max(paying, key=lambda y: _lo(ivs[id(y)]) * _lo(pair[(id(chosen), id(y))]))
         bound = _lo(ivs[id(via)]) * _lo(pair[(id(chosen), id(via))])
         head += f"; faster than plain through {setting_name(via)} (S ≥ {bound:.3f})"
     out = {**_entry(base, chosen, ic, "deploy"), "resolution": resolution, "resolved": True,
@@ -424,9 +425,12 @@ def _open(base: dict[str, Any], focus: dict[str, Any], others: Sequence[dict[str
     margin = slo.equivalence_margin
     shown = leader if leader is not None else focus
     il = ivs[id(shown)]
-    rivals = [(x, pair[(id(focus), id(x))]) for x in others if not _within_margin(focus, x, ivs, pair, margin)]
+    rivals = [(x, pair[(id(focus), id(x))]) for x in others if not _within_margin(focus, x, ivs, pair, margin)
+              or (not pays and leader is None and _pays(ivs[id(x)], slo) == "open")]  # could still pay: measure it
     need = [n for _, v in rivals if (n := prompts_to_settle(v, margin)) is not None]
-    if not pays and (n := prompts_to_settle(il, margin)) is not None:
+    if unproven and (n := prompts_to_settle(ivs[id(focus)], margin)) is not None:
+        need.append(n)
+    elif not pays and (n := prompts_to_settle(il, margin)) is not None:
         need.append(n)
     lead = f"{setting_name(shown)} S {il.ratio:.2f} [{_fmt_ci(il)}]"
     if unproven and not rivals:

@@ -418,6 +418,10 @@ def run(
         old = rd.meta(f"restart the run with another --out instead of --resume {run_dir}")
         if _plan_config(old.get("config")) != meta["config"]:
             raise SpecLedgerError(f"{run_dir} was started with another configuration; resume it without options")
+        if (old.get("model"), str(old.get("dtype"))) != (meta.get("model"), str(meta.get("dtype"))):
+            raise SpecLedgerError(f"{run_dir} was measured on {old.get('model')} ({old.get('dtype')}), not "
+                                  f"{meta.get('model')} ({meta.get('dtype')}): resume it with the --target and "
+                                  "--dtype it started with, or start a new run with --out")
         meta["started"] = old.get("started", meta["started"])
         for pid, facts in (old.get("prompts") or {}).items():  # prompts a race had added
             if pid not in encoded and isinstance(facts, dict) and facts.get("token_ids"):

@@ -261,7 +261,7 @@ def probe(
     With --launch CMD --spec off= --spec NAME=ARGS ... it starts the engine once per configuration itself,
     probes each at every load, and decides each against off (specledger/probe/launch.py).
     """
-    launching = _check_launch_options(url, launch, spec, baseline, concurrency, rate, out, launch_port)
+    launching = _check_launch_options(url, launch, spec, baseline, concurrency, rate, out, launch_port, repeats)
     if concurrency is not None and rate is not None:
         raise SpecLedgerError("give either --concurrency or --rate, not both")
     load_list = parse_loads(loads)
@@ -339,14 +339,15 @@ def probe(
 
 def _check_launch_options(url: str | None, launch: str | None, spec: list[str] | None, baseline: str | None,
                           concurrency: int | None, rate: float | None, out: Path | None,
-                          launch_port: int | None) -> list[Any] | None:
+                          launch_port: int | None, repeats: int = 1) -> list[Any] | None:
     """The parsed ``--spec`` list with ``--launch`` (None without it); a one-line error for every combination
     that cannot work, before any engine starts."""
     from specledger.probe.launch import check_template, parse_specs
 
     if launch is None:
-        if spec or launch_port is not None:
-            raise SpecLedgerError("--spec and --launch-port go with --launch CMD (the engine's command line)")
+        if spec or launch_port is not None or repeats != 1:
+            raise SpecLedgerError("--spec, --launch-port and --repeats go with --launch CMD (the engine's command "
+                                  "line)")
         if url is None:
             raise SpecLedgerError("give the server's URL (e.g. http://127.0.0.1:8000), or --launch CMD to start it")
         return None
@@ -356,6 +357,8 @@ def _check_launch_options(url: str | None, launch: str | None, spec: list[str] |
         raise SpecLedgerError("--launch probes at --loads (e.g. --loads 1,4), not --concurrency / --rate")
     if out is None:
         raise SpecLedgerError("--launch needs --out DIR: the engines' logs and each finished configuration go there")
+    if repeats < 1:
+        raise SpecLedgerError(f"--repeats {repeats}: give 1 or more")
     if launch_port is not None and not 0 < launch_port < 65536:
         raise SpecLedgerError(f"--launch-port {launch_port} is not a port; give 1-65535")
     check_template(launch)

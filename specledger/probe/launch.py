@@ -5,8 +5,8 @@ configuration, probe it at every load with the same prompts, stop it, go on; the
 ``--launch-port``) and ``{spec}`` (a configuration's arguments; appended at the end when absent). Each
 ``--spec NAME=ARGS`` is one configuration; the one named ``off`` (:data:`BASELINE_SPEC`) is plain decoding,
 the baseline every other is compared with. Per configuration, in this order (:func:`run_order`: ``off``
-first, then the others as given; every server serves every load in ascending order, so one pass per
-configuration, no alternation: an order that starting an engine makes expensive, stated in the report):
+first, then the others as given; with ``--repeats R`` the sequence R times, reversed every other time; every
+server serves every load in ascending order):
 
 1. the port must be free (a port already taken is a one-line error: something else would answer);
 2. the engine starts with its log in ``OUT/launch/logs/NAME.log`` (:class:`EngineServer`), and must
@@ -39,6 +39,8 @@ What the launched engine says is read as what it is:
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import os
 import re
@@ -69,6 +71,8 @@ BASELINE_SPEC = "off"
 LAUNCH_DIR = "launch"
 PLAN_NAME = "plan.json"
 UNKNOWN_GAMMA = "unknown"
+#: a later repeat's request numbers start at repeat x this (merge_repeats): ids stay unique across repeats
+REPEAT_INDEX_STRIDE = 1_000_000
 HOST = "127.0.0.1"
 #: specledger's own drafter names (and the two probe labels): a configuration named so gets ``NAME@ENGINE``
 #: as its label, so the schedule never writes specledger's config for that drafter to another engine
@@ -210,15 +214,19 @@ def llama_cpp_gamma_flag(args: Sequence[str]) -> str:
                 LLAMA_CPP_GAMMA_FLAGS[0])
 
 
-def help_default(program: str, flag: str, timeout_s: float = 20.0) -> int | None:
+@functools.lru_cache(maxsize=16)
+def _help_text(program: str, timeout_s: float = 20.0) -> str:
+    try:
+        return subprocess.run([program, "--help"], capture_output=True, text=True, errors="replace",
+                              timeout=timeout_s, stdin=subprocess.DEVNULL).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def help_default(program: str, flag: str) -> int | None:
     """The ``(default: N)`` that ``program --help`` states for ``flag`` (llama.cpp writes it on the flag's
     line or the next); None when the program, the flag or a whole-number default is not found."""
-    try:
-        text = subprocess.run([program, "--help"], capture_output=True, text=True, timeout=timeout_s,
-                              stdin=subprocess.DEVNULL).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    lines = text.splitlines()
+    lines = _help_text(program).splitlines()
     for i, line in enumerate(lines):
         if re.search(rf"(^|[\s,]){re.escape(flag)}([\s,]|$)", line):
             found = re.search(r"\(default: (\d+)\)", " ".join(lines[i:i + 3]))
@@ -423,11 +431,13 @@ Progress = Callable[[str], None]
 
 def probe_spec(template: str, spec: Spec, loads: Sequence[int], config: LoadConfig, items: list[Any], folder: Path,
                *, port: int | None, ready_timeout_s: float, tokenizer: Tokenizer | None,
-               progress: Progress | None = None) -> SpecRun:
-    """Start the engine of ``spec``, probe it at every load, stop it; a death is a one-line error."""
+               progress: Progress | None = None, repeat: int = 0) -> SpecRun:
+    """Start the engine of ``spec``, probe it at every load, stop it; a death is a one-line error. Its log is
+    ``logs/NAME.log`` (``logs/NAME.rep<R>.log`` for a later repeat)."""
     chosen = port if port is not None else free_port()
     argv = engine_argv(template, chosen, spec)
-    server = EngineServer(spec.name, argv, chosen, folder / "logs" / f"{spec.name}.log")
+    log_name = Path(saved_name(spec, repeat)).with_suffix(".log").name
+    server = EngineServer(spec.name, argv, chosen, folder / "logs" / log_name)
     say = progress or (lambda _: None)
     say(f"{spec.name}: starting {shlex.join(argv)} (log {server.log_path})")
     server.start()
@@ -503,7 +513,7 @@ def run_launch(template: str, specs: Sequence[Spec], loads: Sequence[int], confi
             if progress and repeats > 1:
                 progress(f"{spec.name}: repeat {repeat + 1} of {repeats}")
             run = probe_spec(template, spec, loads, config, workload.items, folder, port=port,
-                             ready_timeout_s=ready_timeout_s, tokenizer=tokenizer, progress=progress)
+                             ready_timeout_s=ready_timeout_s, tokenizer=tokenizer, progress=progress, repeat=repeat)
             RunDir(folder).write(saved.name, run.to_dict())
             done[spec.name].append(run)
     return {name: merge_repeats(runs) for name, runs in done.items()}
@@ -532,10 +542,17 @@ def merge_repeats(runs: Sequence[SpecRun]) -> SpecRun:
     points = []
     for p in first.points:
         same = [q for run in runs for q in run.points if q.load == p.load]
-        results = [r for q in same for r in q.results]
+        # each repeat's request numbers offset, so request ids (drafter|γ|prompt|index) stay unique
+        results = [dataclasses.replace(r, index=k * REPEAT_INDEX_STRIDE + r.index)
+                   for k, q in enumerate(same) for r in q.results]
         wall = sum(float(q.full["probe"]["summary"].get("wall_time_s") or 0.0) for q in same)
         report = {**p.full["probe"], "summary": summarize(results, wall), "repeats": len(same),
-                  "windows": [w for q in same for w in point_windows(q)]}
+                  "windows": [w for q in same for w in point_windows(q)],
+                  "results": [r.to_dict() for r in results],
+                  "warnings": [w for q in same for w in q.full["probe"].get("warnings") or []],
+                  # one server's window each: pooled over the repeats in launch.specs.NAME.ledger instead
+                  "spec_decode": None, "spec_decode_counters": None, "server_histograms": {}, "server_rates": {},
+                  "spec_decode_note": f"pooled over {len(same)} repeats: see launch.specs in run.json"}
         points.append(LoadPoint(p.load, {"probe": report}, results))
     return SpecRun(first.spec, first.argv, first.log, first.ready_s, points)
 
@@ -564,7 +581,7 @@ def launch_records(runs: Mapping[str, SpecRun], kind: str, workload: ProbeWorklo
     for name, run in runs.items():
         label = setting_label(run.spec, kind)
         gamma: int | str = (0 if run.spec.is_baseline
-                            else configured_gamma(run.spec.args, kind, run.argv[0]) or UNKNOWN_GAMMA)
+                            else configured_gamma(run.argv, kind, run.argv[0]) or UNKNOWN_GAMMA)
         for p in run.points:
             report = p.full["probe"]
             recs = records_from_probe(p.results, drafter=label, gamma=gamma, model=report["model"],
@@ -663,7 +680,7 @@ def patch_schedules(summary: dict[str, Any], template: str, specs: Sequence[Spec
         cells = [v for v in summary.get("verdicts") or []
                  if v.get("category") == sch.get("category") and v.get("temperature") == sch.get("temperature")]
         deployed = [v.get("drafter") for v in cells if v.get("decision") == "deploy"]
-        label = max(set(deployed), key=deployed.count) if deployed else None
+        label = max(sorted(set(deployed)), key=deployed.count) if deployed else None  # ties: by name, reproducible
         for key in ("vllm", "trtllm", "sglang", "llama_cpp"):
             sch[key] = None
         sch["configs_note"] = ""
@@ -696,7 +713,7 @@ def write_launch_dir(out: Path, runs: Mapping[str, SpecRun], template: str, spec
     cands = [s for s in run_order(specs) if not s.is_baseline]
     records = launch_records(runs, kind, workload, tokenizer, config)
     first = paired_points(runs[cands[0].name], base)
-    gammas = {s.name: configured_gamma(s.args, kind, runs[s.name].argv[0]) for s in cands}
+    gammas = {s.name: configured_gamma(runs[s.name].argv, kind, runs[s.name].argv[0]) for s in cands}
     meta = probe_run_meta(Path(out).name, first[0].full["probe"], first[0].full["baseline"],
                           drafter=setting_label(cands[0], kind), gamma=gammas[cands[0].name] or UNKNOWN_GAMMA,
                           workload=workload)

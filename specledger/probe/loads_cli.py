@@ -101,13 +101,13 @@ def render_launch_table(console: Console, runs: dict[str, Any], gammas: dict[str
     per request against the server's counter deltas (:func:`specledger.probe.counters.engine_counters_over`, every
     repeat's window of that load)."""
     from specledger.probe.counters import engine_counters_over
-    from specledger.probe.launch import point_windows, pooled_ledger
+    from specledger.probe.launch import BASELINE_SPEC, point_windows, pooled_ledger
 
     table = Table(title="specledger probe --launch: every configuration at every load (closed loop)")
     for col in ("spec", "γ", "load", "tok/s", "vs off", "TTFT P99 ms", "TPOT P50 ms", "ok / failed",
                 "E[L] (server)", "accepted / drafted: per request | server", "agree"):
         table.add_column(col, justify="left" if col in ("spec", "agree") else "right")
-    base = {p.load: p.full["probe"]["summary"] for p in runs["off"].points} if "off" in runs else {}
+    base = {p.load: p.full["probe"]["summary"] for p in runs[BASELINE_SPEC].points} if BASELINE_SPEC in runs else {}
     for name, run in runs.items():
         for p in sorted(run.points, key=lambda q: q.load):
             s = p.full["probe"]["summary"]
@@ -122,7 +122,7 @@ def render_launch_table(console: Console, runs: dict[str, Any], gammas: dict[str
             agree = {True: "yes", False: "NO", None: "-"}[rec["agree"]]
             table.add_row(*(safe(c, 200) for c in (
                 name, str(gammas.get(name, "")), str(p.load), _fmt(s.get("output_throughput_tok_s"), 1),
-                "1 (ref)" if name == "off" else _fmt(ratio, 3), _fmt((s.get("ttft_ms") or {}).get("p99"), 1),
+                "1 (ref)" if name == BASELINE_SPEC else _fmt(ratio, 3), _fmt((s.get("ttft_ms") or {}).get("p99"), 1),
                 _fmt((s.get("tpot_ms") or {}).get("p50"), 1), f"{s.get('requests_ok')} / {s.get('requests_failed')}",
                 _fmt(el, 3), pair, agree)))
     console.print(table)
