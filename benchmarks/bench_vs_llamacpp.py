@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -35,6 +34,7 @@ from specledger.engine import bandwidth  # noqa: E402
 from specledger.engine.build import build_engine  # noqa: E402
 from specledger.engine.loader import cache_root, default_target_path  # noqa: E402
 from specledger.engine.sampling import SamplingParams  # noqa: E402
+from specledger.probe.launch import free_port  # noqa: E402
 
 PROMPTS = [  # held out: written for this benchmark, not used to tune anything
     "Describe how a bicycle gear system works to a ten-year-old.",
@@ -45,11 +45,6 @@ PROMPTS = [  # held out: written for this benchmark, not used to tune anything
     "Give me a packing list for a two-day hiking trip in the mountains.",
 ]
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _default_server() -> Path | None:
@@ -65,7 +60,7 @@ def _post(url: str, body: dict, timeout: float = 300) -> dict:
 
 
 def _start_server(binary: Path, model: Path, threads: int) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([str(binary), "-m", str(model), "-t", str(threads), "-tb", str(threads), "-c", "2048",
                              "-np", "1", "--host", "127.0.0.1", "--port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

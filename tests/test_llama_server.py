@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from typer.testing import CliRunner
 
 from specledger.cli import app as cli_app
 from specledger.engine.loader import cache_root, default_target_path
+from specledger.probe.launch import free_port
 
 BUILD_SCRIPT = "scripts/build_llama_server.sh"
 DRAFT_MAX = 4
@@ -61,17 +61,12 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 class LlamaServer:
     """One llama-server process on a free local port, its log in ``log_path``."""
 
     def __init__(self, binary: Path, gguf: Path, log_path: Path, draft: Path | None = None) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         # One thread: a second ggml thread spin-waits at every barrier, and on a busy 2-core machine (the

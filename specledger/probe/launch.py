@@ -607,18 +607,17 @@ def pooled_ledger(run: SpecRun | Sequence[LoadPoint], gamma: int | None) -> dict
     (:func:`specledger.ledger.server_acceptance.acceptance_ledger`), ``gamma`` the configured draft length
     (not the number of positions the counters show). Every figure None when the server drafted nothing."""
     from specledger.ledger.server_acceptance import acceptance_ledger
+    from specledger.probe.counters import windows_counts
 
     points = run.points if isinstance(run, SpecRun) else run
     windows = [(b or {}, a or {}) for p in points for b, a in point_windows(p)]
-
-    def delta(key: str) -> float:
-        return sum(float(a.get(key) or 0) - float(b.get(key) or 0) for b, a in windows)
+    totals = windows_counts(windows)[0]  # the same deltas engine_counters_over reconciles
+    drafts, drafted, accepted = (float(totals[k] or 0) for k in ("drafts", "draft_tokens", "accepted"))
 
     def delta_at(position: str) -> float:
         return sum(float((a.get("accepted_per_pos") or {}).get(position) or 0)
                    - float((b.get("accepted_per_pos") or {}).get(position) or 0) for b, a in windows)
 
-    drafts, drafted, accepted = delta("num_drafts"), delta("num_draft_tokens"), delta("num_accepted_tokens")
     positions = sorted({int(k) for _, a in windows for k in (a.get("accepted_per_pos") or {})})
     rates = [delta_at(str(i)) / drafts for i in positions] if drafts > 0 else []
     ledger = acceptance_ledger({"per_position_rates": rates,
