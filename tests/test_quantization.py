@@ -185,3 +185,31 @@ def test_identical_pairs_by_prompt_not_by_position():
     assert identical([rec("b", [3]), rec("a", [1, 2])], ref)["all_identical"]
     out = identical([rec("a", [1, 9]), rec("b", [3]), rec("z", [0])], ref)
     assert (out["identical"], out["of"], out["differing_prompts"]) == (1, 2, ["a"])
+
+
+def test_each_target_speculates_with_its_best_candidate_picked_on_other_prompts(tmp_path):
+    path = tmp_path / "w.jsonl"
+    rows = [{"id": f"{c}{i}", "prompt": p * 3, "category": c}
+            for c, p in (("copy", "abcabc abc "), ("chat", "hello there ")) for i in range(2)]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    items, _ = load_jsonl(str(path))
+    cands = [("ngram", 2), ("suffix", 3)]
+    result = run_quantization(tiny_engine(), items, candidates=cands, max_tokens=12, out_dir=tmp_path / "run",
+                              n_resamples=20)
+    sel = result["selection"]
+    assert result["prompts"] == ["copy0", "chat0"] and sel["prompts"] == ["copy1", "chat1"]  # disjoint halves
+    records = list(read_records(tmp_path / "run" / "traces.jsonl"))
+    for target in ("fp32", "int8"):
+        picked = [r for r in records if r.extra["setting"] == f"select-{target}"]
+        assert {r.prompt_id for r in picked} == {"copy1", "chat1"} and len(picked) == 4
+        tps = {}
+        for d, g in cands:
+            mine = [r for r in picked if (r.extra["drafter"], r.extra["gamma"]) == (d, g)]
+            tps[(d, g)] = sum(r.output_tokens for r in mine) / sum(r.total_time for r in mine)
+        best = max(cands, key=lambda c: tps[c])
+        assert result["drafters"][target] == {"drafter": best[0], "gamma": best[1], "label": f"{best[0]} γ={best[1]}"}
+        spec = [r for r in records if r.extra["setting"] == f"{target}-spec"]
+        assert {(r.drafter, r.gamma) for r in spec} == {(best[0], best[1])}
+        assert f"{best[0]} γ={best[1]}" in {r["key"]: r for r in result["settings"]}[f"{target}-spec"]["setting"]
+    assert "held apart" in result["statements"][0]
+    assert result["correctness"]["spec_int8_vs_int8_plain"]["all_identical"]

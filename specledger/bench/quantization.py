@@ -21,8 +21,10 @@ Correctness is judged against the target that actually verifies: (3) must reprod
 token for token, (4) must reproduce (2). The quantized target is a different model, so (2) vs (1)
 is a *quality* question, reported separately from task scores ("quantization effect on quality").
 
-Default drafter: ``ngram``. ``quant-self`` drafts with an int8 copy of the target; on an int8
-target that draft *is* the target (nothing left to quantize), so (4) would measure a drafter
+The drafter (``sweep``'s default): each target's best of ngram and suffix at γ 2 and 4
+(:data:`DEFAULT_CANDIDATES`), picked by committed tokens/s on half of the prompts (:func:`split_for_selection`),
+never on the table's own: the quantized target's best can differ from fp32's, its verify premium being higher.
+``quant-self`` drafts with an int8 copy of the target; on an int8 target that draft *is* the target (nothing left to quantize), so (4) would measure a drafter
 that costs a full target step per candidate and is always accepted -- not a meaningful
 "combined" setting. It is allowed (``drafter="quant-self"``) and flagged in the result.
 """
@@ -172,8 +174,10 @@ def drafter_note(drafter: str) -> str:
 
 def four_way_summary(by_setting: dict[str, list[RequestRecord]], prompt_ids: Sequence[str],
                      n_resamples: int = 1000, seed: int = 0, quant: str = "int8",
-                     weight_bytes: dict[str, int] | None = None) -> dict[str, Any]:
-    """Figures of the four settings, the four-way arithmetic, correctness and the quantization quality effect."""
+                     weight_bytes: dict[str, int] | None = None, drafters: dict[str, str] | None = None
+                     ) -> dict[str, Any]:
+    """Figures of the four settings, the four-way arithmetic, correctness and the quantization quality effect;
+    ``drafters``: {target: the drafter label its speculative setting ran} (named in the setting's label)."""
     from specledger.ledger.fourway import compare_quant_and_spec
     from specledger.quality.stats import compare_quality
 
@@ -181,6 +185,8 @@ def four_way_summary(by_setting: dict[str, list[RequestRecord]], prompt_ids: Seq
     settings = []
     verifiers = verifiers_for(quant)
     for key, label, target, spec in settings_for(quant):
+        if spec and drafters and target in drafters:
+            label = label.replace("drafter", drafters[target])
         recs = by_setting[key]
         row = {"key": key, "setting": label, "target": target, "speculative": spec,
                **setting_figures(recs, base, n_resamples, seed)}
@@ -234,7 +240,14 @@ def statements(result: dict[str, Any]) -> list[str]:
     q = result[f"quality_{qn}_vs_fp32"]
     ch = result[f"{qn}_output_vs_fp32"]
     cq = c[f"spec_{qn}_vs_{qn}_plain"]
-    out = [
+    sel = result.get("selection") or {}
+    out = []
+    if sel.get("picks"):
+        picks = sel["picks"]
+        out.append(f"Each target speculates with its own best drafter, picked on {len(sel['prompts'])} prompts held "
+                   f"apart from the table's: fp32 {picks.get('fp32')}, {qn} {picks.get(qn)} (of "
+                   f"{', '.join(sel['candidates'])}).")
+    out += [
         f"Quant only S = {fw['quant_speedup']:.3f}, spec only S = {fw['spec_speedup']:.3f}; their product "
         f"{fw['product_of_single_speedups']:.3f} vs the measured combined S = {fw['combined_speedup']:.3f} "
         f"(interaction {fw['interaction']:.3f}; < 1 means the gains overlap).",
@@ -273,6 +286,65 @@ def _warm_up(runs: Sequence[tuple[Any, Callable[[], Any], int]], prompt: Prompt,
         eng.generate(list(prompt.ids), drafter=make(), gamma=gamma, max_tokens=min(max_tokens, 8))
 
 
+#: the four-way's default candidates: each target's best of these speculates (picked on prompts of their own)
+DEFAULT_CANDIDATES: tuple[tuple[str, int], ...] = (("ngram", 2), ("ngram", 4), ("suffix", 2), ("suffix", 4))
+
+
+def candidate_label(drafter: str, gamma: int) -> str:
+    return f"{drafter} γ={gamma}"
+
+
+def split_for_selection(prompts: Sequence[Prompt]) -> tuple[list[Prompt], list[Prompt]]:
+    """(table prompts, selection prompts): within each category, alternately one to the table and one to the
+    selection, the table first -- so a drafter is never picked on the prompts its four-way figures come from.
+    A category of one prompt gives it to the table."""
+    table: list[Prompt] = []
+    selection: list[Prompt] = []
+    seen: dict[str, int] = {}
+    for p in prompts:
+        i = seen.get(p.category, 0)
+        seen[p.category] = i + 1
+        (table if i % 2 == 0 else selection).append(p)
+    return table, selection
+
+
+def pick_drafters(engines: dict[str, TargetEngine], makers: dict[str, dict[str, Callable[[], Any]]],
+                  candidates: Sequence[tuple[str, int]], prompts: Sequence[Prompt], max_tokens: int, params: Any,
+                  out: Path, progress: Progress | None = None) -> tuple[dict[str, tuple[str, int]], dict[str, Any]]:
+    """Each target's best candidate by committed tokens / second (totals over ``prompts``, the candidates side by
+    side per prompt, one round of each in turn): ({target: (drafter, gamma)}, the selection's figures). With one
+    candidate, or no selection prompt, the first candidate, unmeasured."""
+    cands = list(candidates)
+    if len(cands) == 1 or not prompts:
+        return {t: cands[0] for t in engines}, {"prompts": [], "candidates": [candidate_label(*c) for c in cands],
+                                               "rule": "fixed" if len(cands) == 1 else "no selection prompt: first"}
+    side_by_side = SideBySide()
+    figures: dict[str, dict[str, float]] = {}
+    picks: dict[str, tuple[str, int]] = {}
+    done, total = 0, len(engines) * len(prompts) * len(cands)
+    for target, eng in engines.items():
+        totals = {c: [0, 0.0] for c in cands}
+        for p in prompts:
+            if progress:
+                progress(done, total, f"quant4: {target}'s drafter, {len(cands)} side by side")
+            done += len(cands)
+            records = side_by_side.run([
+                (eng, p.ids, dict(drafter=makers[target][c[0]](), gamma=c[1], params=params, max_tokens=max_tokens,
+                                  request_id=f"quant4|select|{p.id}|{target}|{c[0]}:{c[1]}")) for c in cands])
+            for c, rec in zip(cands, records):
+                tag(rec, p, QUANT_EXPERIMENT, f"select-{target}", target=target, drafter=c[0], gamma=c[1])
+                totals[c][0] += rec.output_tokens
+                totals[c][1] += rec.total_time
+            RunDir(out).append(records)
+        tps = {c: (n / t if t > 0 else 0.0) for c, (n, t) in totals.items()}
+        picks[target] = max(cands, key=lambda c: (tps[c], -cands.index(c)))
+        figures[target] = {candidate_label(*c): tps[c] for c in cands}
+    return picks, {"prompts": [p.id for p in prompts], "candidates": [candidate_label(*c) for c in cands],
+                   "rule": "each target's highest committed tokens/s over the selection prompts (held apart from "
+                           "the table's)", "tokens_per_s": figures,
+                   "picks": {t: candidate_label(*c) for t, c in picks.items()}}
+
+
 def run_quantization(
     engine: TargetEngine,
     items: Sequence[Any],
@@ -286,34 +358,42 @@ def run_quantization(
     layers: str | None = None,
     draft_path: str | None = None,
     quant: str = "auto",
+    candidates: Sequence[tuple[str, int]] | None = None,
 ) -> dict[str, Any]:
     """Run the four settings per prompt (interleaved), append tagged traces to ``out_dir/traces.jsonl``
-    (``extra.experiment = "quant4"``, ``extra.target`` = fp32 | int8) and write ``quantization.json``."""
+    (``extra.experiment = "quant4"``, ``extra.target`` = fp32 | int8) and write ``quantization.json``.
+
+    ``candidates`` ((drafter, gamma) pairs; default ``((drafter, gamma),)``): with several, each target speculates
+    with its own best (:func:`pick_drafters`), picked on half the prompts (:func:`split_for_selection`); the
+    four-way table is measured on the other half."""
     from specledger.engine.sampling import SamplingParams
 
-    require(isinstance(gamma, int) and gamma >= 1, f"--gamma must be an integer >= 1, got {gamma!r}")
-    require(drafter != "none", "the four-way needs a drafter; use --drafter ngram (default)")
+    cands = list(candidates) if candidates else [(drafter, gamma)]
+    for d, g in cands:
+        require(isinstance(g, int) and g >= 1, f"--gamma must be an integer >= 1, got {g!r}")
+        require(d != "none", "the four-way needs a drafter; use --drafter ngram (default)")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     check_fresh(out, QUANT_EXPERIMENT)
     prompts, skipped = encode_prompts(engine, items, max_tokens)
+    table, selection = split_for_selection(prompts) if len(cands) > 1 else (prompts, [])
     q_engine, qn = quantized_engine(engine, quant)
     engines = {"fp32": engine, qn: q_engine}
-    makers = {
-        "fp32": drafter_factory(drafter, engine, layers, draft_path),
-        qn: drafter_factory(drafter, q_engine, layers, draft_path),
-    }
+    makers = {t: {d: drafter_factory(d, eng, layers, draft_path) for d in dict.fromkeys(d for d, _ in cands)}
+              for t, eng in engines.items()}  # one per drafter: a neural drafter is built (calibrated) once
+    params = SamplingParams(temperature=0.0, seed=seed)
+    picks, picked = pick_drafters(engines, makers, cands, selection, max_tokens, params, out, progress)
     settings = settings_for(qn)
     plain = drafter_factory("none", engine)
-    runs = {key: (engines[target], makers[target] if spec else plain, gamma if spec else 0)
+    runs = {key: (engines[target], makers[target][picks[target][0]] if spec else plain,
+                  picks[target][1] if spec else 0)
             for key, _, target, spec in settings}
-    _warm_up(list(runs.values()), prompts[0], max_tokens)
+    _warm_up(list(runs.values()), table[0], max_tokens)
 
-    params = SamplingParams(temperature=0.0, seed=seed)
     by_setting: dict[str, list[RequestRecord]] = {key: [] for key, *_ in settings}
-    total, done = len(prompts) * len(settings), 0
+    total, done = len(table) * len(settings), 0
     side_by_side = SideBySide()
-    for p in prompts:  # a prompt's four settings side by side, one round of each in turn
+    for p in table:  # a prompt's four settings side by side, one round of each in turn
         if progress:
             progress(done, total, f"quant4 {p.category}: {len(settings)} settings side by side")
         records = side_by_side.run([
@@ -327,6 +407,8 @@ def run_quantization(
         done += len(settings)
     if progress:
         progress(done, total, "quant4 done")
+    prompts = table
+    drafter, gamma = picks["fp32"]
 
     result: dict[str, Any] = {
         "experiment": QUANT_EXPERIMENT,
@@ -335,15 +417,18 @@ def run_quantization(
         "dtype": engine.dtype,
         "drafter": drafter,
         "gamma": gamma,
+        "drafters": {t: {"drafter": c[0], "gamma": c[1], "label": candidate_label(*c)} for t, c in picks.items()},
+        "selection": picked,
         "max_tokens": max_tokens,
         "temperature": 0.0,
         "prompts": [p.id for p in prompts],
         "categories": sorted({p.category for p in prompts}),
         "skipped_prompts": skipped,
-        "drafter_note": drafter_note(drafter),
+        "drafter_note": " ".join(dict.fromkeys(drafter_note(d) for d, _ in picks.values())),
         "quant_dtype": q_engine.dtype,
         **four_way_summary(by_setting, [p.id for p in prompts], n_resamples, seed, qn,
-                           {"fp32": engine.model.weight_bytes(), qn: q_engine.model.weight_bytes()}),
+                           {"fp32": engine.model.weight_bytes(), qn: q_engine.model.weight_bytes()},
+                           {t: candidate_label(*c) for t, c in picks.items()}),
     }
     result["statements"] = statements(result)
     return RunDir(out).write_experiment(QUANT_JSON, result)

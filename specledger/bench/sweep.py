@@ -44,6 +44,19 @@ def parse_drafter_gammas(text: str) -> list[tuple[str, int | str]]:
     return out
 
 
+def parse_quant_candidates(text: str) -> list[tuple[str, int]]:
+    """``"ngram:2,suffix:4"`` -> [("ngram", 2), ("suffix", 4)]: the four-way's drafter candidates (static γ only)."""
+    from specledger.engine.drafters.registry import DRAFTERS
+
+    out = []
+    for name, g in parse_drafter_gammas(text):
+        require(isinstance(g, int) and g >= 1, f"--quant-drafters takes static gammas >= 1 (e.g. ngram:4), not {g!r}")
+        require(name in DRAFTERS and name != "none",
+                f"unknown drafter {name!r} in --quant-drafters; choose from {', '.join(DRAFTERS[1:])}")
+        out.append((name, int(g)))
+    return list(dict.fromkeys(out))
+
+
 def load_sweep_items(categories: list[str], n: int, seed: int, workload: Path | None, vocab_size: int
                      ) -> tuple[list, list[str]]:
     """Built-in categories (seeded sample of ``n`` each) or the user's JSONL: (items, warnings)."""
@@ -78,6 +91,7 @@ def write_meta(run_dir: Path, engine: TargetEngine, config: dict[str, Any], warn
 # ``specledger run --full`` runs the side experiments too, with these settings, into the same directory.
 FULL_SIDE_EXPERIMENTS: dict[str, Any] = {
     "categories": ["code-edit", "dialogue"], "n": 4, "max_tokens": 96, "drafter": "ngram", "gamma": 4,
+    "quant_drafters": "ngram:2,ngram:4,suffix:2,suffix:4",
     "static_gammas": [1, 2, 4, 6, 8], "policies": ["heuristic", "ema", "batch", "goodput"],
     "concurrencies": [1, 2, 4, 8, 16, 32], "serving_drafters": "ngram:4,suffix:4,ngram:goodput",
     "serving_max_tokens": 48, "repeats": 3, "contexts": [1024, 4096], "context_to_limit": True,
@@ -104,9 +118,16 @@ def run_side_experiments(engine: TargetEngine, run_dir: Path, seed: int, progres
     if cfg.get("context_to_limit"):
         contexts.append(min(engine.max_context, engine.model.config.max_seq_len) - cfg["serving_max_tokens"] - 64)
     common = dict(max_tokens=cfg["max_tokens"], out_dir=run_dir, seed=seed, progress=progress)
+    candidates = parse_quant_candidates(cfg["quant_drafters"])
+
+    def quant_items() -> list:  # its drafters are picked on prompts of their own: twice the prompts, half each
+        if len(candidates) < 2:
+            return items
+        return load_sweep_items(cfg["categories"], 2 * cfg["n"], seed, None, engine.model.config.vocab_size)[0]
+
     jobs = [
         (QUANT_EXPERIMENT, QUANT_JSON,
-         lambda: run_quantization(float_engine(engine), items, drafter=cfg["drafter"], gamma=cfg["gamma"], **common)),
+         lambda: run_quantization(float_engine(engine), quant_items(), candidates=candidates, **common)),
         (POLICY_EXPERIMENT, POLICIES_JSON,
          lambda: run_policies(engine, items, drafter=cfg["drafter"], static_gammas=cfg["static_gammas"],
                               policies=cfg["policies"], **common)),

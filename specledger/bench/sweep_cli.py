@@ -12,7 +12,13 @@ from typing import Annotated
 
 import typer
 
-from specledger.bench.sweep import load_sweep_items, parse_csv, parse_drafter_gammas, write_meta
+from specledger.bench.sweep import (
+    load_sweep_items,
+    parse_csv,
+    parse_drafter_gammas,
+    parse_quant_candidates,
+    write_meta,
+)
 from specledger.engine.choices import DTYPE_HELP
 from specledger.errors import require
 
@@ -26,7 +32,10 @@ def sweep(
     max_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 96,
     drafter: Annotated[str, typer.Option(help="Drafter for both experiments (ngram, suffix, layerskip, ...); "
                                               "quant-self is degenerate on an int8 target.")] = "ngram",
-    gamma: Annotated[int, typer.Option(help="Static gamma of the four-way's speculative settings.")] = 4,
+    gamma: Annotated[int, typer.Option(help="Static gamma of the policies' reference setting.")] = 4,
+    quant_drafters: Annotated[str, typer.Option(
+        help="quant4: drafter:gamma candidates; each target speculates with its best, picked on prompts held apart "
+             "from the table's (one candidate: used as is).")] = "ngram:2,ngram:4,suffix:2,suffix:4",
     gammas: Annotated[str, typer.Option(help="Static gammas to compare the policies with.")] = "1,2,4,6,8",
     tree_budgets: Annotated[str, typer.Option(help="policies: token-tree node budgets per round beside each "
                                                    "static gamma (0 = chain only), e.g. 0,8,16.")] = "0",
@@ -81,6 +90,7 @@ def sweep(
     serving = experiment in ("serving", "all")
     conc_levels, rate_levels, context_levels = parse_csv(concurrencies, int), parse_csv(rates, float), parse_csv(contexts, int)
     spec_settings = parse_drafter_gammas(serving_drafters)
+    quant_candidates = parse_quant_candidates(quant_drafters) if experiment in ("quant4", "all") else []
     if serving:
         check_serving_settings(spec_settings, conc_levels, rate_levels, serving_max_tokens,
                                parse_csv(context_concurrencies, int), parse_csv(context_sources))
@@ -89,12 +99,15 @@ def sweep(
     console.print(f"[bold]specledger sweep[/] ({experiment}) -> {run_dir}")
     with console.status("loading the target model"):
         engine = build_engine(target, dtype)
-    items, warnings = load_sweep_items(parse_csv(categories), n, seed, workload, engine.model.config.vocab_size)
+    # the four-way picks its drafters on prompts of their own: twice the prompts per category, half for the table
+    per_category = 2 * n if len(quant_candidates) > 1 else n
+    items, warnings = load_sweep_items(parse_csv(categories), per_category, seed, workload,
+                                       engine.model.config.vocab_size)
     for w in warnings:
         console.print(f"[yellow]warning:[/] {w}")
     run_dir.mkdir(parents=True, exist_ok=True)
     config = {"experiment": experiment, "categories": parse_csv(categories), "n": n, "max_tokens": max_tokens,
-              "drafter": drafter, "gamma": gamma, "gammas": static, "tree_budgets": budgets, "policies": names, "seed": seed,
+              "drafter": drafter, "gamma": gamma, "quant_drafters": [f"{d}:{g}" for d, g in quant_candidates], "gammas": static, "tree_budgets": budgets, "policies": names, "seed": seed,
               "workload_file": str(workload) if workload else None}
     if serving:
         config["serving"] = {"concurrencies": conc_levels, "rates": rate_levels, "contexts": context_levels,
@@ -112,7 +125,7 @@ def sweep(
             bar.update(task, completed=done, total=total, description=label[:40].ljust(40))
 
         if experiment in ("quant4", "all"):
-            run_quantization(engine, items, drafter=drafter, gamma=gamma, progress=progress, **common)
+            run_quantization(engine, items, candidates=quant_candidates, progress=progress, **common)
         if experiment in ("policies", "all"):
             run_policies(engine, items, drafter=drafter, static_gammas=static, policies=names, progress=progress,
                          tree_budgets=budgets, **common)

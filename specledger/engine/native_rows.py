@@ -74,18 +74,22 @@ _STACKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LAYER_IDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+_LINEARS = ("wqkv", "wo", "w13", "w2")
+
+
 def _stack(model: Any) -> Any:
     """The ctypes array of every layer's weight pointers, rebuilt whenever a pack or a norm changed (each linear
     repacks itself when its weight changed, as its own forward does; the norms' storage and version); None when
-    a linear is not on the native kernel. Checked on every forward: flat comprehensions, ~0.1 ms for 30 layers."""
-    lins = [lin for block in model.layers for lin in (block.wqkv, block.wo, block.w13, block.w2)]
+    a linear is not on the native kernel. Checked on every forward: flat comprehensions over the modules' own dicts, ~0.05 ms for 30 layers."""
+    blocks = list(model.layers._modules.values())  # the modules' own dicts: nn.Module.__getattr__ costs ~0.2 ms here
+    lins = [block._modules[name] for block in blocks for name in _LINEARS]
     for lin in [lin for lin in lins if lin._weight_key() != lin._packed_key]:
         lin._repack()
     packs = [lin._native for lin in lins]
     if None in packs:
         return None
     key = packs + [(n.data_ptr(), 0 if n.is_inference() else n._version)
-                   for block in model.layers for n in (block.attn_norm, block.mlp_norm)]
+                   for block in blocks for n in (block._parameters["attn_norm"], block._parameters["mlp_norm"])]
     cached = _STACKS.get(model)
     if cached is not None and cached[0] == key:
         return cached[1]

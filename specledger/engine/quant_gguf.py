@@ -73,7 +73,7 @@ class QuantLinear(nn.Module):
         _lib().specledger_qpack(self.kind, raw.data_ptr(), packed.data_ptr(), n, k)
         self.register_buffer("packed", packed)
         self.register_buffer("bias", None if bias is None else bias.detach().float().contiguous())
-        self._native = self
+        object.__setattr__(self, "_native", self)  # a plain attribute: not a submodule of itself (slow lookups)
         self._packed_key = ("quant", fmt)
 
     def _weight_key(self) -> tuple:
