@@ -28,7 +28,9 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     args = ap.parse_args()
     engine = Engine.from_loaded(load_model(None, dtype="float32"))
-    items = load_category("code-edit", args.requests // 2) + load_category("dialogue", args.requests - args.requests // 2)
+    items = load_category("code-edit", args.requests // 2) + load_category(
+        "dialogue", args.requests - args.requests // 2
+    )
     prompts = [engine.loaded.encode_prompt(messages=it.messages) for it in items]
     layers = ",".join(map(str, make_drafter("layerskip", engine).layers))
     settings = [("plain", "none", 0), ("ngram γ=4", "ngram", 4), (f"layerskip[{layers}] γ=3", "layerskip", 3)]

@@ -1,7 +1,7 @@
 """Power of the sampled-correctness gate against three wrong acceptance rules (a benchmark, not a test).
 
 For each rule (the correct one, accept-always, p/q swapped, residual not renormalised) it draws
-``--trials`` independent checks at the default sample size (specledger.correctness.DEFAULT_SAMPLES
+``--trials`` independent checks at the default sample size (specledger.gates.sampled_stats.DEFAULT_SAMPLES
 samples per side of one prompt, DEFAULT_TOKENS tokens, gamma DEFAULT_GAMMA) on the tiny test models
 (target: random Llama, vocab 16; drafter: a second random model, or the n-gram drafter), and prints
 how often the gate fails each, with a 95 % Clopper-Pearson interval.
@@ -27,9 +27,10 @@ from mutant_verifiers import MUTANTS, mutant  # noqa: E402
 from scipy.stats import beta  # noqa: E402
 
 import specledger.engine.request as rq  # noqa: E402
-from specledger import correctness as c  # noqa: E402
+from specledger.bench.sampled_pairs import sample_pairs  # noqa: E402
 from specledger.engine.drafters.draft_model import DraftModelDrafter  # noqa: E402
 from specledger.engine.drafters.ngram import NgramDrafter  # noqa: E402
+from specledger.gates import sampled_stats as c  # noqa: E402
 
 PROMPT = [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2, 3]
 TEMPERATURE = 0.7
@@ -40,7 +41,7 @@ def models():
 
 
 def check(target, factory, seed: int, n: int = c.DEFAULT_SAMPLES) -> dict:
-    spec, base = c.sample_pairs(target, PROMPT, factory, c.DEFAULT_GAMMA, TEMPERATURE, n=n, seed=seed,
+    spec, base = sample_pairs(target, PROMPT, factory, c.DEFAULT_GAMMA, TEMPERATURE, n=n, seed=seed,
                                 max_batch=n)
     return c.sampled_test(spec, base)
 

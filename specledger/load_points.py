@@ -1,15 +1,17 @@
 """What a load point is made of, shared by the main job, the probe, the simulated loads and the report:
 the ``--loads`` list (:func:`parse_loads`), the order of a closed-loop point's requests (:func:`interleaved`,
-:func:`requests_at`) and the open loop's seeded Poisson send times (:func:`poisson_arrivals`). Pure
-functions of their arguments; nothing here runs a point."""
+:func:`requests_at`) and the open loop's seeded Poisson send times (:func:`poisson_arrivals`, the one
+generator: the probe's send times and the simulator's arrivals, :func:`specledger.simulate.arrivals.poisson`,
+are the same for the same seed). Pure functions of their arguments; nothing here runs a point."""
 
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Mapping, Sequence
 
-from specledger.errors import SpecLedgerError
+import numpy as np
+
+from specledger.errors import SpecLedgerError, require
 
 
 def parse_loads(text: str | None, flag: str = "--loads", example: str = "1,4,16",
@@ -42,18 +44,17 @@ def interleaved(prompt_ids: Sequence[str], category: Mapping[str, str]) -> list[
 
 
 def requests_at(load: int, prompt_ids: Sequence[str]) -> list[str]:
-    """The requests of a closed-loop point at ``load``: max(load, prompts), the prompts cycled."""
-    return [prompt_ids[i % len(prompt_ids)] for i in range(max(load, len(prompt_ids)))]
+    """The requests of a closed-loop point at ``load``: max(load, prompts), the prompts cycled (none
+    without prompts)."""
+    n = len(prompt_ids)
+    return [prompt_ids[i % n] for i in range(max(load, n))] if n else []
 
 
-def poisson_arrivals(rate: float, count: int, seed: int) -> list[float]:
-    """``count`` arrival offsets (s) of a Poisson process: cumulative Exp(rate) gaps, seeded."""
-    rng = random.Random(seed)
-    t, out = 0.0, []
-    for _ in range(count):
-        t += rng.expovariate(rate)
-        out.append(t)
-    return out
+def poisson_arrivals(rate: float, count: int, seed: int | None) -> list[float]:
+    """``count`` arrival offsets (s) of a Poisson process at ``rate`` req/s: cumulative Exp(1/rate) gaps
+    drawn by numpy's ``default_rng(seed)``."""
+    require(rate > 0 and math.isfinite(rate), f"rate must be a positive number of requests per second, got {rate}")
+    return np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate, size=count)).tolist()
 
 
 __all__ = ["interleaved", "parse_loads", "poisson_arrivals", "requests_at"]

@@ -187,3 +187,10 @@ def main_records(records: Iterable[RequestRecord]) -> list[RequestRecord]:
 def load_records(records: Iterable[RequestRecord]) -> list[RequestRecord]:
     """The records of the load points (``extra.experiment == "load"``)."""
     return [r for r in records if r.extra.get(EXPERIMENT_KEY) == LOAD_EXPERIMENT]
+
+
+def setting_label(drafter: str, gamma: int | str, tree_budget: int = 0) -> str:
+    """A setting's label: ``plain`` (drafter ``none`` or γ 0), ``ngram γ=4``, ``ngram γ=4 tree=16``."""
+    if drafter == "none" or gamma == 0:
+        return "plain"
+    return f"{drafter} γ={gamma}" + (f" tree={tree_budget}" if tree_budget else "")

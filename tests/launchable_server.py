@@ -2,8 +2,9 @@
 
     python -m tests.launchable_server --port PORT [--draft-max G] [--die-after N] [--exit-now]
 
-``--draft-max 0`` (or ``--gamma``) is a plain server (no speculation counted); ``--draft-max G`` counts every streamed chunk as one
-speculative round of G drafted tokens (vLLM's counter names on ``/metrics``). ``GET /health`` answers 200.
+``--draft-max 0`` (or ``--gamma``) is a plain server (no speculation counted); ``--draft-max G`` counts every
+streamed chunk as one speculative round of G drafted tokens (vLLM's counter names on ``/metrics``).
+``GET /health`` answers 200.
 ``--die-after N`` exits the process (code 3) once N requests have been served, as an engine that crashes
 mid-run; ``--exit-now`` exits (code 2) before it listens, as an engine that fails to start.
 """

@@ -1,10 +1,10 @@
-"""The soak's server process: ``specledger serve`` itself (:func:`specledger.serve.cli.serve`: option
+"""The soak's server process: ``specledger serve`` itself (:func:`specledger.cli.serve.serve`: option
 checks, create_app, the uvicorn configuration and transport limits) with the engine builder
 swapped for the tiny test model (character tokenizer, its own "chat template"). Run as
 ``python tests/soak_server.py PORT_FILE``: it picks a free loopback port, writes it to PORT_FILE
 and serves until SIGTERM (uvicorn's graceful shutdown, which stops the engine worker); once the
-worker has stopped it prints one ``soak-state {json}`` line: what the app still holds (records, aborted rounds, batch steps,
-jobs running / waiting / taken / reserved), for the test's "nothing left behind". The test
+worker has stopped it prints one ``soak-state {json}`` line: what the app still holds (records, aborted rounds,
+batch steps, jobs running / waiting / taken / reserved), for the test's "nothing left behind". The test
 imports :func:`soak_engine` for the solo references, so both sides decode the same model.
 """
 
@@ -62,7 +62,7 @@ def held_state(app) -> dict[str, int]:
 def main(port_file: str) -> None:
     import specledger.engine.build as engine_build
     import specledger.serve.app as serve_app
-    from specledger.serve.cli import serve
+    from specledger.cli.serve import serve
 
     real_create_app = serve_app.create_app
 

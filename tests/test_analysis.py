@@ -152,8 +152,8 @@ def _verify_rounds(coef, interaction=0.0):
 
 
 def test_cost_table_scores_the_one_run_cost_model_per_drafter():
+    from specledger.cost.costmodel import fit_cost_model
     from specledger.cost.surface import CostSurface, SurfacePoint
-    from specledger.predict.costmodel import fit_cost_model
 
     records = [request_from_rounds("s", "p", _verify_rounds((0.005, 0.001, 1e-5)), category="code")]
     linear = fit_cost_model(records, n_boot=0)  # no surface: the linear form, exact on this data

@@ -13,10 +13,11 @@ from conftest import tiny_model
 from mutant_verifiers import MUTANTS, mutant
 
 import specledger.engine.request as rq
-from specledger import correctness as c
+from specledger.bench.sampled_pairs import sample_pairs
 from specledger.engine.drafters.draft_model import DraftModelDrafter
 from specledger.engine.drafters.ngram import NgramDrafter
 from specledger.gates import sampled_correctness
+from specledger.gates import sampled_stats as c
 from specledger.records import RequestRecord
 
 PROMPT = [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2, 3]
@@ -28,7 +29,7 @@ def pair():
 
 
 def _check(target, factory, seed=123, n=c.DEFAULT_SAMPLES):
-    spec, base = c.sample_pairs(target, PROMPT, factory, c.DEFAULT_GAMMA, 0.7, n=n, seed=seed, max_batch=n)
+    spec, base = sample_pairs(target, PROMPT, factory, c.DEFAULT_GAMMA, 0.7, n=n, seed=seed, max_batch=n)
     return c.sampled_test(spec, base)
 
 

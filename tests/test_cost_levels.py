@@ -32,8 +32,8 @@ def test_the_levelled_surface_never_falls_with_rows(levels, context):
 
 
 def test_a_cost_model_prices_with_its_levels_and_keeps_them(tmp_path):
+    from specledger.cost.costmodel import CostModel, Part
     from specledger.cost.surface import CostSurface, SurfacePoint
-    from specledger.predict.costmodel import CostModel, Part
 
     surface = CostSurface([SurfacePoint(1, r, c, _sigma(r, c), 3) for r in (1, 2, 3, 5, 9) for c in (64, 512)], "t")
     cost = CostModel("t", Part(["surface"], [1.0]), Part(["1", "P", "P2"], [0.0, 0.0, 0.0]), surface=surface,

@@ -221,7 +221,7 @@ def test_calibrate_import_bad_file_is_one_line_error(tmp_path, capsys):
 
 
 def test_calibrate_writes_the_surface_beside_the_model_or_as_jsonl(tmp_path, target):
-    from specledger.predict.calibrate import calibrate, surface_path, write_calibration
+    from specledger.engine.calibrate import calibrate, surface_path, write_calibration
 
     cost = calibrate(device="cpu", contexts=[16, 64], repeats=1, model=target)
     surface = write_calibration(cost, tmp_path / "cm.json")
@@ -236,7 +236,7 @@ def test_calibrate_writes_the_surface_beside_the_model_or_as_jsonl(tmp_path, tar
 
 @pytest.mark.parametrize("interleaved", [True, False])
 def test_measure_rows_axis(target, interleaved):
-    from specledger.predict.calibrate import measure_rows_axis
+    from specledger.engine.calibrate import measure_rows_axis
 
     s = measure_rows_axis(target, [8, 64], rows=(1, 2, 5, 9), repeats=2, interleaved=interleaved)
     assert s.rows_axis == (1, 2, 5, 9) and s.batches == (1,) and s.contexts == (8, 64)
@@ -248,8 +248,8 @@ def test_measure_rows_axis(target, interleaved):
 
 
 def test_simulate_prices_with_a_surface_profile(tmp_path, capsys):
+    from specledger.cost.loader import load_pricer as load_cost
     from specledger.cost.serving import SurfaceCost
-    from specledger.predict.pricers import load_pricer as load_cost
     from tests.test_simulate import _cli, _record
 
     run = tmp_path / "run"

@@ -54,7 +54,8 @@ def test_native_linear_is_row_invariant_and_close_to_f_linear(dtype, bias):
             assert torch.equal(lin(x[i : i + 1]), full[i : i + 1])
         for start, n in ((0, 2), (3, 5), (4, 7)):
             assert torch.equal(lin(x[start : start + n]), full[start : start + n])
-        ref = torch.nn.functional.linear(x.double(), lin.weight.double(), None if lin.bias is None else lin.bias.double())
+        ref = torch.nn.functional.linear(x.double(), lin.weight.double(),
+                                         None if lin.bias is None else lin.bias.double())
     tol = 1e-5 if dtype == torch.float32 else 3e-2
     assert (full.double() - ref).abs().max().item() < tol * max(1.0, ref.abs().max().item())
 

@@ -21,10 +21,10 @@ from specledger.engine.drafters.head import (
     target_fingerprint,
 )
 from specledger.engine.drafters.registry import make_drafter
-from specledger.engine.head_train import TrainSettings, generate_corpus, prefill_corpus, train_head
 from specledger.engine.sampling import SamplingParams
 from specledger.engine.tree import DraftTree
 from specledger.errors import SpecLedgerError
+from specledger.headtrain.train import TrainSettings, generate_corpus, prefill_corpus, train_head
 from tests.conftest import CharLoaded, exact_tokens_2_3, tiny_model
 
 

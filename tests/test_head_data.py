@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from specledger.engine.head_data import parse_category_weights, weighted_order
-from specledger.engine.head_train import Corpus, TrainSettings, choose_draft_vocab, train_head
 from specledger.errors import SpecLedgerError
+from specledger.headtrain.data import parse_category_weights, weighted_order
+from specledger.headtrain.train import Corpus, TrainSettings, choose_draft_vocab, train_head
 from specledger.workloads import CATEGORIES, load_category, split_of
 from specledger.workloads.chat_questions import chat_training_items
 from specledger.workloads.item import WorkloadItem

@@ -303,7 +303,8 @@ def test_the_installed_entry_point_on_hostile_files(tmp_path: Path) -> None:
 
 
 def _figures_cost(position: int) -> tuple[float, int]:
-    from specledger.probe.prometheus import EMPTY_SNAPSHOT, parse_prometheus_text, spec_decode_figures
+    from specledger.probe.prometheus import EMPTY_SNAPSHOT, parse_prometheus_text
+    from specledger.probe.spec_figures import spec_decode_figures
 
     snap = parse_prometheus_text(_metrics(f'{PER_POS}{{position="{position}"}} 3', f'{PER_POS}{{position="0"}} 4'))
     start = time.perf_counter()
@@ -314,12 +315,8 @@ def _figures_cost(position: int) -> tuple[float, int]:
 @pytest.mark.parametrize("position", [1000, 10**9, 2**63, 10**4000], ids=["1e3", "1e9", "2^63", "1e4000"])
 def test_a_far_position_costs_what_position_10_costs(position: int) -> None:
     """Positions stay sparse; only 0..MAX_POSITIONS-1 become rates; a far one is named in a warning."""
-    from specledger.probe.prometheus import (
-        EMPTY_SNAPSHOT,
-        MAX_POSITIONS,
-        parse_prometheus_text,
-        spec_decode_figures,
-    )
+    from specledger.probe.prometheus import EMPTY_SNAPSHOT, parse_prometheus_text
+    from specledger.probe.spec_figures import MAX_POSITIONS, spec_decode_figures
 
     near_s, near_size = min(_figures_cost(10) for _ in range(3))
     with _deadline(CLI_BUDGET_S):
@@ -658,7 +655,8 @@ def test_fuzz_guidellm_reports_through_the_cli(top: dict[str, str], benches: lis
 @FUZZ
 @given(st.lists(st.one_of(
     st.builds(lambda model, text, fp: json.dumps(_chunk(model=model, system_fingerprint=fp,
-                                                        usage={"completion_tokens": 1})).replace('"hi"', json.dumps(text)),
+                                                        usage={"completion_tokens": 1}))
+              .replace('"hi"', json.dumps(text)),
               HOSTILE_TEXT, HOSTILE_TEXT, HOSTILE_TEXT),
     st.builds(lambda m: json.dumps({"error": {"message": m}}), HOSTILE_TEXT),
     st.builds(lambda t: json.dumps(_chunk())[:-1] + f', "timings": {t}}}', JSON_TEXT),
@@ -672,7 +670,8 @@ def _label(value: str) -> str:
 
 
 def _sample(value: float) -> str:
-    return "NaN" if math.isnan(value) else "+Inf" if value == math.inf else "-Inf" if value == -math.inf else repr(value)
+    return ("NaN" if math.isnan(value) else "+Inf" if value == math.inf
+            else "-Inf" if value == -math.inf else repr(value))
 
 
 METRIC_NAMES = st.sampled_from(["vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
@@ -698,13 +697,9 @@ def test_fuzz_metrics_dumps_through_the_cli(lines: list[str]) -> None:
 @given(METRIC_LINES, METRIC_LINES)
 def test_fuzz_metrics_parsers_over_full_ranges(before: list[str], after: list[str]) -> None:
     """Positions to 2^63 and beyond, every float: figures or one-line errors, bounded rates, in time."""
-    from specledger.probe.prometheus import (
-        MAX_POSITIONS,
-        counter_rates,
-        latency_histogram_summaries,
-        parse_prometheus_text,
-        spec_decode_figures,
-    )
+    from specledger.probe.histograms import counter_rates, latency_histogram_summaries
+    from specledger.probe.prometheus import parse_prometheus_text
+    from specledger.probe.spec_figures import MAX_POSITIONS, spec_decode_figures
 
     with _deadline(CLI_BUDGET_S):
         try:

@@ -45,8 +45,8 @@ def test_interleaved_requests_decode_exactly_what_they_decode_alone(target):
 
 
 def test_side_by_side_prefills_in_passes_and_decodes_what_one_pass_decodes(target):
-    """Unshared, SideBySide runs prefills in PREFILL_CHUNK passes, one per turn: a long prompt's outputs and rounds are those
-    of a one-pass prefill, and each request's prefill time counts only its own passes."""
+    """Unshared, SideBySide runs prefills in PREFILL_CHUNK passes, one per turn: a long prompt's outputs and rounds
+    are those of a one-pass prefill, and each request's prefill time counts only its own passes."""
     from specledger.engine.interleave import PREFILL_CHUNK, SideBySide
 
     engine = Engine(target)

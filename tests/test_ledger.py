@@ -551,7 +551,7 @@ def test_ledger_does_not_import_torch():
     import subprocess
     import sys
 
-    code = "import specledger.ledger, specledger.ledger.cli, sys; assert 'torch' not in sys.modules"
+    code = "import specledger.ledger, specledger.cli.ledger, sys; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

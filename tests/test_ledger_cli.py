@@ -142,7 +142,7 @@ def test_bad_input_exits_2_with_one_line_error(args, needle, capsys):
 
 
 def test_width_profile_text_is_run_length_encoded():
-    from specledger.ledger.cli import widths_text
+    from specledger.ledger.render import widths_text
 
     assert widths_text([2, 1, 1, 1]) == "2,1×3"
     assert widths_text([1] * 64) == "1×64"

@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 
 from specledger.cli import app as cli_app
 from specledger.engine.loader import cache_root, default_target_path
-from specledger.probe.launch import free_port
+from specledger.probe.engine_server import free_port
 
 BUILD_SCRIPT = "scripts/build_llama_server.sh"
 DRAFT_MAX = 4
@@ -230,7 +230,8 @@ def test_probe_launch_runs_llama_server_per_configuration(tmp_path: Path) -> Non
     out = tmp_path / "run"
     res = CliRunner().invoke(cli_app, [
         "probe", "--launch", template, "--spec", "off=", "--spec",
-        "ngram=--spec-type ngram-simple --spec-ngram-simple-size-n 2 --spec-ngram-simple-size-m 8", "--loads", "1,2", "--workload", str(workload),
+        "ngram=--spec-type ngram-simple --spec-ngram-simple-size-n 2 --spec-ngram-simple-size-m 8",
+        "--loads", "1,2", "--workload", str(workload),
         "--requests", str(len(LAUNCH_PROMPTS)), "--max-tokens", "48", "--chat", "--temperature", "0",
         "--out", str(out), "--launch-timeout", "120",
     ])

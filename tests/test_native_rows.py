@@ -56,7 +56,8 @@ def test_rope_and_attention_match_torch(hd):
     assert torch.equal(cache, ref_cache)
     for i in range(m):
         q = qkv[i, :nh].view(nkv, nh // nkv, hd)
-        ref = F.scaled_dot_product_attention(q, ref_cache[0, 0, :, : start + i + 1], ref_cache[1, 0, :, : start + i + 1])
+        ref = F.scaled_dot_product_attention(q, ref_cache[0, 0, :, : start + i + 1],
+                                             ref_cache[1, 0, :, : start + i + 1])
         torch.testing.assert_close(out[i].view(nkv, nh // nkv, hd), ref, atol=1e-5, rtol=1e-5)
         solo = ops.attend(qkv[i : i + 1], cache[0], cache[1], torch.zeros(1, dtype=torch.long), pos[i : i + 1], nh, nkv,
                           tree=True)
@@ -81,7 +82,8 @@ def test_attention_reads_a_trees_keys_from_its_rows_as_from_the_cache_bit_for_bi
     ref_cache[:, 0, :, start : start + m] = qkv[:, nh:].view(m, 2, nkv, hd).permute(1, 2, 0, 3)
     for i in (0, 12, 19):
         q = qkv[i, :nh].view(nkv, nh // nkv, hd)
-        ref = F.scaled_dot_product_attention(q, ref_cache[0, 0, :, : start + i + 1], ref_cache[1, 0, :, : start + i + 1])
+        ref = F.scaled_dot_product_attention(q, ref_cache[0, 0, :, : start + i + 1],
+                                             ref_cache[1, 0, :, : start + i + 1])
         torch.testing.assert_close(chain[i].view(nkv, nh // nkv, hd), ref, atol=1e-5, rtol=1e-5)
 
 

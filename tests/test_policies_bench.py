@@ -20,10 +20,10 @@ from specledger.bench.policies import (
     run_policies,
     setting_name,
 )
-from specledger.bench.sweep_cli import sweep
+from specledger.cli.sweep import sweep
 from specledger.errors import SpecLedgerError
 from specledger.report.build import build_report
-from specledger.report.cli import print_experiments
+from specledger.report.console import print_experiments
 from specledger.rundir import read_records
 from tests.test_quantization import tiny_engine, workload_items
 

@@ -88,7 +88,7 @@ def test_every_policy_keeps_greedy_output_exact(target, name):
 
 
 def test_batched_goodput_tracks_how_much_of_its_ask_the_drafter_fills():
-    from specledger.engine.step_cost import StepCost
+    from specledger.cost.step_cost import StepCost
 
     p = GoodputGamma(step_cost=StepCost.from_points([1, 16, 64, 256], [0.040, 0.060, 0.120, 0.400]))
     p.reset()

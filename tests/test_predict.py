@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from synthetic import request_from_rounds, spec_rounds
 
+from specledger.cost.costmodel import CostModel, fit_cost_model
 from specledger.predict.acceptance import ASSUMPTION, AcceptanceModel
 from specledger.predict.check import leave_one_gamma_out, measured_speedup
-from specledger.predict.costmodel import CostModel, fit_cost_model
 from specledger.predict.predict import expected_features, predict_category, round_distribution
 from specledger.records import RoundRecord
 
@@ -20,7 +20,8 @@ F0, FR, FC, DRAFT, OTHER, PREFILL = 0.010, 0.001, 2e-6, 2e-4, 5e-4, 1e-4
 
 
 def _simulate(prompt_id: str, category: str, drafter: str, gamma: int, alpha: float, n_tokens: int,
-              prompt_tokens: int, rng: np.random.Generator, fill: float = 1.0, window: tuple[float, float] = (1.0, 1.0)):
+              prompt_tokens: int, rng: np.random.Generator, fill: float = 1.0,
+              window: tuple[float, float] = (1.0, 1.0)):
     """One request decoded like the engine (without the prefill token): K ~ the chain a_j = alpha,
     the drafter proposes all γ with probability ``fill`` (else none), the boundary round is cut. ``window``:
     (memory, arithmetic) factors of the machine's phase the request ran in, scaling the one-row cost and the
@@ -235,7 +236,7 @@ def test_predict_category_interval_and_measured_speedup():
 
 def test_expected_cost_matches_a_monte_carlo_replay_of_the_engine_loop():
     """The feature recursion prices exactly what replaying the loop (draws of p, K, the boundary cut) costs."""
-    from specledger.predict.costmodel import (
+    from specledger.cost.costmodel import (
         DRAFT_TERMS,
         FORWARD_TERMS,
         OTHER_TERMS,

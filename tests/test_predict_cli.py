@@ -10,8 +10,8 @@ from test_predict import synthetic_run
 from typer.testing import CliRunner
 
 from specledger.cli import app, main
-from specledger.predict.calibrate import calibrate
-from specledger.predict.costmodel import CostModel
+from specledger.cost.costmodel import CostModel
+from specledger.engine.calibrate import calibrate
 from specledger.rundir import META_NAME, TRACE_NAME, append_records, write_json_atomic
 
 

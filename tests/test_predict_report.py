@@ -6,7 +6,7 @@ import json
 
 from test_predict import synthetic_run
 
-from specledger.predict.costmodel import CostModel
+from specledger.cost.costmodel import CostModel
 from specledger.report.build import build_report
 from specledger.rundir import TRACE_NAME, append_records
 

@@ -10,7 +10,8 @@ from specledger.predict.check import reproducibility
 
 
 def _check(values: dict[tuple[str, str, int], float]) -> dict:
-    return {"rows": [{"category": c, "drafter": d, "gamma": g, "measured_speedup": s} for (c, d, g), s in values.items()]}
+    return {"rows": [{"category": c, "drafter": d, "gamma": g, "measured_speedup": s}
+                     for (c, d, g), s in values.items()]}
 
 
 def test_reproducibility_pairs_settings_measured_in_both_runs():

@@ -15,19 +15,14 @@ from typer.testing import CliRunner
 from specledger.cli import app as cli_app
 from specledger.errors import SpecLedgerError
 from specledger.ledger.server_acceptance import per_position_mismatch
-from specledger.probe.cli import spec_rows
 from specledger.probe.endpoint import probe_endpoint
+from specledger.probe.histograms import counter_rates, latency_histogram_summaries
 from specledger.probe.loadgen import LoadConfig, PromptItem
 from specledger.probe.metrics import response_timings_figures
-from specledger.probe.prometheus import (
-    DUMP_WARNING,
-    EMPTY_SNAPSHOT,
-    counter_rates,
-    latency_histogram_summaries,
-    parse_prometheus_text,
-    spec_decode_figures,
-)
+from specledger.probe.prometheus import EMPTY_SNAPSHOT, parse_prometheus_text
+from specledger.probe.spec_figures import DUMP_WARNING, spec_decode_figures
 from specledger.probe.sse import OpenAIStreamDecoder, SSEEvent, interpret_event
+from specledger.probe.tables import spec_rows
 from specledger.probe.vllm_bench import load_vllm_bench, load_vllm_bench_records, parse_vllm_bench
 from tests.fake_server import FakeServer
 

@@ -16,15 +16,9 @@ from typer.testing import CliRunner
 
 from specledger.cli import app as cli_app
 from specledger.errors import SpecLedgerError
-from specledger.probe.launch import (
-    Spec,
-    configured_gamma,
-    engine_argv,
-    engine_flags,
-    engine_kind,
-    gguf_kv_facts,
-    parse_specs,
-)
+from specledger.probe.engine_command import Spec, configured_gamma, engine_argv, engine_kind, parse_specs
+from specledger.probe.launch_schedules import engine_flags
+from specledger.probe.model_file import gguf_kv_facts
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = f"{shlex.quote(sys.executable)} -m tests.launchable_server --port {{port}} {{spec}}"
@@ -42,8 +36,8 @@ def workload(tmp_path: Path) -> Path:
 def _launch(tmp_path: Path, workload: Path, *extra: str, template: str = SERVER, specs=("off=", "spec=--draft-max 3"),
             out: str = "run") -> tuple[object, Path]:
     args = ["probe", "--launch", template, *[a for s in specs for a in ("--spec", s)], "--loads", "1,2",
-            "--workload", str(workload), "--requests", "4", "--max-tokens", "12", "--chat", "--out", str(tmp_path / out),
-            "--launch-timeout", "60", *extra]
+            "--workload", str(workload), "--requests", "4", "--max-tokens", "12", "--chat",
+            "--out", str(tmp_path / out), "--launch-timeout", "60", *extra]
     return CliRunner().invoke(cli_app, args, catch_exceptions=True), tmp_path / out
 
 

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from specledger.analysis.stats import distribution
+from specledger.cli.probe import import_vllm_bench, probe
 from specledger.errors import SpecLedgerError
 from specledger.load_points import poisson_arrivals
-from specledger.probe.cli import import_vllm_bench, probe
 from specledger.probe.endpoint import normalize_base_url, probe_endpoint
 from specledger.probe.loadgen import (
     LoadConfig,

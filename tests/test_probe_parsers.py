@@ -11,14 +11,9 @@ from hypothesis import strategies as st
 
 from specledger.errors import SpecLedgerError
 from specledger.ledger.acceptance import conditional_ratios
-from specledger.probe.prometheus import (
-    SERVER_WIDE_WARNING,
-    counter_total,
-    histogram_quantile,
-    latency_histogram_summaries,
-    parse_prometheus_text,
-    spec_decode_figures,
-)
+from specledger.probe.histograms import histogram_quantile, latency_histogram_summaries
+from specledger.probe.prometheus import counter_total, parse_prometheus_text
+from specledger.probe.spec_figures import SERVER_WIDE_WARNING, spec_decode_figures
 from specledger.probe.sse import SSEEvent, SSEParser, interpret_event, parse_sse
 from specledger.probe.vllm_bench import load_vllm_bench, parse_vllm_bench, parse_vllm_bench_text
 
@@ -389,8 +384,9 @@ def test_vllm_bench_fuzz_text(text: str) -> None:
 # --- every reader of issue 21, fuzzed: a SpecLedgerError (one line) or a result, never a traceback ---------
 
 from specledger.probe.guidellm import parse_guidellm  # noqa: E402
+from specledger.probe.histograms import counter_rates  # noqa: E402
 from specledger.probe.inspect_file import READERS, sniff  # noqa: E402
-from specledger.probe.prometheus import EMPTY_SNAPSHOT, counter_rates  # noqa: E402
+from specledger.probe.prometheus import EMPTY_SNAPSHOT  # noqa: E402
 from specledger.probe.vllm_bench import parse_vllm_bench_records  # noqa: E402
 
 

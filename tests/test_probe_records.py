@@ -111,7 +111,8 @@ def test_labels_gamma_and_acceptance_ledger() -> None:
     assert gamma_label(None) == "server" and gamma_label(None, "4") == 4 and gamma_label({}, "tree") == "tree"
     ledger = acceptance_ledger({"per_position_rates": [0.8, 0.4, 0.1], "mean_acceptance_length": 2.3})
     assert ledger["conditional_a"] == pytest.approx([0.8, 0.5, 0.25])
-    assert ledger["el_from_per_position"] == pytest.approx(2.3) and ledger["mean_accepted_per_draft"] == pytest.approx(1.3)
+    assert (ledger["el_from_per_position"] == pytest.approx(2.3)
+            and ledger["mean_accepted_per_draft"] == pytest.approx(1.3))
     broken = acceptance_ledger({"per_position_rates": [0.2, 0.5]})
     assert broken["error"] and broken["el_from_per_position"] is None
     assert acceptance_ledger(None)["per_position_rates"] == []

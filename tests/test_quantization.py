@@ -19,8 +19,8 @@ from specledger.engine.int8 import Int8Linear
 from specledger.errors import SpecLedgerError
 from specledger.records import RequestRecord
 from specledger.report.build import build_report
+from specledger.report.summary import summarize
 from specledger.rundir import read_records
-from specledger.summary import summarize
 from specledger.workloads import load_jsonl
 from tests.conftest import CharLoaded, CharTokenizer, tiny_model
 

@@ -70,8 +70,8 @@ def test_the_race_stops_at_its_deadline_and_when_the_pool_runs_dry():
 
 
 def test_budget_parsing_and_a_budget_below_one_prompt_are_one_line_errors():
-    from specledger.mainjob.cli import parse_budget
     from specledger.mainjob.job import RunPlan, check_budget
+    from specledger.mainjob.options import parse_budget
 
     assert parse_budget("330") == 330 and parse_budget("90s") == 90 and parse_budget("6m") == 360
     assert parse_budget("none") is False and parse_budget(None) is None
@@ -92,7 +92,7 @@ def test_replies_that_end_at_their_first_token_get_no_decision_through_the_whole
     0 speculative rounds); the prefill noise of 8 prompts read 'deploy ngram γ=2: S = 1.06, resolved'. The
     summary now gives no decision and says what to change."""
     from specledger.records import RoundRecord
-    from specledger.summary import summarize
+    from specledger.report.summary import summarize
     from tests.synthetic import request_from_rounds
 
     records = []

@@ -15,9 +15,9 @@ import typer
 from synthetic import plain_rounds, request_from_rounds, spec_rounds
 from typer.testing import CliRunner
 
+from specledger.cli.report import report
 from specledger.errors import SpecLedgerError
 from specledger.report import build_report
-from specledger.report.cli import report
 from specledger.report.plots import FIGURES
 from specledger.rundir import append_records
 
@@ -227,7 +227,8 @@ def test_report_handles_unpaired_scenarios_and_policy_gammas(tmp_path):
     append_records(run_dir / "traces.jsonl", [lonely, policy])
     summary, html_path = build_report(run_dir, n_resamples=20)
     assert summary["unpaired"] == ["other T=0 ngram γ=2"]
-    assert {v["category"]: v["decision"] for v in summary["verdicts"]}["other"] in ("off", "no-decision")  # never deployed
+    # never deployed
+    assert {v["category"]: v["decision"] for v in summary["verdicts"]}["other"] in ("off", "no-decision")
     assert any(s["gamma"] == "ema" and s["speedup"] is not None for s in summary["scenarios"])
     assert "γ=ema" in html_path.read_text(encoding="utf-8")
 
@@ -279,7 +280,7 @@ def _serving_doc(with_context: bool) -> dict:
 def test_report_renders_the_serving_section(tmp_path, with_context):
     from rich.console import Console
 
-    from specledger.report.cli import print_experiments
+    from specledger.report.console import print_experiments
 
     run_dir = _write_run(tmp_path / "run", n_prompts=3)
     (run_dir / "serving.json").write_text(json.dumps(_serving_doc(with_context)), encoding="utf-8")

@@ -15,7 +15,7 @@ def test_run_prints_workload_warnings_on_the_console(tmp_path, monkeypatch) -> N
     import typer
 
     import specledger.engine.build as engine_build
-    from specledger.mainjob.cli import run
+    from specledger.cli.run import run
 
     workload = tmp_path / "w.jsonl"
     lines = [json.dumps({"id": "a", "prompt": "abcabcabcabc def", "category": "copy"}), "not json [x]",

@@ -136,7 +136,9 @@ def test_report_verb_on_a_non_utf8_slo_file_prints_one_error_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "specledger.cli", "report", str(run_dir), "--slo", str(slo)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines() == [f"error: SLO file {slo} is not UTF-8 text; save it as UTF-8 TOML or JSON"]
+    assert proc.stderr.strip().splitlines() == [
+        f"error: SLO file {slo} is not UTF-8 text; save it as UTF-8 TOML or JSON"
+    ]
 
 
 def test_run_dir_is_the_one_loader_and_writer(tmp_path):

@@ -15,7 +15,7 @@ from specledger.gates.engine_configs import (
     validate_trtllm,
     validate_vllm,
 )
-from specledger.schedule import schedule_text, schedules, snippet
+from specledger.gates.schedule import schedule_text, schedules, snippet
 
 
 def _v(load, drafter=None, gamma=None, simulated=False, category="code"):
@@ -70,7 +70,8 @@ def test_schedule_text_solo_differs_from_load():
 def test_schedule_text_marks_simulated_loads():
     cells = [_v(1, "ngram", 4), _v(16, "ngram", 4), _v(64, "ngram", 4, True), _v(256, "ngram", 4, True)]
     assert schedule_text(cells) == "ngram γ=4 at 1–16 and 64–256 (sim)"
-    assert schedule_text([_v(1, "ngram", 4), _v(16), _v(64, simulated=True)]) == "ngram γ=4 at 1, off from 16 (measured to 16, simulated from 64)"
+    assert (schedule_text([_v(1, "ngram", 4), _v(16), _v(64, simulated=True)])
+            == "ngram γ=4 at 1, off from 16 (measured to 16, simulated from 64)")
     assert schedule_text([_v(1), _v(64, simulated=True)]) == "off at 1 and 64 (sim)"
     assert schedule_text([_v(1, "ngram", 2), _v(64, "suffix", 4, True)]) == "ngram γ=2 at 1, suffix γ=4 at 64 (sim)"
 

@@ -13,25 +13,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from specledger.cli.serve import serve
 from specledger.engine.decode import Engine
 from specledger.engine.drafters.ngram import NgramDrafter
 from specledger.errors import SpecLedgerError
+from specledger.probe.histograms import histogram_delta, histogram_from_snapshot
 from specledger.probe.loadgen import LoadConfig, PromptItem, run_load
-from specledger.probe.prometheus import (
-    counter_by_label,
-    counter_total,
-    gauge_mean,
-    histogram_delta,
-    histogram_from_snapshot,
-    parse_prometheus_text,
-    spec_decode_figures,
-)
+from specledger.probe.prometheus import counter_by_label, counter_total, gauge_mean, parse_prometheus_text
+from specledger.probe.spec_figures import spec_decode_figures
 from specledger.probe.sse import OpenAIStreamDecoder
 from specledger.records import RoundRecord
 from specledger.serve.app import create_app, goodput_step_cost, max_positions, parse_gamma
-from specledger.serve.cli import check_serve_options, is_loopback, serve
 from specledger.serve.hardening import Limits
 from specledger.serve.metrics import draft_counts
+from specledger.serve.options import check_serve_options, is_loopback
 from specledger.serve.protocol import RequestError, check_common, resolve_max_tokens, stream_chunk
 from specledger.serve.runner import ServerThread
 from tests.conftest import CharTokenizer, tiny_model
@@ -391,7 +386,8 @@ def test_robustness_storm_keeps_serving_and_leaks_no_slots() -> None:
         served_before = len(app.state.records)
 
         tally = asyncio.run(_robustness_storm(server.url, expected))
-        assert tally["400"] + tally["bad 429"] == 60 and tally["400"] > 0 and tally["404"] == 10 and tally["429"] > 0 and tally["200"] >= len(PROMPTS[:6])
+        assert (tally["400"] + tally["bad 429"] == 60 and tally["400"] > 0 and tally["404"] == 10
+                and tally["429"] > 0 and tally["200"] >= len(PROMPTS[:6]))
         assert tally["hang-up"] > 0
 
         # server alive; gauges back to 0 (the worker finishes the round it is in, then stops)
@@ -647,8 +643,8 @@ def test_batched_drafters_and_policies_stay_exact(drafter: str, gamma: int | str
 
 
 def test_goodput_server_measures_its_step_cost_once(target) -> None:
+    from specledger.cost.step_cost import StepCost
     from specledger.engine.decode import Engine
-    from specledger.engine.step_cost import StepCost
 
     engine = Engine(target)
     cost = goodput_step_cost(engine, "goodput")
@@ -886,7 +882,8 @@ def test_hardening_body_limits_errors_and_unsupported_fields() -> None:
         assert _raw(server.url, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n") == b""
         assert time.monotonic() - t0 < 5
         assert _raw(server.url, b"") == b""  # idle fresh connection
-        answer = _raw(server.url, b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        answer = _raw(server.url, b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                      b"Content-Type: application/json\r\n"
                       b"Content-Length: 100\r\n\r\n{")
         assert answer.startswith(b"HTTP/1.1 408") and b"request_timeout" in answer
         # a header block that grows past the limit without ending: h11 refuses it (400, closed)

@@ -18,11 +18,12 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from specledger.cli import app as cli_app
+from specledger.cli.serve import serve
 from specledger.engine.decode import Engine
 from specledger.engine.drafters.ngram import NgramDrafter
 from specledger.errors import SpecLedgerError
-from specledger.serve.cli import allowed_hosts, check_serve_options, serve
 from specledger.serve.hardening import LOOPBACK_HOSTS, Limits, host_name, log_safe
+from specledger.serve.options import allowed_hosts, check_serve_options
 from specledger.serve.protocol import (
     MAX_STOP_CHARS,
     MAX_STOP_STRINGS,

@@ -16,7 +16,7 @@ from specledger.bench.deploy import batch_size_ranges, best_overall, deploy_conf
 from specledger.bench.serving import run_point, run_serving_sweep
 from specledger.bench.serving_memory import memory_ledger
 from specledger.bench.serving_metrics import crossover, setting_label
-from specledger.bench.sweep_cli import sweep
+from specledger.cli.sweep import sweep
 from specledger.engine.decode import Engine
 from specledger.engine.drafters.registry import make_drafter
 from specledger.gates.engine_configs import (
@@ -245,8 +245,9 @@ def test_log_ratio_interval_covers_the_ratio():
 
 
 def test_step_cost_interpolates_and_learns_draft_cost(target):
+    from specledger.cost.step_cost import StepCost
     from specledger.engine.policy import GoodputGamma
-    from specledger.engine.step_cost import StepCost, calibrate_step_cost
+    from specledger.engine.step_cost import calibrate_step_cost
 
     c = StepCost.from_points([1, 4, 16], [0.010, 0.012, 0.030])
     assert c.forward_s(1) == 0.010 and abs(c.forward_s(10) - 0.021) < 1e-12 and c.forward_s(32) > 0.030
@@ -275,7 +276,8 @@ def test_run_full_side_experiments_write_all_three_and_resume_skips_them(tmp_pat
     wl.write_text(json.dumps({"id": "a", "prompt": "abcabcabc abcabc abc", "category": "copy"}) + "\n"
                   + json.dumps({"id": "b", "prompt": "hello hello", "category": "chat"}) + "\n")
     real = sweep_lib.load_sweep_items
-    monkeypatch.setattr(sweep_lib, "load_sweep_items", lambda cats, n, seed, workload, vocab: real(cats, n, seed, wl, vocab))
+    monkeypatch.setattr(sweep_lib, "load_sweep_items",
+                        lambda cats, n, seed, workload, vocab: real(cats, n, seed, wl, vocab))
     small = {"max_tokens": 6, "static_gammas": [2], "policies": ["goodput"], "concurrencies": [1, 2],
              "serving_drafters": "ngram:2,ngram:goodput", "serving_max_tokens": 6, "repeats": 2, "contexts": [64],
              "context_to_limit": False}
@@ -350,7 +352,7 @@ def test_memory_ledger_counts_draft_weights_and_draft_kv(target):
 def test_deploy_printout_keeps_bracketed_text():
     from rich.console import Console
 
-    from specledger.report.cli import print_deploy_table
+    from specledger.report.console import print_deploy_table
 
     res = _synthetic_result()
     console = Console(record=True, width=300)

@@ -374,7 +374,7 @@ def _serving_run(tmp_path: Path) -> Path:
 
 
 def test_validation_against_a_serving_run_compares_every_point(tmp_path):
-    from specledger.predict.pricers import load_pricer as load_cost
+    from specledger.cost.loader import load_pricer as load_cost
     from specledger.simulate.measured_run import RunSource
     from specledger.simulate.profile import fit_serving_cost
     from specledger.simulate.validate import validate

@@ -201,7 +201,8 @@ def test_vectorised_costs_match_the_scalar_ones():
     cost = roofline("h100", ModelConfig(8.03e9, 32, 32, 8, 128),)
     rows, ctx = np.array([1, 5, 40, 3000]), np.array([0.0, 17.5, 900.25, 4000.0])
     np.testing.assert_array_equal(cost.step_s_many(rows, 7, ctx), [cost.step_s(r, 7, c) for r, c in zip(rows, ctx)])
-    np.testing.assert_array_equal(step_costs(cost, rows, 7, ctx), [cost.step_s(int(r), 7, c) for r, c in zip(rows, ctx)])
+    np.testing.assert_array_equal(step_costs(cost, rows, 7, ctx),
+                                  [cost.step_s(int(r), 7, c) for r, c in zip(rows, ctx)])
     step = scalar_step(cost)
     assert [step(int(r), 7, c) for r, c in zip(rows, ctx)] == [cost.step_s(int(r), 7, c) for r, c in zip(rows, ctx)]
     g = np.array([[0, 1, 4], [2, 2, 0]])

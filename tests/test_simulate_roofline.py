@@ -10,6 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specledger.cost.loader import load_pricer as load_cost
 from specledger.cost.roofline import (
     OVERHEADS,
     VLLM_CAPTURE_SIZES,
@@ -18,7 +19,6 @@ from specledger.cost.roofline import (
     model_config_from_dict,
     roofline,
 )
-from specledger.predict.pricers import load_pricer as load_cost
 from tests.test_simulate import _cli, _record
 
 TARGET = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,

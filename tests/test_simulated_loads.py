@@ -16,7 +16,7 @@ from specledger.gates import FAIL, NOT_ASSESSED, SLO
 from specledger.mainjob.job import RunPlan
 from specledger.records import RequestRecord
 from specledger.report.build import build_report
-from specledger.report.cli import print_summary
+from specledger.report.console import print_summary
 from specledger.rundir import append_records, write_json_atomic
 from tests.synthetic import plain_rounds, request_from_rounds, spec_rounds
 

@@ -395,7 +395,8 @@ def soak(tmp_path: Path, n: int, budget_s: float = BUDGET_S) -> SoakResult:
     state = json.loads(states[-1]) if states else {}
 
     print(f"\nsoak: {sum(tally.by_class.values())} requests in {wall:.1f} s "
-          f"({sum(tally.by_class.values()) / wall:.0f} req/s, concurrency {CONCURRENCY}); by class {dict(tally.by_class)}")
+          f"({sum(tally.by_class.values()) / wall:.0f} req/s, concurrency {CONCURRENCY}); "
+          f"by class {dict(tally.by_class)}")
     print(f"soak: outcomes {dict(sorted(tally.outcomes.items()))}; engine-finished requests {served:.0f}")
     print(f"soak: 5xx {len(tally.five_xx)}, transport errors {len(tally.errors)}, mismatches {len(tally.mismatches)}, "
           f"leaked slots running={running:.0f} waiting={waiting:.0f}, engine failures {failures:.0f}, "

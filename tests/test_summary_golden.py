@@ -233,7 +233,8 @@ def test_solo_and_batched_events_match_golden(target, char_tokenizer, clock):
             while len(sched) or pending:
                 if pending and len(events) % 2 == 0:
                     r = pending.pop(0)
-                    tickets[sched.add(r, TimedDrafter(make_drafter(drafter, solo), clock), _policy(gamma))] = r.request_id
+                    tickets[sched.add(r, TimedDrafter(make_drafter(drafter, solo), clock),
+                                      _policy(gamma))] = r.request_id
                 events.append([[tickets[t], _event_view(e)] for t, e in sched.step()])
             views[f"batch|{drafter}|{gamma}|{budget}"] = {
                 "events": events,

@@ -58,7 +58,9 @@ def test_greedy_tree_is_token_identical_to_plain(target, plain, draft_small, nam
         for rd in rec.rounds:
             tree = DraftTree([0] * rd.proposed, rd.tree_parents)
             assert rd.proposed <= budget and tree.depth() <= 6
-            assert rd.accepted == len(rd.tree_path) and (not rd.tree_path or tree.path(rd.tree_path[-1]) == rd.tree_path)
+            assert rd.accepted == len(rd.tree_path) and (
+                not rd.tree_path or tree.path(rd.tree_path[-1]) == rd.tree_path
+            )
             branched += not tree.is_chain
             accepted += rd.accepted
     assert accepted > 0 or name == "model"  # an unrelated random draft is never right
@@ -103,7 +105,8 @@ def test_tree_rows_are_bit_identical_to_plain_steps(target):
     cache = target.new_cache(64)
     with torch.inference_mode():
         target(torch.tensor([prompt[:-1]]), 0, cache)
-        logits, kv = target.forward_tree([prompt[-1]] + tree.tokens, [0] * (len(tree) + 1), tree.positions(start), cache)
+        logits, kv = target.forward_tree([prompt[-1]] + tree.tokens, [0] * (len(tree) + 1), tree.positions(start),
+                                         cache)
         for node in range(-1, len(tree)):
             path = tree.path(node) if node >= 0 else []
             seq = prompt + [tree.tokens[i] for i in path]

@@ -1,7 +1,7 @@
 """The run's cost model as the report shows it, and the optimal-γ pick.
 
 The analysis keeps no cost model of its own: it describes the run's one measured cost model
-(:class:`specledger.predict.costmodel.CostModel`, the target forward priced as s · Σ on the verify
+(:class:`specledger.cost.costmodel.CostModel`, the target forward priced as s · Σ on the verify
 surface measured at the run's start, drafting and other per drafter), per drafter:
 
 * ``verify``: the forward's form and coefficients, scored on that drafter's rounds (R², RMS);
@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from specledger.cost.costmodel import CostModel, Part
 from specledger.ledger.speedup import best_gamma
-from specledger.predict.costmodel import CostModel, Part
 from specledger.records import RoundRecord
 
 FORMS = {

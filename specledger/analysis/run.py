@@ -167,9 +167,9 @@ def optimal_gamma(
 
 
 def _run_cost(groups: dict[ScenarioKey, list[RequestRecord]], surface: Any) -> Any:
-    """The run's one measured cost model (:func:`specledger.predict.costmodel.fit_cost_model`) over its solo
+    """The run's one measured cost model (:func:`specledger.cost.costmodel.fit_cost_model`) over its solo
     requests, or None without any."""
-    from specledger.predict.costmodel import fit_cost_model
+    from specledger.cost.costmodel import fit_cost_model
 
     solo = [r for recs in groups.values() for r in recs if r.rounds and all(rd.batch_size <= 1 for rd in r.rounds)]
     return fit_cost_model(solo, source="the run's solo rounds", n_boot=0, surface=surface) if solo else None

@@ -6,6 +6,7 @@ S = (Σtok/Σt)_setting / (Σtok/Σt)_baseline with a bootstrap CI; :func:`ident
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,3 +132,15 @@ def setting_figures(records: Sequence[RequestRecord], baseline: Sequence[Request
 def quality_scores(records: Sequence[RequestRecord], prompt_ids: Sequence[str]) -> list[float | None]:
     by_id = {r.prompt_id: r.extra.get("quality") for r in records}
     return [by_id.get(p) for p in prompt_ids]
+
+
+def experiment_header(experiment: str, engine: TargetEngine) -> dict[str, Any]:
+    """The first keys of every side experiment's JSON: which experiment, when, on which model."""
+    return {"experiment": experiment, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "model": engine.name,
+            "dtype": engine.dtype}
+
+
+def greedy_prompt_fields(prompts: Sequence[Prompt], skipped: Sequence[str]) -> dict[str, Any]:
+    """The keys on what a side experiment ran: greedy (T = 0), on which prompts and categories, which skipped."""
+    return {"temperature": 0.0, "prompts": [p.id for p in prompts], "categories": sorted({p.category for p in prompts}),
+            "skipped_prompts": skipped}

@@ -42,7 +42,8 @@ def long_context_prompts(loaded: Any, length: int, n: int, seed: int = 0, source
     Sources: ``xsum`` (real XSum articles concatenated; "summarise the first article"), ``agent``
     (real ToolTalk sessions concatenated; "write the next tool call of the first session") and
     ``padding`` -- a labelled control, not a workload: one XSum article (at most a quarter of the
-    length) after a filler sentence repeated up to the length (the haystack filler of long-context tests), so the context is long
+    length) after a filler sentence repeated up to the length (the haystack filler of long-context tests), so
+    the context is long
     but trivially repetitive."""
     require(source in CONTEXT_SOURCES, f"unknown context source {source!r}; use {', '.join(CONTEXT_SOURCES)}")
     if source == "padding":

@@ -1,7 +1,8 @@
 """Speculation-length policies side by side at concurrency 1: static γ against dynamic speculation.
 
 Per prompt, side by side (one round of each in turn, :mod:`specledger.engine.interleave`): plain decoding,
-the drafter at every static γ, then every dynamic policy (heuristic, ema, goodput, ...). Each setting's speed-up is taken against plain decoding
+the drafter at every static γ, then every dynamic policy (heuristic, ema, goodput, ...). Each setting's
+speed-up is taken against plain decoding
 on the same prompts, S = (Σtok/Σt)_setting / (Σtok/Σt)_plain, with a paired prompt-bootstrap
 95% CI (:func:`specledger.analysis.stats.paired_speedup_bootstrap`).
 
@@ -19,7 +20,6 @@ beside it.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,8 @@ from specledger.bench.experiment import (
     check_fresh,
     drafter_factory,
     encode_prompts,
+    experiment_header,
+    greedy_prompt_fields,
     identical,
     setting_figures,
     tag,
@@ -185,19 +187,13 @@ def run_policies(
         gp = instances["goodput"]
         learned = {"cost_line_s": gp.cost_line(), "acceptance": gp.acceptance()}
     result = {
-        "experiment": POLICY_EXPERIMENT,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "model": engine.name,
-        "dtype": engine.dtype,
+        **experiment_header(POLICY_EXPERIMENT, engine),
         "drafter": drafter,
         "static_gammas": list(static_gammas),
         "tree_budgets": sorted(set(tree_budgets) - {0}),
         "policies": list(policies),
         "max_tokens": max_tokens,
-        "temperature": 0.0,
-        "prompts": [p.id for p in prompts],
-        "categories": sorted({p.category for p in prompts}),
-        "skipped_prompts": skipped,
+        **greedy_prompt_fields(prompts, skipped),
         "settings": rows,
         "goodput_vs_best_static": best,
         "goodput_learned": learned,

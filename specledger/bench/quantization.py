@@ -24,14 +24,14 @@ is a *quality* question, reported separately from task scores ("quantization eff
 The drafter (``sweep``'s default): each target's best of ngram and suffix at γ 2 and 4
 (:data:`DEFAULT_CANDIDATES`), picked by committed tokens/s on half of the prompts (:func:`split_for_selection`),
 never on the table's own: the quantized target's best can differ from fp32's, its verify premium being higher.
-``quant-self`` drafts with an int8 copy of the target; on an int8 target that draft *is* the target (nothing left to quantize), so (4) would measure a drafter
+``quant-self`` drafts with an int8 copy of the target; on an int8 target that draft *is* the target (nothing
+left to quantize), so (4) would measure a drafter
 that costs a full target step per candidate and is always accepted -- not a meaningful
 "combined" setting. It is allowed (``drafter="quant-self"``) and flagged in the result.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,8 @@ from specledger.bench.experiment import (
     check_fresh,
     drafter_factory,
     encode_prompts,
+    experiment_header,
+    greedy_prompt_fields,
     identical,
     quality_scores,
     setting_figures,
@@ -411,19 +413,13 @@ def run_quantization(
     drafter, gamma = picks["fp32"]
 
     result: dict[str, Any] = {
-        "experiment": QUANT_EXPERIMENT,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "model": engine.name,
-        "dtype": engine.dtype,
+        **experiment_header(QUANT_EXPERIMENT, engine),
         "drafter": drafter,
         "gamma": gamma,
         "drafters": {t: {"drafter": c[0], "gamma": c[1], "label": candidate_label(*c)} for t, c in picks.items()},
         "selection": picked,
         "max_tokens": max_tokens,
-        "temperature": 0.0,
-        "prompts": [p.id for p in prompts],
-        "categories": sorted({p.category for p in prompts}),
-        "skipped_prompts": skipped,
+        **greedy_prompt_fields(prompts, skipped),
         "drafter_note": " ".join(dict.fromkeys(drafter_note(d) for d, _ in picks.values())),
         "quant_dtype": q_engine.dtype,
         **four_way_summary(by_setting, [p.id for p in prompts], n_resamples, seed, qn,

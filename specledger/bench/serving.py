@@ -145,13 +145,13 @@ def run_serving_sweep(
     max(2c, 4) requests (the prompts cycled), rate points 16; context points form a grid: every
     source (:func:`long_context_prompts`) x concurrency in ``context_concurrencies`` (default
     ``[context_concurrency]``) x length, max(c, 2) long prompts each, so the concurrency crossover
-    can be read at every context length (``context_crossover``); the order of the settings rotates from one load (and repeat) to
-    the next. With ``repeats`` > 1 every setting serves the same requests ``repeats`` times,
-    interleaved with the others; a point pools its repeats (:func:`pool_repeats`) and its speed-up
-    is pooled throughput over plain's at the same load, with a t-interval over the per-repeat
-    paired ratios (:func:`speedup_over`). A dynamic policy keeps what it learned about acceptance
-    from point to point (one policy state per setting, as one long-running server would). ``on_point(point, records)`` receives every point with its request records
-    (``prompt_id`` = index into ``prompts``, or ``context<length>#<i>``)."""
+    can be read at every context length (``context_crossover``); the order of the settings rotates from one
+    load (and repeat) to the next. With ``repeats`` > 1 every setting serves the same requests ``repeats``
+    times, interleaved with the others; a point pools its repeats (:func:`pool_repeats`) and its speed-up
+    is pooled throughput over plain's at the same load, with a t-interval over the per-repeat paired ratios
+    (:func:`speedup_over`). A dynamic policy keeps what it learned about acceptance from point to point (one
+    policy state per setting, as one long-running server would). ``on_point(point, records)`` receives every
+    point with its request records (``prompt_id`` = index into ``prompts``, or ``context<length>#<i>``)."""
     from specledger.engine.drafters.registry import make_drafter
 
     model = engine.model
@@ -263,7 +263,8 @@ def check_serving_settings(drafters: Sequence[tuple[str, int | str]], concurrenc
     require(all(r > 0 for r in rates), "--rates must be positive request rates (req/s), e.g. 2,8")
     require(max_tokens >= 2, "--serving-max-tokens must be >= 2")
     require(bool(drafters), "give at least one drafter, e.g. --serving-drafters ngram:4")
-    require(len(set(drafters)) == len(drafters), "--serving-drafters lists a setting twice; give each drafter:gamma once")
+    require(len(set(drafters)) == len(drafters), "--serving-drafters lists a setting twice; give each "
+                                                 "drafter:gamma once")
     for name, g in drafters:
         require(name in DRAFTERS and name != "none",
                 f"unknown drafter {name!r} in --serving-drafters; choose from {', '.join(DRAFTERS[1:])}")
@@ -295,7 +296,12 @@ def run_serving(
     """The serving experiment into a run directory: every request's record (tagged
     ``extra.experiment = "serving"``) appended to ``traces.jsonl`` as its point finishes, the
     curves, crossovers, memory ledger and deploy table to ``serving.json`` (atomic)."""
-    from specledger.bench.experiment import check_fresh, encode_prompts
+    from specledger.bench.experiment import (
+        check_fresh,
+        encode_prompts,
+        experiment_header,
+        greedy_prompt_fields,
+    )
 
     check_serving_settings(drafters, concurrencies, rates, max_tokens, context_concurrencies or [context_concurrency],
                            context_sources)
@@ -325,10 +331,7 @@ def run_serving(
                                warmup=warmup, seed=seed, repeats=repeats,
                                context_concurrencies=context_concurrencies, context_sources=context_sources)
     doc = {
-        "experiment": SERVING_EXPERIMENT,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "model": engine.name,
-        "dtype": engine.dtype,
+        **experiment_header(SERVING_EXPERIMENT, engine),
         "drafters": [setting_label(n, g) for n, g in drafters],
         "concurrencies": list(concurrencies),
         "rates": list(rates),
@@ -338,10 +341,7 @@ def run_serving(
         "context_sources": list(context_sources),
         "max_tokens": max_tokens,
         "repeats": repeats,
-        "temperature": 0.0,
-        "prompts": [p.id for p in prompts],
-        "categories": sorted({p.category for p in prompts}),
-        "skipped_prompts": skipped,
+        **greedy_prompt_fields(prompts, skipped),
         **result,
         "deploy_table": deploy_table(result),
         "deploy": deploy_configs(result),

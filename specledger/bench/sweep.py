@@ -1,6 +1,6 @@
 """The side experiments as a library: quantization four-way and speculation-length policies at
 concurrency 1, and serving (continuous batching under load and long context), written into a run
-directory; ``specledger sweep`` (:mod:`specledger.bench.sweep_cli`) and ``specledger run --full``
+directory; ``specledger sweep`` (:mod:`specledger.cli.sweep`) and ``specledger run --full``
 call them."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The ``specledger`` command line: one app, one verb per concern.
 
-Each verb's implementation lives in its own package (``ledger/cli.py``, ``mainjob/cli.py`` ...; ``generate.py``)
-and keeps heavy imports (torch) inside the function body, so ``specledger --help`` and
-``specledger ledger`` start fast.
+Every command lives in this package, one module per verb (``cli/run.py``, ``cli/probe.py`` ...), and is thin:
+parse the options, call the library, print. Heavy imports (torch) stay inside the function bodies, so
+``specledger --help`` and the analysis verbs start fast and run without the ``engine`` extra.
 """
 
 from __future__ import annotations
@@ -29,17 +29,17 @@ def _root() -> None:
 
 
 def _register() -> None:
-    from specledger.bench.sweep_cli import sweep
-    from specledger.cost.cli import cost
-    from specledger.engine.head_cli import train_head
-    from specledger.generate import generate
-    from specledger.ledger.cli import ledger
-    from specledger.mainjob.cli import run
-    from specledger.predict.cli import calibrate, predict
-    from specledger.probe.cli import import_file, import_vllm_bench, inspect, probe
-    from specledger.report.cli import report
-    from specledger.serve.cli import serve
-    from specledger.simulate.cli import simulate
+    from specledger.cli.cost import cost
+    from specledger.cli.generate import generate
+    from specledger.cli.ledger import ledger
+    from specledger.cli.predict import calibrate, predict
+    from specledger.cli.probe import import_file, import_vllm_bench, inspect, probe
+    from specledger.cli.report import report
+    from specledger.cli.run import run
+    from specledger.cli.serve import serve
+    from specledger.cli.simulate import simulate
+    from specledger.cli.sweep import sweep
+    from specledger.cli.train_head import train_head
 
     app.command("run")(run)
     app.command("sweep")(sweep)
@@ -71,6 +71,9 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 _default_show_warning = warnings.showwarning
 
+#: what the ``engine`` extra installs: a command that needs one of them without it is a one-line error
+ENGINE_MODULES = ("torch", "transformers", "tokenizers", "safetensors")
+
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; user errors become one line on stderr and exit code 2, warnings
@@ -83,6 +86,12 @@ def main(argv: list[str] | None = None) -> None:
 
         print(f"error: {visible(exc)}", file=sys.stderr)
         raise SystemExit(exc.exit_code) from None
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in ENGINE_MODULES:
+            raise
+        print(f"error: this command runs the local engine, which needs {exc.name}: pip install 'specledger[engine]' "
+              "(scripts/setup.sh installs it)", file=sys.stderr)
+        raise SystemExit(2) from None
     except KeyboardInterrupt:
         print("interrupted: traces written so far are kept", file=sys.stderr)
         raise SystemExit(130) from None

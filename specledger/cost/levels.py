@@ -1,8 +1,8 @@
 """Per-rows levels: the run's own rounds correct a measured solo surface where they measured it.
 
-A surface measured at the start of a run (:func:`specledger.predict.calibrate.measure_rows_axis`) gives the
+A surface measured at the start of a run (:func:`specledger.engine.calibrate.measure_rows_axis`) gives the
 *shape* of the verify cost in rows; the run's rounds give its *level*: t_verify ≈ s · Σ(rows, c) with one
-factor s (:func:`specledger.predict.costmodel.fit_cost_model`). Where the run verified many rounds at one
+factor s (:func:`specledger.cost.costmodel.fit_cost_model`). Where the run verified many rounds at one
 rows value r, their mean also says how far the engine's real rounds sit from the surface at r (a
 shape error of a few short timed forwards, or a kernel path that the back-to-back measurement does not
 take). The level of r is that ratio, shrunk toward the global fit with ``PSEUDO_ROUNDS`` pseudo-rounds:

@@ -1,5 +1,5 @@
 """The one cost type: what every forecast prices a step with (the protocol only; every implementation imports
-this module, and the one loader of cost files, :func:`specledger.predict.pricers.load_pricer`, imports them).
+this module, and the one loader of cost files, :func:`specledger.cost.loader.load_pricer`, imports them).
 
 :class:`StepPricer` is the contract. There is one implementation per *source* of the numbers, each saying
 in ``source`` where they came from:
@@ -7,7 +7,7 @@ in ``source`` where they came from:
 ==========  ===============================================  ============================================
 source      class                                            built by
 ==========  ===============================================  ============================================
-measured    :class:`specledger.predict.costmodel.CostModel`  a run's rounds (forward = s · Σ, the run's own
+measured    :class:`specledger.cost.costmodel.CostModel`  a run's rounds (forward = s · Σ, the run's own
                                                              measured surface Σ and one fitted level s), a
                                                              serving run's batched steps
                                                              (:func:`specledger.simulate.profile.fit_serving_cost`)
@@ -22,7 +22,7 @@ A measured cost model may also carry the machine's step-to-step noise (``has_noi
 
 Everything that prices a step goes through one of them: ``predict`` and the report's forecasts, the
 in-run check, ``simulate`` (step and fast paths), and the goodput γ policy of the engine, ``serve`` and the
-simulator (:class:`specledger.engine.step_cost.StepCost` reads its forward curve from a pricer, it keeps
+simulator (:class:`specledger.cost.step_cost.StepCost` reads its forward curve from a pricer, it keeps
 no pricing rule of its own).
 """
 
@@ -68,7 +68,7 @@ class StepPricer(Protocol):
         ...
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict :func:`specledger.predict.pricers.load_pricer` reads back."""
+        """A JSON-ready dict :func:`specledger.cost.loader.load_pricer` reads back."""
         ...
 
 

@@ -254,7 +254,8 @@ class RooflineTerms:
         byt = self.weights + batch * context * self.kv + rows * self.kv
         flops = self.flops_row * self.pad(rows) + self.flops_attn * rows * context
         t = max(flops / self.compute, byt / self.memory) + self.launch
-        return t + self.launches + (self.multi_row if rows > batch else 0.0) + rows * (self.logits / self.memory + self.row_s)
+        return (t + self.launches + (self.multi_row if rows > batch else 0.0)
+                + rows * (self.logits / self.memory + self.row_s))
 
     def step_fns(self) -> tuple[Callable[[int, int, float], float],
                                 Callable[[int, int, int, float], tuple[float, float]]]:
@@ -265,7 +266,8 @@ class RooflineTerms:
         constants are bound once and :meth:`pad` is a table lookup up to the largest capture size; the
         operations and their order are :meth:`time`'s, so the floats are the same to the last bit."""
         weights, kv, flops_row, flops_attn = self.weights, self.kv, self.flops_row, self.flops_attn
-        compute, memory, launch, launches, multi_row = self.compute, self.memory, self.launch, self.launches, self.multi_row
+        compute, memory, launch, launches, multi_row = (self.compute, self.memory, self.launch, self.launches,
+                                                        self.multi_row)
         per_row = self.logits / self.memory + self.row_s
         top = max(self.capture) if self.capture else 0
         pad_of = [self.pad(r) for r in range(top + 1)]

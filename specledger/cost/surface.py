@@ -284,7 +284,8 @@ class CostSurface:
         return self.lookup(rows, batch, context).seconds
 
     def step_s(self, total_rows: int, batch: int, context: float) -> float:
-        """A batched step of ``total_rows`` rows over ``batch`` requests: forward_s(total_rows / batch, batch, context)."""
+        """A batched step of ``total_rows`` rows over ``batch`` requests:
+        forward_s(total_rows / batch, batch, context)."""
         b = max(int(batch), 1)
         return self.forward_s(max(total_rows, b) / b, b, context)
 
@@ -348,7 +349,9 @@ class CostSurface:
         try:
             text = p.read_bytes().decode("utf-8")
         except UnicodeDecodeError:
-            raise SpecLedgerError(f"{p} is not UTF-8 text; give one JSON object per line like {IMPORT_EXAMPLE}") from None
+            raise SpecLedgerError(
+                f"{p} is not UTF-8 text; give one JSON object per line like {IMPORT_EXAMPLE}"
+            ) from None
         points: list[SurfacePoint] = []
         extra: list[dict[str, Any]] = []
         first_line: dict[tuple[int, int, int], int] = {}

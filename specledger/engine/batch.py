@@ -331,17 +331,45 @@ class BatchScheduler:
         """Admit, then (if anything runs) draft, verify in one packed forward, commit and emit.
         Returns the step's events; a request's last event is its ``RequestRecord`` or ``RequestFailed``."""
         perf = time.perf_counter
-        engine, running = self.engine, self.running
         events: list[BatchEvent] = []
         self._admit(events)
-        if not running:
+        if not self.running:
             return events
-
-        # drafting (per request, ragged gamma)
         t_step = perf()
-        b = len(running)
+        b = len(self.running)
+        plans = self._draft(b, events)  # per request, ragged gamma
+        self._trim_to_budget(plans)
+        reserved = self._reserve(plans)
+        if not plans:
+            return events
+        tokens, slots, positions = self._pack(plans)  # one packed verify for everybody
+        branched = any(p.tree is not None and not p.tree.is_chain for p in plans)
+        wants_hidden = any(p.live.drafter.wants_hidden for p in plans)
+        tf = perf()
+        try:
+            logits, tree_kv, hidden = self._forward(tokens, slots, positions, branched, wants_hidden)
+        except Exception as exc:  # not one request's fault: the whole step's requests fail
+            for p in plans:
+                self._retire(p.live, events, RequestFailed.of(exc, f"packed forward of {len(plans)} requests: "))
+            return events
+        t_prev = perf()
+        t_forward = t_prev - tf
+        t_prev = self._verify(plans, logits, tree_kv, hidden, branched, t_forward, b, t_prev)
+        # time outside the forward and the requests' own drafting and bookkeeping: shared equally by the rounds
+        ok = [p for p in plans if p.failure is None]
+        share = max(0.0, t_prev - t_step - t_forward - sum(p.t_draft + p.t_own for p in ok)) / max(1, len(ok))
+        self._emit(plans, events, share, t_prev)
+        self.engine.steps.append(StepRecord(
+            b, len(tokens), len(tokens) - len(plans), t_forward, sum(p.t_draft for p in ok),
+            sum(p.round.t_other for p in ok if p.round is not None), reserved,
+            sum(len(p.live.context) for p in plans)))
+        return events
+
+    def _draft(self, b: int, events: list[BatchEvent]) -> list[_Plan]:
+        """Phase 1: every running request proposes its candidates (a chain or a tree) for a batch of ``b``."""
+        perf, engine = time.perf_counter, self.engine
         plans: list[_Plan] = []
-        for live in list(running):
+        for live in list(self.running):
             t0 = perf()
             try:
                 tree = None
@@ -356,9 +384,12 @@ class BatchScheduler:
                 self._retire(live, events, RequestFailed.of(exc, "drafting: "))
                 continue
             plans.append(_Plan(live, cand, q, g, perf() - t0, tree=tree))
-        # per-step token budget: trim the longest proposals first
-        if engine.step_budget:
-            while sum(len(p.cand) + 1 for p in plans) > engine.step_budget:
+        return plans
+
+    def _trim_to_budget(self, plans: list[_Plan]) -> None:
+        """Phase 2: the per-step token budget; trim the longest proposals first."""
+        if self.engine.step_budget:
+            while sum(len(p.cand) + 1 for p in plans) > self.engine.step_budget:
                 p = max(plans, key=lambda x: len(x.cand))
                 if not p.cand:
                     break
@@ -368,22 +399,26 @@ class BatchScheduler:
                     continue
                 p.cand = p.cand[:-1]
                 p.q = None if p.q is None else p.q[: len(p.cand)]
-        # KV reservation for candidates; preempt the newest admissions if over budget
+
+    def _reserve(self, plans: list[_Plan]) -> int:
+        """Phase 3: KV reservation for the candidates; preempt the newest admissions if over budget."""
+        engine = self.engine
         reserved = sum(len(p.live.context) + len(p.cand) for p in plans)
         while reserved > engine.kv_budget and len(plans) > 1:
             p = plans.pop()
             lv = p.live
-            running.remove(lv)
+            self.running.remove(lv)
             reserved -= len(lv.context) + len(p.cand)
             self.free_slots.append(lv.slot)
             lv.preemptions += 1
             engine.preemptions += 1
             self.waiting.appendleft(lv)
         engine.peak_reserved_tokens = max(engine.peak_reserved_tokens, reserved)
-        if not plans:
-            return events
+        return reserved
 
-        # one packed verify for everybody
+    @staticmethod
+    def _pack(plans: list[_Plan]) -> tuple[list[int], list[int], list[int]]:
+        """Phase 4: the packed rows (tokens, slots, positions); each plan's ``rows`` set."""
         tokens: list[int] = []
         slots: list[int] = []
         positions: list[int] = []
@@ -396,32 +431,32 @@ class BatchScheduler:
                 positions += p.tree.positions(len(context) - 1)
             else:
                 positions += range(len(context) - 1, len(context) - 1 + n)
-        branched = any(p.tree is not None and not p.tree.is_chain for p in plans)
-        wants_hidden = any(p.live.drafter.wants_hidden for p in plans)
-        tf = perf()
-        try:
-            hidden = None
-            with torch.inference_mode():
-                if branched and wants_hidden:  # trees, and a head drafter reads the accepted paths' features
-                    logits, tree_kv, hidden = engine.model.forward_tree(tokens, slots, positions, engine.cache,
-                                                                        return_hidden=True)
-                elif branched:  # rows of trees: per-row k/v writes, the accepted paths compacted below
-                    logits, tree_kv = engine.model.forward_tree(tokens, slots, positions, engine.cache)
-                elif wants_hidden:  # a head drafter reads the target's features
-                    logits, hidden = engine.model.forward_packed(tokens, slots, positions, engine.cache,
-                                                                 return_hidden=True)
-                else:  # chains only (tree rounds that proposed a chain included): the chain pass
-                    logits = engine.model.forward_packed(tokens, slots, positions, engine.cache)
-                if engine.device.type == "cuda":  # where the commit would wait anyway: t_forward is device time
-                    torch.cuda.synchronize(engine.device)
-        except Exception as exc:  # not one request's fault: the whole step's requests fail
-            for p in plans:
-                self._retire(p.live, events, RequestFailed.of(exc, f"packed forward of {len(plans)} requests: "))
-            return events
-        t_prev = perf()
-        t_forward = t_prev - tf
+        return tokens, slots, positions
 
-        # each request verifies its rows, commits, applies stops
+    def _forward(self, tokens: list[int], slots: list[int], positions: list[int], branched: bool,
+                 wants_hidden: bool) -> tuple[Any, Any, Any]:
+        """Phase 5: the one packed forward: (logits, the tree rows' k/v or None, hidden states or None)."""
+        engine = self.engine
+        hidden = tree_kv = None
+        with torch.inference_mode():
+            if branched and wants_hidden:  # trees, and a head drafter reads the accepted paths' features
+                logits, tree_kv, hidden = engine.model.forward_tree(tokens, slots, positions, engine.cache,
+                                                                    return_hidden=True)
+            elif branched:  # rows of trees: per-row k/v writes, the accepted paths compacted below
+                logits, tree_kv = engine.model.forward_tree(tokens, slots, positions, engine.cache)
+            elif wants_hidden:  # a head drafter reads the target's features
+                logits, hidden = engine.model.forward_packed(tokens, slots, positions, engine.cache,
+                                                             return_hidden=True)
+            else:  # chains only (tree rounds that proposed a chain included): the chain pass
+                logits = engine.model.forward_packed(tokens, slots, positions, engine.cache)
+            if engine.device.type == "cuda":  # where the commit would wait anyway: t_forward is device time
+                torch.cuda.synchronize(engine.device)
+        return logits, tree_kv, hidden
+
+    def _verify(self, plans: list[_Plan], logits: Any, tree_kv: Any, hidden: Any, branched: bool, t_forward: float,
+                b: int, t_prev: float) -> float:
+        """Phase 6: each request verifies its rows, commits, applies stops; returns the time it ended."""
+        perf, engine = time.perf_counter, self.engine
         for p in plans:
             try:
                 rows = logits[p.rows[0] : p.rows[1]]
@@ -441,10 +476,10 @@ class BatchScheduler:
                 p.failure = RequestFailed.of(exc, "verification: ")
             t = perf()
             p.t_own, t_prev = t - t_prev, t
-        # the step's time outside the forward and every request's own drafting and bookkeeping
-        # (packing, budgets, preemption, failed requests) is shared equally by its rounds
-        ok = [p for p in plans if p.failure is None]
-        share = max(0.0, t_prev - t_step - t_forward - sum(p.t_draft + p.t_own for p in ok)) / max(1, len(ok))
+        return t_prev
+
+    def _emit(self, plans: list[_Plan], events: list[BatchEvent], share: float, t_prev: float) -> None:
+        """Phase 7: close each round (with its ``share``), emit its chunk and round, retire finished and failed."""
         finished = []
         for p in plans:
             live = p.live
@@ -463,8 +498,3 @@ class BatchScheduler:
                 finished.append(live)
         for live in finished:
             self._retire(live, events)
-        engine.steps.append(StepRecord(
-            b, len(tokens), len(tokens) - len(plans), t_forward, sum(p.t_draft for p in ok),
-            sum(p.round.t_other for p in ok if p.round is not None), reserved,
-            sum(len(p.live.context) for p in plans)))
-        return events

@@ -42,7 +42,8 @@ from specledger.engine.request import (
 from specledger.engine.sampling import SamplingParams
 from specledger.records import RequestRecord, RoundRecord
 
-__all__ = ["Emitted", "Engine", "Prefilled", "PrefillProgress", "StopReleaser", "cut_at_stop"]  # all but Engine: engine/request.py
+# all but Engine: engine/request.py
+__all__ = ["Emitted", "Engine", "Prefilled", "PrefillProgress", "StopReleaser", "cut_at_stop"]
 
 
 class Engine:

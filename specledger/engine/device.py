@@ -27,13 +27,17 @@ CUDA_FIX = ("use --device cpu, or run on a machine with an NVIDIA GPU and a CUDA
 
 
 def machine_info() -> dict[str, Any]:
-    """The host a run measured on, for its ``run.json``: platform, processor, CPUs, torch and its threads."""
+    """The host a run measured on, for its ``run.json``: platform, processor, CPUs, torch and its threads, and
+    whether the native CPU kernels or the torch fallback ran (:func:`specledger.engine.kernels.describe`)."""
+    from specledger.engine import kernels
+
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
+        "kernels": kernels.describe(),
     }
 
 

@@ -294,7 +294,9 @@ class Transformer(nn.Module):
         if seq <= ROW_INVARIANT_MAX_T and native_rows.available(self):  # decode and verify rows: native
             slots = torch.tensor([b for b in range(bsz) for _ in range(seq)], device=self.device)  # one op each
             pos = torch.tensor(list(range(start_pos, end)) * bsz, device=self.device)  # (arange + repeat: 2x slower)
-            x = native_rows.run_layers(self, x.reshape(bsz * seq, -1), cache.kv, slots, pos, bsz - 1, layers).view(bsz, seq, -1)
+            x = native_rows.run_layers(
+                self, x.reshape(bsz * seq, -1), cache.kv, slots, pos, bsz - 1, layers
+            ).view(bsz, seq, -1)
         else:
             cos, sin = self._rope_tables(start_pos, end)
             mask = self._causal_mask(start_pos, seq, self.config.n_heads // self.config.n_kv_heads)
@@ -333,7 +335,9 @@ class Transformer(nn.Module):
         ``(logits, hidden)``, hidden [M, dim] for every row (see :meth:`forward`)."""
         positions, device = list(positions), self.device
         if positions and (max(positions) >= cache.capacity or min(positions) < 0):
-            raise SpecLedgerError(f"positions up to {max(positions)} do not fit the KV cache (capacity {cache.capacity})")
+            raise SpecLedgerError(
+                f"positions up to {max(positions)} do not fit the KV cache (capacity {cache.capacity})"
+            )
         slot_list = list(slots)
         pos = torch.tensor(positions, dtype=torch.long, device=device)
         slot_t = torch.tensor(slot_list, dtype=torch.long, device=device)
@@ -367,13 +371,16 @@ class Transformer(nn.Module):
         :meth:`commit_tree_kv`. Each row is computed bit for bit like a plain decode step of its path."""
         pos = torch.tensor(list(positions), dtype=torch.long)
         if len(pos) and (int(pos.max()) >= cache.capacity or int(pos.min()) < 0):
-            raise SpecLedgerError(f"positions up to {int(pos.max())} do not fit the KV cache (capacity {cache.capacity})")
+            raise SpecLedgerError(
+                f"positions up to {int(pos.max())} do not fit the KV cache (capacity {cache.capacity})"
+            )
         cfg = self.config
         kv_out = torch.empty((cfg.n_layers, 2, len(pos), cfg.n_kv_heads, int(cfg.head_dim)), dtype=self.dtype)
         slot_list, pos_list = [int(s) for s in slots], pos.tolist()
         x = self.embed(torch.tensor([list(tokens)]))
         if native_rows.available(self):
-            x = native_rows.run_layers(self, x[0], cache.kv, torch.tensor(slot_list, dtype=torch.long, device=self.device), pos,
+            x = native_rows.run_layers(self, x[0], cache.kv,
+                                       torch.tensor(slot_list, dtype=torch.long, device=self.device), pos,
                                        max(slot_list, default=0), tree=True, kv_out=kv_out)[None]
         else:
             cos, sin = self._rope_rows(pos)

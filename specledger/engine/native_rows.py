@@ -80,7 +80,8 @@ _LINEARS = ("wqkv", "wo", "w13", "w2")
 def _stack(model: Any) -> Any:
     """The ctypes array of every layer's weight pointers, rebuilt whenever a pack or a norm changed (each linear
     repacks itself when its weight changed, as its own forward does; the norms' storage and version); None when
-    a linear is not on the native kernel. Checked on every forward: flat comprehensions over the modules' own dicts, ~0.05 ms for 30 layers."""
+    a linear is not on the native kernel. Checked on every forward: flat comprehensions over the modules' own dicts,
+    ~0.05 ms for 30 layers."""
     blocks = list(model.layers._modules.values())  # the modules' own dicts: nn.Module.__getattr__ costs ~0.2 ms here
     lins = [block._modules[name] for block in blocks for name in _LINEARS]
     for lin in [lin for lin in lins if lin._weight_key() != lin._packed_key]:

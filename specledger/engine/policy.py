@@ -187,7 +187,7 @@ class GoodputGamma(GammaPolicy):
     Solo (no ``step_cost``): T(g) = c0 + c1 g fitted online by weighted least squares over
     recent rounds (``prior`` seeds it: (c0, c1) seconds); maximise E[L](g) / T(g).
 
-    Batched (``step_cost`` given, a :class:`specledger.engine.step_cost.StepCost` shared by the requests
+    Batched (``step_cost`` given, a :class:`specledger.cost.step_cost.StepCost` shared by the requests
     of one engine): a candidate is a row in the step's packed forward that every request waits
     for, so the request plans as if the ``batch_size`` requests beside it chose like it does.
     Model-free drafters often propose fewer than asked (no match), so the request also tracks its
@@ -306,7 +306,7 @@ def parse_gamma_spec(spec: int | str, flag: str = "gamma") -> int | str:
 
 def make_policy(spec: str | int, step_cost: Any = None, chain: AcceptanceChain | None = None) -> GammaPolicy:
     """``4`` / ``"4"`` -> static; ``"heuristic"``, ``"ema"``, ``"batch"``, ``"goodput"`` -> that policy.
-    ``step_cost`` (a shared :class:`specledger.engine.step_cost.StepCost`) makes goodput plan batched steps;
+    ``step_cost`` (a shared :class:`specledger.cost.step_cost.StepCost`) makes goodput plan batched steps;
     ``chain`` (a shared :class:`AcceptanceChain`) carries its acceptance across requests."""
     if isinstance(spec, int) or str(spec).isdigit():
         return StaticGamma(int(spec))

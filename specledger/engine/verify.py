@@ -19,7 +19,8 @@ import torch
 
 
 def verify_greedy(target_logits: torch.Tensor, candidates: list[int]) -> tuple[int, list[int]]:
-    """``target_logits``: [n+1, V]. Longest prefix of ``candidates`` equal to the target's argmax, then the target's token."""
+    """``target_logits``: [n+1, V]. Longest prefix of ``candidates`` equal to the target's argmax, then the
+    target's token."""
     best = target_logits.argmax(dim=-1).tolist()
     k = 0
     n = len(candidates)

@@ -5,7 +5,7 @@ evidence string (:mod:`.result`), judged against the SLO (:mod:`.slo`):
 
 - :mod:`.correctness`: greedy (T = 0) outputs token-identical to plain decoding on every shared prompt;
   under sampling, the tokens after the first speculative round over many samples of one prompt,
-  speculative vs plain, with its power stated (:mod:`specledger.correctness`); "not assessed
+  speculative vs plain, with its power stated (:mod:`specledger.gates.sampled_stats`); "not assessed
   (power X %)" when the sample is too small.
 - :mod:`.quality`: mean task score (``extra["quality"]``) at most ``quality_tolerance`` below the baseline's.
 - :mod:`.latency`: TTFT P99, TPOT P50, chunk ITL P99 and the longest stall within the SLO.

@@ -30,7 +30,8 @@ def capacity_gate(
         mb = memory_bytes / 2**20
         if slo.max_memory_mb is not None:
             ok = ok and mb <= slo.max_memory_mb
-            evidence += f"; peak memory {mb:.0f} MiB {'≤' if mb <= slo.max_memory_mb else '>'} {slo.max_memory_mb:g} MiB"
+            evidence += (f"; peak memory {mb:.0f} MiB {'≤' if mb <= slo.max_memory_mb else '>'} "
+                         f"{slo.max_memory_mb:g} MiB")
         else:
             evidence += f"; peak memory {mb:.0f} MiB (no limit set)"
     return GateResult("capacity", PASS if ok else FAIL, evidence)

@@ -1,6 +1,6 @@
 """The correctness gate: greedy (T = 0) outputs token-identical to plain decoding on every shared prompt;
 under sampling, the tokens after the first speculative round over many samples of one prompt,
-speculative vs plain, with its power stated (:mod:`specledger.correctness`); "not assessed (power X %)"
+speculative vs plain, with its power stated (:mod:`specledger.gates.sampled_stats`); "not assessed (power X %)"
 when the sample is too small."""
 
 from __future__ import annotations
@@ -63,10 +63,10 @@ def sampled_correctness(
     spec: Sequence[RequestRecord], base: Sequence[RequestRecord], min_prompts: int = 20, alpha: float = 0.01
 ) -> GateResult:
     """Under sampling outputs differ request by request; test the distributions of the tokens after
-    the first speculative round over many samples of the same prompt (:mod:`specledger.correctness`).
+    the first speculative round over many samples of the same prompt (:mod:`specledger.gates.sampled_stats`).
     Too few samples for 95 % power: "not assessed (power X %)", never "pass". ``min_prompts`` is
     kept for callers; the test's unit is samples of one prompt, not prompts."""
-    from specledger.correctness import sampled_test
+    from specledger.gates.sampled_stats import sampled_test
 
     res = sampled_test(spec, base, alpha)
     return GateResult("correctness", res["status"], ("sampling: " if res["status"] != NOT_ASSESSED else "")

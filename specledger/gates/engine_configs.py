@@ -261,7 +261,8 @@ def llama_cpp_flags(drafter: str, ranges: list[list[int]], details: DrafterDetai
     if drafter == "ngram":
         flags = ["--spec-type", "ngram-simple", "--spec-ngram-size-n", str(details.ngram_max),
                  "--spec-ngram-size-m", str(gamma), "--draft-max", str(gamma), "--draft-min", "0"]
-        note = f"ngram-simple matches one n-gram length (specledger's backs off {details.ngram_max}→{details.ngram_min}). "
+        note = (f"ngram-simple matches one n-gram length "
+                f"(specledger's backs off {details.ngram_max}→{details.ngram_min}). ")
     elif drafter == "model":
         flags = ["-md", details.model or DRAFT_PLACEHOLDER, "--draft-max", str(gamma), "--draft-min", "0"]
         note = "-md takes a GGUF draft model with the target's vocabulary. "

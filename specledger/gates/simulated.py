@@ -1,12 +1,12 @@
 """The verdict at simulated loads: the simulator's points through the load gates, labelled simulated.
 
-Input: simulated points (:class:`specledger.simulate.loads.SimPoint`, read by attribute: per request
-``prompt_ids``, ``tokens``, ``seconds``, ``ttft_s``, ``tpot_s``, ``max_gap_s``; per point ``wall_s``,
-``itl_token_p99_ms``, ``load``, ``drafter``, ``gamma``, ``temperature``) and the simulator's
-validation at the measured loads. Per (category, temperature, simulated load) and setting:
+Input: simulated points (:class:`specledger.simulate.loads.SimPoint`: per request ``prompt_ids``,
+``tokens``, ``seconds``, ``ttft_s``, ``tpot_s``, ``max_gap_s``; per point ``wall_s``, ``itl_token_p99_ms``,
+``load``, ``drafter``, ``gamma``, ``temperature``) and the simulator's validation at the measured loads
+(the simulator imports nothing from the gates). Per (category, temperature, simulated load) and setting:
 
 - speed-up: S = (Σ tokens / Σ latency) of the setting over plain's, per prompt of the category, paired
-  (:func:`specledger.analysis.stats.paired_speedup_bootstrap`); its interval is the prompt bootstrap
+  (:func:`specledger.simulate.loads.sim_speedup`); its interval is the prompt bootstrap
   widened by the simulator's own error, [lo · (1 − e), hi · (1 + e)] with e the largest |error| of the
   simulated speed-up against the measured one at the measured loads > 1. Not validated (no measured
   load > 1): no interval, hence no "deploy" -- the simulator's error is unknown;
@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 
 from specledger.analysis.metrics import MS
-from specledger.analysis.stats import paired_speedup_bootstrap
 from specledger.gates import (
     FAIL,
     GATES,
@@ -47,7 +46,8 @@ from specledger.gates import (
     load_latency_gate,
     verdicts,
 )
-from specledger.records import RequestRecord
+from specledger.records import RequestRecord, setting_label
+from specledger.simulate.loads import SimPoint, sim_speedup
 
 NOT_VALIDATED = "not validated"
 
@@ -56,7 +56,7 @@ def _pct(values: np.ndarray, q: float) -> float | None:
     return float(np.percentile(values, q) * MS) if values.size else None
 
 
-def sim_latency(p: Any, mask: np.ndarray) -> dict[str, Any]:
+def sim_latency(p: SimPoint, mask: np.ndarray) -> dict[str, Any]:
     """The latency figures :func:`~specledger.gates.load_latency_gate` reads, from the masked requests (ms)."""
     tpots = p.tpot_s[mask]
     tpots = tpots[~np.isnan(tpots)]
@@ -67,33 +67,13 @@ def sim_latency(p: Any, mask: np.ndarray) -> dict[str, Any]:
             "longest_stall_ms": float(gaps.max() * MS) if gaps.size else None}
 
 
-def sim_goodput(p: Any, mask: np.ndarray, slo: SLO) -> tuple[float | None, int, int]:
+def sim_goodput(p: SimPoint, mask: np.ndarray, slo: SLO) -> tuple[float | None, int, int]:
     """(requests meeting TTFT ≤ ``ttft_p99_ms``, TPOT ≤ ``tpot_p99_ms`` and longest gap ≤ ``stall_ms``
     per second of the point, met, of) -- :func:`specledger.gates.meets_slo` on simulated requests."""
     ttft, tp, gap = p.ttft_s[mask] * MS, p.tpot_s[mask] * MS, p.max_gap_s[mask] * MS
     met = (ttft <= slo.ttft_p99_ms) & (np.isnan(tp) | (tp <= slo.tpot_p99_ms)) & (gap <= slo.stall_ms)
     n_met = int(met.sum())
     return (n_met / p.wall_s if p.wall_s > 0 else None), n_met, int(mask.sum())
-
-
-def sim_speedup(spec: Any, base: Any, prompts: set[str], n_resamples: int = 1000,
-                seed: int = 0) -> tuple[float, float, float, int]:
-    """(S, bootstrap low, high, paired prompts) over ``prompts`` both points served (see the module docstring)."""
-    def per_prompt(p: Any) -> dict[str, list[float]]:
-        acc: dict[str, list[float]] = {}
-        for pid, k, s in zip(p.prompt_ids, p.tokens.tolist(), p.seconds.tolist()):
-            if pid in prompts:
-                acc.setdefault(pid, [0.0, 0.0])
-                acc[pid][0] += k
-                acc[pid][1] += s
-        return acc
-
-    a, b = per_prompt(spec), per_prompt(base)
-    ids = sorted(set(a) & set(b))
-    if not ids:
-        return math.nan, math.nan, math.nan, 0
-    arrays = [np.array([src[i][j] for i in ids]) for src, j in ((a, 0), (a, 1), (b, 0), (b, 1))]
-    return (*paired_speedup_bootstrap(*arrays, n_resamples=n_resamples, seed=seed), len(ids))
 
 
 def carried_gate(name: str, measured: Sequence[tuple[int, dict[str, str]]]) -> GateResult:
@@ -108,8 +88,8 @@ def carried_gate(name: str, measured: Sequence[tuple[int, dict[str, str]]]) -> G
     return GateResult(name, NOT_ASSESSED, f"not assessed (simulated: the simulator produces no tokens{at})")
 
 
-def sim_capacity_gate(p: Any, plain: Any, mask: np.ndarray, plain_mask: np.ndarray, solo: Sequence[RequestRecord],
-                      meta: Mapping[str, Any], slo: SLO) -> GateResult:
+def sim_capacity_gate(p: SimPoint, plain: SimPoint, mask: np.ndarray, plain_mask: np.ndarray,
+                      solo: Sequence[RequestRecord], meta: Mapping[str, Any], slo: SLO) -> GateResult:
     """Goodput vs plain's at the same simulated load; KV capacity vs the load; CPU cost not simulated."""
     g, met, of = sim_goodput(p, mask, slo)
     bg, bmet, bof = sim_goodput(plain, plain_mask, slo)
@@ -141,7 +121,7 @@ def error_note(errors: Mapping[str, float], validated_at: Sequence[int]) -> dict
                     f"{', '.join(map(str, validated_at))}: {parts}"}
 
 
-def simulated_scenarios(points: Sequence[Any], categories: Mapping[str, str], solo: Sequence[RequestRecord],
+def simulated_scenarios(points: Sequence[SimPoint], categories: Mapping[str, str], solo: Sequence[RequestRecord],
                         measured_gates: Mapping[tuple, Sequence[tuple[int, dict[str, dict[str, str]]]]],
                         meta: Mapping[str, Any], slo: SLO, speedup_error: float | None,
                         n_resamples: int = 1000, seed: int = 0) -> list[dict[str, Any]]:
@@ -170,7 +150,7 @@ def simulated_scenarios(points: Sequence[Any], categories: Mapping[str, str], so
                 "latency": _sim_latency_gate(sim_latency(p, mask), slo),
                 "capacity": sim_capacity_gate(p, base, mask, bmask, mine, meta, slo),
             }
-            label = f"{cat} T={p.temperature:g} {p.drafter} γ={p.gamma} @ load {p.load} (simulated)"
+            label = f"{cat} T={p.temperature:g} {setting_label(p.drafter, p.gamma)} @ load {p.load} (simulated)"
             out.append({"category": cat, "temperature": p.temperature, "drafter": p.drafter, "gamma": p.gamma,
                         "tree_budget": 0, "label": label, "load": p.load, "simulated": True, "paired_prompts": n,
                         "speedup": s if math.isfinite(s) else None, "speedup_ci": ci,
@@ -184,7 +164,7 @@ def _sim_latency_gate(latency: dict[str, Any], slo: SLO) -> GateResult:
     return GateResult("latency", g.status, f"simulated: {g.evidence} (token-ITL P99 of the whole point)")
 
 
-def plain_latency(points: Sequence[Any], categories: Mapping[str, str], slo: SLO) -> dict[tuple, GateResult]:
+def plain_latency(points: Sequence[SimPoint], categories: Mapping[str, str], slo: SLO) -> dict[tuple, GateResult]:
     """Plain decoding's simulated latency gate per (category, temperature, load)."""
     out = {}
     for p in points:
@@ -210,10 +190,11 @@ def simulated_verdicts(scenarios: Sequence[dict[str, Any]], slo: SLO, controls: 
             if note["text"] == NOT_VALIDATED and v["decision"] == "off":
                 best = max((s for s in at if s["category"] == v["category"] and s["temperature"] == v["temperature"]
                             and s["speedup"] is not None), key=lambda s: s["speedup"], default=None)
+                top = (f" (best: {setting_label(best['drafter'], best['gamma'])}, simulated S = {best['speedup']:.2f})"
+                       if best else "")
                 v["reason"] = ("Off: simulated, and the simulator was not validated at any measured load > 1, so its "
-                               "speed-up has no interval" + (f" (best: {best['drafter']} γ={best['gamma']}, simulated "
-                                                             f"S = {best['speedup']:.2f})" if best else "")
-                               + "; measure a load > 1 too (e.g. --loads 1,16) to validate it.")
+                               f"speed-up has no interval{top}; measure a load > 1 too (e.g. --loads 1,16) "
+                               "to validate it.")
                 v["resolved"] = False
             elif v["decision"] != "control":
                 v["reason"] += f" Simulated at load {load}; {note['text']}."
@@ -222,5 +203,4 @@ def simulated_verdicts(scenarios: Sequence[dict[str, Any]], slo: SLO, controls: 
 
 
 __all__ = ["NOT_VALIDATED", "carried_gate", "error_note", "plain_latency", "sim_capacity_gate", "sim_goodput",
-           "sim_latency",
-           "sim_speedup", "simulated_scenarios", "simulated_verdicts"]
+           "sim_latency", "simulated_scenarios", "simulated_verdicts"]

@@ -167,6 +167,32 @@ def _tree_positional(req: LedgerRequest) -> tuple[list[float], str]:
 def ledger_report(req: LedgerRequest) -> dict[str, Any]:
     """The whole ledger as a JSON-ready dict (acceptance, per-scenario rows, optimum, tree, memory)."""
     acc = _resolve_acceptance(req)
+    _check_request(req, acc)
+    gammas = _gammas_for(req, acc)
+    report: dict[str, Any] = {"gammas": gammas, "base_ms": req.base_ms}
+    if acc is not None:
+        report["acceptance"] = _acceptance_section(req, acc, gammas)
+        report["scenarios"] = [
+            {
+                "label": label,
+                "model": model.label,
+                "rows": [_row_dict(ledger_row(acc.chain, g, req.base_ms, model), model) for g in gammas],
+            }
+            for label, model in req.scenarios
+        ]
+        if req.optimal:
+            report["optimal"] = [_optimal_section(req, acc, label, model) for label, model in req.scenarios]
+    if req.tree_budget is not None:
+        report["tree"] = _tree_section(req)
+    if req.kv is not None:
+        report["memory"] = _memory_section(req, gammas)
+    if req.four_way is not None:
+        report["quant"] = _quant_section(req)
+    return report
+
+
+def _check_request(req: LedgerRequest, acc: _Acceptance | None) -> None:
+    """One-line errors for a request that asks nothing or misses an input its figures need."""
     require(
         acc is not None or req.kv is not None or req.four_way is not None or req.tree_budget is not None,
         "nothing to compute; give --acceptance (or --acceptance-chain/--histogram/--per-position), "
@@ -188,124 +214,120 @@ def ledger_report(req: LedgerRequest) -> dict[str, Any]:
     require(
         not req.optimal or req.scenarios, "--optimal needs a cost model: --round-ms or --draft-ms/--verify-ms"
     )
-    gammas = _gammas_for(req, acc)
-    report: dict[str, Any] = {"gammas": gammas, "base_ms": req.base_ms}
 
-    if acc is not None:
-        full = acc.chain[: max(gammas)] if gammas and req.acceptance is not None else acc.chain
-        survival = survival_from_chain(full)
-        report["acceptance"] = {
-            "source": acc.source,
-            "conditional": list(full),
-            "per_position": survival,
-            "histogram_probabilities": histogram_from_conditional(full),
-            "expected_length": expected_length_from_chain(full),
-            "observed_expected_length": acc.observed_expected_length,
-            "rows": [
-                {
-                    "gamma": g,
-                    "expected_length": expected_length_from_chain(acc.chain[:g]),
-                    "mean_accepted": expected_length_from_chain(acc.chain[:g]) - 1.0,
-                    "marginal_gain": survival_from_chain(acc.chain[:g])[-1] if g > 0 else 0.0,
-                    "break_even_round_ms": (
-                        break_even_round_ms(req.base_ms, expected_length_from_chain(acc.chain[:g]))
-                        if req.base_ms is not None
-                        else None
-                    ),
-                }
-                for g in gammas
-            ],
-        }
-        report["scenarios"] = [
+
+def _acceptance_section(req: LedgerRequest, acc: _Acceptance, gammas: list[int]) -> dict[str, Any]:
+    """The acceptance source, its chain, survival and histogram, and E[L] per γ."""
+    full = acc.chain[: max(gammas)] if gammas and req.acceptance is not None else acc.chain
+    survival = survival_from_chain(full)
+    return {
+        "source": acc.source,
+        "conditional": list(full),
+        "per_position": survival,
+        "histogram_probabilities": histogram_from_conditional(full),
+        "expected_length": expected_length_from_chain(full),
+        "observed_expected_length": acc.observed_expected_length,
+        "rows": [
             {
-                "label": label,
-                "model": model.label,
-                "rows": [_row_dict(ledger_row(acc.chain, g, req.base_ms, model), model) for g in gammas],
+                "gamma": g,
+                "expected_length": expected_length_from_chain(acc.chain[:g]),
+                "mean_accepted": expected_length_from_chain(acc.chain[:g]) - 1.0,
+                "marginal_gain": survival_from_chain(acc.chain[:g])[-1] if g > 0 else 0.0,
+                "break_even_round_ms": (
+                    break_even_round_ms(req.base_ms, expected_length_from_chain(acc.chain[:g]))
+                    if req.base_ms is not None
+                    else None
+                ),
             }
-            for label, model in req.scenarios
-        ]
-        if req.optimal:
-            report["optimal"] = []
-            for label, model in req.scenarios:
-                best = optimal_gamma(acc.chain, req.base_ms, model, req.max_gamma)
-                report["optimal"].append(
-                    {
-                        "label": label,
-                        "max_gamma": min(req.max_gamma, len(acc.chain)),
-                        "best": _row_dict(best.best, model),
-                        "marginal": [
-                            {
-                                "gamma_from": m.gamma_from,
-                                "gamma": m.gamma,
-                                "delta_length": m.delta_length,
-                                "delta_cost_ms": m.delta_cost_ms,
-                                "plain_value_ms": m.plain_value_ms,
-                                "speedup": m.speedup,
-                                "delta_speedup": m.delta_speedup,
-                                "cheaper_than_plain": m.cheaper_than_plain,
-                                "raises_speedup": m.raises_speedup,
-                            }
-                            for m in marginal_table(acc.chain, req.base_ms, model, req.max_gamma)
-                        ],
-                    }
-                )
+            for g in gammas
+        ],
+    }
 
-    if req.tree_budget is not None:
-        require(req.tree_budget >= 1, f"--tree-budget {req.tree_budget} must be >= 1 node")
-        positional, model_text = _tree_positional(req)
-        rows = depth_vs_width(positional, req.tree_budget, max_depth=req.tree_max_depth)
-        report["tree"] = {
-            "budget": req.tree_budget,
-            "max_depth": req.tree_max_depth,
-            "acceptance_model": model_text,
-            "positional": positional,
-            "rows": [
-                {
-                    "shape": r.label,
-                    "nodes": r.nodes,
-                    "depth": r.depth,
-                    "widths": list(r.widths),
-                    "expected_length": r.expected_length,
-                }
-                for r in rows
-            ],
-        }
 
-    if req.kv is not None:
-        require(req.batch >= 1, f"--batch {req.batch} must be >= 1")
-        shape = load_kv_shape(req.kv, req.kv_bytes)
-        report["memory"] = {
-            "model": req.kv,
-            "layers": shape.layers,
-            "kv_heads": shape.kv_heads,
-            "head_dim": shape.head_dim,
-            "bytes_per_element": shape.bytes_per_element,
-            "kv_bytes_per_token": shape.bytes_per_token,
-            "batch": req.batch,
-            "block_size": req.block_size,
-            "rows": [
-                {
-                    "gamma": g,
-                    "candidate_kv_bytes_per_request": speculation_memory(
-                        shape, 1, g, block_size=req.block_size
-                    ).total,
-                    "candidate_kv_bytes": speculation_memory(
-                        shape, req.batch, g, block_size=req.block_size
-                    ).total,
-                }
-                for g in gammas
-            ],
-        }
+def _optimal_section(req: LedgerRequest, acc: _Acceptance, label: str, model: CostModel) -> dict[str, Any]:
+    """The speed-maximising γ of one scenario and the marginal table that finds it."""
+    best = optimal_gamma(acc.chain, req.base_ms, model, req.max_gamma)
+    return {
+        "label": label,
+        "max_gamma": min(req.max_gamma, len(acc.chain)),
+        "best": _row_dict(best.best, model),
+        "marginal": [
+            {
+                "gamma_from": m.gamma_from,
+                "gamma": m.gamma,
+                "delta_length": m.delta_length,
+                "delta_cost_ms": m.delta_cost_ms,
+                "plain_value_ms": m.plain_value_ms,
+                "speedup": m.speedup,
+                "delta_speedup": m.delta_speedup,
+                "cheaper_than_plain": m.cheaper_than_plain,
+                "raises_speedup": m.raises_speedup,
+            }
+            for m in marginal_table(acc.chain, req.base_ms, model, req.max_gamma)
+        ],
+    }
 
-    if req.four_way is not None:
-        require(
-            len(req.four_way) == 4, "--four-way takes four tokens/s: baseline,quant-only,spec-only,combined"
-        )
-        record = compare_quant_and_spec(*req.four_way)
-        report["quant"] = {
-            "rows": [{"setting": s, "tokens_per_s": t, "speedup": x} for s, t, x in record.rows()],
-            "product_of_single_speedups": record.product_of_single_speedups,
-            "measured_combined_speedup": record.combined_speedup,
-            "interaction": record.interaction,
-        }
-    return report
+
+def _tree_section(req: LedgerRequest) -> dict[str, Any]:
+    """Depth against width at the node budget: chain, k-ary and the best tree."""
+    require(req.tree_budget >= 1, f"--tree-budget {req.tree_budget} must be >= 1 node")
+    positional, model_text = _tree_positional(req)
+    rows = depth_vs_width(positional, req.tree_budget, max_depth=req.tree_max_depth)
+    return {
+        "budget": req.tree_budget,
+        "max_depth": req.tree_max_depth,
+        "acceptance_model": model_text,
+        "positional": positional,
+        "rows": [
+            {
+                "shape": r.label,
+                "nodes": r.nodes,
+                "depth": r.depth,
+                "widths": list(r.widths),
+                "expected_length": r.expected_length,
+            }
+            for r in rows
+        ],
+    }
+
+
+def _memory_section(req: LedgerRequest, gammas: list[int]) -> dict[str, Any]:
+    """The extra target KV the candidates take per γ, for one request and for the batch."""
+    require(req.batch >= 1, f"--batch {req.batch} must be >= 1")
+    shape = load_kv_shape(req.kv, req.kv_bytes)
+    return {
+        "model": req.kv,
+        "layers": shape.layers,
+        "kv_heads": shape.kv_heads,
+        "head_dim": shape.head_dim,
+        "bytes_per_element": shape.bytes_per_element,
+        "kv_bytes_per_token": shape.bytes_per_token,
+        "batch": req.batch,
+        "block_size": req.block_size,
+        "rows": [
+            {
+                "gamma": g,
+                "candidate_kv_bytes_per_request": speculation_memory(
+                    shape, 1, g, block_size=req.block_size
+                ).total,
+                "candidate_kv_bytes": speculation_memory(
+                    shape, req.batch, g, block_size=req.block_size
+                ).total,
+            }
+            for g in gammas
+        ],
+    }
+
+
+def _quant_section(req: LedgerRequest) -> dict[str, Any]:
+    """The four-way quantization × speculation record: speed-ups against one baseline."""
+    require(
+        len(req.four_way) == 4, "--four-way takes four tokens/s: baseline,quant-only,spec-only,combined"
+    )
+    record = compare_quant_and_spec(*req.four_way)
+    return {
+        "rows": [{"setting": s, "tokens_per_s": t, "speedup": x} for s, t, x in record.rows()],
+        "product_of_single_speedups": record.product_of_single_speedups,
+        "measured_combined_speedup": record.combined_speedup,
+        "interaction": record.interaction,
+    }

@@ -92,7 +92,8 @@ def race(
     ``clock`` time) is near. ``decide()`` returns the current decisions; ``more_prompts(category, k)``
     the ids of up to k unused prompts of a category (registered for running); ``run_prompts(category,
     temperature, ids, settings, with_plain)`` runs those settings on them, and plain decoding too when the
-    decision still needs it (an open S against plain; comparisons between settings need no plain run); ``prompts_so_far(category)``
+    decision still needs it (an open S against plain; comparisons between settings need no plain run);
+    ``prompts_so_far(category)``
     counts the category's prompts."""
     by_name = {s.name: s for s in settings}
     dropped: set[tuple[str, float, str]] = set()

@@ -11,11 +11,12 @@ cut by a stop condition and say nothing about acceptance):
 Positions never measured (ASSUMPTION, also stated in every output): a_j for j beyond the
 request's last measured position is the request's *own pooled deeper acceptance* — Σ passed / Σ at-risk
 over its measured positions j ≥ 2 (all positions when it measured only the first) — shrunk toward the
-same quantity pooled over the category's requests with ``PRIOR`` pseudo-rounds; the conditional fill f_i beyond the measured positions is
-the request's pooled conditional fill over positions i ≥ 2 (once a drafter proposes, does it go
-on?), shrunk the same way. Measured positions with few observations are shrunk toward the pooled
-a_j of that position. (Model selection, on the bundled workloads' runs only -- never on a held-out check's prompts: with the
-streak states below, deeper acceptance from positions j ≥ 2 predicted the rounds per request of γ 8 from
+same quantity pooled over the category's requests with ``PRIOR`` pseudo-rounds; the conditional fill f_i
+beyond the measured positions is the request's pooled conditional fill over positions i ≥ 2 (once a
+drafter proposes, does it go on?), shrunk the same way. Measured positions with few observations are
+shrunk toward the pooled a_j of that position. (Model selection, on the bundled workloads' runs only --
+never on a held-out check's prompts: with the streak states below, deeper acceptance from positions j ≥ 2
+predicted the rounds per request of γ 8 from
 γ 2,4, γ 1 from γ 4,8 and every leave-one-γ-out better than from all positions, and better than either
 without the states; stated in the closing note of issue 18 with the figures.)
 
@@ -190,21 +191,8 @@ class AcceptanceModel:
         if ga == 0:
             gp, ga = _ratio(req.fill_got, req.fill_asked, 0)
         own_fdeep = (gp + PRIOR * fdeep) / (ga + PRIOR)
-        a, f = [], []
-        for j in range(positions):
-            n = req.at_risk[j] if j < len(req.at_risk) else 0
-            if n > 0:
-                prior = pa[j] if j < len(pa) else own_deep
-                a.append((req.passed[j] + PRIOR * prior) / (n + PRIOR))
-            else:
-                a.append(own_deep)
-            m = req.fill_asked[j] if j < len(req.fill_asked) else 0
-            if m > 0:
-                prior = pf[j] if j < len(pf) else own_fdeep
-                f.append((req.fill_got[j] + PRIOR * prior) / (m + PRIOR))
-            else:
-                f.append(own_fdeep)
-        return a, f
+        return (_shrunk(req.passed, req.at_risk, pa, own_deep, positions),
+                _shrunk(req.fill_got, req.fill_asked, pf, own_fdeep, positions))
 
     def state_chains(self, req: RequestChain, positions: int) -> list[tuple[list[float], list[float]]] | None:
         """[(a, f) after a round that was not full, (a, f) after a full round] of one request (module docstring),
@@ -260,20 +248,8 @@ def chain_from_records(records: Sequence[RequestRecord]) -> RequestChain:
             if rd.truncated:
                 continue
             n_rounds += 1
-            for j in range(1, rd.proposed + 1):
-                if rd.accepted >= j - 1:
-                    at[j - 1] += 1
-                    ps[j - 1] += int(rd.accepted >= j)
-                    if after_full:
-                        at1[j - 1] += 1
-                        ps1[j - 1] += int(rd.accepted >= j)
-            for i in range(1, rd.gamma + 1):
-                if rd.proposed >= i - 1:
-                    fa[i - 1] += 1
-                    fg[i - 1] += int(rd.proposed >= i)
-                    if after_full:
-                        fa1[i - 1] += 1
-                        fg1[i - 1] += int(rd.proposed >= i)
+            _tally(rd.proposed, rd.accepted, after_full, (at, ps), (at1, ps1))  # acceptance given reached
+            _tally(rd.gamma, rd.proposed, after_full, (fa, fg), (fa1, fg1))  # the drafter's own fill
             after_full = rd.proposed >= 1 and rd.accepted >= rd.proposed
     last = max((j + 1 for j in range(depth) if at[j] > 0), default=0)
     chain = [ps[j] / at[j] for j in range(last)]
@@ -306,3 +282,24 @@ def chain_from_records(records: Sequence[RequestRecord]) -> RequestChain:
         stop_reason=first.stop_reason,
         max_tokens=first.extra.get("max_tokens") if isinstance(first.extra.get("max_tokens"), int) else None,
     )
+
+
+def _tally(positions: int, level: int, after_full: bool, counts: tuple[list, list], after: tuple[list, list]) -> None:
+    """For positions j = 1..``positions`` that ``level`` reached (level >= j - 1): one more reaching j and, if
+    level >= j, one more passing it -- in ``counts`` always, in ``after`` too when the round follows a full one."""
+    for j in range(1, positions + 1):
+        if level >= j - 1:
+            for reached, passed in (counts, after) if after_full else (counts,):
+                reached[j - 1] += 1
+                passed[j - 1] += int(level >= j)
+
+
+def _shrunk(hits: list, trials: list, pooled: list, deep: float, positions: int) -> list[float]:
+    """Per position j < ``positions``: (hits_j + PRIOR * prior_j) / (trials_j + PRIOR), prior_j the pooled rate at j
+    (``deep`` beyond the pooled positions); ``deep`` itself where the request has no trial at j."""
+    out = []
+    for j in range(positions):
+        n = trials[j] if j < len(trials) else 0
+        prior = pooled[j] if j < len(pooled) else deep
+        out.append((hits[j] + PRIOR * prior) / (n + PRIOR) if n > 0 else deep)
+    return out

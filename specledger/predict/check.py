@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from specledger.cost.costmodel import fit_cost_model
 from specledger.predict.acceptance import AcceptanceModel
-from specledger.predict.costmodel import fit_cost_model
 from specledger.predict.predict import measured_baseline, predict_category, request_noise, window_levels
 from specledger.predict.replay import run_forecast_inputs
 from specledger.records import RequestRecord

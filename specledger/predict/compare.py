@@ -86,7 +86,8 @@ def compare_plain_spec(
             if side == "plain":
                 got[side] = engine.generate(prompt_ids, **kwargs)
             else:
-                got[side] = engine.generate(prompt_ids, drafter=drafter(), gamma=gamma, tree_budget=tree_budget, **kwargs)
+                got[side] = engine.generate(prompt_ids, drafter=drafter(), gamma=gamma, tree_budget=tree_budget,
+                                            **kwargs)
         out.plain.append(got["plain"])
         out.spec.append(got["spec"])
     return out

@@ -13,9 +13,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from specledger.cost.costmodel import fit_cost_model
 from specledger.cost.surface import CostSurface
 from specledger.predict.acceptance import AcceptanceModel
-from specledger.predict.costmodel import fit_cost_model
 from specledger.predict.predict import gamma_curve
 from specledger.predict.replay import Replayer
 from specledger.records import RequestRecord

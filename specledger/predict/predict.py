@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
+from specledger.cost.costmodel import DRAFT_TERMS, FORWARD_TERMS, OTHER_TERMS, CostModel, forward_features
 from specledger.cost.levels import fit_row_levels, through_levels
 from specledger.predict.acceptance import AcceptanceModel, RequestChain
-from specledger.predict.costmodel import DRAFT_TERMS, FORWARD_TERMS, OTHER_TERMS, CostModel, forward_features
 from specledger.predict.replay import REPLAY_ASSUMPTION, Replayer
 from specledger.records import RequestRecord, RoundRecord
 

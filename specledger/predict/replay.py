@@ -24,15 +24,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from specledger.engine.drafters.base import Drafter
-from specledger.engine.policy import StaticGamma
-from specledger.engine.request import Request, StopReleaser
-from specledger.engine.sampling import SamplingParams
 from specledger.records import RequestRecord, RoundRecord
+
+if TYPE_CHECKING:
+    import torch
+
+    from specledger.engine.drafters.base import Drafter
 
 
 @dataclass(frozen=True)
@@ -53,6 +52,8 @@ def replayable(drafter: Drafter, temperature: float) -> bool:
 
 def _oracle_rows(output: Sequence[int], start: int, n_rows: int, vocab: int) -> torch.Tensor:
     """Logit rows one-hot at output[start], output[start + 1], ... (the target's argmax chain)."""
+    import torch
+
     rows = torch.zeros(n_rows, vocab)
     for i in range(n_rows):
         j = min(start + i, len(output) - 1)  # past the end nothing is compared (the plan clamps g)
@@ -63,7 +64,11 @@ def _oracle_rows(output: Sequence[int], start: int, n_rows: int, vocab: int) -> 
 def replay_rounds(rec: RecordedOutput, drafter: Drafter, gamma: int) -> list[RoundRecord]:
     """The rounds of ``rec`` decoded by ``drafter`` at static ``gamma`` (times 0): proposed, K, L,
     truncation and context of every round, exactly as a greedy run would record them. ``drafter``
-    ends the request (its cross-request state learns the output, as in a run)."""
+    ends the request (its cross-request state learns the output, as in a run). Needs the engine (torch)."""
+    from specledger.engine.policy import StaticGamma
+    from specledger.engine.request import Request, StopReleaser
+    from specledger.engine.sampling import SamplingParams
+
     out = list(rec.output)
     eos = frozenset({out[-1]}) if rec.stop_reason == "eos" and out else frozenset()
     max_tokens = rec.max_tokens if rec.stop_reason == "eos" else min(rec.max_tokens, len(out))
@@ -146,7 +151,8 @@ class Replayer:
 
 def run_forecast_inputs(records: Sequence[RequestRecord], meta: dict[str, Any] | None) -> tuple[Any, Replayer | None]:
     """(measured cost surface or None, replayer or None) of a run from its ``run.json`` (``meta``): the
-    surface measured at its start and its prompts' token ids (runs before either was saved get None)."""
+    surface measured at its start and its prompts' token ids (runs before either was saved get None; so does the
+    replayer where the engine is not installed)."""
     from specledger.cost.surface import CostSurface
     from specledger.rundir import SURFACE_KEY
 
@@ -156,5 +162,15 @@ def run_forecast_inputs(records: Sequence[RequestRecord], meta: dict[str, Any] |
                if isinstance(p, dict) and p.get("token_ids")}
     max_tokens = (meta.get("config") or {}).get("max_tokens")
     replayer = Replayer.from_records(records, prompts, max_tokens if isinstance(max_tokens, int) else None) \
-        if prompts else None
+        if prompts and engine_available() else None
     return surface, replayer
+
+
+def engine_available() -> bool:
+    """Whether the local engine (torch) imports here: replay runs the engine's own round code; without it (a
+    ``pip install specledger`` without the ``engine`` extra) forecasts use the acceptance chains instead."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specledger.cost.costmodel import CostModel, Part, fit_cost_model
 from specledger.errors import SpecLedgerError
 from specledger.predict.acceptance import AcceptanceModel
 from specledger.predict.check import usable
-from specledger.predict.costmodel import CostModel, Part, fit_cost_model
 from specledger.predict.replay import Replayer, run_forecast_inputs
 from specledger.records import RequestRecord
 from specledger.rundir import COST_MODEL_JSON as COST_NAME

@@ -379,8 +379,8 @@ def predict_trees(pricer: Any, records: Sequence[RequestRecord], drafter: str, d
 
 def load_tree_inputs(run_dir: Path, cost: Path | None) -> tuple[Any, list[RequestRecord], int | None]:
     """(pricer, solo main-job records with trees, the run's max_tokens): ``cost`` any cost file
-    (:func:`specledger.predict.pricers.load_pricer`), else the run's own cost model (:mod:`specledger.predict.rundata`)."""
-    from specledger.predict.pricers import load_pricer
+    (:func:`specledger.cost.loader.load_pricer`), else the run's own cost model (:mod:`specledger.predict.rundata`)."""
+    from specledger.cost.loader import load_pricer
     from specledger.predict.rundata import load_run_models
     from specledger.rundir import TRACE_NAME, read_records
 

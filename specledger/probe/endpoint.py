@@ -14,17 +14,11 @@ import httpx
 
 from specledger.errors import SpecLedgerError
 from specledger.probe.fetch import fetch, redact_url, split_credentials
+from specledger.probe.histograms import counter_rates, latency_histogram_summaries
 from specledger.probe.loadgen import LoadConfig, PromptItem, RequestResult, Tokenizer, run_load
 from specledger.probe.metrics import speedup, summarize
-from specledger.probe.prometheus import (
-    MetricsSnapshot,
-    SpecDecodeCounters,
-    counter_rates,
-    latency_histogram_summaries,
-    parse_prometheus_text,
-    spec_counter_engine,
-    spec_decode_figures,
-)
+from specledger.probe.prometheus import MetricsSnapshot, parse_prometheus_text
+from specledger.probe.spec_figures import SpecDecodeCounters, spec_counter_engine, spec_decode_figures
 
 
 def normalize_base_url(url: str) -> str:
@@ -98,13 +92,8 @@ def load_tokenizer(path: Path | None) -> Tokenizer | None:
     return lambda text: tok.encode(text, add_special_tokens=False).ids
 
 
-def probe_endpoint(
-    url: str,
-    config: LoadConfig,
-    items: list[PromptItem],
-    metrics: bool = True,
-    tokenizer: Tokenizer | None = None,
-) -> dict[str, Any]:
+def probe_endpoint(url: str, config: LoadConfig, items: list[PromptItem], metrics: bool = True,
+                   tokenizer: Tokenizer | None = None) -> dict[str, Any]:
     """Run one load against ``url``; the report holds config, summary, spec-decode and results."""
     return probe_endpoint_results(url, config, items, metrics, tokenizer)[0]
 

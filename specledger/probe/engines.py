@@ -59,6 +59,32 @@ class SpecCounterNames:
     trim_trailing_zero_positions: bool = False  # the engine exports a fixed range of positions
 
 
+def spec_counter_names(prefix: str, trim_trailing_zero_positions: bool = False) -> SpecCounterNames:
+    """vLLM's spec-decode counter names under ``prefix`` (llama.cpp exports the same ledger under its own)."""
+    return SpecCounterNames(
+        drafts=f"{prefix}spec_decode_num_drafts",
+        draft_tokens=f"{prefix}spec_decode_num_draft_tokens",
+        accepted=f"{prefix}spec_decode_num_accepted_tokens",
+        accepted_per_pos=f"{prefix}spec_decode_num_accepted_tokens_per_pos",
+        trim_trailing_zero_positions=trim_trailing_zero_positions,
+    )
+
+
+def vllm_style_histograms(prefix: str, per_request: bool) -> dict[str, tuple[str, ...]]:
+    """vLLM's latency histogram names under ``prefix`` (SGLang exports the same under its own), in the order
+    they are reported; ``per_request``: also the per-request TPOT and queue-time histograms (vLLM only)."""
+    names: dict[str, tuple[str, ...]] = {
+        "ttft": (f"{prefix}time_to_first_token_seconds",),
+        "itl": (f"{prefix}inter_token_latency_seconds", f"{prefix}time_per_output_token_seconds"),
+    }
+    if per_request:
+        names["tpot"] = (f"{prefix}request_time_per_output_token_seconds",)
+    names["e2e"] = (f"{prefix}e2e_request_latency_seconds",)
+    if per_request:
+        names["queue"] = (f"{prefix}request_queue_time_seconds",)
+    return names
+
+
 @dataclass(frozen=True)
 class EngineNames:
     """One engine's metric names: the prefix that identifies it and what each name measures."""
@@ -79,23 +105,12 @@ class EngineNames:
 VLLM = EngineNames(
     engine="vllm",
     prefix="vllm:",
-    spec=SpecCounterNames(
-        drafts="vllm:spec_decode_num_drafts",
-        draft_tokens="vllm:spec_decode_num_draft_tokens",
-        accepted="vllm:spec_decode_num_accepted_tokens",
-        accepted_per_pos="vllm:spec_decode_num_accepted_tokens_per_pos",
-    ),
+    spec=spec_counter_names("vllm:"),
     legacy_acceptance_rate_gauge="vllm:spec_decode_draft_acceptance_rate",
     legacy_emitted_counter="vllm:spec_decode_num_emitted_tokens",
     legacy_draft_tokens="vllm:spec_decode_num_draft_tokens",
     legacy_accepted="vllm:spec_decode_num_accepted_tokens",
-    histograms={
-        "ttft": ("vllm:time_to_first_token_seconds",),
-        "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-        "tpot": ("vllm:request_time_per_output_token_seconds",),
-        "e2e": ("vllm:e2e_request_latency_seconds",),
-        "queue": ("vllm:request_queue_time_seconds",),
-    },
+    histograms=vllm_style_histograms("vllm:", per_request=True),
 )
 
 SGLANG = EngineNames(
@@ -103,23 +118,13 @@ SGLANG = EngineNames(
     prefix="sglang:",
     accept_length_gauge="sglang:spec_accept_length",
     accept_rate_gauge="sglang:spec_accept_rate",
-    histograms={
-        "ttft": ("sglang:time_to_first_token_seconds",),
-        "itl": ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
-        "e2e": ("sglang:e2e_request_latency_seconds",),
-    },
+    histograms=vllm_style_histograms("sglang:", per_request=False),
 )
 
 LLAMACPP = EngineNames(
     engine="llama.cpp",
     prefix="llamacpp:",
-    spec=SpecCounterNames(
-        drafts="llamacpp:spec_decode_num_drafts",
-        draft_tokens="llamacpp:spec_decode_num_draft_tokens",
-        accepted="llamacpp:spec_decode_num_accepted_tokens",
-        accepted_per_pos="llamacpp:spec_decode_num_accepted_tokens_per_pos",
-        trim_trailing_zero_positions=True,
-    ),
+    spec=spec_counter_names("llamacpp:", trim_trailing_zero_positions=True),
     rates=(
         ("generation speed per slot (tok/s)", "llamacpp:tokens_predicted", "llamacpp:tokens_predicted_seconds"),
         ("prompt speed per slot (tok/s)", "llamacpp:prompt_tokens", "llamacpp:prompt_seconds"),
@@ -154,4 +159,5 @@ def engines_in(names: set[str]) -> list[EngineNames]:
 
 
 __all__ = ["ENGINES", "LATENCY_DEFINITIONS", "LLAMACPP", "SGLANG", "TGI", "VLLM", "EngineNames",
-           "SpecCounterNames", "engines_in"]
+           "SpecCounterNames", "engines_in", "spec_counter_names",
+           "vllm_style_histograms"]

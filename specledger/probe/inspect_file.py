@@ -27,16 +27,10 @@ from specledger.errors import SpecLedgerError
 from specledger.probe.counters import KEYS, counts_from_spec_stats
 from specledger.probe.engines import ENGINES, EngineNames, engines_in
 from specledger.probe.guidellm import guidellm_version, parse_guidellm
+from specledger.probe.histograms import counter_rates, latency_histogram_summaries
 from specledger.probe.metrics import response_timings_figures, response_timings_totals
-from specledger.probe.prometheus import (
-    DUMP_WARNING,
-    EMPTY_SNAPSHOT,
-    counter_rates,
-    latency_histogram_summaries,
-    metric_families,
-    parse_prometheus_text,
-    spec_decode_figures,
-)
+from specledger.probe.prometheus import EMPTY_SNAPSHOT, metric_families, parse_prometheus_text
+from specledger.probe.spec_figures import DUMP_WARNING, spec_decode_figures
 from specledger.probe.sse import StreamChunk, interpret_event, parse_sse
 from specledger.probe.vllm_bench import parse_vllm_bench_text
 

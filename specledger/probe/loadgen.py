@@ -10,8 +10,9 @@ Every token-bearing SSE chunk is timed with ``time.perf_counter`` (seconds since
 was sent). A chunk bears tokens when its text delta or its reasoning delta
 (``reasoning_content``) is non-empty; role-only or usage-only chunks are not timed. Reasoning text is
 kept apart (``reasoning_text``) from the answer (``output_text``); llama.cpp's per-response
-``timings`` (draft tokens proposed and accepted) are kept as ``server_timings``. Tokens per chunk come from ``tokenizer(delta_text)`` when given, else
-1 per chunk; when the server reports ``usage.completion_tokens`` (``stream_options:
+``timings`` (draft tokens proposed and accepted) are kept as ``server_timings``. Tokens per chunk come
+from ``tokenizer(delta_text)`` when given, else 1 per chunk; when the server reports
+``usage.completion_tokens`` (``stream_options:
 {"include_usage": true}``) and the per-chunk counts disagree with it, they are reconciled
 (:func:`reconcile_chunk_tokens`).
 

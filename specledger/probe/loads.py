@@ -15,7 +15,7 @@ The requests become a run (:func:`load_point_records`) shaped like ``specledger 
   (that endpoint's wall time at that load), ``point_tokens`` and ``point_requests``; there is no
   ``point_cpu_s`` (the server's CPU is not the client's to see), so the capacity gate reports no CPU
   cost. :mod:`specledger.gates.loads` then gives the four gates and the verdict per (category,
-  temperature, load), and :mod:`specledger.schedule` the schedule.
+  temperature, load), and :mod:`specledger.gates.schedule` the schedule.
 
 Without ``--baseline`` every load still gets its figures (records per load), but no verdict: there
 is no plain decoding to compare with.

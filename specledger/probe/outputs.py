@@ -3,7 +3,7 @@
 ``specledger probe --out DIR`` writes ``probe.json`` (every figure of both endpoints),
 ``traces.jsonl`` (one record per finished request, :mod:`specledger.probe.records`) and
 ``run.json`` (``"kind": "probe"``: endpoints, their spec-decode figures and acceptance ledger,
-config, workload), then builds the report. ``probe --loads`` writes every load's requests
+config, workload); the command then builds the report. ``probe --loads`` writes every load's requests
 (:mod:`specledger.probe.loads`: load 1 as the main records, loads > 1 as load points) and a
 ``probe.json`` with every load's figures under ``loads``. ``vllm bench serve`` results have no per-request timings
 to pair; ``import-vllm-bench --out`` writes ``vllm_bench.json`` (figures + acceptance ledger) and a
@@ -126,6 +126,11 @@ def write_import_run(
     )
 
 
+def import_target(out: Path, index: int, count: int) -> Path:
+    """The run folder of result ``index`` of ``count`` imported together: OUT itself for one, OUT/record-N."""
+    return out if count == 1 else out / f"record-{index}"
+
+
 def write_vllm_bench_run(out: Path, document: Mapping[str, Any], model: str | None) -> None:
     """``out/vllm_bench.json`` and, unless the folder already has one, ``out/run.json`` (kind vllm-bench)."""
     write_import_run(out, document, model)
@@ -147,12 +152,9 @@ def write_probe_dir(
     label: str,
     gamma: str | None,
     tokenizer: Tokenizer | None,
-    slo: Any = None,
-) -> dict[str, Any] | None:
-    """probe.json, then traces.jsonl + run.json (both endpoints' records), then the report (``slo``: an
-    :class:`~specledger.gates.SLO`, a file or None).
-
-    Returns the report summary, or None when no request of either endpoint finished."""
+) -> None:
+    """probe.json, then traces.jsonl + run.json (both endpoints' records); the report is the caller's to build
+    (the library writes, :func:`specledger.report.build.build_report` reads)."""
     report, base_report = full["probe"], full.get("baseline")
     g = gamma_label(report.get("spec_decode"), gamma)
     common = _record_options(report["config"], workload, tokenizer)
@@ -167,9 +169,6 @@ def write_probe_dir(
     RunDir(out).write(PROBE_JSON, full)
     meta = probe_run_meta(out.name, report, base_report, drafter=label, gamma=g, workload=workload)
     write_probe_run(out, records, meta)
-    from specledger.report.build import build_report
-
-    return build_report(out, slo)[0]
 
 
 def probe_loads_run(
@@ -199,21 +198,19 @@ def probe_loads_run(
 
 def write_probe_loads_dir(
     out: Path, points: Sequence[LoadPoint], workload: ProbeWorkload, label: str, gamma: str | None,
-    tokenizer: Tokenizer | None, slo: Any = None,
-) -> dict[str, Any]:
-    """probe.json (:func:`~specledger.probe.loads.probe_document`), traces.jsonl + run.json of every load,
-    then the report: gates and verdicts per load, the schedule (``slo`` as in :func:`write_probe_dir`)."""
+    tokenizer: Tokenizer | None,
+) -> None:
+    """probe.json (:func:`~specledger.probe.loads.probe_document`), traces.jsonl + run.json of every load; the
+    report built from them (by the caller) gives gates and verdicts per load and the schedule."""
     records, meta = probe_loads_run(points, workload, label, gamma, tokenizer, Path(out).name)
     Path(out).mkdir(parents=True, exist_ok=True)
     RunDir(out).write(PROBE_JSON, probe_document(points))
     write_probe_run(out, records, meta)
-    from specledger.report.build import build_report
-
-    return build_report(out, slo)[0]
 
 
 __all__ = [
     "check_new_run_dir",
+    "import_target",
     "probe_loads_run",
     "probe_run_meta",
     "vllm_bench_document",

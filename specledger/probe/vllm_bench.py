@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 from specledger.errors import SpecLedgerError
 from specledger.ledger.acceptance import conditional_ratios
 from specledger.ledger.server_acceptance import per_position_mismatch
-from specledger.probe.prometheus import SERVER_WIDE_WARNING
+from specledger.probe.spec_figures import SERVER_WIDE_WARNING
 
 OLD_GOODPUT_KEY = "request_goodput:"
 #: every ``vllm bench serve`` result has these (vLLM's ``benchmark()`` writes both); a file with neither is not one

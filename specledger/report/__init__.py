@@ -1,4 +1,4 @@
-"""The report: renders a run's summary (:mod:`specledger.summary`, written as ``summary.json``) as one
+"""The report: renders a run's summary (:mod:`specledger.report.summary`, written as ``summary.json``) as one
 self-contained ``report.html``, and prints it on the console (``cli.py``)."""
 
 from specledger.report.build import build_report, render_html

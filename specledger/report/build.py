@@ -1,6 +1,6 @@
 """Render a run's summary: ``report.html``, self-contained, every figure drawn from ``summary.json``.
 
-Nothing is computed here: :func:`specledger.summary.summarize_run` decides every figure (a pure
+Nothing is computed here: :func:`specledger.report.summary.summarize_run` decides every figure (a pure
 function of ``traces.jsonl``, ``run.json`` and the SLO); this module draws them and writes the
 files, atomically (:class:`specledger.rundir.RunDir`).
 """
@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from specledger.gates import GATES, NOT_ASSESSED, SLO, load_slo
+from specledger.report.summary import summarize_run
 from specledger.rundir import COST_MODEL_JSON, HTML_NAME, SUMMARY_NAME, RunDir
-from specledger.summary import summarize_run
 
 
 def _fmt(x: Any, digits: int = 2) -> str:
@@ -68,6 +68,10 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
                     "quantized target" if dtype.startswith("gguf") else f"target weights: {dtype}" if dtype else "")
     if bw.get("bandwidth"):
         weights_note += f"{'. ' if weights_note else ''}Plain decode: {bw['bandwidth']}"
+    kern = (meta.get("machine") or {}).get("kernels") if isinstance(meta.get("machine"), dict) else None
+    if isinstance(kern, dict):  # which CPU kernels ran (engine/kernels.describe): native, or torch's fallback
+        ran = f"native ({kern.get('path')})" if kern.get("native") else f"torch fallback ({kern.get('status')})"
+        weights_note += f"{'. ' if weights_note else ''}CPU kernels: {ran}"
     return template.render(
         title=title or str(meta.get("name", "run")),
         model=meta.get("model") if isinstance(meta.get("model"), str) else "",
@@ -111,7 +115,7 @@ def build_report(
     simulate_loads: Sequence[int] | None = None,
 ) -> tuple[dict[str, Any], Path]:
     """Rebuild ``summary.json``, ``cost_model.json`` and ``report.html`` in ``run_dir`` from its traces
-    (:func:`specledger.summary.summarize_run`; ``simulate_loads``: as there, None = the run's own);
+    (:func:`specledger.report.summary.summarize_run`; ``simulate_loads``: as there, None = the run's own);
     returns (summary, html path)."""
     run = RunDir(run_dir)
     summary, cost = summarize_run(run, slo if isinstance(slo, SLO) else load_slo(slo), n_resamples, seed,

@@ -91,25 +91,13 @@ def cost_fit(summary: dict) -> go.Figure:
     fig = go.Figure()
     for i, (drafter, pts) in enumerate(summary.get("cost_points", {}).items()):
         model = summary["cost_models"].get(drafter)
-        fig.add_trace(
-            go.Scatter(
-                x=[p["n"] for p in pts],
-                y=[p["t_verify_ms"] for p in pts],
-                mode="markers",
-                name=f"{drafter} measured",
-                marker={"color": _colour(i)},
-            )
-        )
+        ns = [p["n"] for p in pts]
+        fig.add_trace(go.Scatter(x=ns, y=[p["t_verify_ms"] for p in pts], mode="markers",
+                                 name=f"{drafter} measured", marker={"color": _colour(i)}))
         if model:
-            fig.add_trace(
-                go.Scatter(
-                    x=[p["n"] for p in pts],
-                    y=[p["fit_verify_ms"] for p in pts],
-                    mode="lines",
-                    name=f"{drafter} cost model (R²={_fmt(model['verify']['r2'])})",
-                    line={"color": _colour(i), "dash": "dash"},
-                )
-            )
+            fig.add_trace(go.Scatter(x=ns, y=[p["fit_verify_ms"] for p in pts], mode="lines",
+                                     name=f"{drafter} cost model (R²={_fmt(model['verify']['r2'])})",
+                                     line={"color": _colour(i), "dash": "dash"}))
     fig.update_layout(
         title="T_verify vs candidates n: measured means and fitted model (at mean context)",
         xaxis_title="candidates verified n",
@@ -266,7 +254,8 @@ def _ci_bars(pts: list[dict], value: Any) -> dict | None:
         return None
     ys = [value(p) for p in pts]
     return {"type": "data", "symmetric": False,
-            "array": [(p["speedup_ci"][1] - y) if p.get("speedup_ci") and y is not None else 0 for p, y in zip(pts, ys)],
+            "array": [(p["speedup_ci"][1] - y) if p.get("speedup_ci") and y is not None else 0
+                      for p, y in zip(pts, ys)],
             "arrayminus": [(y - p["speedup_ci"][0]) if p.get("speedup_ci") and y is not None else 0
                            for p, y in zip(pts, ys)]}
 

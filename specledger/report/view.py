@@ -1,7 +1,7 @@
 """What the report page shows, read off ``summary.json``: the answer (one row per category at the load that
 matters) and one section per category with its verdicts at every load and the points of its own plots.
 
-Nothing is decided here (:mod:`specledger.gates` and :mod:`specledger.summary` decide); this module only
+Nothing is decided here (:mod:`specledger.gates` and :mod:`specledger.report.summary` decide); this module only
 picks, per (category, temperature), which verdict leads and which numbers sit beside it. Keys the run
 may lack (older runs, or a summary written before a key existed) are read with ``.get``:
 
@@ -190,8 +190,8 @@ def leading(verdicts: Sequence[dict[str, Any]], target_load: int | None) -> dict
 
 
 def solo_load_of(summary: dict[str, Any]) -> int:
-    """The load the solo scenarios were measured at (:func:`specledger.summary.measured_load`)."""
-    from specledger.summary import measured_load
+    """The load the solo scenarios were measured at (:func:`specledger.report.summary.measured_load`)."""
+    from specledger.report.summary import measured_load
 
     return measured_load(summary.get("meta") or {})
 
@@ -224,8 +224,8 @@ SNIPPETS = (("vllm", "vLLM"), ("trtllm", "TensorRT-LLM"), ("sglang", "SGLang"), 
 
 def snippets(schedule: dict[str, Any]) -> list[tuple[str, str]]:
     """(engine, paste-ready text) for each engine config the schedule entry carries, written by the one
-    owner of that text (:func:`specledger.schedule.snippet`: JSON, or the flags joined)."""
-    from specledger.schedule import snippet
+    owner of that text (:func:`specledger.gates.schedule.snippet`: JSON, or the flags joined)."""
+    from specledger.gates.schedule import snippet
 
     launched = schedule.get("engine") or {}  # probe --launch: the engine's own command line
     own = [(f"{launched.get('kind')} (as launched)", str(launched["command"]))] if launched.get("command") else []

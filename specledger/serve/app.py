@@ -160,8 +160,8 @@ class Service:
         self.metrics = ServeMetrics(model_name, max_positions(gamma), running=lambda: self.worker.num_running,
                                     waiting=lambda: len(self.queue))
         self.max_batch = max_batch
-        self.worker = EngineWorker(engine, drafter, parse_gamma(gamma, goodput_step_cost(engine, gamma)), self.queue, self.metrics, max_batch,
-                                   keep_records)
+        self.worker = EngineWorker(engine, drafter, parse_gamma(gamma, goodput_step_cost(engine, gamma)), self.queue,
+                                   self.metrics, max_batch, keep_records)
         config = getattr(getattr(engine, "model", None), "config", None)
         self.vocab_size: int | None = getattr(config, "vocab_size", None)
 

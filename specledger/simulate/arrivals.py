@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from specledger.errors import require
+from specledger.load_points import poisson_arrivals
 from specledger.rundir import TRACE_NAME, RunDir, read_json
 
 
@@ -31,15 +32,15 @@ class Arrivals:
 
 
 def closed_loop(concurrency: int) -> Arrivals:
-    require(isinstance(concurrency, int) and concurrency >= 1, f"concurrency must be an integer >= 1, got {concurrency}")
+    require(isinstance(concurrency, int) and concurrency >= 1,
+            f"concurrency must be an integer >= 1, got {concurrency}")
     return Arrivals(concurrency=concurrency, label=f"concurrency={concurrency}")
 
 
 def poisson(rate: float, count: int, seed: int = 0) -> Arrivals:
-    """``count`` arrivals of a Poisson process at ``rate`` req/s: cumulative Exp(1/rate) gaps."""
-    require(rate > 0 and np.isfinite(rate), f"rate must be a positive number of requests per second, got {rate}")
-    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=count)
-    return Arrivals(times=np.cumsum(gaps), label=f"rate={rate:g}")
+    """``count`` arrivals of a Poisson process at ``rate`` req/s: the probe's send times
+    (:func:`specledger.load_points.poisson_arrivals`, the same for the same seed)."""
+    return Arrivals(times=np.asarray(poisson_arrivals(rate, count, seed), dtype=float), label=f"rate={rate:g}")
 
 
 def replay(offsets: np.ndarray | list[float], label: str = "replay") -> Arrivals:

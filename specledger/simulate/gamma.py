@@ -4,7 +4,7 @@ Static gammas and the batch-size schedule depend on nothing per request, so one 
 serves the whole batch (the fast path a million requests need). Heuristic, EMA and goodput keep
 per-request state: each simulated request gets its own policy object, asked and told every round
 exactly as :class:`specledger.engine.batch.BatchScheduler` asks and tells it. Goodput plans with a
-:class:`specledger.engine.step_cost.StepCost` priced by the simulator's cost model, shared by one
+:class:`specledger.cost.step_cost.StepCost` priced by the simulator's cost model, shared by one
 replica's requests.
 """
 
@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from specledger.cost.step_cost import StepCost
 from specledger.engine.policy import (
     AcceptanceChain,
     BatchScheduleGamma,
@@ -21,13 +22,13 @@ from specledger.engine.policy import (
     make_policy,
     parse_gamma_spec,
 )
-from specledger.engine.step_cost import StepCost
 
 STATELESS = ("batch",)
 
 
 def step_cost_from(cost: Any, context: float = 128.0, slots: int = 16) -> StepCost:
-    """The goodput policy's step cost priced by the simulator's own ``cost``: T_fwd(r) = step_s(r, min(r, slots), context)."""
+    """The goodput policy's step cost priced by the simulator's own ``cost``:
+    T_fwd(r) = step_s(r, min(r, slots), context)."""
     return StepCost(cost, context, slots)
 
 
@@ -39,7 +40,8 @@ class GammaPlan:
         self.spec = spec
         self.static = spec if isinstance(spec, int) else None
         self.name = str(spec)
-        self._batch: BatchScheduleGamma | None = make_policy(spec) if spec in STATELESS else None  # type: ignore[assignment]
+        self._batch: BatchScheduleGamma | None = (make_policy(spec) if spec in STATELESS  # type: ignore[assignment]
+                                                  else None)
         self._cost, self._step_cost = cost, None
         self._chain = AcceptanceChain() if spec == "goodput" else None
         self._per_batch: dict[int, int] = {}

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from specledger.analysis.metrics import MS, latency_stats, tpot
-from specledger.gates.simulated import sim_speedup
-from specledger.records import RequestRecord
+from specledger.analysis.stats import paired_speedup_bootstrap
+from specledger.records import RequestRecord, setting_label
 from specledger.simulate.arrivals import closed_loop
 from specledger.simulate.measured_run import measured_gammas, plain_table, tables_per_gamma, workload_order
 from specledger.simulate.simulator import simulate
@@ -78,11 +78,6 @@ class SimPoint:
     def select(self, prompt_ids: set[str]) -> np.ndarray:
         """Boolean mask of the requests that replayed one of ``prompt_ids``."""
         return np.array([p in prompt_ids for p in self.prompt_ids], dtype=bool)
-
-
-def setting_label(drafter: str, gamma: int | str) -> str:
-    """``plain`` or ``ngram γ=4`` (the load points' ``setting``)."""
-    return "plain" if drafter == "none" else f"{drafter} γ={gamma}"
 
 
 def settings_of(solo: Sequence[RequestRecord]) -> list[tuple[str, int]]:
@@ -149,7 +144,8 @@ def simulate_points(solo: Sequence[RequestRecord], orders: Mapping[tuple[float, 
                     min_requests: int = 256) -> list[SimPoint]:
     """Every setting of ``solo`` (the run's solo records, one request at a time; trees left out) at every
     (temperature, load) of ``orders``, whose value is the point's requests as prompt ids, in order
-    (:func:`cycled` for a load that was not measured; a measured point's own order to validate)."""
+    (:func:`specledger.load_points.requests_at` for a load that was not measured; a measured point's own
+    order to validate)."""
     out = []
     kv_budget = cost.kv_budget_tokens() if hasattr(cost, "kv_budget_tokens") else None
     for temperature in sorted({t for t, _ in orders}):
@@ -168,10 +164,26 @@ def simulate_points(solo: Sequence[RequestRecord], orders: Mapping[tuple[float, 
     return out
 
 
-def cycled(prompt_ids: Sequence[str], load: int) -> list[str]:
-    """max(load, prompts) requests, the prompts cycled (a measured load point's requests)."""
-    n = len(prompt_ids)
-    return [prompt_ids[i % n] for i in range(max(load, n))] if n else []
+def sim_speedup(spec: SimPoint, base: SimPoint, prompts: set[str], n_resamples: int = 1000,
+                seed: int = 0) -> tuple[float, float, float, int]:
+    """(S, bootstrap low, high, paired prompts): ``spec``'s speed-up over ``base`` on the ``prompts`` both
+    served, S = (Σ tokens / Σ latency) per prompt, paired
+    (:func:`specledger.analysis.stats.paired_speedup_bootstrap`)."""
+    def per_prompt(p: SimPoint) -> dict[str, list[float]]:
+        acc: dict[str, list[float]] = {}
+        for pid, k, s in zip(p.prompt_ids, p.tokens.tolist(), p.seconds.tolist()):
+            if pid in prompts:
+                acc.setdefault(pid, [0.0, 0.0])
+                acc[pid][0] += k
+                acc[pid][1] += s
+        return acc
+
+    a, b = per_prompt(spec), per_prompt(base)
+    ids = sorted(set(a) & set(b))
+    if not ids:
+        return math.nan, math.nan, math.nan, 0
+    arrays = [np.array([src[i][j] for i in ids]) for src, j in ((a, 0), (a, 1), (b, 0), (b, 1))]
+    return (*paired_speedup_bootstrap(*arrays, n_resamples=n_resamples, seed=seed), len(ids))
 
 
 def _real(records: Sequence[RequestRecord]) -> dict[str, float | None]:
@@ -246,5 +258,4 @@ def worst_errors(rows: Sequence[dict[str, Any]], temperature: float) -> dict[str
     return out
 
 
-__all__ = ["SimPoint", "VALIDATED", "cycled", "setting_label", "settings_of", "simulate_points",
-           "validation", "worst_errors"]
+__all__ = ["SimPoint", "VALIDATED", "settings_of", "sim_speedup", "simulate_points", "validation", "worst_errors"]

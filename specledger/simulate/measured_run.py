@@ -81,7 +81,8 @@ def measured_gammas(records: Sequence[RequestRecord], drafter: str) -> list[int]
 
 
 def tables_per_gamma(records: Sequence[RequestRecord], drafter: str, gammas: Sequence[int | str],
-                     max_gamma: int = 16, chains: str = "per-gamma") -> dict[int | str, tuple[ChainTable, dict[str, int]]]:
+                     max_gamma: int = 16, chains: str = "per-gamma"
+                      ) -> dict[int | str, tuple[ChainTable, dict[str, int]]]:
     """One chain table per setting. ``per-gamma``: a gamma the run measured takes only the rounds
     measured at that gamma (acceptance depends on gamma: a round that follows a fully accepted one
     accepts more often, so small gammas cut more streaks and pool higher a_1); other gammas and

@@ -102,6 +102,9 @@ def draft_costs(cost: Any, drafter: str, gammas: np.ndarray, context: np.ndarray
     return out
 
 
+STEP_CACHE_MAX = 1 << 20  # step prices kept (StepPrices.step_cache) before the cache starts afresh
+
+
 class StepPrices:
     """One replica's prices, read off its pricer ``cost`` (with caches of what does not change), and its
     speculative steps' verify seconds."""
@@ -214,8 +217,32 @@ class StepPrices:
             self.verify_base_s += base_s * noise if noise is not None else base_s
         return start + draft_s + f + self.other(batch)
 
-    def price_step(self, start: float, draft_s: float, rows: int, candidates: int, batch: int, context: float,
+    def step_prices(self, rows: int, candidates: int, batch: int, context_sum: int) -> tuple[float, float, float]:
+        """(forward, forward without the ``candidates`` rows (0.0 with none), per-step rest) of a step of
+        ``rows`` rows, noiseless: functions of the key alone (the mean context is ``context_sum`` / ``batch``),
+        kept in :attr:`step_cache` (afresh past STEP_CACHE_MAX)."""
+        key = (rows, candidates, batch, context_sum)
+        pr = self.step_cache.get(key)
+        if pr is None:
+            if len(self.step_cache) >= STEP_CACHE_MAX:
+                self.step_cache.clear()
+            ctx = context_sum / batch
+            f, fb = (self.forward_two(rows, rows - candidates, batch, ctx) if candidates
+                     else (self.forward_one(rows, batch, ctx), 0.0))
+            pr = self.step_cache[key] = (f, fb, self.other(batch))
+        return pr
+
+    def price_step(self, start: float, draft_s: float, rows: int, candidates: int, batch: int, context_sum: int,
                    noise: float | None) -> float:
-        """:meth:`end_of_step` of a step of ``rows`` rows, ``candidates`` of them proposed tokens."""
-        base = self.forward(rows - candidates, batch, context) if candidates else None
-        return self.end_of_step(start, draft_s, self.forward(rows, batch, context), base, noise, batch)
+        """When a step of ``rows`` rows (``candidates`` of them proposed tokens, ``batch`` requests of
+        ``context_sum`` tokens of context) that starts at ``start`` ends: :meth:`end_of_step` of its
+        :meth:`step_prices` (the one pricing of the step path and the scalar fast path)."""
+        f, fb, ot = self.step_prices(rows, candidates, batch, context_sum)
+        if noise is not None:
+            f = f * noise
+            fb = fb * noise
+        self.last_forward_s = f
+        if candidates:
+            self.verify_s += f
+            self.verify_base_s += fb
+        return start + draft_s + f + ot

@@ -1,4 +1,4 @@
-"""The batched-step fit from a serving run (a measured :class:`~specledger.predict.costmodel.CostModel`).
+"""The batched-step fit from a serving run (a measured :class:`~specledger.cost.costmodel.CostModel`).
 
 The simulator prices steps with any :class:`specledger.cost.pricer.StepPricer` (measured, imported or
 roofline, each labelled in every output by its ``source``); this module builds the measured one from a
@@ -7,7 +7,7 @@ serving run:
 * a serving run's own steps (:func:`fit_serving_cost`): the batched engine writes one round record
   per request per step, and the rounds of one step share its packed forward's ``t_verify`` exactly,
   so grouping them rebuilds every step (rows R = sum(proposed + 1), batch B, mean context c). Fitted,
-  with :mod:`specledger.predict.costmodel`'s non-negative parts:
+  with :mod:`specledger.cost.costmodel`'s non-negative parts:
 
     (every part a robust non-negative fit, :func:`robust_fit`)
       forward   T_s(R, B, c)   = the predict cost model's form (f0 + f_s [R>B] + f_r (R-B) + f_b (B-1) + ...)
@@ -26,7 +26,7 @@ serving run:
                 count (:func:`noise_quantiles`); :meth:`CostModel.jitter`, used when asked
 
 Cost files (a cost model, a serving fit, a surface, a roofline) are read by the one loader,
-:func:`specledger.predict.pricers.load_pricer`.
+:func:`specledger.cost.loader.load_pricer`.
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from specledger.errors import require
-from specledger.predict.costmodel import (
+from specledger.cost.costmodel import (
     FORWARD_TERMS,
     NOISE_QUANTILES,
     OVERHEAD_TERMS,
@@ -54,6 +53,7 @@ from specledger.predict.costmodel import (
     prefill_features,
     slot_prefill_features,
 )
+from specledger.errors import require
 from specledger.records import RequestRecord
 
 
@@ -71,7 +71,8 @@ def noise_quantiles(values: Sequence[float], keys: Sequence[Any], min_group: int
     groups: dict[Any, list[float]] = defaultdict(list)
     for v, k in zip(values, keys):
         groups[k].append(float(v))
-    r = np.concatenate([np.asarray(g) / np.median(g) for g in groups.values() if len(g) >= min_group and np.median(g) > 0]
+    r = np.concatenate([np.asarray(g) / np.median(g) for g in groups.values()
+                        if len(g) >= min_group and np.median(g) > 0]
                        or [np.ones(0)])
     if r.size == 0:
         return []
@@ -182,7 +183,7 @@ def _chunk_times(r: RequestRecord) -> list[float]:
 
 
 def fit_serving_cost(records: Sequence[RequestRecord], source: str = "") -> CostModel:
-    """Fit the measured :class:`~specledger.predict.costmodel.CostModel` of a serving run's batched steps
+    """Fit the measured :class:`~specledger.cost.costmodel.CostModel` of a serving run's batched steps
     (see the module docstring): the same type as a solo run's, with a per-step overhead and step noise."""
     records = [r for r in records if r.rounds]
     require(bool(records), "no serving rounds to fit step costs on; give a `sweep --experiment serving` run")

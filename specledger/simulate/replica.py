@@ -219,12 +219,12 @@ class Replica:
             chunk = np.minimum(left, np.maximum(0, room - (np.cumsum(left) - left)))
             pre_tokens = int(chunk.sum())
         # the step's price
-        ctx_mean = float(run.context.sum()) / b
-        t_draft_each = self.prices.draft_each(g, ctx_mean)
+        ctx_sum = int(run.context.sum())
+        t_draft_each = self.prices.draft_each(g, ctx_sum / b)
         rows = int(nd + prop.sum()) + pre_tokens
         psum = int(prop.sum())
         noise = self.forward_noise(1)
-        t_emit = self.prices.price_step(t, float(t_draft_each.sum()), rows, psum, b, ctx_mean,
+        t_emit = self.prices.price_step(t, float(t_draft_each.sum()), rows, psum, b, ctx_sum,
                                         noise[0] if noise is not None else None)
         self.steps_taken += 1
         # commit

@@ -65,7 +65,8 @@ class RoundCache:
         return ent
 
     def rounds(self, request: int, first: int, limit: int) -> list[int]:
-        """Codes P* * 32 + K* of request ``request``'s rounds first, first + 1, ... (at least one, at most ``limit``)."""
+        """Codes P* * 32 + K* of request ``request``'s rounds first, first + 1, ... (at least one, at most
+        ``limit``)."""
         return [(w >> WIDE) * 32 + (w & WIDE_MASK) - 1 for w in self._wide(request, first, limit)]
 
     def _wide(self, request: int, first: int, limit: int) -> list[int]:

@@ -16,7 +16,8 @@ figure is the mean over repeats; error = (simulated - real) / real. Crossover pe
 γ whose speed-up over plain at that load is below 1 (None: speculation paid at every γ measured).
 The crossover is also checked against what the measurement resolves: a γ whose real repeats' paired
 speed-ups fall on both sides of 1 ('~1') cannot place the crossover; ``consistent`` = the simulated
-speed-up is on the real side at every γ the repeats resolve. Beside each speculative point: the ITL P99 and TPOT P50 of the mean-only model (every request the
+speed-up is on the real side at every γ the repeats resolve. Beside each speculative point: the ITL P99 and
+TPOT P50 of the mean-only model (every request the
 pooled chain, E[K] committed every round -- inference-sim's), to show what the spread adds.
 """
 
@@ -58,7 +59,8 @@ def real_metrics(records: Sequence[Any], wall_s: float) -> dict[str, float | Non
     tokens = sum(r.output_tokens for r in records)
     return {"throughput_tok_s": tokens / wall_s if wall_s > 0 else math.nan,
             "tpot_p50_ms": lat["tpot_ms"]["p50"], "ttft_p50_ms": lat["ttft_ms"]["p50"],
-            "itl_p99_ms": lat["itl_chunk_ms"]["p99"], "preemptions": sum(r.extra.get("preemptions", 0) for r in records)}
+            "itl_p99_ms": lat["itl_chunk_ms"]["p99"],
+            "preemptions": sum(r.extra.get("preemptions", 0) for r in records)}
 
 
 def _walls(run: RunSource) -> dict[tuple, list[float]]:
@@ -165,7 +167,8 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 16, max_gamma: int =
             n = len(rs)
             order = workload_order(order_ids or sorted({x.prompt_id for x in rs}), index, n)
             sims = [simulate(table, closed_loop(int(load)), n, costs[r], gamma, drafter,
-                             ServerConfig(max_num_seqs=int(load)), order=order, seed=s, jitter=jitter, per=per).metrics()
+                             ServerConfig(max_num_seqs=int(load)), order=order, seed=s, jitter=jitter,
+                              per=per).metrics()
                     for s in range(seeds)]
             sim = {m: float(np.mean([s[m] for s in sims])) for m in (*METRICS, "preemptions")}
             if drafter != "none":  # the inference-sim model: the mean chain, E[K] every round

@@ -24,13 +24,14 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import torch
 
-_SRCS = (Path(__file__).with_name("gemv.c"), Path(__file__).with_name("ops.c"), Path(__file__).with_name("qgemv.c"))
-_HEADERS = (Path(__file__).with_name("simd.h"),)
+_SRCS = tuple(Path(__file__).with_name(name) for name in ("gemv.c", "ops.c", "qgemv.c"))
+_HEADERS = (Path(__file__).with_name("simd.h"), Path(__file__).with_name("specledger_kernels.h"))
 _FLAGS = ["-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", "-fPIC", "-shared"]
-_ABI = 6
+_ABI = 6  # SPECLEDGER_ABI in specledger_kernels.h (the interface, declared once)
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 _status = "not loaded yet"
@@ -56,44 +57,44 @@ def _build(target: Path, cc: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / target.name
-        proc = subprocess.run([cc, *_FLAGS, *map(str, _SRCS), "-o", str(out), "-lm"], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run([cc, *_FLAGS, *map(str, _SRCS), "-o", str(out), "-lm"], capture_output=True, text=True,
+                              timeout=120)
         if proc.returncode != 0:
             raise RuntimeError(f"{cc} failed: {proc.stderr.strip()[:300]}")
         os.replace(out, target)
+
+
+_p, _i, _f, _i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_int64
+#: every binding: name -> (restype, argtypes), mirroring ``specledger_kernels.h`` (pointers as c_void_p);
+#: tests/test_kernel_interface.py checks the two agree.
+SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+    "specledger_gemv_abi": (_i, []),
+    "specledger_pack_f32": (None, [_p, _p, _i, _i]),
+    "specledger_pack_bf16": (None, [_p, _p, _i, _i]),
+    "specledger_gemv_f32": (None, [_p, _p, _p, _p, _p, _i, _i, _i, _i]),
+    "specledger_gemv_bf16": (None, [_p, _p, _p, _p, _i, _i, _i, _i]),
+    "specledger_rmsnorm_f32": (None, [_p, _p, _p, _i, _i, _f]),
+    "specledger_rope_f32": (None, [_p, _p, _p, _p, _i, _i, _i, _i]),
+    "specledger_attn_f32": (None, [_p, _p, _p, _p, _p, _p, _i, _i, _i, _i, _i, _f, _i, _i]),
+    "specledger_silu_mul_f32": (None, [_p, _p, _i, _i]),
+    "specledger_layers_f32": (None, [_p, _p, _i, _p, _p, _i64, _i64, _p, _p, _i, _i, _i, _i, _i, _i, _i, _f, _p, _p,
+                                     _f, _i, _p, _p, _i]),
+    # qgemv.c: GGUF block-quantized weights (see specledger/engine/quant_gguf.py)
+    "specledger_qpack": (None, [_i, _p, _p, _i, _i]),
+    "specledger_qdequant_rows": (None, [_i, _p, _p, _i, _i, _i, _p]),
+    "specledger_qlinear": (None, [_i, _p, _p, _p, _p, _p, _i, _i, _i, _i]),
+    "specledger_qchunk_bytes": (_i, [_i]),
+    "specledger_qpath": (ctypes.c_char_p, []),
+}
 
 
 def _bind(path: Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
     if lib.specledger_gemv_abi() != _ABI:
         raise RuntimeError("stale kernel library (ABI mismatch)")
-    p, i = ctypes.c_void_p, ctypes.c_int
-    f = ctypes.c_float
-    signatures = {
-        "specledger_gemv_f32": [p, p, p, p, p, i, i, i, i],
-        "specledger_gemv_bf16": [p, p, p, p, i, i, i, i],
-        "specledger_rmsnorm_f32": [p, p, p, i, i, f],
-        "specledger_rope_f32": [p, p, p, p, i, i, i, i],
-        "specledger_attn_f32": [p, p, p, p, p, p, i, i, i, i, i, f, i, i],
-        "specledger_silu_mul_f32": [p, p, i, i],
-        "specledger_layers_f32": [p, p, i, p, p, ctypes.c_int64, ctypes.c_int64, p, p, i, i, i, i, i, i, i, f, p, p,
-                                  f, i, p, p, i],
-    }
-    for name, argtypes in signatures.items():
+    for name, (restype, argtypes) in SIGNATURES.items():
         fn = getattr(lib, name)
-        fn.argtypes, fn.restype = argtypes, None
-    quant = {  # qgemv.c: GGUF block-quantized weights (see specledger/engine/quant_gguf.py)
-        "specledger_qpack": [i, p, p, i, i],
-        "specledger_qdequant_rows": [i, p, p, i, i, i, p],
-        "specledger_qlinear": [i, p, p, p, p, p, i, i, i, i],
-    }
-    for name, argtypes in quant.items():
-        fn = getattr(lib, name)
-        fn.argtypes, fn.restype = argtypes, None
-    lib.specledger_qchunk_bytes.argtypes, lib.specledger_qchunk_bytes.restype = [i], i
-    lib.specledger_qpath.argtypes, lib.specledger_qpath.restype = [], ctypes.c_char_p
-    for name in ("specledger_pack_f32", "specledger_pack_bf16"):
-        fn = getattr(lib, name)
-        fn.argtypes, fn.restype = [p, p, i, i], None
+        fn.argtypes, fn.restype = argtypes, restype
     return lib
 
 
@@ -117,8 +118,8 @@ def lib() -> ctypes.CDLL | None:
             _status = "off: no C compiler (install gcc): oneDNN linears"
             return None
         key = hashlib.sha256(
-            b"\0".join([*(src.read_bytes() for src in (*_SRCS, *_HEADERS)), " ".join(_FLAGS).encode(), _cpu_flags().encode(),
-                        platform.machine().encode(), cc.encode()])
+            b"\0".join([*(src.read_bytes() for src in (*_SRCS, *_HEADERS)), " ".join(_FLAGS).encode(),
+                        _cpu_flags().encode(), platform.machine().encode(), cc.encode()])
         ).hexdigest()[:16]
         target = _cache_root() / "kernels" / f"gemv-{key}.so"
         try:
@@ -135,6 +136,15 @@ def status() -> str:
     """One line: whether the native kernel is in use, and if not, why."""
     lib()
     return _status
+
+
+def describe() -> dict[str, Any]:
+    """Which kernels ran, for a run's record: ``{"native": bool, "path": "avx512-vnni" | "avx2" | "portable" |
+    "none", "status": status()}``; ``path`` is the quantized matmul's instruction-set path (``specledger_qpath``),
+    "none" when the library is not in use (oneDNN / torch fallback)."""
+    loaded = lib()
+    path = loaded.specledger_qpath().decode() if loaded is not None else "none"
+    return {"native": loaded is not None, "path": path, "status": _status}
 
 
 _NB = 8
@@ -173,7 +183,8 @@ class PackedLinear:
         """``x @ W.T + b``; with ``residual`` (float32 only, shaped like the output) ``residual + that``,
         bit for bit as torch's ``residual + linear(x)`` (one rounding of the same sum)."""
         if x.device.type != "cpu" or x.dtype != self.dtype or x.shape[-1] != self.k:
-            raise ValueError(f"native linear takes CPU {self.dtype} rows of {self.k}, got {x.device} {x.dtype} {tuple(x.shape)}")
+            raise ValueError(f"native linear takes CPU {self.dtype} rows of {self.k}, "
+                             f"got {x.device} {x.dtype} {tuple(x.shape)}")
         if not x.is_contiguous():
             x = x.contiguous()
         rows = x.numel() // self.k

@@ -21,12 +21,13 @@
 #include <string.h>
 
 #include "simd.h"
+#include "specledger_kernels.h"
 typedef uint16_t u16x16 __attribute__((vector_size(32)));
 typedef uint32_t u32x16 __attribute__((vector_size(64)));
 #define NB 8
 #define MB 3
 
-int specledger_gemv_abi(void) { return 6; }
+int specledger_gemv_abi(void) { return SPECLEDGER_ABI; }
 int specledger_gemv_nb(void) { return NB; }
 
 static inline v16 widen(const uint16_t *p) {

@@ -17,9 +17,7 @@
 #include <string.h>
 
 #include "simd.h"
-
-/* qgemv.c: blocks [b0, b0 + nb) of row m of an M x K activation, quantized into a matmul's buffer */
-void specledger_q8_blocks(const float *x_row, int m, int b0, int nb, int M, int K, uint8_t *buf);
+#include "specledger_kernels.h"
 
 /* sum_i a[i] * b[i]: 16 lanes over i in increasing order then a fixed tree (n % 16 == 0), else sequential. */
 static inline float dot(const float *a, const float *b, int n) {
@@ -191,7 +189,9 @@ static attn_plan attn_plan_of(const int64_t *slots, const int64_t *pos, int M, i
     return t;
 }
 
-static size_t attn_scratch_bytes(const attn_plan *ap) { return (size_t)ap->scores * 4 + 2 * sizeof(float *) * (size_t)ap->D; }
+static size_t attn_scratch_bytes(const attn_plan *ap) {
+    return (size_t)ap->scores * 4 + 2 * sizeof(float *) * (size_t)ap->D;
+}
 
 static void attn_plan_free(attn_plan *ap) { free(ap->from), free(ap->src); }
 
@@ -226,7 +226,8 @@ static void attn_for(const float *qkv, float *kc, float *vc, float *out, const i
             for (int p = pre; p < len; p++) {
                 int r = ap->src[m * ap->D + (p - pre)];
                 kx[p - pre] = r < 0 ? kc + base + (size_t)p * hd : qkv + (size_t)r * stride + (size_t)(nh + h) * hd;
-                vx[p - pre] = r < 0 ? vc + base + (size_t)p * hd : qkv + (size_t)r * stride + (size_t)(nh + nkv + h) * hd;
+                vx[p - pre] = r < 0 ? vc + base + (size_t)p * hd
+                                    : qkv + (size_t)r * stride + (size_t)(nh + nkv + h) * hd;
             }
         }
         attend_one(qkv + (size_t)m * stride + (size_t)qh * hd, kc + base, vc + base, pre, kx, vx, len, hd, scale,
@@ -277,18 +278,8 @@ void specledger_silu_mul_f32(const float *gu, float *y, int M, int H) { silu_mul
  * Layer i's weights are ``w[i]`` (packed as gemv.c packs, biases NULL when absent); its k/v caches
  * [S, nkv, cap, hd] start at kv + i * layer_stride and kv + i * layer_stride + v_offset (floats).
  * scratch holds M * (dim + (nh + 2 nkv) hd + nh hd + 3 hidden) floats. kv_out (NULL: not asked) receives every
- * row's roped k and v per layer, [n_layers][2][M][nkv][hd] indexed by layer id, as block_rows' kv_out. */
-typedef struct {
-    const float *wqkv, *bqkv, *wo, *bo, *w13, *w2, *attn_norm, *mlp_norm;
-    int32_t kind[4]; /* wqkv, wo, w13, w2: 0 = float32 packed as gemv.c packs; else a GGUF block kind (qgemv.c) */
-} specledger_layer_f32;
-
-void specledger_gemv_f32_for(const float *x, const float *Wp, const float *b, const float *r, float *y, int M, int N,
-                             int K);
-void specledger_q8_rows_for(const float *x, int M, int K, uint8_t *buf);
-void specledger_qgemv_for(int kind, const uint8_t *buf, const uint8_t *Wp, const float *bias, const float *r, float *y,
-                          int M, int N, int K);
-size_t specledger_qact_bytes(int M, int K);
+ * row's roped k and v per layer, [n_layers][2][M][nkv][hd] indexed by layer id, as block_rows' kv_out.
+ * (specledger_layer_f32 and the qgemv.c/gemv.c functions used here: specledger_kernels.h.) */
 
 /* One linear inside the stack's parallel region: float32 (gemv.c), or quantized weights (qgemv.c) over rows that
  * the op before quantized into qbuf in its own pass (ready), else quantized here first (every thread waits at the
@@ -335,8 +326,8 @@ void specledger_layers_f32(const specledger_layer_f32 *w, const int32_t *ids, in
 #pragma omp for schedule(static)
                 for (int m = 0; m < M; m++)
                     for (int half = 0; half < 2; half++)
-                        memcpy(dst + ((size_t)half * M + m) * nkv * hd, qkv + (size_t)m * nq + (size_t)(nh + half * nkv) * hd,
-                               (size_t)nkv * hd * 4);
+                        memcpy(dst + ((size_t)half * M + m) * nkv * hd,
+                               qkv + (size_t)m * nq + (size_t)(nh + half * nkv) * hd, (size_t)nkv * hd * 4);
             }
             attn_for(qkv, kc, vc, att, slots, pos, M, nh, nkv, hd, cap, scale, &ap, sc, q1);
             linear_for(L->kind[1], q1 != NULL, att, L->wo, L->bo, x, x, M, dim, nh * hd, qbuf);

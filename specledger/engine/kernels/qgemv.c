@@ -28,6 +28,8 @@
 #include <immintrin.h>
 #endif
 
+#include "specledger_kernels.h"
+
 #define QN 16
 #define QMB 8
 #ifndef QPF
