@@ -41,6 +41,11 @@ EXPERIMENT_KEY = "experiment"
 LOAD_EXPERIMENT = "load"
 
 
+#: a γ as every front end gives it: a static γ (an int >= 0) or the name of the policy that picks it per round
+#: (``heuristic``, ``ema``, ``batch``, ``goodput``); the engine turns it into a policy (engine/policy.as_policy)
+GammaSpec = int | str
+
+
 @dataclass(slots=True)
 class RoundRecord:
     """One round of one request; times as in the module docstring, t_round = their sum."""
@@ -72,7 +77,7 @@ class RoundRecord:
 class RequestRecord:
     request_id: str
     drafter: str
-    gamma: int | str  # static gamma, or the name of the policy that chose it per round
+    gamma: GammaSpec  # static gamma, or the name of the policy that chose it per round
     temperature: float
     top_p: float
     top_k: int
@@ -189,7 +194,7 @@ def load_records(records: Iterable[RequestRecord]) -> list[RequestRecord]:
     return [r for r in records if r.extra.get(EXPERIMENT_KEY) == LOAD_EXPERIMENT]
 
 
-def setting_label(drafter: str, gamma: int | str, tree_budget: int = 0) -> str:
+def setting_label(drafter: str, gamma: GammaSpec, tree_budget: int = 0) -> str:
     """A setting's label: ``plain`` (drafter ``none`` or γ 0), ``ngram γ=4``, ``ngram γ=4 tree=16``."""
     if drafter == "none" or gamma == 0:
         return "plain"

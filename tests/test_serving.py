@@ -15,7 +15,7 @@ import specledger.engine.build as engine_build
 from specledger.bench.deploy import batch_size_ranges, best_overall, deploy_configs, deploy_table
 from specledger.bench.serving import run_point, run_serving_sweep
 from specledger.bench.serving_memory import memory_ledger
-from specledger.bench.serving_metrics import crossover, setting_label
+from specledger.bench.serving_metrics import crossover
 from specledger.cli.sweep import sweep
 from specledger.engine.decode import Engine
 from specledger.engine.drafters.registry import make_drafter
@@ -26,6 +26,7 @@ from specledger.gates.engine_configs import (
     validate_vllm,
 )
 from specledger.load_points import poisson_arrivals
+from specledger.records import setting_label
 from specledger.rundir import read_records
 from tests.conftest import CharTokenizer, tiny_model
 

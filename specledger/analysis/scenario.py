@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from specledger.records import RequestRecord
+from specledger.records import GammaSpec, RequestRecord
 
 BASELINE_DRAFTER = "none"
 
@@ -21,7 +21,7 @@ class ScenarioKey:
     category: str
     temperature: float
     drafter: str
-    gamma: int | str  # static gamma, or the name of a per-round policy
+    gamma: GammaSpec  # static gamma, or the name of a per-round policy
     tree_budget: int = 0  # token-tree nodes per round (0: chains)
 
     @property

@@ -38,14 +38,14 @@ from specledger.bench.experiment import (
 from specledger.engine.interleave import SideBySide
 from specledger.engine.protocol import TargetEngine
 from specledger.errors import require
-from specledger.records import RequestRecord
+from specledger.records import GammaSpec, RequestRecord
 from specledger.rundir import POLICIES_JSON, RunDir, json_safe
 
 POLICY_EXPERIMENT = "policies"
 DYNAMIC = ("heuristic", "ema", "batch", "goodput")
 
 
-def setting_name(gamma: int | str) -> str:
+def setting_name(gamma: GammaSpec) -> str:
     """``0`` -> "plain", an int -> "γ=4", a policy name -> itself."""
     if gamma == 0:
         return "plain"

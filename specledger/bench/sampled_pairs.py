@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specledger.gates.sampled_stats import DEFAULT_SAMPLES, DEFAULT_TOKENS
 
+if TYPE_CHECKING:
+    from specledger.engine.model import Transformer
+
 
 def sample_pairs(
-    model: Any,
+    model: Transformer,
     prompt: Sequence[int],
     drafter_factory: Any,
     gamma: int,
@@ -52,7 +55,8 @@ def sample_pairs(
     return spec, base
 
 
-def score_records(model: Any, prompt: Sequence[int], records: Sequence[Any], params: Any, batch: int = 32) -> None:
+def score_records(model: Transformer, prompt: Sequence[int], records: Sequence[Any], params: Any,
+                  batch: int = 32) -> None:
     """Store in each record's ``extra["target_logprobs"]`` the target's log-probability (under the
     sampling transform ``params``) of each output token, by one teacher-forced forward per batch."""
     import torch

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specledger.bench.deploy import deploy_configs, deploy_table
 from specledger.bench.long_context import CONTEXT_SOURCES, long_context_prompts
@@ -36,15 +36,18 @@ from specledger.engine.batch import BatchEngine, BatchRequest
 from specledger.engine.protocol import TargetEngine
 from specledger.errors import require
 from specledger.load_points import poisson_arrivals
-from specledger.records import RequestRecord
+from specledger.records import GammaSpec, RequestRecord
 from specledger.rundir import SERVING_JSON, RunDir
+
+if TYPE_CHECKING:
+    from specledger.engine.model import Transformer
 
 
 def run_point(
-    model: Any,
+    model: Transformer,
     prompts: Sequence[list[int]],
     drafter_factory: Callable[[], Any],
-    gamma: Any,
+    gamma: GammaSpec,
     max_tokens: int | Sequence[int],
     concurrency: int | None,
     rate: float | None = None,
@@ -112,7 +115,7 @@ Progress = Callable[[int, int, str], None]
 OnPoint = Callable[[dict[str, Any], list[RequestRecord]], None]
 
 
-def _warm_up(model: Any, prompts: Sequence[list[int]], factories: Sequence[tuple[Callable[[], Any], int]],
+def _warm_up(model: Transformer, prompts: Sequence[list[int]], factories: Sequence[tuple[Callable[[], Any], int]],
              eos: Sequence[int]) -> None:
     """A short discarded run per setting so that the first measured point does not pay one-off costs
     (allocator growth, lazy kernels) that the later ones do not."""

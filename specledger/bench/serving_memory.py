@@ -10,7 +10,10 @@ draft KV per request, :class:`DraftMemory`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specledger.engine.model import Transformer
 
 
 class DraftMemory:
@@ -18,7 +21,7 @@ class DraftMemory:
     the end of the request (a neural drafter's cache only grows during a request, so this is its
     peak) and, once, the bytes of draft weights not shared with the target."""
 
-    def __init__(self, factory: Callable[[], Any], target: Any) -> None:
+    def __init__(self, factory: Callable[[], Any], target: Transformer) -> None:
         self.factory, self.target = factory, target
         self.kv_per_request: list[int] = []
         self.weight_bytes: int | None = None
@@ -39,7 +42,7 @@ class DraftMemory:
         return d
 
 
-def own_weight_bytes(model: Any, target: Any) -> int:
+def own_weight_bytes(model: Transformer, target: Transformer) -> int:
     """Bytes of ``model``'s parameters and buffers that do not share storage with ``target``'s."""
     if model is None:
         return 0
@@ -53,7 +56,7 @@ def own_weight_bytes(model: Any, target: Any) -> int:
     return total
 
 
-def model_kv_shape(model: Any, layers: Sequence[int] | None = None) -> Any:
+def model_kv_shape(model: Transformer, layers: Sequence[int] | None = None) -> Any:
     """The KV shape of ``model``'s forward over ``layers`` (default all), at its weights' element size."""
     from specledger.ledger.memory import KVShape
 
@@ -70,7 +73,7 @@ def draft_kv_shape(drafter: Any) -> Any:
     return model_kv_shape(model, getattr(drafter, "layers", None))
 
 
-def memory_ledger(model: Any, batch: int, gamma: int, engine_peak_candidates: int, slot_capacity: int,
+def memory_ledger(model: Transformer, batch: int, gamma: int, engine_peak_candidates: int, slot_capacity: int,
                   slots: int | None = None, draft: dict[str, Any] | None = None) -> dict:
     """Predicted candidate KV (B * gamma * m_KV) vs the engine's peak reserved candidates, bytes.
 

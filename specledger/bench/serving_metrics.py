@@ -12,7 +12,7 @@ from typing import Any
 
 from specledger.analysis.metrics import latency_stats
 from specledger.engine.batch import BatchEngine
-from specledger.records import RequestRecord
+from specledger.records import RequestRecord, setting_label
 
 
 def point_metrics(records: Sequence[RequestRecord], wall_s: float, engine: BatchEngine) -> dict[str, Any]:
@@ -46,11 +46,6 @@ def point_metrics(records: Sequence[RequestRecord], wall_s: float, engine: Batch
 def _el(records: Sequence[RequestRecord]) -> float:
     full = [rd for r in records for rd in r.rounds if not rd.truncated]
     return sum(rd.committed for rd in full) / len(full) if full else math.nan
-
-
-def setting_label(drafter: str, gamma: Any) -> str:
-    """``"plain"`` for plain decoding, else ``"<drafter> γ=<gamma>"`` (the crossover/deploy key)."""
-    return "plain" if drafter == "none" or not gamma else f"{drafter} γ={gamma}"
 
 
 def crossover(points: Sequence[dict[str, Any]], key: str = "load") -> Any:

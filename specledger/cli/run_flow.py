@@ -6,11 +6,14 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specledger.errors import SpecLedgerError
 from specledger.gates.slo import load_slo
 from specledger.mainjob.options import RunOptions, parse_budget, plan_from_options
+
+if TYPE_CHECKING:
+    from specledger.engine.protocol import TargetEngine
 
 
 def run_main_job(opts: RunOptions) -> None:
@@ -70,7 +73,7 @@ def load_target(console: Any, target: str | None, dtype: str, device: str) -> An
             build_engine(target, dtype, device)
 
 
-def record_bandwidth(run_dir: Path, engine: Any) -> None:
+def record_bandwidth(run_dir: Path, engine: TargetEngine) -> None:
     """run.json ``bandwidth``: plain decoding's achieved bandwidth over the main job's plain requests against
     this machine's read bandwidth measured now (:func:`specledger.engine.bandwidth.plain_decode_bandwidth`)."""
     from specledger.engine.bandwidth import plain_decode_bandwidth

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from specledger.engine.model import Transformer
 
 #: bytes the read probe streams per pass (8x a 32 MiB L3)
 PROBE_BYTES = 256 << 20
@@ -42,13 +45,13 @@ def measure_read_bandwidth(nbytes: int = PROBE_BYTES, repeats: int = 8, device: 
     return best
 
 
-def kv_bytes_per_position(model: Any) -> int:
+def kv_bytes_per_position(model: Transformer) -> int:
     """KV bytes one cached position holds across all layers in the model's dtype."""
     cfg = model.config
     return cfg.kv_bytes_per_token(torch.empty(0, dtype=model.dtype).element_size())
 
 
-def decode_bytes_per_token(model: Any, mean_context: float = 0.0) -> float:
+def decode_bytes_per_token(model: Transformer, mean_context: float = 0.0) -> float:
     """Bytes one plain decode step reads: the weights plus the KV of ``mean_context`` positions."""
     return float(model.weight_bytes()) + kv_bytes_per_position(model) * max(0.0, mean_context)
 
@@ -58,7 +61,7 @@ def mean_decode_context(prompt_tokens: int, output_tokens: int) -> float:
     return prompt_tokens + max(0, output_tokens - 1) / 2.0
 
 
-def request_bytes_per_token(model: Any, requests: Sequence[tuple[int, int]]) -> float:
+def request_bytes_per_token(model: Transformer, requests: Sequence[tuple[int, int]]) -> float:
     """Decode bytes per token averaged over ``(prompt_tokens, output_tokens)`` pairs, weighted by tokens."""
     tokens = sum(max(0, o - 1) for _, o in requests)
     if tokens <= 0:
@@ -81,7 +84,8 @@ def describe(bytes_per_token: float, tokens_per_s: float, machine_bytes_per_s: f
     return line
 
 
-def plain_decode_bandwidth(model: Any, plain: Sequence[Any], device: str | torch.device = "cpu") -> dict[str, Any]:
+def plain_decode_bandwidth(model: Transformer, plain: Sequence[Any], device: str | torch.device = "cpu"
+                           ) -> dict[str, Any]:
     """Plain decoding's achieved bandwidth over ``plain`` (records of plain decoding): decode tok/s over its
     one-token rounds (the prefill left out) x bytes per token (weights + the KV at the mean context,
     :func:`request_bytes_per_token`), beside this machine's read bandwidth measured now. Empty without a

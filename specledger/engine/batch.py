@@ -48,7 +48,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -60,6 +60,9 @@ from specledger.engine.request import Emitted, Request, StopReleaser, check_requ
 from specledger.engine.tree import DraftTree
 from specledger.errors import require
 from specledger.records import RequestRecord, RoundRecord
+
+if TYPE_CHECKING:
+    from specledger.engine.model import Transformer
 
 
 class _Live(Request):
@@ -103,7 +106,7 @@ class BatchEngine:
 
     def __init__(
         self,
-        model: Any,
+        model: Transformer,
         tokenizer: Any = None,
         eos_token_ids: Sequence[int] = (),
         max_batch: int = 8,

@@ -26,7 +26,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -45,6 +45,9 @@ from specledger.cost.costmodel import (
 )
 from specledger.cost.surface import CostSurface, SurfacePoint
 from specledger.rundir import write_text_atomic
+
+if TYPE_CHECKING:
+    from specledger.engine.model import Transformer
 
 ROWS = (1, 2, 3, 5, 9, 17)
 BATCHES = (2, 4, 8)
@@ -79,7 +82,7 @@ def grid_size(contexts: Sequence[int]) -> int:
 
 
 def measure(
-    model: Any,
+    model: Transformer,
     contexts: Sequence[int] = CONTEXTS,
     repeats: int = 3,
     device: str = "cpu",
@@ -175,7 +178,7 @@ def surface_from_points(points: dict[str, Any] | Sequence[dict[str, float]], sou
 
 
 def measure_rows_axis(
-    model: Any,
+    model: Transformer,
     contexts: Sequence[int],
     rows: Sequence[int] = ROWS_AXIS,
     repeats: int = 5,
@@ -261,7 +264,7 @@ def calibrate(
     contexts: Sequence[int] = CONTEXTS,
     repeats: int = 3,
     progress: Callable[[str], None] | None = None,
-    model: Any = None,
+    model: Transformer = None,
 ) -> CostModel:
     """Measure and fit the cost model of ``target`` (or of an already built ``model``) on ``device``."""
     check_device(device)

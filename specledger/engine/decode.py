@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -40,7 +40,10 @@ from specledger.engine.request import (
     cut_at_stop,
 )
 from specledger.engine.sampling import SamplingParams
-from specledger.records import RequestRecord, RoundRecord
+from specledger.records import GammaSpec, RequestRecord, RoundRecord
+
+if TYPE_CHECKING:
+    from specledger.engine.model import Transformer
 
 # all but Engine: engine/request.py
 __all__ = ["Emitted", "Engine", "Prefilled", "PrefillProgress", "StopReleaser", "cut_at_stop"]
@@ -51,7 +54,7 @@ class Engine:
 
     def __init__(
         self,
-        model: Any,
+        model: Transformer,
         tokenizer: Any = None,
         eos_token_ids: Sequence[int] = (),
         max_context: int | None = None,
@@ -105,7 +108,7 @@ class Engine:
         self,
         prompt_ids: Sequence[int],
         drafter: Drafter | None = None,
-        gamma: int | GammaPolicy = 0,
+        gamma: GammaSpec | GammaPolicy = 0,
         params: SamplingParams = SamplingParams(),
         max_tokens: int = 128,
         stop: Sequence[str] = (),
@@ -240,7 +243,7 @@ class Engine:
         return record
 
 
-def _chain_pass(model: Any, ids: torch.Tensor, start: int, cache: Any, want_hidden: bool
+def _chain_pass(model: Transformer, ids: torch.Tensor, start: int, cache: Any, want_hidden: bool
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One verify forward over a chain's rows (the last committed token + the candidates): (logits,
     hidden states or None) of the single request."""

@@ -16,11 +16,14 @@ from __future__ import annotations
 import os
 import platform
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from specledger.errors import SpecLedgerError
+
+if TYPE_CHECKING:
+    from specledger.engine.model import Transformer
 
 CUDA_FIX = ("use --device cpu, or run on a machine with an NVIDIA GPU and a CUDA build of torch "
             "(pip install torch==2.13.0 from PyTorch's CUDA wheel index)")
@@ -65,7 +68,7 @@ def default_dtype(device: str | torch.device | None) -> str:
     return "float32" if torch.device(device or "cpu").type == "cpu" else "bfloat16"
 
 
-def model_device(model: Any) -> torch.device:
+def model_device(model: Transformer) -> torch.device:
     """The device a model's weights live on (CPU for objects without parameters)."""
     dev = getattr(model, "device", None)
     if isinstance(dev, torch.device):

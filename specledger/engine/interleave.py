@@ -21,10 +21,13 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specledger.engine.request import PrefillProgress
 from specledger.records import RequestRecord, RoundRecord
+
+if TYPE_CHECKING:
+    from specledger.engine.protocol import TargetEngine
 
 #: prompt positions per prefill pass of requests run side by side (``Engine.stream(prefill_chunk=...)``): a pass
 #: of ~0.1 s on a 2-core CPU for SmolLM2-135M, a turn of the robin well under a second. Measured (826- and
@@ -117,7 +120,7 @@ class SideBySide:
         self._twins: dict[tuple[int, int], Any] = {}
         self.share_prefill = share_prefill
 
-    def twin(self, engine: Any, slot: int) -> Any:
+    def twin(self, engine: TargetEngine, slot: int) -> Any:
         key = (id(engine), slot)
         if key not in self._twins:
             self._twins[key] = engine if slot == 0 else engine.sibling()

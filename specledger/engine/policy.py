@@ -21,6 +21,7 @@ from typing import Any
 
 from specledger.errors import SpecLedgerError, require
 from specledger.ledger.acceptance import expected_length_from_chain, survival_from_chain
+from specledger.records import GammaSpec
 
 
 class GammaPolicy:
@@ -318,5 +319,8 @@ def make_policy(spec: str | int, step_cost: Any = None, chain: AcceptanceChain |
     return table[spec]()
 
 
-def as_policy(gamma: int | GammaPolicy) -> GammaPolicy:
-    return gamma if isinstance(gamma, GammaPolicy) else StaticGamma(gamma)
+def as_policy(gamma: GammaSpec | GammaPolicy) -> GammaPolicy:
+    """The policy a γ spec names (a static γ, a policy name: :func:`make_policy`), or the policy itself."""
+    if isinstance(gamma, GammaPolicy):
+        return gamma
+    return StaticGamma(gamma) if isinstance(gamma, int) else make_policy(gamma)

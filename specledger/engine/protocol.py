@@ -1,4 +1,4 @@
-"""The engine as every layer above sees it: a typed protocol in place of ``engine: Any``.
+"""The engine as every layer above sees it: a typed protocol in place of ``engine: TargetEngine``.
 
 :class:`specledger.engine.decode.Engine` is the implementation (tests stand in tiny models behind the
 same class): one target model, its tokenizer and chat template, a reusable KV cache, decoding one
@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from specledger.records import GammaSpec
+
 if TYPE_CHECKING:
     import torch
 
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
     from specledger.engine.loader import LoadedModel
     from specledger.engine.model import Transformer
     from specledger.engine.policy import GammaPolicy
+    from specledger.engine.protocol import TargetEngine
     from specledger.engine.request import Emitted
     from specledger.engine.sampling import SamplingParams
     from specledger.records import RequestRecord, RoundRecord
@@ -48,7 +51,7 @@ class TargetEngine(Protocol):
         self,
         prompt_ids: Sequence[int],
         drafter: Drafter | None = None,
-        gamma: int | GammaPolicy = 0,
+        gamma: GammaSpec | GammaPolicy = 0,
         params: SamplingParams = ...,
         max_tokens: int = 128,
         stop: Sequence[str] = (),

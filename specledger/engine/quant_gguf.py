@@ -19,7 +19,7 @@ which (:attr:`QuantReport.fallback`), so a run says what it measured.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -27,6 +27,9 @@ from torch import nn
 
 from specledger.engine import kernels
 from specledger.errors import SpecLedgerError
+
+if TYPE_CHECKING:
+    from specledger.engine.model import Transformer
 
 #: GGUF block formats with native kernels, and the kernel's code for each
 KIND = {"Q8_0": 1, "Q4_0": 2, "Q4_1": 3}
@@ -161,7 +164,7 @@ def _madvise_huge(ptr: int, nbytes: int) -> bool:
         return False
 
 
-def consolidate(model: Any) -> bool:
+def consolidate(model: Transformer) -> bool:
     """Move every :class:`QuantLinear`'s packed bytes into one arena, in the order a forward reads them (layer by
     layer, then the head), backed by 2 MiB pages where the kernel grants them: decode streams ~100 MB per token
     through ~120 small matrices, and with 4 KiB pages each matrix restarts the hardware prefetcher and walks the
@@ -201,7 +204,7 @@ def quantize_linear(linear: nn.Module, fmt: str) -> QuantLinear:
     return QuantLinear(fmt, quantize_blocks(linear.weight, fmt), n, k, getattr(linear, "bias", None))
 
 
-def quantize_model(model: Any, fmt: str, head_fmt: str | None = None) -> Any:
+def quantize_model(model: Transformer, fmt: str, head_fmt: str | None = None) -> Any:
     """``model`` (float32 Transformer) with every block's four linears quantized to ``fmt`` and the LM head (and,
     tied, the embedding table) to ``head_fmt`` (default ``fmt``), in place; returns it."""
     for block in model.layers:
@@ -212,7 +215,7 @@ def quantize_model(model: Any, fmt: str, head_fmt: str | None = None) -> Any:
     return model
 
 
-def _install_head(model: Any, head: nn.Module) -> None:
+def _install_head(model: Transformer, head: nn.Module) -> None:
     tied = model.config.tie_embeddings
     model.lm_head = head
     if tied and isinstance(head, QuantLinear):
@@ -296,7 +299,7 @@ def _group(reader: Any, names: list[str], perms: list[np.ndarray | None], report
     return lin.requires_grad_(False)
 
 
-def load_quantized(model: Any, gguf_path: str, check: bool = True) -> QuantReport:
+def load_quantized(model: Transformer, gguf_path: str, check: bool = True) -> QuantReport:
     """Replace ``model``'s linears (built from the same file, dequantized) by the file's quantized tensors, in place.
 
     ``check``: nine rows of each replaced linear, spread over it (rows 1 and n/2 included: the q/k row permutation

@@ -12,11 +12,14 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from specledger.cost.step_cost import StepCost
+
+if TYPE_CHECKING:
+    from specledger.engine.model import Transformer
 
 DEFAULT_ROWS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192)
 
@@ -32,7 +35,7 @@ def _spread(rows: int, slots: int, start: int) -> tuple[list[int], list[int]]:
     return slot_ids, positions
 
 
-def calibrate_step_cost(model: Any, rows: Sequence[int] = DEFAULT_ROWS, context: int = 128, slots: int = 16,
+def calibrate_step_cost(model: Transformer, rows: Sequence[int] = DEFAULT_ROWS, context: int = 128, slots: int = 16,
                         repeats: int = 3) -> StepCost:
     """Time ``model.forward_packed`` at each row count (rows spread over up to ``slots`` sequences,
     each at ``context`` tokens of history): one untimed warm-up, then the median of ``repeats``."""
@@ -59,7 +62,7 @@ def calibrate_step_cost(model: Any, rows: Sequence[int] = DEFAULT_ROWS, context:
 _CACHE: dict[int, StepCost] = {}
 
 
-def step_cost_for(model: Any) -> StepCost:
+def step_cost_for(model: Transformer) -> StepCost:
     """The calibrated cost of ``model`` (measured once per process and model object)."""
     key = id(model)
     if key not in _CACHE:

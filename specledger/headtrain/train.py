@@ -39,7 +39,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +47,9 @@ import torch.nn.functional as F
 from specledger.engine.drafters.head import HeadConfig, HeadNet, save_head, target_fingerprint
 from specledger.errors import require
 from specledger.headtrain.data import encode_items, training_prompt_items
+
+if TYPE_CHECKING:
+    from specledger.engine.model import Transformer
 
 
 @dataclass
@@ -120,7 +123,7 @@ def _noop(phase: str, frac: float, note: str) -> None:
 
 
 @torch.inference_mode()
-def generate_corpus(model: Any, eos: Sequence[int], prompts: Sequence[list[int]], max_new_tokens: int,
+def generate_corpus(model: Transformer, eos: Sequence[int], prompts: Sequence[list[int]], max_new_tokens: int,
                     deadline: float, max_batch: int = 16, progress: Progress = _noop) -> Corpus:
     """The target answers ``prompts`` greedily (up to ``max_batch`` at once, one packed pass per
     step) until ``deadline``; the hidden states and argmax labels of every position are kept from
@@ -180,7 +183,7 @@ def generate_corpus(model: Any, eos: Sequence[int], prompts: Sequence[list[int]]
 
 
 @torch.inference_mode()
-def prefill_corpus(model: Any, prompts: Sequence[list[int]], max_tokens: int, deadline: float,
+def prefill_corpus(model: Transformer, prompts: Sequence[list[int]], max_tokens: int, deadline: float,
                    corpus: Corpus | None = None, progress: Progress = _noop) -> Corpus:
     """Teacher-forced passes until ``deadline``: one forward per prompt (its first ``max_tokens``
     tokens) gives every position ``j`` its feature ``f_j`` and label ``y_j`` = the target's argmax
@@ -255,7 +258,7 @@ def _set_prepack(net: HeadNet, on: bool) -> None:
             module.prepack = on
 
 
-def _draft_targets(target: Any, vocab_ids: torch.Tensor | None, vocab_size: int,
+def _draft_targets(target: Transformer, vocab_ids: torch.Tensor | None, vocab_size: int,
                    labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, float]:
     """The head's output matrix (the target's lm_head rows of the draft vocabulary, float32), the map from target
     ids to draft ids (-100: not in it; None: the full vocabulary) and the share of ``labels`` the draft vocabulary
@@ -278,7 +281,7 @@ def _train_figures(steps: int, seen: int, ema: tuple[float, ...], coverage: floa
             "train_reg": round(ema[1], 4), "train_top1": round(ema[2], 4), "draft_vocab_coverage": round(coverage, 4)}
 
 
-def train_head_net(target: Any, corpus: Corpus, vocab_ids: torch.Tensor | None, s: TrainSettings,
+def train_head_net(target: Transformer, corpus: Corpus, vocab_ids: torch.Tensor | None, s: TrainSettings,
                    deadline: float, progress: Progress = _noop) -> tuple[HeadNet, dict]:
     torch.manual_seed(s.seed)
     rnd = random.Random(s.seed)

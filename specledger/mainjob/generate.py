@@ -7,9 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specledger.errors import SpecLedgerError
+
+if TYPE_CHECKING:
+    from specledger.engine.protocol import TargetEngine
 
 #: how the ledger's floats are shown
 LEDGER_FORMATS = {
@@ -37,7 +40,7 @@ def ledger_rows(led: dict) -> list[tuple[str, str]]:
     return rows
 
 
-def bandwidth(engine: Any, plain: Any) -> dict:
+def bandwidth(engine: TargetEngine, plain: Any) -> dict:
     """Plain decode's bandwidth beside this machine's read bandwidth measured now
     (:func:`specledger.engine.bandwidth.plain_decode_bandwidth`); ``plain`` is a plain-decoding record (or, with
     --drafter none, the run itself)."""
@@ -90,7 +93,7 @@ class GenerateOptions:
         check_tree_shape(self.tree_shape)
 
 
-def _compare(engine: Any, ids: Any, again: Callable[[], Any], o: GenerateOptions, kwargs: dict,
+def _compare(engine: TargetEngine, ids: Any, again: Callable[[], Any], o: GenerateOptions, kwargs: dict,
              tb: int) -> Any:
     from specledger.predict.compare import compare_plain_spec
 

@@ -58,6 +58,7 @@ from specledger.mainjob.prompts import (
     measure_run_surface,
     surface_contexts,
 )
+from specledger.records import setting_label
 from specledger.rundir import SURFACE_KEY, RunDir
 
 Progress = Callable[[int, int, str], None]
@@ -133,8 +134,7 @@ class Executor:
         for group in job_groups(jobs, plan.interleave_rounds):
             item = self.workload.by_id[group[0].prompt_id]
             if self.progress:
-                what = ", ".join(f"{j.drafter} γ={j.gamma}" + (f" tree={j.tree_budget}" if j.tree_budget else "")
-                                 for j in group)
+                what = ", ".join(setting_label(j.drafter, j.gamma, j.tree_budget) for j in group)
                 self.progress(finished, total, f"{item.category} T={group[0].temperature:g}: {what}")
             records = self.side_by_side.run([self.request(job) for job in group])
             for rec in records:
@@ -200,7 +200,7 @@ def run(
         log = _race(rd, plan, workload, execute, done, slo, started, progress, {it.id for it in items}, reserve)
         survivors = survivor_settings(log.final, plan)
         meta["prompts"] = workload.facts()
-        meta["race"] = {**log.to_dict(), "load_point_settings": [f"{d} γ={g}" for d, g in survivors[1:]]}
+        meta["race"] = {**log.to_dict(), "load_point_settings": [setting_label(d, g) for d, g in survivors[1:]]}
         rd.write_meta(meta)
     if at_loads:  # after the race: only the settings it left in contention, on the initial prompts
         from specledger.mainjob.loads import run_load_points

@@ -24,7 +24,7 @@ from typing import Any
 
 from specledger.engine.protocol import TargetEngine
 from specledger.load_points import interleaved, requests_at
-from specledger.records import EXPERIMENT_KEY, LOAD_EXPERIMENT, load_records
+from specledger.records import EXPERIMENT_KEY, LOAD_EXPERIMENT, load_records, setting_label
 from specledger.rundir import RunDir
 
 
@@ -43,10 +43,6 @@ def memory_facts(engine: TargetEngine) -> dict[str, Any]:
 def settings_of(plan: Any) -> list[tuple[str, int]]:
     """Plain decoding, then every drafter × γ of the plan (the solo job's settings)."""
     return [("none", 0)] + [(d, g) for d in plan.drafters for g in plan.gammas_for(d)]
-
-
-def setting_name(drafter: str, gamma: int) -> str:
-    return "plain" if drafter == "none" else f"{drafter} γ={gamma}"
 
 
 def done_points(run: RunDir) -> set[tuple[int, float, str]]:
@@ -86,7 +82,7 @@ def run_load_points(
             budgets = [plan.max_tokens_for(items[pid].category) for pid in reqs]
             shift = k % len(settings)
             for name, gamma in settings[shift:] + settings[:shift]:
-                label = setting_name(name, gamma)
+                label = setting_label(name, gamma)
                 count += 1
                 if (load, round(float(temperature), 6), label) in done:
                     continue

@@ -17,9 +17,12 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specledger.records import RequestRecord
+
+if TYPE_CHECKING:
+    from specledger.engine.protocol import TargetEngine
 
 CROSS_REQUEST_DRAFTERS = frozenset({"suffix"})
 
@@ -58,7 +61,7 @@ class Comparison:
 
 
 def compare_plain_spec(
-    engine: Any,
+    engine: TargetEngine,
     prompt_ids: Sequence[int],
     make: Callable[[], Any],
     drafter_name: str,

@@ -185,7 +185,7 @@ def configured_gamma(args: Sequence[str], kind: str, program: str | None = None)
     return help_default(program, flag) if program and kind == "llama.cpp" else None
 
 
-def setting_label(spec: Spec, kind: str) -> str:
+def spec_drafter_label(spec: Spec, kind: str) -> str:
     """The drafter label of a configuration's records: its name, or ``NAME@ENGINE`` for a name specledger
     uses for its own drafters (the schedule then writes no specledger-drafter config for this engine)."""
     if spec.is_baseline:

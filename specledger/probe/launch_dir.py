@@ -13,7 +13,7 @@ from specledger.probe.engine_command import (
     Spec,
     configured_gamma,
     engine_kind,
-    setting_label,
+    spec_drafter_label,
 )
 from specledger.probe.engine_server import HOST
 from specledger.probe.launch import run_order
@@ -24,18 +24,18 @@ from specledger.probe.model_file import gguf_kv_facts, machine_memory, model_pat
 from specledger.probe.outputs import probe_run_meta, write_probe_run
 from specledger.probe.records import records_from_probe
 from specledger.probe.workload import ProbeWorkload
-from specledger.records import RequestRecord
+from specledger.records import GammaSpec, RequestRecord
 from specledger.rundir import PROBE_JSON, RunDir
 
 
 def launch_records(runs: Mapping[str, SpecRun], kind: str, workload: ProbeWorkload, tokenizer: Tokenizer | None,
                    config: LoadConfig) -> list[RequestRecord]:
     """Every configuration's records at every load (:func:`specledger.probe.loads.tag_load_point`), one drafter
-    label each (:func:`setting_label`), γ from :func:`configured_gamma`."""
+    label each (:func:`spec_drafter_label`), γ from :func:`configured_gamma`."""
     records: list[RequestRecord] = []
     for name, run in runs.items():
-        label = setting_label(run.spec, kind)
-        gamma: int | str = (0 if run.spec.is_baseline
+        label = spec_drafter_label(run.spec, kind)
+        gamma: GammaSpec = (0 if run.spec.is_baseline
                             else configured_gamma(run.argv, kind, run.argv[0]) or UNKNOWN_GAMMA)
         for p in run.points:
             report = p.full["probe"]
@@ -62,7 +62,7 @@ def write_launch_dir(out: Path, runs: Mapping[str, SpecRun], template: str, spec
     first = paired_points(runs[cands[0].name], base)
     gammas = {s.name: configured_gamma(runs[s.name].argv, kind, runs[s.name].argv[0]) for s in cands}
     meta = probe_run_meta(Path(out).name, first[0].full["probe"], first[0].full["baseline"],
-                          drafter=setting_label(cands[0], kind), gamma=gammas[cands[0].name] or UNKNOWN_GAMMA,
+                          drafter=spec_drafter_label(cands[0], kind), gamma=gammas[cands[0].name] or UNKNOWN_GAMMA,
                           workload=workload)
     counters = {name: counters_of(run) for name, run in runs.items()}
     gguf = model_path(first_argv)
@@ -76,7 +76,7 @@ def write_launch_dir(out: Path, runs: Mapping[str, SpecRun], template: str, spec
                    "order": ("off first, then each --spec in the order given" if repeats == 1 else
                              f"{repeats} repeats, the order reversed every other repeat (off first, then last, ...)")
                             + "; each server serves every load in ascending order, then stops",
-                   "specs": {s.name: {"args": list(s.args), "label": setting_label(s, kind),
+                   "specs": {s.name: {"args": list(s.args), "label": spec_drafter_label(s, kind),
                                       "gamma": 0 if s.is_baseline else (gammas[s.name] or UNKNOWN_GAMMA),
                                       "ledger": None if s.is_baseline else pooled_ledger(runs[s.name], gammas[s.name]),
                                       "log": runs[s.name].log, "ready_s": runs[s.name].ready_s} for s in specs}},

@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specledger.probe.engine_command import BASELINE_SPEC, Spec, engine_argv, setting_label
+from specledger.probe.engine_command import BASELINE_SPEC, Spec, engine_argv, spec_drafter_label
 
 #: the flag that caps concurrency, per engine (the schedule's "serve plainly above" advice)
 CONCURRENCY_FLAG = {"llama.cpp": "--parallel", "vllm": "--max-num-seqs", "sglang": "--max-running-requests"}
@@ -64,7 +64,7 @@ def patch_schedules(summary: dict[str, Any], template: str, specs: Sequence[Spec
                     loads: Sequence[int]) -> None:
     """In place: each schedule's engine snippets become the launched engine's command (``engine_flags``,
     under ``engine``), the other engines' are dropped (they were not what ran)."""
-    by_label = {setting_label(s, kind): s for s in specs}
+    by_label = {spec_drafter_label(s, kind): s for s in specs}
     for sch in summary.get("schedules") or []:
         cells = [v for v in summary.get("verdicts") or []
                  if v.get("category") == sch.get("category") and v.get("temperature") == sch.get("temperature")]

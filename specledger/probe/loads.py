@@ -28,11 +28,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specledger.errors import SpecLedgerError
-from specledger.mainjob.loads import LOAD_EXPERIMENT, setting_name
 from specledger.probe.endpoint import probe_endpoint_results
 from specledger.probe.loadgen import LoadConfig, PromptItem, RequestResult, Tokenizer
 from specledger.probe.metrics import speedup
-from specledger.records import EXPERIMENT_KEY, RequestRecord
+from specledger.records import EXPERIMENT_KEY, LOAD_EXPERIMENT, GammaSpec, RequestRecord, setting_label
 
 
 @dataclass
@@ -94,7 +93,7 @@ def run_probe_loads(
     return points
 
 
-def tag_load_point(records: list[RequestRecord], load: int, drafter: str, gamma: int | str,
+def tag_load_point(records: list[RequestRecord], load: int, drafter: str, gamma: GammaSpec,
                    wall_s: float | None) -> list[RequestRecord]:
     """Label one endpoint's records at ``load`` (in place; returned): ``extra.load`` always; at load > 1
     also the load-point keys of :mod:`specledger.mainjob.loads` and a request id unique across loads."""
@@ -104,7 +103,7 @@ def tag_load_point(records: list[RequestRecord], load: int, drafter: str, gamma:
         if load > 1:
             r.request_id = f"load{load}|{r.request_id}"
             r.extra.update({
-                EXPERIMENT_KEY: LOAD_EXPERIMENT, "kind": "concurrency", "setting": setting_name(drafter, gamma),
+                EXPERIMENT_KEY: LOAD_EXPERIMENT, "kind": "concurrency", "setting": setting_label(drafter, gamma),
                 "point_wall_s": wall_s, "point_tokens": tokens, "point_requests": len(records),
             })
     return records

@@ -23,7 +23,7 @@ from specledger.probe.loadgen import RequestResult, Tokenizer
 from specledger.probe.loads import LoadPoint, first_spec_decode, probe_document, tag_load_point
 from specledger.probe.records import BASELINE_DRAFTER, PROBE_KIND, gamma_label, records_from_probe
 from specledger.probe.workload import ProbeWorkload
-from specledger.records import RequestRecord
+from specledger.records import GammaSpec, RequestRecord
 from specledger.rundir import PROBE_JSON, TRACE_NAME, VLLM_BENCH_JSON, RunDir, json_safe
 
 VLLM_BENCH_KIND = "vllm-bench"
@@ -38,7 +38,7 @@ def check_new_run_dir(out: Path) -> None:
         raise SpecLedgerError(f"{out} already holds traces ({TRACE_NAME}); pass a new --out folder")
 
 
-def _endpoint_meta(report: Mapping[str, Any], role: str, drafter: str, gamma: int | str) -> dict[str, Any]:
+def _endpoint_meta(report: Mapping[str, Any], role: str, drafter: str, gamma: GammaSpec) -> dict[str, Any]:
     return {
         "role": role,
         "url": report.get("url"),
@@ -58,7 +58,7 @@ def probe_run_meta(
     baseline: Mapping[str, Any] | None,
     *,
     drafter: str,
-    gamma: int | str,
+    gamma: GammaSpec,
     workload: ProbeWorkload,
 ) -> dict[str, Any]:
     """``run.json`` of a probe: kind, model, endpoints (with spec-decode figures and warnings), config."""

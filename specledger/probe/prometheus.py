@@ -130,8 +130,18 @@ def gauge_values(snapshot: MetricsSnapshot, name: str) -> list[float]:
 
 def gauge_mean(snapshot: MetricsSnapshot, name: str) -> float | None:
     """Mean of gauge ``name`` across label sets (e.g. one per data-parallel rank); None if absent."""
-    values = gauge_values(snapshot, name)
-    return math.fsum(values) / len(values) if values else None
+    return finite_mean(gauge_values(snapshot, name))
+
+
+def finite_mean(values: list[float]) -> float | None:
+    """The mean of finite ``values`` (None if empty), finite too: a hostile server's values near 1e308 overflow
+    the plain sum, so then each is divided by the count first."""
+    if not values:
+        return None
+    try:
+        return math.fsum(values) / len(values)
+    except OverflowError:
+        return math.fsum(v / len(values) for v in values)
 
 
 

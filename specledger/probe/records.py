@@ -31,7 +31,7 @@ from typing import Any
 from specledger.errors import SpecLedgerError
 from specledger.probe.counters import request_counts
 from specledger.probe.loadgen import RequestResult, Tokenizer
-from specledger.records import RequestRecord
+from specledger.records import GammaSpec, RequestRecord
 
 PROBE_KIND = "probe"
 BASELINE_DRAFTER = "none"
@@ -73,7 +73,7 @@ def record_from_result(
     result: RequestResult,
     *,
     drafter: str,
-    gamma: int | str,
+    gamma: GammaSpec,
     temperature: float,
     model: str,
     endpoint: str,
@@ -133,7 +133,7 @@ def records_from_probe(
     results: Iterable[RequestResult],
     *,
     drafter: str,
-    gamma: int | str,
+    gamma: GammaSpec,
     temperature: float,
     model: str,
     endpoint: str,

@@ -25,7 +25,6 @@ Which names each engine exports (vLLM v1 and v0, SGLang, llama.cpp, TGI) is the 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from specledger.errors import SpecLedgerError
@@ -38,6 +37,7 @@ from specledger.probe.prometheus import (
     counter_by_label,
     counter_delta,
     counter_total,
+    finite_mean,
     gauge_mean,
     gauge_values,
 )
@@ -237,9 +237,9 @@ def _gauge_figures(figures: SpecDecodeFigures, engine: EngineNames, after: Metri
         return
     if any(v < 1 for v in measured):
         figures.warnings.append(f"{engine.accept_length_gauge} below 1 on some rank: not a possible length")
-    figures.sglang_accept_length = math.fsum(measured) / len(measured) if measured else None
+    figures.sglang_accept_length = finite_mean(measured)
     kept = [r for r, n in zip(rates, lengths) if n > 0] if len(rates) == len(lengths) else rates
-    figures.sglang_accept_rate = math.fsum(kept) / len(kept) if kept else None
+    figures.sglang_accept_rate = finite_mean(kept)
     figures.warnings.append(
         "SGLang spec_accept_length/spec_accept_rate are gauges (after-scrape value, server-wide, "
         "not a delta); SGLang's accept length counts the bonus token inside"

@@ -20,6 +20,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from specledger.records import setting_label
 from specledger.report.view import cat_key, crossover_points, slug
 
 Figure = dict[str, Any]
@@ -132,7 +133,7 @@ def el_vs_gamma(summary: dict[str, Any], key: tuple[str, float], colours: dict[s
 
 
 def _setting_name(s: dict[str, Any]) -> str:
-    return "plain" if (s.get("drafter") or "none") == "none" else f"{s['drafter']} γ={s['gamma']}"
+    return setting_label(s.get("drafter") or "none", s.get("gamma", 0))
 
 
 def round_split(summary: dict[str, Any], key: tuple[str, float], colours: dict[str, str]) -> Figure | None:

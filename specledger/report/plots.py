@@ -10,6 +10,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from specledger.records import setting_label
 from specledger.report.simulate_plots import SIMULATE_FIGURES
 
 LAYOUT = {
@@ -236,7 +237,7 @@ def quantization_speedups(quant: dict) -> go.Figure:
 
 
 def _serving_label(p: dict) -> str:
-    name = p.get("setting") or ("plain" if p["drafter"] == "none" else f"{p['drafter']} γ={p['gamma']}")
+    name = p.get("setting") or setting_label(p["drafter"], p["gamma"])
     return f"{name} · {p['source']} c={p['concurrency']}" if p.get("source") else name
 
 

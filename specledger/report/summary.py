@@ -42,7 +42,7 @@ from specledger.provenance import provenance
 from specledger.records import RequestRecord, main_records
 from specledger.rundir import EXPERIMENT_FILES, TRACE_NAME, RunDir, json_safe, summary_meta
 
-SCHEMA = "specledger.report.summary/1"
+SCHEMA = "specledger.summary/1"
 #: (the run's measured verify surface or None, the replayer of its greedy rounds or None)
 ForecastInputs = tuple[Any, Any]
 

@@ -41,7 +41,7 @@ from specledger.engine.policy import AcceptanceChain, GammaPolicy, make_policy, 
 from specledger.engine.protocol import TargetEngine
 from specledger.engine.sampling import SamplingParams
 from specledger.errors import SpecLedgerError
-from specledger.records import RequestRecord
+from specledger.records import GammaSpec, RequestRecord
 from specledger.serve.hardening import AccessLog, BodyLimit, Limits, RequestGate, log_safe
 from specledger.serve.metrics import ServeMetrics
 from specledger.serve.protocol import (
@@ -80,7 +80,7 @@ class _Disconnected:
 DISCONNECTED = _Disconnected()
 
 
-def parse_gamma(gamma: int | str, step_cost: Any = None) -> Callable[[], int | GammaPolicy]:
+def parse_gamma(gamma: GammaSpec, step_cost: Any = None) -> Callable[[], int | GammaPolicy]:
     """A factory of the per-request gamma: an integer >= 0, or a policy name (a fresh instance per
     call: requests decode concurrently, so each needs its own policy state). ``step_cost`` (shared
     by every request) lets goodput plan batched steps with the measured forward cost."""
@@ -91,7 +91,7 @@ def parse_gamma(gamma: int | str, step_cost: Any = None) -> Callable[[], int | G
     return lambda: make_policy(spec, step_cost=step_cost, chain=chain)
 
 
-def goodput_step_cost(engine: TargetEngine, gamma: int | str) -> Any:
+def goodput_step_cost(engine: TargetEngine, gamma: GammaSpec) -> Any:
     """For ``--gamma goodput``: the engine's packed-forward cost, measured once at start-up (a few
     seconds), which the per-request goodput policies share; None otherwise."""
     model = getattr(engine, "model", None)
@@ -102,7 +102,7 @@ def goodput_step_cost(engine: TargetEngine, gamma: int | str) -> Any:
     return step_cost_for(model).fresh()
 
 
-def max_positions(gamma: int | str) -> int:
+def max_positions(gamma: GammaSpec) -> int:
     """How many per-position acceptance counters to expose from the start."""
     value = gamma if isinstance(gamma, int) else int(gamma) if str(gamma).isdigit() else HEURISTIC_MAX_GAMMA
     return max(0, value)
@@ -150,7 +150,7 @@ class JobStreamingResponse(StreamingResponse):
 class Service:
     """Everything a route needs: engine, encoder, queue, worker, metrics and the served name."""
 
-    def __init__(self, engine: TargetEngine, drafter: Any, gamma: int | str, model_name: str, max_queue: int,
+    def __init__(self, engine: TargetEngine, drafter: Any, gamma: GammaSpec, model_name: str, max_queue: int,
                  encode: PromptEncoder, retry_after_s: int, keep_records: int, max_batch: int = 8) -> None:
         self.engine, self.model_name, self.encode, self.retry_after_s = engine, model_name, encode, retry_after_s
         self.gamma_label = str(gamma)
@@ -327,7 +327,7 @@ class Service:
 def create_app(
     engine: TargetEngine,
     drafter_name: str = "ngram",
-    gamma: int | str = 4,
+    gamma: GammaSpec = 4,
     model_name: str | None = None,
     max_queue: int = 64,
     max_batch: int = 8,

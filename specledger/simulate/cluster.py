@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from specledger.errors import require
+from specledger.records import GammaSpec
 from specledger.simulate.arrivals import closed_loop, poisson
 from specledger.simulate.chains import ChainTable
 from specledger.simulate.dispatch import Router, round_robin
@@ -67,7 +68,7 @@ class SLO:
         return " and ".join(parts) or "none"
 
 
-def replicas_needed(table: ChainTable, rate: float, slo: SLO, cost: Any, gamma: int | str, config: ServerConfig,
+def replicas_needed(table: ChainTable, rate: float, slo: SLO, cost: Any, gamma: GammaSpec, config: ServerConfig,
                     n_requests: int = 2000, max_replicas: int = 256, route: str = "least_outstanding",
                     seed: int = 0) -> tuple[int | None, dict[str, Any] | None]:
     """Smallest N in 1..max_replicas meeting ``slo`` at Poisson ``rate`` (None if even max_replicas fails),

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from specledger.errors import require
-from specledger.records import RequestRecord
+from specledger.records import GammaSpec, RequestRecord
 from specledger.rundir import SERVING_JSON, RunDir
 from specledger.simulate.chains import ChainTable
 
@@ -80,7 +80,7 @@ def measured_gammas(records: Sequence[RequestRecord], drafter: str) -> list[int]
                    and not isinstance(r.gamma, bool) and r.gamma > 0})
 
 
-def tables_per_gamma(records: Sequence[RequestRecord], drafter: str, gammas: Sequence[int | str],
+def tables_per_gamma(records: Sequence[RequestRecord], drafter: str, gammas: Sequence[GammaSpec],
                      max_gamma: int = 16, chains: str = "per-gamma"
                       ) -> dict[int | str, tuple[ChainTable, dict[str, int]]]:
     """One chain table per setting. ``per-gamma``: a gamma the run measured takes only the rounds

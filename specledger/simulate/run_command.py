@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from specledger.errors import SpecLedgerError, require
-from specledger.records import setting_label
+from specledger.records import GammaSpec, setting_label
 from specledger.rundir import SIMULATE_JSON, RunDir
 from specledger.simulate.arrivals import closed_loop, poisson, replay_file
 from specledger.simulate.cluster import SLO, capacity_plan, crossover_map, with_context
@@ -121,7 +121,7 @@ def resolve_cost(run: Any, profile: Path | None, hardware: str | None, model_con
 class _Parsed:
     concs: list[int]
     rates: list[float]
-    gammas: list[int | str]
+    gammas: list[GammaSpec]
     ctx_list: list[int]
     slo: SLO
 

@@ -30,6 +30,7 @@ import numpy as np
 from specledger.analysis.metrics import MS, tpot
 from specledger.analysis.stats import distribution
 from specledger.errors import require
+from specledger.records import GammaSpec
 from specledger.simulate.arrivals import Arrivals
 from specledger.simulate.chains import ChainTable, Draws
 from specledger.simulate.dispatch import Dispatcher, Router, round_robin
@@ -171,7 +172,7 @@ def simulate(
     arrivals: Arrivals,
     n_requests: int,
     cost: Any,
-    gamma: int | str = 0,
+    gamma: GammaSpec = 0,
     drafter: str | None = None,
     config: ServerConfig | None = None,
     replicas: int = 1,

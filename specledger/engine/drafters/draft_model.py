@@ -7,10 +7,13 @@ strings; it is refused with a one-line error. Its KV cache rolls back with the t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specledger.engine.drafters.neural import NeuralDrafter
 from specledger.errors import SpecLedgerError
+
+if TYPE_CHECKING:
+    from specledger.engine.model import Transformer
 
 
 def check_same_vocabulary(target_tokenizer: Any, draft_tokenizer: Any, target_vocab: int, draft_vocab: int) -> None:
@@ -28,7 +31,7 @@ def check_same_vocabulary(target_tokenizer: Any, draft_tokenizer: Any, target_vo
 
 
 class DraftModelDrafter(NeuralDrafter):
-    def __init__(self, draft_model: Any, target_tokenizer: Any = None, draft_tokenizer: Any = None,
+    def __init__(self, draft_model: Transformer, target_tokenizer: Any = None, draft_tokenizer: Any = None,
                  target_vocab: int | None = None) -> None:
         check_same_vocabulary(
             target_tokenizer, draft_tokenizer, target_vocab or draft_model.config.vocab_size,

@@ -62,7 +62,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -75,6 +75,9 @@ from specledger.engine.model_config import KVCache, ModelConfig
 from specledger.engine.sampling import SamplingParams, probs_from_logits
 from specledger.engine.tree import DraftTree
 from specledger.errors import SpecLedgerError
+
+if TYPE_CHECKING:
+    from specledger.engine.model import Transformer
 
 HEAD_FORMAT = "specledger-head/1"
 HEAD_SUFFIX = ".safetensors"
@@ -109,7 +112,7 @@ class HeadConfig:
                    draft_vocab=draft_vocab)
 
 
-def target_fingerprint(model: Any) -> str:
+def target_fingerprint(model: Transformer) -> str:
     """16 hex digits identifying a target: its config and its first 256 embedding rows in bf16
     (shared by fp32, bf16 and int8 copies of one model: quantization keeps the embedding)."""
     cfg = model.config
@@ -190,7 +193,7 @@ class HeadFile:
     path: Path
 
 
-def load_head(path: str | os.PathLike, target: Any | None = None) -> HeadFile:
+def load_head(path: str | os.PathLike, target: Transformer | None = None) -> HeadFile:
     """Read a head file; with ``target``, refuse one trained for another target (one-line errors)."""
     from safetensors import safe_open
 
@@ -252,7 +255,7 @@ def head_cache_path(fingerprint: str, cache_dir: str | None = None) -> Path:
     return cache_root(cache_dir) / "heads" / f"{fingerprint}{HEAD_SUFFIX}"
 
 
-def find_head(target: Any, cache_dir: str | None = None) -> Path:
+def find_head(target: Transformer, cache_dir: str | None = None) -> Path:
     """The head file for ``target``: the one ``train-head`` cached (a retrain wins), else the one shipped
     with the package; else a one-line error naming the command that builds it."""
     fp = target_fingerprint(target)
@@ -265,7 +268,7 @@ def find_head(target: Any, cache_dir: str | None = None) -> Path:
     )
 
 
-def _lm_head_rows(target: Any, ids: torch.Tensor) -> torch.Tensor:
+def _lm_head_rows(target: Transformer, ids: torch.Tensor) -> torch.Tensor:
     """Rows ``ids`` of the target's LM head as a float tensor (dequantized if the head is int8)."""
     head = target.lm_head
     weight = head.weight
@@ -284,7 +287,7 @@ class HeadDrafter(Drafter):
     uses_model = True
     wants_hidden = True
 
-    def __init__(self, target: Any, head: HeadFile, topk: int = 4, full_vocab: bool = False) -> None:
+    def __init__(self, target: Transformer, head: HeadFile, topk: int = 4, full_vocab: bool = False) -> None:
         """``full_vocab``: draft over the target's whole vocabulary (its full LM head) even when the file
         carries a reduced draft vocabulary -- the same trained layer, every token proposable, a head step
         as dear as the target's LM head (what the reduced vocabulary buys, measured both ways)."""
@@ -479,7 +482,7 @@ class HeadDrafter(Drafter):
         return to_target_ids(self, fill_shape(start[0], start[1], shape, params, rng, draws=self.tree_draws))
 
 
-def make_head_drafter(target: Any, path: str | os.PathLike | None = None, cache_dir: str | None = None,
+def make_head_drafter(target: Transformer, path: str | os.PathLike | None = None, cache_dir: str | None = None,
                       full_vocab: bool = False) -> HeadDrafter:
     """The ``head`` drafter for ``target`` from ``path`` (default: :func:`find_head`); ``full_vocab`` as
     :class:`HeadDrafter`."""

@@ -21,11 +21,14 @@ rejection needs, so sampled trees stay exact.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from specledger.engine.tree import DraftTree, draft_rows
+
+if TYPE_CHECKING:
+    from specledger.engine.model import Transformer
 
 
 class TreeHead(Protocol):
@@ -34,7 +37,7 @@ class TreeHead(Protocol):
     k/v cache, the draft-vocabulary map and lm head, and the capacity / catch-up / id-mapping calls."""
 
     net: Any
-    target: Any
+    target: Transformer
     cache: Any
     vocab_ids: torch.Tensor | None
     lm_head: Any

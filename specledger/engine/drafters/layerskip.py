@@ -11,12 +11,15 @@ the ledger's predicted speed-up E[L](a, gamma) / (1 + gamma * c) with c = draft 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from specledger.engine.drafters.neural import NeuralDrafter
 from specledger.errors import require
+
+if TYPE_CHECKING:
+    from specledger.engine.model import Transformer
 
 
 def parse_layers(spec: str, n_layers: int) -> list[int]:
@@ -59,13 +62,13 @@ def candidate_layer_sets(n_layers: int) -> list[list[int]]:
 
 
 @torch.inference_mode()
-def agreement(model: Any, tokens: Sequence[int], layers: Sequence[int] | None) -> torch.Tensor:
+def agreement(model: Transformer, tokens: Sequence[int], layers: Sequence[int] | None) -> torch.Tensor:
     """Argmax predictions of the (sub)model at every position of ``tokens`` (teacher-forced)."""
     cache = model.new_cache(len(tokens) + 1)
     return model(torch.tensor([list(tokens)], device=model.device), 0, cache, layers=layers)[0].argmax(-1)
 
 
-def calibrate(model: Any, tokens: Sequence[int], gamma: int = 4) -> tuple[list[int], list[dict]]:
+def calibrate(model: Transformer, tokens: Sequence[int], gamma: int = 4) -> tuple[list[int], list[dict]]:
     """Pick the layer set maximising predicted speed-up; returns (layers, table of candidates)."""
     from specledger.ledger import expected_length_constant  # pure math
 
@@ -82,5 +85,5 @@ def calibrate(model: Any, tokens: Sequence[int], gamma: int = 4) -> tuple[list[i
 
 
 class LayerSkipDrafter(NeuralDrafter):
-    def __init__(self, target: Any, layers: Sequence[int]) -> None:
+    def __init__(self, target: Transformer, layers: Sequence[int]) -> None:
         super().__init__(target, layers=layers, name="layerskip")

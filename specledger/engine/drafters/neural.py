@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from specledger.engine.drafters.base import Drafter, Proposal
 from specledger.engine.sampling import SamplingParams, probs_from_logits
 from specledger.engine.tree import DraftTree, draft_rows, grow_tree
+
+if TYPE_CHECKING:
+    from specledger.engine.model import Transformer
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int], start: int = 0) -> int:
@@ -34,7 +37,7 @@ class NeuralDrafter(Drafter):
 
     uses_model = True
 
-    def __init__(self, model: Any, layers: Sequence[int] | None = None, name: str = "neural") -> None:
+    def __init__(self, model: Transformer, layers: Sequence[int] | None = None, name: str = "neural") -> None:
         self.model = model
         self.layers = list(layers) if layers is not None else None
         self.name = name

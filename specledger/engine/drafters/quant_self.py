@@ -7,13 +7,16 @@ against p, whatever q proposed.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from specledger.engine.drafters.neural import NeuralDrafter
 
+if TYPE_CHECKING:
+    from specledger.engine.model import Transformer
+
 
 class QuantSelfDrafter(NeuralDrafter):
-    def __init__(self, target: Any) -> None:
+    def __init__(self, target: Transformer) -> None:
         from specledger.engine.int8 import quantize_int8
 
         super().__init__(quantize_int8(target), layers=None, name="quant-self")
