@@ -20,7 +20,7 @@ from specledger.gates import (
     quality_gate,
     slo_from_dict,
 )
-from specledger.gates.loads import analyze_loads
+from specledger.gates.load_verdicts import analyze_loads
 from specledger.load_points import interleaved, requests_at
 from specledger.mainjob.job import RunPlan, run
 from specledger.records import LOAD_EXPERIMENT, RequestRecord, main_records

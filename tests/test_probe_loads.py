@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from specledger.cli import app as cli_app
 from specledger.errors import SpecLedgerError
 from specledger.gates import PASS
+from specledger.probe.endpoint_loads import at_load, side_order
 from specledger.probe.loadgen import LoadConfig
-from specledger.probe.loads import at_load, side_order
 from specledger.rundir import read_records
 from tests.fake_server import FakeServer, FakeServerConfig
 

@@ -139,7 +139,7 @@ def test_simulated_capacity_says_what_it_cannot_assess_and_plan_errors() -> None
     import numpy as np
 
     from specledger.gates.simulated import carried_gate, sim_capacity_gate
-    from specledger.simulate.loads import SimPoint
+    from specledger.simulate.run_loads import SimPoint
 
     def point(drafter: str, seconds: float) -> SimPoint:
         n = 4

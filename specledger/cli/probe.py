@@ -1,13 +1,13 @@
 """CLI verbs ``probe``, ``import-vllm-bench``, ``import`` and ``inspect`` (registered by specledger/cli/__init__.py):
 parse the flags, call the library (:mod:`~specledger.probe.options`, :mod:`~specledger.probe.endpoint`,
-:mod:`~specledger.probe.loads`, :mod:`~specledger.probe.launch`, :mod:`~specledger.probe.outputs`), build the
+:mod:`~specledger.probe.endpoint_loads`, :mod:`~specledger.probe.launch`, :mod:`~specledger.probe.outputs`), build the
 report from the run folder the library wrote, print (:mod:`specledger.cli.probe_show`).
 
 ``probe`` loads an OpenAI-compatible streaming endpoint (fixed concurrency or Poisson rate),
 times every chunk, scrapes ``URL/metrics`` before and after for spec-decode counters, and
 prints one summary table; ``--baseline URL2`` repeats the same load on a second endpoint
 and prints the speed-up. ``--loads 1,4,16`` probes both endpoints at each concurrency
-(:mod:`~specledger.probe.loads`) and ends in the per-load gates, verdicts and schedule of
+(:mod:`~specledger.probe.endpoint_loads`) and ends in the per-load gates, verdicts and schedule of
 ``specledger run --loads``. It only ever contacts the URLs it is given.
 
 Everything a server or a file supplies (model names, versions, warnings quoting them) is printed through
@@ -27,10 +27,10 @@ from rich.table import Table
 
 from specledger.cli.probe_show import print_run_report, render_report, show_launch, show_loads
 from specledger.probe.endpoint import run_probe
+from specledger.probe.endpoint_loads import LoadPoint, run_probe_loads, without_results
 from specledger.probe.imports import Imported, benchmark_kind, guidellm_documents, vllm_bench_documents
 from specledger.probe.launch import run_launch
 from specledger.probe.launch_dir import write_launch_dir
-from specledger.probe.loads import LoadPoint, run_probe_loads, without_results
 from specledger.probe.options import ProbeOptions, ProbePlan, plan_probe
 from specledger.probe.outputs import (
     GUIDELLM_KIND,

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from specledger.probe.loads import LoadPoint, without_results
+from specledger.probe.endpoint_loads import LoadPoint, without_results
 from specledger.probe.safe_text import safe
 from specledger.probe.tables import (
     LAUNCH_COLUMNS,

@@ -1,5 +1,5 @@
 """All four gates of one scenario at load 1 (the main job decodes one request at a time); the load
-points' gates are :mod:`specledger.gates.loads`'."""
+points' gates are :mod:`specledger.gates.load_verdicts`'."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """The verdict at simulated loads: the simulator's points through the load gates, labelled simulated.
 
-Input: simulated points (:class:`specledger.simulate.loads.SimPoint`: per request ``prompt_ids``,
+Input: simulated points (:class:`specledger.simulate.run_loads.SimPoint`: per request ``prompt_ids``,
 ``tokens``, ``seconds``, ``ttft_s``, ``tpot_s``, ``max_gap_s``; per point ``wall_s``, ``itl_token_p99_ms``,
 ``load``, ``drafter``, ``gamma``, ``temperature``) and the simulator's validation at the measured loads
 (the simulator imports nothing from the gates). Per (category, temperature, simulated load) and setting:
 
 - speed-up: S = (Σ tokens / Σ latency) of the setting over plain's, per prompt of the category, paired
-  (:func:`specledger.simulate.loads.sim_speedup`); its interval is the prompt bootstrap
+  (:func:`specledger.simulate.run_loads.sim_speedup`); its interval is the prompt bootstrap
   widened by the simulator's own error, [lo · (1 − e), hi · (1 + e)] with e the largest |error| of the
   simulated speed-up against the measured one at the measured loads > 1. Not validated (no measured
   load > 1): no interval, hence no "deploy" -- the simulator's error is unknown;
@@ -47,7 +47,7 @@ from specledger.gates import (
     verdicts,
 )
 from specledger.records import RequestRecord, setting_label
-from specledger.simulate.loads import SimPoint, sim_speedup
+from specledger.simulate.run_loads import SimPoint, sim_speedup
 
 NOT_VALIDATED = "not validated"
 

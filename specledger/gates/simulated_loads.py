@@ -1,7 +1,7 @@
 """The simulated loads of a run's summary (``specledger run --simulate-loads 64,256``).
 
 From the run's records alone (so ``specledger report`` rebuilds the same figures; the simulation is
-seeded): the solo chains and sizes (:mod:`specledger.simulate.loads`), priced by the run's own
+seeded): the solo chains and sizes (:mod:`specledger.simulate.run_loads`), priced by the run's own
 measured cost model on its cost surface -- :func:`specledger.cost.costmodel.fit_cost_model` on the
 solo rounds with the surface measured at the run's start, what ``cost_model.json`` holds and
 ``specledger simulate --from RUN`` reads. Each setting is simulated at every simulated load (the
@@ -30,7 +30,7 @@ BUDGET_REQUESTS = 4000
 
 
 def _index(r: RequestRecord) -> int:
-    """Request i of a load point (its id ends in ``|i``, :mod:`specledger.mainjob.loads`)."""
+    """Request i of a load point (its id ends in ``|i``, :mod:`specledger.mainjob.measured_loads`)."""
     tail = r.request_id.rsplit("|", 1)[-1]
     return int(tail) if tail.isdigit() else 0
 
@@ -89,7 +89,7 @@ def simulated_loads(records: Sequence[RequestRecord], meta: dict[str, Any], slo:
                     n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
     """``{"verdicts", "scenarios", "simulation"}`` of the simulated loads (see the module docstring);
     ``measured_scenarios``: every measured scenario with its gates (load 1 and the load points)."""
-    from specledger.simulate.loads import settings_of, simulate_points, validation, worst_errors
+    from specledger.simulate.run_loads import settings_of, simulate_points, validation, worst_errors
 
     start = time.perf_counter()
     solo = solo_chains(records)

@@ -203,7 +203,7 @@ def run(
         meta["race"] = {**log.to_dict(), "load_point_settings": [setting_label(d, g) for d, g in survivors[1:]]}
         rd.write_meta(meta)
     if at_loads:  # after the race: only the settings it left in contention, on the initial prompts
-        from specledger.mainjob.loads import run_load_points
+        from specledger.mainjob.measured_loads import run_load_points
 
         run_load_points(rd, plan, engine, {pid: workload.by_id[pid] for pid in initial_ids},
                         {pid: workload.encoded[pid] for pid in initial_ids}, drafters.layers, progress, survivors)
@@ -245,7 +245,7 @@ def _start_meta(rd: RunDir, plan: RunPlan, engine: TargetEngine, workload: Workl
         "prompts": workload.facts(),
     }
     if any(x > 1 for x in plan.loads):  # what the KV-capacity gate needs (m_KV from the model config)
-        from specledger.mainjob.loads import memory_facts
+        from specledger.mainjob.measured_loads import memory_facts
 
         meta.update(memory_facts(engine))
     old: dict[str, Any] = {}

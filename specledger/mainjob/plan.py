@@ -64,7 +64,7 @@ class RunPlan:
     #: also run ``specledger sweep``'s experiments (quant4, policies, serving) into the run directory
     side_experiments: bool = False
     #: concurrencies: 1 is the solo job above; every load > 1 runs each setting under continuous
-    #: batching, closed loop over the same prompts (:mod:`specledger.mainjob.loads`)
+    #: batching, closed loop over the same prompts (:mod:`specledger.mainjob.measured_loads`)
     loads: list[int] = field(default_factory=lambda: [1])
     #: loads beyond the measured ones, simulated from this run after it (:mod:`specledger.gates.simulated_loads`);
     #: their verdicts are labelled simulated

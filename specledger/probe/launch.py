@@ -13,7 +13,7 @@ server serves every load in ascending order):
 2. the engine starts with its log in ``OUT/launch/logs/NAME.log``
    (:class:`~specledger.probe.engine_server.EngineServer`), and must answer ``GET /health`` with 200 while
    its process lives (``--launch-timeout``);
-3. :func:`specledger.probe.loads.run_probe_loads` probes it at each load (``/metrics`` scraped around
+3. :func:`specledger.probe.endpoint_loads.run_probe_loads` probes it at each load (``/metrics`` scraped around
    each load);
 4. the process group is stopped (SIGTERM, then SIGKILL), and the configuration is saved as
    ``OUT/launch/NAME.json`` (reports and per-request results of every load).
@@ -57,11 +57,11 @@ from pathlib import Path
 from typing import Any
 
 from specledger.errors import SpecLedgerError
+from specledger.probe.endpoint_loads import run_probe_loads
 from specledger.probe.engine_command import Spec, check_template, engine_argv
 from specledger.probe.engine_server import EngineServer, free_port
 from specledger.probe.launch_runs import SpecRun, merge_repeats
 from specledger.probe.loadgen import LoadConfig, Tokenizer
-from specledger.probe.loads import run_probe_loads
 from specledger.probe.workload import ProbeWorkload
 from specledger.rundir import RunDir, json_safe
 

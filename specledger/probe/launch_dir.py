@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from specledger.probe.endpoint_loads import probe_document, tag_load_point
 from specledger.probe.engine_command import (
     BASELINE_SPEC,
     UNKNOWN_GAMMA,
@@ -19,7 +20,6 @@ from specledger.probe.engine_server import HOST
 from specledger.probe.launch import run_order
 from specledger.probe.launch_runs import SpecRun, counters_of, paired_points, pooled_ledger
 from specledger.probe.loadgen import LoadConfig, Tokenizer
-from specledger.probe.loads import probe_document, tag_load_point
 from specledger.probe.model_file import gguf_kv_facts, machine_memory, model_path
 from specledger.probe.outputs import probe_run_meta, write_probe_run
 from specledger.probe.records import records_from_probe
@@ -30,7 +30,7 @@ from specledger.rundir import PROBE_JSON, RunDir
 
 def launch_records(runs: Mapping[str, SpecRun], kind: str, workload: ProbeWorkload, tokenizer: Tokenizer | None,
                    config: LoadConfig) -> list[RequestRecord]:
-    """Every configuration's records at every load (:func:`specledger.probe.loads.tag_load_point`), one drafter
+    """Every configuration's records at every load (:func:`specledger.probe.endpoint_loads.tag_load_point`), one drafter
     label each (:func:`spec_drafter_label`), γ from :func:`configured_gamma`."""
     records: list[RequestRecord] = []
     for name, run in runs.items():

@@ -11,9 +11,9 @@ from typing import Any
 
 from specledger.ledger.server_acceptance import acceptance_ledger
 from specledger.probe.counters import engine_counters_over, windows_counts
+from specledger.probe.endpoint_loads import LoadPoint
 from specledger.probe.engine_command import Spec
 from specledger.probe.loadgen import RequestResult
-from specledger.probe.loads import LoadPoint
 from specledger.probe.metrics import speedup, summarize
 from specledger.rundir import json_safe
 

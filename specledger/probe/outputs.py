@@ -4,7 +4,7 @@
 ``traces.jsonl`` (one record per finished request, :mod:`specledger.probe.records`) and
 ``run.json`` (``"kind": "probe"``: endpoints, their spec-decode figures and acceptance ledger,
 config, workload); the command then builds the report. ``probe --loads`` writes every load's requests
-(:mod:`specledger.probe.loads`: load 1 as the main records, loads > 1 as load points) and a
+(:mod:`specledger.probe.endpoint_loads`: load 1 as the main records, loads > 1 as load points) and a
 ``probe.json`` with every load's figures under ``loads``. ``vllm bench serve`` results have no per-request timings
 to pair; ``import-vllm-bench --out`` writes ``vllm_bench.json`` (figures + acceptance ledger) and a
 ``run.json`` (``"kind": "vllm-bench"``), and the report shows them in their own section.
@@ -19,8 +19,8 @@ from typing import Any
 
 from specledger.errors import SpecLedgerError
 from specledger.ledger.server_acceptance import NO_ROUNDS_NOTE, VLLM_BENCH_NOTE, acceptance_ledger
+from specledger.probe.endpoint_loads import LoadPoint, first_spec_decode, probe_document, tag_load_point
 from specledger.probe.loadgen import RequestResult, Tokenizer
-from specledger.probe.loads import LoadPoint, first_spec_decode, probe_document, tag_load_point
 from specledger.probe.records import BASELINE_DRAFTER, PROBE_KIND, gamma_label, records_from_probe
 from specledger.probe.workload import ProbeWorkload
 from specledger.records import GammaSpec, RequestRecord
@@ -175,8 +175,9 @@ def probe_loads_run(
     points: Sequence[LoadPoint], workload: ProbeWorkload, label: str, gamma: str | None,
     tokenizer: Tokenizer | None, name: str,
 ) -> tuple[list[RequestRecord], dict[str, Any]]:
-    """The records (tagged per load, :func:`specledger.probe.loads.tag_load_point`) and ``run.json`` of a
-    probe at several loads. One gamma label for every load (:func:`~specledger.probe.loads.first_spec_decode`)."""
+    """The records (tagged per load, :func:`specledger.probe.endpoint_loads.tag_load_point`) and ``run.json`` of a
+    probe at several loads. One gamma label for every load
+    (:func:`~specledger.probe.endpoint_loads.first_spec_decode`)."""
     g = gamma_label(first_spec_decode(points), gamma)
     records: list[RequestRecord] = []
     for p in points:
@@ -200,7 +201,7 @@ def write_probe_loads_dir(
     out: Path, points: Sequence[LoadPoint], workload: ProbeWorkload, label: str, gamma: str | None,
     tokenizer: Tokenizer | None,
 ) -> None:
-    """probe.json (:func:`~specledger.probe.loads.probe_document`), traces.jsonl + run.json of every load; the
+    """probe.json (:func:`~specledger.probe.endpoint_loads.probe_document`), traces.jsonl + run.json of every load; the
     report built from them (by the caller) gives gates and verdicts per load and the schedule."""
     records, meta = probe_loads_run(points, workload, label, gamma, tokenizer, Path(out).name)
     Path(out).mkdir(parents=True, exist_ok=True)

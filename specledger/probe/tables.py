@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specledger.probe.counters import engine_counters_over
+from specledger.probe.endpoint_loads import LoadPoint
 from specledger.probe.engine_command import BASELINE_SPEC
 from specledger.probe.launch_runs import point_windows, pooled_ledger
-from specledger.probe.loads import LoadPoint
 from specledger.probe.outputs import GUIDELLM_KIND, VLLM_BENCH_KIND
 
 #: a figure longer than this is cut in a table cell (a 10**400 count is a number, not a screenful)

@@ -7,7 +7,7 @@ that runs the steps in order, each a layer below this one.
 2. The prediction check (:func:`specledger.predict.check.run_prediction_check`: leave one γ out) and
    the end-to-end model's speed-up of every measured setting.
 3. The four gates per scenario (:mod:`specledger.gates`) and the verdicts at load 1, then at every
-   load > 1 of ``specledger run --loads`` (:func:`specledger.gates.loads.analyze_loads`).
+   load > 1 of ``specledger run --loads`` (:func:`specledger.gates.load_verdicts.analyze_loads`).
 4. The schedule over loads (:mod:`specledger.gates.schedule`).
 
 The run's forecast inputs -- the verify surface measured at its start and the exact replayer of its
@@ -33,7 +33,7 @@ from specledger.gates import (
     verdicts,
     with_measured_margin,
 )
-from specledger.gates.loads import analyze_loads
+from specledger.gates.load_verdicts import analyze_loads
 from specledger.gates.schedule import schedules
 from specledger.gates.solo import gate_scenarios
 from specledger.predict.check import run_prediction_check, scenario_predictions, usable
@@ -119,7 +119,7 @@ def summarize(
         s["prediction_kind"] = pred["kind"] if pred else None
     plain_gates = gate_scenarios(analysis["scenarios"], groups, analysis["baselines"], slo)
     # the main job decodes one request at a time: its verdicts are at load 1, measured; the load
-    # points (``specledger run --loads``) add a verdict per load > 1 (specledger.gates.loads)
+    # points (``specledger run --loads``) add a verdict per load > 1 (specledger.gates.load_verdicts)
     controls = control_repetition(records)
     solo_load = measured_load(meta)
     decided = [{**v, "load": solo_load, "simulated": False}

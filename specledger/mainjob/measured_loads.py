@@ -11,7 +11,7 @@ loop, not a second one.
 Every request is a record in ``traces.jsonl`` tagged ``extra.experiment = "load"`` (kept apart
 from the solo records: :func:`specledger.records.main_records`) with its point's ``load``,
 ``setting``, wall time, CPU time (``time.process_time`` around the point) and committed tokens,
-from which :mod:`specledger.gates.loads` builds the gates and the verdict per (category,
+from which :mod:`specledger.gates.load_verdicts` builds the gates and the verdict per (category,
 temperature, load). ``--resume`` skips the points already in the trace (a point's records are
 appended together).
 """

@@ -1,7 +1,7 @@
 """The simulator at the run's own loads: ``specledger run --loads 1,16 --simulate-loads 64,256``.
 
 Loads beyond what this machine serves are simulated (:func:`simulate_points`) in the shape of a
-measured load point (:mod:`specledger.mainjob.loads`): every setting -- plain decoding and each
+measured load point (:mod:`specledger.mainjob.measured_loads`): every setting -- plain decoding and each
 drafter × γ the run measured solo (chains only; trees are not simulated) -- serves the run's prompts
 closed loop at concurrency L with L sequence slots, max(L, prompts) requests in the given order
 (the prompts cycled, categories interleaved), the same requests for every setting. Inputs:

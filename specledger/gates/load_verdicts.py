@@ -1,7 +1,7 @@
 """The verdict at loads > 1: the load points' scenarios, gates and decisions per (category, temperature, load).
 
 Input: the records of ``specledger run --loads`` (``extra.experiment == "load"``,
-:mod:`specledger.mainjob.loads`). Per load, each speculative setting is paired with plain decoding at
+:mod:`specledger.mainjob.measured_loads`). Per load, each speculative setting is paired with plain decoding at
 the same load on the same prompts (:func:`~specledger.analysis.run.analyze_scenario`: speed-up =
 paired per-prompt tokens/s of the request under that load, with its bootstrap interval), then:
 

@@ -10,11 +10,11 @@ The requests become a run (:func:`load_point_records`) shaped like ``specledger 
 
 * load 1 is the solo job's shape (one request at a time): its records are the run's main records
   (``extra.load = 1``), analysed like the local solo job -- the gates of :mod:`specledger.gates`;
-* every load L > 1 is a load point as :mod:`specledger.mainjob.loads` writes them:
+* every load L > 1 is a load point as :mod:`specledger.mainjob.measured_loads` writes them:
   ``extra.experiment = "load"``, ``kind = "concurrency"``, ``load``, ``setting``, ``point_wall_s``
   (that endpoint's wall time at that load), ``point_tokens`` and ``point_requests``; there is no
   ``point_cpu_s`` (the server's CPU is not the client's to see), so the capacity gate reports no CPU
-  cost. :mod:`specledger.gates.loads` then gives the four gates and the verdict per (category,
+  cost. :mod:`specledger.gates.load_verdicts` then gives the four gates and the verdict per (category,
   temperature, load), and :mod:`specledger.gates.schedule` the schedule.
 
 Without ``--baseline`` every load still gets its figures (records per load), but no verdict: there
@@ -96,7 +96,7 @@ def run_probe_loads(
 def tag_load_point(records: list[RequestRecord], load: int, drafter: str, gamma: GammaSpec,
                    wall_s: float | None) -> list[RequestRecord]:
     """Label one endpoint's records at ``load`` (in place; returned): ``extra.load`` always; at load > 1
-    also the load-point keys of :mod:`specledger.mainjob.loads` and a request id unique across loads."""
+    also the load-point keys of :mod:`specledger.mainjob.measured_loads` and a request id unique across loads."""
     tokens = sum(r.output_tokens for r in records)
     for r in records:
         r.extra["load"] = int(load)
