@@ -1,34 +1,31 @@
 """Continuous batching with speculation: many requests in flight, one packed verify per step.
 
-:class:`BatchScheduler` is the incremental engine: ``add`` a request (with its own drafter and
-gamma policy) at any step boundary, ``step`` the batch, ``cancel`` a request. ``step`` returns
-each request's events in the order :meth:`specledger.engine.decode.Engine.stream` yields them:
-``Emitted`` chunks and ``RoundRecord`` s as they happen, then one final ``RequestRecord``.
-:meth:`BatchEngine.run` serves a fixed list of requests by feeding a scheduler; there is one
-implementation of a step.
+:class:`BatchScheduler` is the incremental engine: ``add`` a request (with its own drafter and gamma policy) at
+any step boundary, ``step`` the batch, ``cancel`` a request. ``step`` returns each request's events in the order
+:meth:`specledger.engine.decode.Engine.stream` yields them: ``Emitted`` chunks and ``RoundRecord`` s as they
+happen, then one final ``RequestRecord``. :meth:`BatchEngine.run` serves a fixed list of requests by feeding a
+scheduler; there is one implementation of a step.
 
 Each step:
   1. admit added requests while a sequence slot is free and the KV budget holds their
      context (prefill each into its slot; its first token is committed then);
   2. every running request's drafter proposes its own gamma (per-request policies, ragged);
      a per-step token budget trims the largest proposals first;
-  3. KV for the candidates is reserved (context + gamma per request); if the budget would be
-     exceeded, the most recently admitted request is preempted (its slot freed, its tokens
-     kept) and later recomputed by a prefill over prompt + output -- preemptions and their
-     recompute time are recorded;
+  3. KV for the candidates is reserved (context + gamma per request); if the budget would be exceeded, the most
+     recently admitted request is preempted (its slot freed, its tokens kept) and later recomputed by a prefill
+     over prompt + output -- preemptions and their recompute time are recorded;
   4. one packed forward (:meth:`Transformer.forward_packed`) verifies everybody;
   5. each request verifies, commits, applies EOS / max_tokens / stop strings; rejected
      candidates' KV is released (the reservation shrinks back to the committed context).
 
-Each request's round (gamma plan, proposal, verification of its rows, cut and commit,
-RoundRecord, release past stop strings, final RequestRecord) is
-:class:`specledger.engine.request.Request`'s, the same code the solo engine runs; the scheduler
-owns slots, admission, budgets, the packed forward and the clock. Stops are therefore applied
-exactly as solo (text that could still begin a stop string is held back, nothing after a stop
-is emitted, the round is marked truncated if tokens were dropped).
+Each request's round (gamma plan, proposal, verification of its rows, cut and commit, RoundRecord, release past
+stop strings, final RequestRecord) is :class:`specledger.engine.request.Request`'s, the same code the solo engine
+runs; the scheduler owns slots, admission, budgets, the packed forward and the clock. Stops are therefore applied
+exactly as solo (text that could still begin a stop string is held back, nothing after a stop is emitted, the round
+is marked truncated if tokens were dropped).
 
-Exactness: packed rows are computed bit for bit like solo decoding (row-invariant kernels),
-so each request's greedy output equals its solo plain greedy output whatever it is batched with.
+Exactness: packed rows are computed bit for bit like solo decoding (row-invariant kernels), so each request's
+greedy output equals its solo plain greedy output whatever it is batched with.
 
 Failures: an exception in one request's drafting, verification, stop handling, (re)prefill or
 final record ends that request alone: its last event is :class:`RequestFailed`, its slot is

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ctypes
 import math
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -28,11 +28,8 @@ from specledger.engine import kernels
 from specledger.engine.kernels import ops
 from specledger.errors import SpecLedgerError
 
-if TYPE_CHECKING:
-    from specledger.engine.model import Transformer
 
-
-def available(model: Transformer) -> bool:
+def available(model: Any) -> bool:
     """Whether ``model`` can take the native row path: CPU float32, kernel built, native linears on."""
     first = model.layers[0].wqkv if len(model.layers) else None
     return (model.device.type == "cpu" and model.dtype == torch.float32 and kernels.lib() is not None
@@ -80,7 +77,7 @@ _LAYER_IDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LINEARS = ("wqkv", "wo", "w13", "w2")
 
 
-def _stack(model: Transformer) -> Any:
+def _stack(model: Any) -> Any:
     """The ctypes array of every layer's weight pointers, rebuilt whenever a pack or a norm changed (each linear
     repacks itself when its weight changed, as its own forward does; the norms' storage and version); None when
     a linear is not on the native kernel. Checked on every forward: flat comprehensions over the modules' own dicts,
@@ -109,7 +106,7 @@ def _stack(model: Transformer) -> Any:
     return arr
 
 
-def _layer_ids(model: Transformer, layers: Any) -> Any:
+def _layer_ids(model: Any, layers: Any) -> Any:
     ids = tuple(range(len(model.layers))) if layers is None else tuple(int(i) for i in layers)
     cache = _LAYER_IDS.setdefault(model, {})
     if ids not in cache:
@@ -119,7 +116,7 @@ def _layer_ids(model: Transformer, layers: Any) -> Any:
     return ids, cache[ids]
 
 
-def _run_stack(model: Transformer, x: torch.Tensor, cache_kv: torch.Tensor, slots: torch.Tensor,
+def _run_stack(model: Any, x: torch.Tensor, cache_kv: torch.Tensor, slots: torch.Tensor,
                positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layers: Any, tree: bool,
                kv_out: torch.Tensor | None = None) -> torch.Tensor | None:
     """The layers in one native call (see the module doc); None where it does not apply."""
@@ -143,7 +140,7 @@ def _run_stack(model: Transformer, x: torch.Tensor, cache_kv: torch.Tensor, slot
     return x
 
 
-def run_layers(model: Transformer, x: torch.Tensor, cache_kv: torch.Tensor, slots: torch.Tensor,
+def run_layers(model: Any, x: torch.Tensor, cache_kv: torch.Tensor, slots: torch.Tensor,
                positions: torch.Tensor, max_slot: int, layers: Any = None, tree: bool = False,
                kv_out: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`block_rows` through ``layers`` (all if None) of ``model``; ``cache_kv`` [L, 2, S, nkv, cap, hd].
