@@ -41,40 +41,42 @@ static inline float dot(const float *a, const float *b, int n) {
  * element's arithmetic is the same whichever thread runs it. */
 /* ... and, with q (a quantized linear's buffer; NULL: none), each finished row quantized for the next matmul in the
  * same pass (one barrier instead of two; the quantized bits are those of a separate pass over the same floats). */
+static inline void rmsnorm_row(const float *x, const float *w, float *y, int m, int M, int D, float eps, uint8_t *q) {
+    const float *xr = x + (size_t)m * D;
+    float *yr = y + (size_t)m * D;
+    float r = 1.0f / sqrtf(dot(xr, xr, D) / (float)D + eps);
+    for (int i = 0; i < D; i++) yr[i] = w[i] * (xr[i] * r);
+    if (q) specledger_q8_blocks(yr, m, 0, D / 32, M, D, q);
+}
+
 static void rmsnorm_q_for(const float *x, const float *w, float *y, int M, int D, float eps, uint8_t *q) {
 #pragma omp for schedule(static)
-    for (int m = 0; m < M; m++) {
-        const float *xr = x + (size_t)m * D;
-        float *yr = y + (size_t)m * D;
-        float r = 1.0f / sqrtf(dot(xr, xr, D) / (float)D + eps);
-        for (int i = 0; i < D; i++) yr[i] = w[i] * (xr[i] * r);
-        if (q) specledger_q8_blocks(yr, m, 0, D / 32, M, D, q);
-    }
+    for (int m = 0; m < M; m++) rmsnorm_row(x, w, y, m, M, D, eps, q);
 }
 
 void specledger_rmsnorm_f32(const float *x, const float *w, float *y, int M, int D, float eps) {
     rmsnorm_q_for(x, w, y, M, D, eps, NULL);
 }
 
+/* one head v[hd] in place: v = v * c + rotate_half(v) * s */
+static inline void rope_head(float *v, const float *c, const float *s, int hd) {
+    int half = hd / 2;
+    float tmp[hd];
+    for (int i = 0; i < half; i++) tmp[i] = -v[i + half];
+    for (int i = half; i < hd; i++) tmp[i] = v[i - half];
+    for (int i = 0; i < hd; i++) {
+        float a = v[i] * c[i], b = tmp[i] * s[i];
+        v[i] = a + b;
+    }
+}
+
 /* x [M, H, hd] in place; rows' positions pos[M]; tables cos/sin [P, hd]; heads [0, rot) rotated. */
 void specledger_rope_f32(float *x, const float *cos_t, const float *sin_t, const int64_t *pos, int M, int H,
                          int rot, int hd) {
-    int half = hd / 2;
-    float tmp[hd];
 #pragma omp for schedule(static)
-    for (int u = 0; u < M * rot; u++) {
-        int m = u / rot, h = u % rot;
-        const float *c = cos_t + (size_t)pos[m] * hd, *s = sin_t + (size_t)pos[m] * hd;
-        {
-            float *v = x + ((size_t)m * H + h) * hd;
-            for (int i = 0; i < half; i++) tmp[i] = -v[i + half];
-            for (int i = half; i < hd; i++) tmp[i] = v[i - half];
-            for (int i = 0; i < hd; i++) {
-                float a = v[i] * c[i], b = tmp[i] * s[i];
-                v[i] = a + b;
-            }
-        }
-    }
+    for (int u = 0; u < M * rot; u++)
+        rope_head(x + ((size_t)u / rot * H + u % rot) * hd, cos_t + (size_t)pos[u / rot] * hd,
+                  sin_t + (size_t)pos[u / rot] * hd, hd);
 }
 
 /* sc[j] = dot(q, K_j) * scale for n keys K_j = K + j * hd, bit for bit as dot(): with 16 lanes and hd = 64,
@@ -203,6 +205,19 @@ static void write_rows_kv(const float *qkv, float *kc, float *vc, const int64_t 
         for (int h = 0; h < nkv; h++) write_kv(qkv, kc, vc, slots, pos, m, h, nh, nkv, hd, cap);
 }
 
+/* rope and the cache write in one pass (rows' (slot, pos) distinct: not a tree): every (row, q or k head) roped as
+ * specledger_rope_f32 does; a k head's row then writes its k and v into the cache (one barrier instead of two). */
+static void rope_write_for(float *qkv, float *kc, float *vc, const float *cos_t, const float *sin_t,
+                           const int64_t *slots, const int64_t *pos, int M, int nh, int nkv, int hd, int cap) {
+    int rot = nh + nkv, H = nh + 2 * nkv;
+#pragma omp for schedule(static)
+    for (int u = 0; u < M * rot; u++) {
+        int m = u / rot, h = u % rot;
+        rope_head(qkv + ((size_t)m * H + h) * hd, cos_t + (size_t)pos[m] * hd, sin_t + (size_t)pos[m] * hd, hd);
+        if (h >= nh) write_kv(qkv, kc, vc, slots, pos, m, h - nh, nh, nkv, hd, cap);
+    }
+}
+
 /* qkv [M, nh + 2*nkv, hd] (roped); caches [S, nkv, cap, hd]; out [M, nh, hd]; sc: this thread's scratch
  * (``attn_plan``). Inside a parallel region (orphaned ``omp for``s, a barrier after each), every (row, query
  * head) in parallel:
@@ -213,9 +228,10 @@ static void write_rows_kv(const float *qkv, float *kc, float *vc, const int64_t 
  *            k/v are written afterwards, in row order, leaving the cache as that sequence would. */
 static void attn_for(const float *qkv, float *kc, float *vc, float *out, const int64_t *slots, const int64_t *pos,
                      int M, int nh, int nkv, int hd, int cap, float scale, const attn_plan *ap, float *sc,
-                     uint8_t *q) {  /* q: quantize each head's output for the next matmul (hd % 32 == 0); NULL: no */
+                     uint8_t *q, int written) {  /* q: quantize each head's output for the next matmul (hd % 32 == 0;
+                                                  * NULL: no); written: the rows' k/v are in the cache already */
     int group = nh / nkv, stride = (nh + 2 * nkv) * hd;
-    if (!ap->tree) write_rows_kv(qkv, kc, vc, slots, pos, M, nh, nkv, hd, cap);
+    if (!ap->tree && !written) write_rows_kv(qkv, kc, vc, slots, pos, M, nh, nkv, hd, cap);
     const float **kx = (const float **)(sc + ap->scores), **vx = kx + ap->D;
 #pragma omp for schedule(static)
     for (int u = 0; u < M * nh; u++) {
@@ -244,7 +260,7 @@ void specledger_attn_f32(const float *qkv, float *kc, float *vc, float *out, con
 #pragma omp parallel num_threads(nthreads)
     {
         float *sc = malloc(attn_scratch_bytes(&ap));
-        attn_for(qkv, kc, vc, out, slots, pos, M, nh, nkv, hd, cap, scale, &ap, sc, NULL);
+        attn_for(qkv, kc, vc, out, slots, pos, M, nh, nkv, hd, cap, scale, &ap, sc, NULL, 0);
         free(sc);
     }
     attn_plan_free(&ap);
@@ -294,6 +310,24 @@ static void linear_for(int kind, int ready, const float *x, const float *W, cons
     specledger_qgemv_for(kind, qbuf, (const uint8_t *)W, b, r, y, M, N, K);
 }
 
+#ifndef OWN_NORM_ROWS
+#define OWN_NORM_ROWS 2 /* up to this many rows, every thread runs a norm (and its quantization) for itself */
+#endif
+
+/* y = linear(rmsnorm(x)): with ``own``, this thread normalizes every row into its own buffers (own_h, own_q) and
+ * the matmul reads them, no barrier between; else the rows are shared out (h, q, a barrier) as before. */
+static void norm_then_linear(int own, const float *x, const float *norm, float *h, float *own_h, uint8_t *q,
+                             uint8_t *own_q, int M, int dim, float eps, int kind, const float *W, const float *b,
+                             float *y, int N, uint8_t *qbuf) {
+    if (own) {
+        for (int m = 0; m < M; m++) rmsnorm_row(x, norm, own_h, m, M, dim, eps, own_q);
+        linear_for(kind, 1, own_h, W, b, NULL, y, M, N, dim, own_q);
+        return;
+    }
+    rmsnorm_q_for(x, norm, h, M, dim, eps, q);
+    linear_for(kind, 1, h, W, b, NULL, y, M, N, dim, qbuf);
+}
+
 void specledger_layers_f32(const specledger_layer_f32 *w, const int32_t *ids, int n, float *x, float *kv,
                            int64_t layer_stride, int64_t v_offset, const int64_t *slots, const int64_t *pos, int M,
                            int dim, int nh, int nkv, int hd, int hidden, int cap, float eps, const float *cos_t,
@@ -309,18 +343,25 @@ void specledger_layers_f32(const specledger_layer_f32 *w, const int32_t *ids, in
     float *h = scratch, *qkv = h + (size_t)M * dim, *att = qkv + (size_t)M * nq, *gu = att + (size_t)M * nh * hd,
           *act = gu + (size_t)M * 2 * hidden;
     /* one parallel region for the whole stack: the matmuls and attention share their work among the threads
-     * (orphaned omp for), and so do the row ops; every op ends at a barrier, as a call did */
+     * (orphaned omp for), and so do the row ops; an op ends at a barrier, as a call did, except as follows */
+    /* few rows: each thread normalizes and quantizes them itself into its own buffers, so the matmul after a norm
+     * starts without a barrier (the same bits: a row's arithmetic is the same whichever thread runs it); and the
+     * rows' k/v are written while roping (not a tree) */
+    int own = quant && M <= OWN_NORM_ROWS, fused = !tree && !kv_out;
 #pragma omp parallel num_threads(nthreads)
     {
         float *sc = malloc(attn_scratch_bytes(&ap));
+        float *own_h = own ? malloc((size_t)M * dim * 4) : NULL;
+        uint8_t *own_q = own ? malloc(specledger_qact_bytes(M, kmax)) : NULL;
         for (int li = 0; li < n; li++) {
             const specledger_layer_f32 *L = w + ids[li];
             float *kc = kv + (size_t)ids[li] * layer_stride, *vc = kc + v_offset;
             uint8_t *q0 = L->kind[0] ? qbuf : NULL, *q1 = L->kind[1] && hd % 32 == 0 ? qbuf : NULL;
             uint8_t *q2 = L->kind[2] ? qbuf : NULL, *q3 = L->kind[3] && hidden % 32 == 0 ? qbuf : NULL;
-            rmsnorm_q_for(x, L->attn_norm, h, M, dim, eps, q0);
-            linear_for(L->kind[0], 1, h, L->wqkv, L->bqkv, NULL, qkv, M, nq, dim, qbuf);
-            specledger_rope_f32(qkv, cos_t, sin_t, pos, M, nh + 2 * nkv, nh + nkv, hd);
+            norm_then_linear(own && q0, x, L->attn_norm, h, own_h, q0, own_q, M, dim, eps, L->kind[0], L->wqkv,
+                             L->bqkv, qkv, nq, qbuf);
+            if (fused) rope_write_for(qkv, kc, vc, cos_t, sin_t, slots, pos, M, nh, nkv, hd, cap);
+            else specledger_rope_f32(qkv, cos_t, sin_t, pos, M, nh + 2 * nkv, nh + nkv, hd);
             if (kv_out) {  /* the rows' roped k and v for a tree's commit: kv_out[layer id][2][M][nkv][hd] */
                 float *dst = kv_out + (size_t)ids[li] * 2 * M * nkv * hd;
 #pragma omp for schedule(static)
@@ -329,14 +370,14 @@ void specledger_layers_f32(const specledger_layer_f32 *w, const int32_t *ids, in
                         memcpy(dst + ((size_t)half * M + m) * nkv * hd,
                                qkv + (size_t)m * nq + (size_t)(nh + half * nkv) * hd, (size_t)nkv * hd * 4);
             }
-            attn_for(qkv, kc, vc, att, slots, pos, M, nh, nkv, hd, cap, scale, &ap, sc, q1);
+            attn_for(qkv, kc, vc, att, slots, pos, M, nh, nkv, hd, cap, scale, &ap, sc, q1, fused);
             linear_for(L->kind[1], q1 != NULL, att, L->wo, L->bo, x, x, M, dim, nh * hd, qbuf);
-            rmsnorm_q_for(x, L->mlp_norm, h, M, dim, eps, q2);
-            linear_for(L->kind[2], 1, h, L->w13, NULL, NULL, gu, M, 2 * hidden, dim, qbuf);
+            norm_then_linear(own && q2, x, L->mlp_norm, h, own_h, q2, own_q, M, dim, eps, L->kind[2], L->w13, NULL,
+                             gu, 2 * hidden, qbuf);
             silu_mul_q_for(gu, act, M, hidden, q3);
             linear_for(L->kind[3], q3 != NULL, act, L->w2, NULL, x, x, M, dim, hidden, qbuf);
         }
-        free(sc);
+        free(sc), free(own_h), free(own_q);
     }
     free(qbuf);
     attn_plan_free(&ap);
