@@ -30,24 +30,23 @@ from specledger.engine.quant_gguf import QuantLinear, quantize_blocks  # noqa: E
 SHAPES = [("qkv", 960, 576), ("o", 576, 576), ("gate|up", 3072, 576), ("down", 576, 1536), ("head", 49152, 576)]
 
 
-def _best(fn, repeats: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
-def _median(fn, repeats: int) -> float:
+def _times(fn, repeats: int) -> list[float]:
+    """Seconds of ``repeats`` calls of ``fn``, after one untimed call."""
     fn()
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return times
+
+
+def _best(fn, repeats: int) -> float:
+    return min(_times(fn, repeats))
+
+
+def _median(fn, repeats: int) -> float:
+    return statistics.median(_times(fn, repeats))
 
 
 def kernel_table(repeats: int) -> None:

@@ -296,6 +296,12 @@ def candidate_label(drafter: str, gamma: int) -> str:
     return f"{drafter} γ={gamma}"
 
 
+def prompts_per_category(n: int, candidates: Sequence[tuple[str, int]]) -> int:
+    """Prompts per category to load for a four-way with table prompts ``n`` per category: twice that when the
+    drafters are picked (:func:`split_for_selection` gives half to the pick), else ``n``."""
+    return 2 * n if len(candidates) > 1 else n
+
+
 def split_for_selection(prompts: Sequence[Prompt]) -> tuple[list[Prompt], list[Prompt]]:
     """(table prompts, selection prompts): within each category, alternately one to the table and one to the
     selection, the table first -- so a drafter is never picked on the prompts its four-way figures come from.

@@ -106,7 +106,7 @@ def run_side_experiments(engine: TargetEngine, run_dir: Path, seed: int, progres
     an interrupted run left half-written is skipped with a warning. Returns the experiments run."""
     from specledger.bench.experiment import check_fresh
     from specledger.bench.policies import POLICY_EXPERIMENT, run_policies
-    from specledger.bench.quantization import QUANT_EXPERIMENT, float_engine, run_quantization
+    from specledger.bench.quantization import QUANT_EXPERIMENT, float_engine, prompts_per_category, run_quantization
     from specledger.bench.serving import SERVING_EXPERIMENT, run_serving
     from specledger.rundir import POLICIES_JSON, QUANT_JSON, SERVING_JSON
 
@@ -120,10 +120,11 @@ def run_side_experiments(engine: TargetEngine, run_dir: Path, seed: int, progres
     common = dict(max_tokens=cfg["max_tokens"], out_dir=run_dir, seed=seed, progress=progress)
     candidates = parse_quant_candidates(cfg["quant_drafters"])
 
-    def quant_items() -> list:  # its drafters are picked on prompts of their own: twice the prompts, half each
-        if len(candidates) < 2:
+    def quant_items() -> list:  # its drafters are picked on prompts of their own (prompts_per_category)
+        per_category = prompts_per_category(cfg["n"], candidates)
+        if per_category == cfg["n"]:
             return items
-        return load_sweep_items(cfg["categories"], 2 * cfg["n"], seed, None, engine.model.config.vocab_size)[0]
+        return load_sweep_items(cfg["categories"], per_category, seed, None, engine.model.config.vocab_size)[0]
 
     jobs = [
         (QUANT_EXPERIMENT, QUANT_JSON,

@@ -121,7 +121,7 @@ def run_sweep(opts: SweepOptions, console: Any) -> Path:
     the command builds the report from it)."""
     from specledger.bench.policies import run_policies
     from specledger.bench.progress import live_progress
-    from specledger.bench.quantization import run_quantization
+    from specledger.bench.quantization import prompts_per_category, run_quantization
     from specledger.bench.serving import run_serving
     from specledger.engine.build import build_engine
     parsed = check_sweep_options(opts)
@@ -129,8 +129,7 @@ def run_sweep(opts: SweepOptions, console: Any) -> Path:
     console.print(f"[bold]specledger sweep[/] ({opts.experiment}) -> {run_dir}")
     with console.status("loading the target model"):
         engine = build_engine(opts.target, opts.dtype)
-    # the four-way picks its drafters on prompts of their own: twice the prompts per category, half for the table
-    per_category = 2 * opts.n if len(parsed.quant_candidates) > 1 else opts.n
+    per_category = prompts_per_category(opts.n, parsed.quant_candidates)
     items, warnings = load_sweep_items(parse_csv(opts.categories), per_category, opts.seed, opts.workload,
                                        engine.model.config.vocab_size)
     for w in warnings:

@@ -68,7 +68,8 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
                     "quantized target" if dtype.startswith("gguf") else f"target weights: {dtype}" if dtype else "")
     if bw.get("bandwidth"):
         weights_note += f"{'. ' if weights_note else ''}Plain decode: {bw['bandwidth']}"
-    kern = (meta.get("machine") or {}).get("kernels") if isinstance(meta.get("machine"), dict) else None
+    machine = meta.get("machine")  # a dict for runs; a line of text for probes
+    kern = machine.get("kernels") if isinstance(machine, dict) else None
     if isinstance(kern, dict):  # which CPU kernels ran (engine/kernels.describe): native, or torch's fallback
         ran = f"native ({kern.get('path')})" if kern.get("native") else f"torch fallback ({kern.get('status')})"
         weights_note += f"{'. ' if weights_note else ''}CPU kernels: {ran}"

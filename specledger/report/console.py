@@ -302,8 +302,9 @@ def print_experiments(summary: dict[str, Any], console: Console | None = None) -
     experiments = summary.get("experiments") or {}
     q = experiments.get("quantization")
     if q:
-        table = Table(title=f"quantization four-way ({q['drafter']} γ={q['gamma']}, {len(q['prompts'])} prompts)",
-                      header_style="bold")
+        picks = q.get("drafters") or {}
+        drafters = ", ".join(f"{t} {p['label']}" for t, p in picks.items()) or f"{q['drafter']} γ={q['gamma']}"
+        table = Table(title=f"quantization four-way ({drafters}, {len(q['prompts'])} prompts)", header_style="bold")
         for col in ("setting", "tok/s", "S vs fp32 plain [95% CI]", "E[L]", "identical to verifier", "task score"):
             table.add_column(col, justify="left" if col == "setting" else "right")
         for r in q["settings"]:

@@ -174,6 +174,18 @@ void specledger_q8_blocks(const float *x_row, int m, int b0, int nb, int M, int 
 /* ---- one group of 16 outputs x MM rows ---------------------------------------------------------------------- */
 static inline int corr_mul(int kind) { return kind == KIND_Q4_0 ? -8 : 0; }
 
+/* Outputs n0 .. n0 + count - 1 (those below N) of row ``row``: y = s (+ b[n]) (+ r, added last as torch does). */
+static inline void store_outputs(const float *s, int count, int row, int n0, int N, const float *bias, const float *r,
+                                 float *y) {
+    for (int l = 0; l < count && n0 + l < N; l++) {
+        int n = n0 + l;
+        float v = s[l];
+        if (bias) v += bias[n];
+        size_t at = (size_t)row * N + n;
+        y[at] = r ? r[at] + v : v;
+    }
+}
+
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define QPATH "avx512-vnni"
 static inline __attribute__((always_inline)) void qgroup(const int kind, const uint8_t *Wg, qact a, const float *bias,
@@ -225,13 +237,7 @@ static inline __attribute__((always_inline)) void qgroup(const int kind, const u
     for (int j = 0; j < MM; j++) {
         float s16[QN];
         _mm512_storeu_ps(s16, acc[j]);
-        for (int l = 0; l < QN && n0 + l < N; l++) {
-            int n = n0 + l;
-            float s = s16[l];
-            if (bias) s += bias[n];
-            size_t at = (size_t)(m0 + j) * N + n;
-            y[at] = r ? r[at] + s : s;
-        }
+        store_outputs(s16, QN, m0 + j, n0, N, bias, r, y);
     }
 }
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -279,13 +285,7 @@ static inline __attribute__((always_inline)) void qgroup(const int kind, const u
         for (int j = 0; j < MM; j++) {
             float s8[8];
             _mm256_storeu_ps(s8, acc[j]);
-            for (int l = 0; l < 8 && n0 + 8 * half + l < N; l++) {
-                int n = n0 + 8 * half + l;
-                float s = s8[l];
-                if (bias) s += bias[n];
-                size_t at = (size_t)(m0 + j) * N + n;
-                y[at] = r ? r[at] + s : s;
-            }
+            store_outputs(s8, 8, m0 + j, n0 + 8 * half, N, bias, r, y);
         }
     }
 }
@@ -319,11 +319,7 @@ static inline void qgroup(const int kind, const uint8_t *Wg, qact a, const float
                 acc = fmaf((float)is, dd, acc);
                 if (kind == KIND_Q4_1) acc = fmaf(half_to_float(mh), a.sx[at], acc);
             }
-            float s = acc;
-            int n = n0 + l;
-            if (bias) s += bias[n];
-            size_t at = (size_t)(m0 + j) * N + n;
-            y[at] = r ? r[at] + s : s;
+            store_outputs(&acc, 1, m0 + j, n0 + l, N, bias, r, y);
         }
 }
 #endif
