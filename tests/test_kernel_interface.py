@@ -4,13 +4,16 @@ must agree with it -- names, argument counts and types, struct fields in order. 
 from __future__ import annotations
 
 import ctypes
+import os
+import platform
+import shutil
 import re
 from pathlib import Path
 
 import pytest
 
 from specledger.engine import kernels
-from specledger.engine.native_rows import _LayerF32
+from specledger.engine.native_rows import _EndsF32, _LayerF32
 
 HEADER = Path(kernels.__file__).with_name("specledger_kernels.h")
 _C_SOURCES = [Path(kernels.__file__).with_name(name) for name in ("gemv.c", "ops.c", "qgemv.c")]
@@ -47,11 +50,10 @@ def parse_header() -> dict[str, tuple[object, list[object]]]:
     return protos
 
 
-def parse_struct() -> list[tuple[str, object, int]]:
-    """(field, ctypes type, array length or 0) for the fields of ``specledger_layer_f32``, in order."""
-    body = re.search(r"typedef struct\s*\{(.*?)\}\s*specledger_layer_f32\s*;", _strip_comments(HEADER.read_text()),
-                     re.S)
-    assert body, "specledger_layer_f32 not found in the header"
+def parse_struct(name: str = "specledger_layer_f32") -> list[tuple[str, object, int]]:
+    """(field, ctypes type, array length or 0) for the fields of the header's struct ``name``, in order."""
+    body = re.search(r"typedef struct\s*\{([^{}]*?)\}\s*" + name + r"\s*;", _strip_comments(HEADER.read_text()), re.S)
+    assert body, f"{name} not found in the header"
     fields = []
     for decl in filter(None, (d.strip() for d in body.group(1).split(";"))):
         m = re.fullmatch(r"(?:const\s+)?([A-Za-z0-9_]+)\s*(\**)\s*([A-Za-z0-9_]+)\s*(?:\[(\d+)\])?", decl)
@@ -99,9 +101,10 @@ def test_abi_matches_header() -> None:
     assert m and int(m.group(1)) == kernels._ABI
 
 
-def test_layer_struct_matches_header() -> None:
-    fields = parse_struct()
-    ours = _LayerF32._fields_
+@pytest.mark.parametrize(("name", "structure"), [("specledger_layer_f32", _LayerF32), ("specledger_ends_f32", _EndsF32)])
+def test_structs_match_header(name: str, structure: type) -> None:
+    fields = parse_struct(name)
+    ours = structure._fields_
     assert [f[0] for f in ours] == [f[0] for f in fields]
     for (name, ctype), (_, want, length) in zip(ours, fields, strict=True):
         if length:
@@ -127,3 +130,11 @@ def test_run_json_records_whether_the_kernels_or_the_fallback_ran(monkeypatch):
     assert got == kernels.describe() and set(got) == {"native", "path", "status"}
     monkeypatch.setattr(kernels, "lib", lambda: None)
     assert kernels.describe()["native"] is False and kernels.describe()["path"] == "none"
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or os.environ.get("SPECLEDGER_NATIVE") == "0"
+                    or not (os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")),
+                    reason="no C compiler, not Linux, or the kernels switched off")
+def test_the_kernels_build_wherever_a_compiler_is() -> None:
+    """A compile error must fail the suite, not quietly skip every kernel test (they skip when the library is off)."""
+    assert kernels.lib() is not None, kernels.status()

@@ -243,3 +243,37 @@ def test_bundled_gguf_kept_quantized_speculates_token_identically():
                 assert spec.token_ids == plain.token_ids
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("fmt", ("F32", *FORMATS))
+@pytest.mark.parametrize("tied", (False, True))
+def test_the_one_call_forward_is_the_modules_path_bit_for_bit(fmt, tied, monkeypatch):
+    """specledger_forward_f32 (embedding, stack, final norm and head in one call) gives the bits of the embedding
+    module, the stack call, the norm and the head's linear run one after another, and the same cache."""
+    from specledger.engine import native_rows
+
+    if fmt == "F32":
+        model = tiny_model(5, vocab=96, n_layers=2, dim=64)
+        if tied:
+            model.lm_head.weight = model.embed.weight
+    else:
+        model = _quantized_tiny(fmt, tied)
+    assert native_rows._ends(model) is not None  # the one-call path applies
+    tokens = torch.tensor([[3, 17, 5], [60, 2, 95]])
+    for last_only in (False, True):
+        with torch.inference_mode():
+            fast_cache, slow_cache = model.new_cache(16, batch_size=2), model.new_cache(16, batch_size=2)
+            for start, rows in ((0, tokens), (3, tokens[:, :1])):  # a prefill of 3 rows, then one decode row each
+                fast = model(rows, start, fast_cache, last_only=last_only)
+                with monkeypatch.context() as patched:
+                    patched.setattr(native_rows, "forward_logits", lambda *a, **k: None)
+                    slow = model(rows, start, slow_cache, last_only=last_only)
+                assert fast.shape == slow.shape == (2, 1 if last_only else rows.shape[1], 96)
+                assert torch.equal(fast, slow)
+            assert torch.equal(fast_cache.kv, slow_cache.kv)
+
+
+def test_a_token_outside_the_vocabulary_is_a_one_line_error():
+    model = _quantized_tiny("Q4_1")
+    with torch.inference_mode(), pytest.raises(SpecLedgerError, match=r"token ids must lie in \[0, 96\)"):
+        model(torch.tensor([[3, 96]]), 0, model.new_cache(8))

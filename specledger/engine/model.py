@@ -290,14 +290,17 @@ class Transformer(nn.Module):
                 f"positions {start_pos}..{end - 1} do not fit the KV cache (capacity {cache.capacity}); "
                 "allocate a larger cache"
             )
-        x = self.embed(tokens)
         if seq <= ROW_INVARIANT_MAX_T and native_rows.available(self):  # decode and verify rows: native
             slots = torch.tensor([b for b in range(bsz) for _ in range(seq)], device=self.device)  # one op each
             pos = torch.tensor(list(range(start_pos, end)) * bsz, device=self.device)  # (arange + repeat: 2x slower)
+            if layers is None and not return_hidden and (logits := native_rows.forward_logits(
+                    self, tokens, cache.kv, slots, pos, bsz - 1, last_only)) is not None:
+                return logits  # the whole forward in one native call
             x = native_rows.run_layers(
-                self, x.reshape(bsz * seq, -1), cache.kv, slots, pos, bsz - 1, layers
+                self, self.embed(tokens).reshape(bsz * seq, -1), cache.kv, slots, pos, bsz - 1, layers
             ).view(bsz, seq, -1)
         else:
+            x = self.embed(tokens)
             cos, sin = self._rope_tables(start_pos, end)
             mask = self._causal_mask(start_pos, seq, self.config.n_heads // self.config.n_kv_heads)
             for i in range(len(self.layers)) if layers is None else layers:

@@ -140,6 +140,73 @@ def _run_stack(model: Any, x: torch.Tensor, cache_kv: torch.Tensor, slots: torch
     return x
 
 
+class _EndsF32(ctypes.Structure):
+    """The ends around the stack for ``specledger_forward_f32``: the embedding table, the final norm, the LM head
+    (pointers), and the table's and the head's kinds (0 float32, else a GGUF block kind)."""
+
+    _fields_ = [*((name, ctypes.c_void_p) for name in ("table", "norm", "head", "head_bias")),
+                ("table_kind", ctypes.c_int32), ("head_kind", ctypes.c_int32), ("vocab", ctypes.c_int32)]
+
+
+def _ends(model: Any) -> _EndsF32 | None:
+    """The model's embedding, final norm and LM head for the one-call forward, or None when one of them has no
+    native form (a float32 table or a quantized one; a head on the native kernel; the same vocabulary)."""
+    embed, head, norm = model.embed, model.lm_head, model.norm
+    table = getattr(embed, "table", None)  # a QuantEmbedding reads its quantized table
+    if table is not None and getattr(table, "kind", 0):
+        table_kind, table_ptr, rows = table.kind, table.packed.data_ptr(), table.out_features
+    elif isinstance(embed, torch.nn.Embedding) and embed.weight.dtype == torch.float32 and embed.weight.is_contiguous():
+        table_kind, table_ptr, rows = 0, embed.weight.data_ptr(), embed.num_embeddings
+    else:
+        return None
+    if getattr(head, "kind", 0):  # a QuantLinear: its packed blocks are its weight
+        head_kind, packed, bias = head.kind, head.packed, head.bias
+    else:
+        if head._weight_key() != head._packed_key:  # as the head's own forward does
+            head._repack()
+        nat = head._native
+        if nat is None or nat.dtype != torch.float32:
+            return None
+        head_kind, packed, bias = 0, nat.packed, nat.bias
+    if rows != head.out_features or norm.dtype != torch.float32 or not norm.is_contiguous():
+        return None
+    return _EndsF32(table_ptr, norm.data_ptr(), packed.data_ptr(), None if bias is None else bias.data_ptr(),
+                    table_kind, head_kind, rows)
+
+
+def forward_logits(model: Any, tokens: torch.Tensor, cache_kv: torch.Tensor, slots: torch.Tensor,
+                   positions: torch.Tensor, max_slot: int, last_only: bool) -> torch.Tensor | None:
+    """``model(tokens)``'s float32 logits [B, T, V] ([B, 1, V] if ``last_only``) in one native call
+    (``specledger_forward_f32``: the embedding lookup, the stack, the final norm and the head in one parallel
+    region, bit for bit as the modules and :func:`run_layers` compute them); None where it does not apply."""
+    if max_slot >= cache_kv.shape[2]:
+        raise SpecLedgerError(f"rows address cache slot {max_slot}; the KV cache holds {cache_kv.shape[2]} slots")
+    ends = _ends(model)
+    stack = None if ends is None else _stack(model)
+    if stack is None or cache_kv.stride(-1) != 1 or not cache_kv[0, 0].is_contiguous():
+        return None
+    bsz, seq = tokens.shape
+    m = bsz * seq
+    ids = tokens.reshape(-1).to(torch.int64).contiguous()
+    heads = torch.arange(seq - 1, m, seq) if last_only else torch.arange(m)
+    logits = torch.empty((bsz, 1 if last_only else seq, ends.vocab), dtype=torch.float32)
+    model._ensure_rope()
+    _, cos, sin = model._rope_cache
+    slots, positions = slots.contiguous(), positions.contiguous()
+    layer_ids, id_arr = _layer_ids(model, None)
+    first = model.layers[0]
+    nh, hd = first.n_heads, first.head_dim
+    if kernels.lib().specledger_forward_f32(
+            ctypes.byref(ends), ids.data_ptr(), heads.data_ptr(), len(heads), logits.data_ptr(), stack, id_arr,
+            len(layer_ids), cache_kv.data_ptr(), cache_kv.stride(0), cache_kv.stride(1), slots.data_ptr(),
+            positions.data_ptr(), m, model.config.dim, nh,
+            first.n_kv_heads, hd, first.hidden_dim, cache_kv.shape[-2], first.eps, cos.data_ptr(), sin.data_ptr(),
+            1.0 / math.sqrt(hd), torch.get_num_threads()):
+        raise SpecLedgerError(f"token ids must lie in [0, {ends.vocab}) (the model's vocabulary); got "
+                              f"{int(ids.min())}..{int(ids.max())}")
+    return logits
+
+
 def run_layers(model: Any, x: torch.Tensor, cache_kv: torch.Tensor, slots: torch.Tensor,
                positions: torch.Tensor, max_slot: int, layers: Any = None, tree: bool = False,
                kv_out: torch.Tensor | None = None) -> torch.Tensor:

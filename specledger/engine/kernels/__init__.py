@@ -29,9 +29,9 @@ from typing import Any
 import torch
 
 _SRCS = tuple(Path(__file__).with_name(name) for name in ("gemv.c", "ops.c", "qgemv.c"))
-_HEADERS = (Path(__file__).with_name("simd.h"), Path(__file__).with_name("specledger_kernels.h"))
+_HEADERS = tuple(Path(__file__).with_name(name) for name in ("simd.h", "attend.h", "specledger_kernels.h"))
 _FLAGS = ["-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", "-fPIC", "-shared"]
-_ABI = 6  # SPECLEDGER_ABI in specledger_kernels.h (the interface, declared once)
+_ABI = 7  # SPECLEDGER_ABI in specledger_kernels.h (the interface, declared once)
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 _status = "not loaded yet"
@@ -79,6 +79,8 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "specledger_silu_mul_f32": (None, [_p, _p, _i, _i]),
     "specledger_layers_f32": (None, [_p, _p, _i, _p, _p, _i64, _i64, _p, _p, _i, _i, _i, _i, _i, _i, _i, _f, _p, _p,
                                      _f, _i, _p, _p, _i]),
+    "specledger_forward_f32": (_i, [_p, _p, _p, _i, _p, _p, _p, _i, _p, _i64, _i64, _p, _p, _i, _i, _i, _i, _i, _i, _i,
+                                    _f, _p, _p, _f, _i]),
     # qgemv.c: GGUF block-quantized weights (see specledger/engine/quant_gguf.py)
     "specledger_qpack": (None, [_i, _p, _p, _i, _i]),
     "specledger_qdequant_rows": (None, [_i, _p, _p, _i, _i, _i, _p]),

@@ -10,31 +10,18 @@
  * - specledger_attn_f32:   write each row's k/v at (slot, pos), then per query head
  *                           out = sum_j softmax(q.k_j * scale)_j v_j over key slots j in [0, pos]
  * - specledger_silu_mul_f32: y = silu(gate) * up, gate|up the two halves of each input row
+ * - specledger_layers_f32:   a whole stack of layers in one call (one parallel region)
+ * - specledger_forward_f32:  embedding lookup + the stack + final norm + LM head in one call (decode, chains)
+ * exp is simd.h's vexp16 (16 lanes, one fixed sequence per lane), the attention's pieces attend.h's.
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attend.h"
 #include "simd.h"
 #include "specledger_kernels.h"
-
-/* sum_i a[i] * b[i]: 16 lanes over i in increasing order then a fixed tree (n % 16 == 0), else sequential. */
-static inline float dot(const float *a, const float *b, int n) {
-    if (n % 16 == 0) {
-        v16 acc = {0};
-        for (int i = 0; i < n; i += 16) {
-            v16 x, y;
-            memcpy(&x, a + i, 64);
-            memcpy(&y, b + i, 64);
-            acc += x * y;
-        }
-        return hsum16(acc);
-    }
-    float s = 0.f;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
 
 /* The row ops below share their rows (silu_mul: 256-element chunks) among the threads of an enclosing parallel
  * region (orphaned ``omp for``, a barrier at the end); called outside one, they run on the caller's thread. Each
@@ -77,75 +64,6 @@ void specledger_rope_f32(float *x, const float *cos_t, const float *sin_t, const
     for (int u = 0; u < M * rot; u++)
         rope_head(x + ((size_t)u / rot * H + u % rot) * hd, cos_t + (size_t)pos[u / rot] * hd,
                   sin_t + (size_t)pos[u / rot] * hd, hd);
-}
-
-/* sc[j] = dot(q, K_j) * scale for n keys K_j = K + j * hd, bit for bit as dot(): with 16 lanes and hd = 64,
- * 16 keys at a time, their 16 accumulators summed by one transposing reduction (hsum16's pairings). */
-static void scores(const float *q, const float *K, int n, int hd, float scale, float *sc) {
-    int j = 0;
-#if defined(__AVX512F__)
-    if (hd == 64) {
-        v16 q0, q1, q2, q3;
-        memcpy(&q0, q, 64), memcpy(&q1, q + 16, 64), memcpy(&q2, q + 32, 64), memcpy(&q3, q + 48, 64);
-        for (; j + 16 <= n; j += 16) {
-            v16 acc[16];
-            for (int t = 0; t < 16; t++) {
-                const float *k = K + (size_t)(j + t) * 64;
-                v16 k0, k1, k2, k3;
-                memcpy(&k0, k, 64), memcpy(&k1, k + 16, 64), memcpy(&k2, k + 32, 64), memcpy(&k3, k + 48, 64);
-                v16 a = (v16){0};
-                a += q0 * k0;
-                a += q1 * k1;
-                a += q2 * k2;
-                a += q3 * k3;
-                acc[t] = a;
-            }
-            v16 s = hsum16x16(acc) * scale;
-            memcpy(sc + j, &s, 64);
-        }
-    }
-#endif
-    for (; j < n; j++) sc[j] = dot(q, K + (size_t)j * hd, hd) * scale;
-}
-
-/* One query head: out = sum_j softmax(sc)_j V_j over keys j in [0, len): keys [0, pre) at K/V (contiguous, hd
- * apart), key pre + e at kx[e]/vx[e]. The order of every float operation is fixed by j alone. */
-static void attend_one(const float *q, const float *K, const float *V, int pre, const float *const *kx,
-                       const float *const *vx, int len, int hd, float scale, float *out, float *sc) {
-    scores(q, K, pre, hd, scale, sc);
-    for (int j = pre; j < len; j++) sc[j] = dot(q, kx[j - pre], hd) * scale;
-    float mx = -INFINITY;
-    for (int j = 0; j < len; j++)
-        if (sc[j] > mx) mx = sc[j];
-    float sum = 0.f;
-    for (int j = 0; j < len; j++) {
-        sc[j] = expf(sc[j] - mx);
-        sum += sc[j];
-    }
-    float inv = 1.0f / sum;
-    if (hd == 64) {  /* the same fma per element as the loop below, in four registers */
-        v16 o0 = {0}, o1 = {0}, o2 = {0}, o3 = {0};
-        for (int j = 0; j < len; j++) {
-            const float *v = j < pre ? V + (size_t)j * 64 : vx[j - pre];
-            v16 v0, v1, v2, v3;
-            memcpy(&v0, v, 64), memcpy(&v1, v + 16, 64), memcpy(&v2, v + 32, 64), memcpy(&v3, v + 48, 64);
-            float p = sc[j];
-            o0 += p * v0;
-            o1 += p * v1;
-            o2 += p * v2;
-            o3 += p * v3;
-        }
-        o0 *= inv, o1 *= inv, o2 *= inv, o3 *= inv;
-        memcpy(out, &o0, 64), memcpy(out + 16, &o1, 64), memcpy(out + 32, &o2, 64), memcpy(out + 48, &o3, 64);
-        return;
-    }
-    for (int d = 0; d < hd; d++) out[d] = 0.f;
-    for (int j = 0; j < len; j++) {
-        const float *v = j < pre ? V + (size_t)j * hd : vx[j - pre];
-        float p = sc[j];
-        for (int d = 0; d < hd; d++) out[d] += p * v[d];
-    }
-    for (int d = 0; d < hd; d++) out[d] *= inv;
 }
 
 static inline void write_kv(const float *qkv, float *kc, float *vc, const int64_t *slots, const int64_t *pos,
@@ -274,28 +192,18 @@ static void silu_mul_q_for(const float *gu, float *y, int M, int H, uint8_t *q) 
         int m = c / chunks, i0 = c % chunks * 256, i1 = i0 + 256 < H ? i0 + 256 : H;
         const float *g = gu + (size_t)m * 2 * H, *u = g + H;
         float *yr = y + (size_t)m * H;
-        for (int i = i0; i < i1; i++) yr[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        for (int i = i0; i < i1; i += 16) {  /* silu(g) u = g / (1 + e^-g) u, 16 at a time (a tail zero-padded) */
+            int n = i1 - i < 16 ? i1 - i : 16;
+            v16 gv = {0}, uv = {0};
+            memcpy(&gv, g + i, (size_t)n * 4), memcpy(&uv, u + i, (size_t)n * 4);
+            v16 yv = gv / (1.0f + vexp16(-gv)) * uv;
+            memcpy(yr + i, &yv, (size_t)n * 4);
+        }
         if (q) specledger_q8_blocks(yr, m, i0 / 32, (i1 - i0) / 32, M, H, q);
     }
 }
 
 void specledger_silu_mul_f32(const float *gu, float *y, int M, int H) { silu_mul_q_for(gu, y, M, H, NULL); }
-
-/* ---- a whole stack of decoder layers in one call --------------------------------------------------------
- * specledger_layers_f32 runs the layers ``ids[0..n)`` over rows x [M, dim] in place, each layer exactly as
- * engine/native_rows.block_rows does with the calls above (same functions, same order, same buffers' bits):
- *
- *     x += Wo . attend(rope(Wqkv . rmsnorm(x)))      x += W2 . silu_mul(W13 . rmsnorm(x))
- *
- * so a row's bits are those of the per-op path, and greedy exactness is untouched. One call per forward
- * instead of nine ctypes calls and four tensor allocations per layer, and one OpenMP parallel region instead
- * of five per layer (a barrier between ops where a fork and a join were): decode is a weight stream of
- * ~17-25 ms per token on the 2-core target, and the Python between the kernels was 1.5-2 ms of it.
- * Layer i's weights are ``w[i]`` (packed as gemv.c packs, biases NULL when absent); its k/v caches
- * [S, nkv, cap, hd] start at kv + i * layer_stride and kv + i * layer_stride + v_offset (floats).
- * scratch holds M * (dim + (nh + 2 nkv) hd + nh hd + 3 hidden) floats. kv_out (NULL: not asked) receives every
- * row's roped k and v per layer, [n_layers][2][M][nkv][hd] indexed by layer id, as block_rows' kv_out.
- * (specledger_layer_f32 and the qgemv.c/gemv.c functions used here: specledger_kernels.h.) */
 
 /* One linear inside the stack's parallel region: float32 (gemv.c), or quantized weights (qgemv.c) over rows that
  * the op before quantized into qbuf in its own pass (ready), else quantized here first (every thread waits at the
@@ -328,57 +236,138 @@ static void norm_then_linear(int own, const float *x, const float *norm, float *
     linear_for(kind, 1, h, W, b, NULL, y, M, N, dim, qbuf);
 }
 
+/* One call's stack: specledger_layers_f32's arguments, and the ends (NULL: none) specledger_forward_f32 adds. */
+typedef struct {
+    const specledger_layer_f32 *w;
+    const int32_t *ids;
+    int n, M, dim, nh, nkv, hd, hidden, cap, tree;
+    float *x, *kv, *scratch, *kv_out;
+    int64_t layer_stride, v_offset;
+    const int64_t *slots, *pos;
+    float eps, scale;
+    const float *cos_t, *sin_t;
+    const specledger_ends_f32 *ends;  /* with head_rows [n_head], logits [n_head][vocab]; hx: n_head * dim floats */
+    const int64_t *head_rows;
+    int n_head;
+    float *logits, *hx;
+} stack_call;
+
+/* Every layer, on this thread of the call's parallel region (see specledger_layers_f32). */
+static void layers_for(const stack_call *c, const attn_plan *ap, float *sc, int own, float *own_h, uint8_t *own_q,
+                       uint8_t *qbuf) {
+    int M = c->M, dim = c->dim, nh = c->nh, nkv = c->nkv, hd = c->hd, hidden = c->hidden, nq = (nh + 2 * nkv) * hd;
+    int fused = !c->tree && !c->kv_out;
+    float *x = c->x, *h = c->scratch, *qkv = h + (size_t)M * dim, *att = qkv + (size_t)M * nq;
+    float *gu = att + (size_t)M * nh * hd, *act = gu + (size_t)M * 2 * hidden;
+    for (int li = 0; li < c->n; li++) {
+        const specledger_layer_f32 *L = c->w + c->ids[li];
+        float *kc = c->kv + (size_t)c->ids[li] * c->layer_stride, *vc = kc + c->v_offset;
+        uint8_t *q0 = L->kind[0] ? qbuf : NULL, *q1 = L->kind[1] && hd % 32 == 0 ? qbuf : NULL;
+        uint8_t *q2 = L->kind[2] ? qbuf : NULL, *q3 = L->kind[3] && hidden % 32 == 0 ? qbuf : NULL;
+        norm_then_linear(own && q0, x, L->attn_norm, h, own_h, q0, own_q, M, dim, c->eps, L->kind[0], L->wqkv,
+                         L->bqkv, qkv, nq, qbuf);
+        if (fused) rope_write_for(qkv, kc, vc, c->cos_t, c->sin_t, c->slots, c->pos, M, nh, nkv, hd, c->cap);
+        else specledger_rope_f32(qkv, c->cos_t, c->sin_t, c->pos, M, nh + 2 * nkv, nh + nkv, hd);
+        if (c->kv_out) {  /* the rows' roped k and v for a tree's commit: kv_out[layer id][2][M][nkv][hd] */
+            float *dst = c->kv_out + (size_t)c->ids[li] * 2 * M * nkv * hd;
+#pragma omp for schedule(static)
+            for (int m = 0; m < M; m++)
+                for (int half = 0; half < 2; half++)
+                    memcpy(dst + ((size_t)half * M + m) * nkv * hd,
+                           qkv + (size_t)m * nq + (size_t)(nh + half * nkv) * hd, (size_t)nkv * hd * 4);
+        }
+        attn_for(qkv, kc, vc, att, c->slots, c->pos, M, nh, nkv, hd, c->cap, c->scale, ap, sc, q1, fused);
+        linear_for(L->kind[1], q1 != NULL, att, L->wo, L->bo, x, x, M, dim, nh * hd, qbuf);
+        norm_then_linear(own && q2, x, L->mlp_norm, h, own_h, q2, own_q, M, dim, c->eps, L->kind[2], L->w13, NULL,
+                         gu, 2 * hidden, qbuf);
+        silu_mul_q_for(gu, act, M, hidden, q3);
+        linear_for(L->kind[3], q3 != NULL, act, L->w2, NULL, x, x, M, dim, hidden, qbuf);
+    }
+}
+
+/* logits[i] = head(rmsnorm(x[head_rows[i]])), as ops.rms_norm then the head's own linear compute them. */
+static void head_for(const stack_call *c, float *own_h, uint8_t *own_q, uint8_t *qbuf) {
+    const specledger_ends_f32 *e = c->ends;
+    int R = c->n_head, dim = c->dim;
+#pragma omp for schedule(static)
+    for (int i = 0; i < R; i++) memcpy(c->hx + (size_t)i * dim, c->x + (size_t)c->head_rows[i] * dim, (size_t)dim * 4);
+    norm_then_linear(e->head_kind && R <= OWN_NORM_ROWS, c->hx, e->norm, c->scratch, own_h, e->head_kind ? qbuf : NULL,
+                     own_q, R, dim, c->eps, e->head_kind, e->head, e->head_bias, c->logits, e->vocab, qbuf);
+}
+
+/* The call in one parallel region: the matmuls and attention share their work among the threads (orphaned omp
+ * for), and so do the row ops; an op ends at a barrier, as a call did, except that with few rows each thread
+ * normalizes and quantizes them itself into its own buffers, so the matmul after a norm starts without a barrier
+ * (the same bits: a row's arithmetic is the same whichever thread runs it), and that the rows' k/v are written
+ * while roping (not a tree). */
+static void run_stack(const stack_call *c, int nthreads) {
+    attn_plan ap = attn_plan_of(c->slots, c->pos, c->M, c->tree);
+    int quant = c->ends && c->ends->head_kind, kmax = c->dim > c->hidden ? c->dim : c->hidden;
+    if (c->nh * c->hd > kmax) kmax = c->nh * c->hd;
+    for (int li = 0; li < c->n; li++)
+        for (int t = 0; t < 4; t++) quant |= c->w[c->ids[li]].kind[t] != 0;
+    uint8_t *qbuf = quant ? malloc(specledger_qact_bytes(c->M, kmax)) : NULL;
+    int own = quant && c->M <= OWN_NORM_ROWS, owned = own || (c->ends && c->n_head <= OWN_NORM_ROWS);
+#pragma omp parallel num_threads(nthreads)
+    {
+        float *sc = malloc(attn_scratch_bytes(&ap));
+        float *own_h = owned ? malloc((size_t)c->M * c->dim * 4) : NULL;
+        uint8_t *own_q = owned ? malloc(specledger_qact_bytes(c->M, kmax)) : NULL;
+        layers_for(c, &ap, sc, own, own_h, own_q, qbuf);
+        if (c->ends) head_for(c, own_h, own_q, qbuf);
+        free(sc), free(own_h), free(own_q);
+    }
+    free(qbuf);
+    attn_plan_free(&ap);
+}
+
+/* ---- a whole stack of decoder layers in one call --------------------------------------------------------
+ * specledger_layers_f32 runs the layers ``ids[0..n)`` over rows x [M, dim] in place, each layer exactly as
+ * engine/native_rows.block_rows does with the calls above (same functions, same order, same buffers' bits):
+ *
+ *     x += Wo . attend(rope(Wqkv . rmsnorm(x)))      x += W2 . silu_mul(W13 . rmsnorm(x))
+ *
+ * so a row's bits are those of the per-op path, and greedy exactness is untouched. One call per forward
+ * instead of nine ctypes calls and four tensor allocations per layer, and one OpenMP parallel region instead
+ * of five per layer (a barrier between ops where a fork and a join were).
+ * Layer i's weights are ``w[i]`` (packed as gemv.c packs, biases NULL when absent); its k/v caches
+ * [S, nkv, cap, hd] start at kv + i * layer_stride and kv + i * layer_stride + v_offset (floats).
+ * scratch holds M * (dim + (nh + 2 nkv) hd + nh hd + 3 hidden) floats. kv_out (NULL: not asked) receives every
+ * row's roped k and v per layer, [n_layers][2][M][nkv][hd] indexed by layer id, as block_rows' kv_out. */
 void specledger_layers_f32(const specledger_layer_f32 *w, const int32_t *ids, int n, float *x, float *kv,
                            int64_t layer_stride, int64_t v_offset, const int64_t *slots, const int64_t *pos, int M,
                            int dim, int nh, int nkv, int hd, int hidden, int cap, float eps, const float *cos_t,
                            const float *sin_t, float scale, int tree, float *scratch, float *kv_out,
                            int nthreads) {
-    int nq = (nh + 2 * nkv) * hd;
-    attn_plan ap = attn_plan_of(slots, pos, M, tree);
-    int quant = 0, kmax = dim > hidden ? dim : hidden;
-    if (nh * hd > kmax) kmax = nh * hd;
-    for (int li = 0; li < n; li++)
-        for (int t = 0; t < 4; t++) quant |= w[ids[li]].kind[t] != 0;
-    uint8_t *qbuf = quant ? malloc(specledger_qact_bytes(M, kmax)) : NULL;
-    float *h = scratch, *qkv = h + (size_t)M * dim, *att = qkv + (size_t)M * nq, *gu = att + (size_t)M * nh * hd,
-          *act = gu + (size_t)M * 2 * hidden;
-    /* one parallel region for the whole stack: the matmuls and attention share their work among the threads
-     * (orphaned omp for), and so do the row ops; an op ends at a barrier, as a call did, except as follows */
-    /* few rows: each thread normalizes and quantizes them itself into its own buffers, so the matmul after a norm
-     * starts without a barrier (the same bits: a row's arithmetic is the same whichever thread runs it); and the
-     * rows' k/v are written while roping (not a tree) */
-    int own = quant && M <= OWN_NORM_ROWS, fused = !tree && !kv_out;
-#pragma omp parallel num_threads(nthreads)
-    {
-        float *sc = malloc(attn_scratch_bytes(&ap));
-        float *own_h = own ? malloc((size_t)M * dim * 4) : NULL;
-        uint8_t *own_q = own ? malloc(specledger_qact_bytes(M, kmax)) : NULL;
-        for (int li = 0; li < n; li++) {
-            const specledger_layer_f32 *L = w + ids[li];
-            float *kc = kv + (size_t)ids[li] * layer_stride, *vc = kc + v_offset;
-            uint8_t *q0 = L->kind[0] ? qbuf : NULL, *q1 = L->kind[1] && hd % 32 == 0 ? qbuf : NULL;
-            uint8_t *q2 = L->kind[2] ? qbuf : NULL, *q3 = L->kind[3] && hidden % 32 == 0 ? qbuf : NULL;
-            norm_then_linear(own && q0, x, L->attn_norm, h, own_h, q0, own_q, M, dim, eps, L->kind[0], L->wqkv,
-                             L->bqkv, qkv, nq, qbuf);
-            if (fused) rope_write_for(qkv, kc, vc, cos_t, sin_t, slots, pos, M, nh, nkv, hd, cap);
-            else specledger_rope_f32(qkv, cos_t, sin_t, pos, M, nh + 2 * nkv, nh + nkv, hd);
-            if (kv_out) {  /* the rows' roped k and v for a tree's commit: kv_out[layer id][2][M][nkv][hd] */
-                float *dst = kv_out + (size_t)ids[li] * 2 * M * nkv * hd;
-#pragma omp for schedule(static)
-                for (int m = 0; m < M; m++)
-                    for (int half = 0; half < 2; half++)
-                        memcpy(dst + ((size_t)half * M + m) * nkv * hd,
-                               qkv + (size_t)m * nq + (size_t)(nh + half * nkv) * hd, (size_t)nkv * hd * 4);
-            }
-            attn_for(qkv, kc, vc, att, slots, pos, M, nh, nkv, hd, cap, scale, &ap, sc, q1, fused);
-            linear_for(L->kind[1], q1 != NULL, att, L->wo, L->bo, x, x, M, dim, nh * hd, qbuf);
-            norm_then_linear(own && q2, x, L->mlp_norm, h, own_h, q2, own_q, M, dim, eps, L->kind[2], L->w13, NULL,
-                             gu, 2 * hidden, qbuf);
-            silu_mul_q_for(gu, act, M, hidden, q3);
-            linear_for(L->kind[3], q3 != NULL, act, L->w2, NULL, x, x, M, dim, hidden, qbuf);
-        }
-        free(sc), free(own_h), free(own_q);
-    }
-    free(qbuf);
-    attn_plan_free(&ap);
+    stack_call c = {w, ids, n, M, dim, nh, nkv, hd, hidden, cap, tree, x, kv, scratch, kv_out, layer_stride,
+                    v_offset, slots, pos, eps, scale, cos_t, sin_t, NULL, NULL, 0, NULL, NULL};
+    run_stack(&c, nthreads);
+}
+
+/* A decoder's forward over token rows in one call, decode and chain verify (not a tree): x = the tokens' embedding
+ * rows (the table's own lookup: a float32 row copied, or a quantized row dequantized by specledger_qdequant_rows),
+ * the stack as specledger_layers_f32 runs it, then logits [n_head][vocab] = head(rmsnorm(x[head_rows[i]])) in the
+ * same parallel region -- bit for bit what the embedding module, the stack call, ops.rms_norm and the head's
+ * linear compute one after another, without their Python and their second parallel region. Returns 0, or -1
+ * before any work when a token is outside [0, vocab). */
+int specledger_forward_f32(const specledger_ends_f32 *ends, const int64_t *tokens, const int64_t *head_rows, int n_head,
+                           float *logits, const specledger_layer_f32 *w, const int32_t *ids, int n, float *kv,
+                           int64_t layer_stride, int64_t v_offset, const int64_t *slots, const int64_t *pos, int M,
+                           int dim, int nh, int nkv, int hd, int hidden, int cap, float eps, const float *cos_t,
+                           const float *sin_t, float scale, int nthreads) {
+    for (int m = 0; m < M; m++)
+        if (tokens[m] < 0 || tokens[m] >= ends->vocab) return -1;
+    size_t per_row = (size_t)2 * dim + (size_t)(nh + 2 * nkv) * hd + (size_t)nh * hd + (size_t)3 * hidden;
+    float *x = malloc((size_t)M * dim * 4), *scratch = malloc((size_t)M * per_row * 4);
+    if (ends->table_kind == 0)
+        for (int m = 0; m < M; m++)
+            memcpy(x + (size_t)m * dim, (const float *)ends->table + (size_t)tokens[m] * dim, (size_t)dim * 4);
+    else
+        specledger_qdequant_rows(ends->table_kind, ends->table, tokens, M, ends->vocab, dim, x);
+    stack_call c = {w, ids, n, M, dim, nh, nkv, hd, hidden, cap, 0, x, kv, scratch, NULL, layer_stride, v_offset,
+                    slots, pos, eps, scale, cos_t, sin_t, ends, head_rows, n_head, logits,
+                    scratch + (size_t)M * (per_row - dim)};
+    run_stack(&c, nthreads);
+    free(x), free(scratch);
+    return 0;
 }

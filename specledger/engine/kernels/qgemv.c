@@ -188,6 +188,17 @@ static inline void store_outputs(const float *s, int count, int row, int n0, int
 
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define QPATH "avx512-vnni"
+/* acc += the dot products of w's bytes (unsigned) with the 4 signed bytes at x, broadcast: vpdpbusd with its memory
+ * operand broadcast ({1to16}), which GCC does not fold from the intrinsics (a separate broadcast per call). */
+static inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const int32_t *x) {
+#if defined(__GNUC__) && !defined(__clang__)
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*x));
+    return acc;
+#else
+    return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(*x));
+#endif
+}
+
 static inline __attribute__((always_inline)) void qgroup(const int kind, const uint8_t *Wg, qact a, const float *bias,
                                                          const float *r, float *y, int m0, const int MM, int n0, int N,
                                                          int K, int kb) {
@@ -196,7 +207,7 @@ static inline __attribute__((always_inline)) void qgroup(const int kind, const u
     const int cb = chunk_bytes(kind), sb = scale_bytes(kind);
     /* Q8_0's int8 weights go in as w + 128 (unsigned, as vpdpbusd takes them): minus 128 * sum(qx) after */
     const int cm = kind == KIND_Q8_0 ? -128 : corr_mul(kind);
-    const __m512i lo = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
+    const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0), flip = _mm512_set1_epi8((char)0x80);
     for (int b = 0; b < kb; b++) {
         const uint8_t *c = Wg + (size_t)b * cb;
         if (QPF) {
@@ -214,6 +225,7 @@ static inline __attribute__((always_inline)) void qgroup(const int kind, const u
         }
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)c));
         __m512 mv = kind == KIND_Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(c + 32))) : d;
+        /* Q4: the low nibbles as they are, the high ones in place (16 q, exact: their sum is shifted back below) */
         __m512i w[8];
         if (kind == KIND_Q8_0) {
             for (int g = 0; g < 8; g++) w[g] = _mm512_xor_si512(_mm512_loadu_si512(c + sb + 64 * g), flip);
@@ -221,14 +233,17 @@ static inline __attribute__((always_inline)) void qgroup(const int kind, const u
             for (int h = 0; h < 4; h++) {
                 __m512i p = _mm512_loadu_si512(c + sb + 64 * h);
                 w[h] = _mm512_and_si512(p, lo);
-                w[h + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), lo);
+                w[h + 4] = _mm512_and_si512(p, hi);
             }
         }
         for (int j = 0; j < MM; j++) {
             size_t at = (size_t)(m0 + j) * kb + b;
             const int32_t *xq = (const int32_t *)(a.qx + (size_t)(m0 + j) * K + (size_t)b * 32);
-            __m512i is = _mm512_set1_epi32(cm * a.si[at]);
-            for (int g = 0; g < 8; g++) is = _mm512_dpbusd_epi32(is, w[g], _mm512_set1_epi32(xq[g]));
+            /* two independent chains of four (the block's integer sum is the same whatever the order) */
+            __m512i is0 = _mm512_set1_epi32(cm * a.si[at]), is1 = _mm512_setzero_si512();
+            for (int g = 0; g < 4; g++) is0 = dpbusd_bcast(is0, w[g], xq + g);
+            for (int g = 4; g < 8; g++) is1 = dpbusd_bcast(is1, w[g], xq + g);
+            __m512i is = _mm512_add_epi32(is0, kind == KIND_Q8_0 ? is1 : _mm512_srai_epi32(is1, 4));
             __m512 dd = _mm512_mul_ps(d, _mm512_set1_ps(a.dx[at]));
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), dd, acc[j]);
             if (kind == KIND_Q4_1) acc[j] = _mm512_fmadd_ps(mv, _mm512_set1_ps(a.sx[at]), acc[j]);

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 /* bumped with any change to a signature below (checked at load against kernels/__init__.py ``_ABI``) */
-#define SPECLEDGER_ABI 6
+#define SPECLEDGER_ABI 7
 
 /* ---- gemv.c: row-invariant float32 / bfloat16 skinny matmul ---- */
 int specledger_gemv_abi(void);
@@ -51,6 +51,25 @@ void specledger_layers_f32(const specledger_layer_f32 *w, const int32_t *ids, in
                            int dim, int nh, int nkv, int hd, int hidden, int cap, float eps, const float *cos_t,
                            const float *sin_t, float scale, int tree, float *scratch, float *kv_out,
                            int nthreads);
+
+/* The ends around the stack for specledger_forward_f32: the token embedding, the final norm and the LM head.
+ * table: float32 rows [vocab][dim] (table_kind 0) or a quantized linear's packed blocks (table_kind its GGUF kind);
+ * head: packed as gemv.c packs (head_kind 0) or as qgemv.c packs (its kind); head_bias NULL when absent. */
+typedef struct {
+    const void *table;
+    const float *norm;
+    const void *head;
+    const float *head_bias;
+    int32_t table_kind;
+    int32_t head_kind;
+    int32_t vocab;
+} specledger_ends_f32;
+
+int specledger_forward_f32(const specledger_ends_f32 *ends, const int64_t *tokens, const int64_t *head_rows, int n_head,
+                           float *logits, const specledger_layer_f32 *w, const int32_t *ids, int n, float *kv,
+                           int64_t layer_stride, int64_t v_offset, const int64_t *slots, const int64_t *pos, int M,
+                           int dim, int nh, int nkv, int hd, int hidden, int cap, float eps, const float *cos_t,
+                           const float *sin_t, float scale, int nthreads);
 
 /* ---- qgemv.c: GGUF block-quantized weights, kept quantized ---- */
 int specledger_qchunk_bytes(int kind);
