@@ -188,8 +188,9 @@ def forward_logits(model: Any, tokens: torch.Tensor, cache_kv: torch.Tensor, slo
     bsz, seq = tokens.shape
     m = bsz * seq
     ids = tokens.reshape(-1).to(torch.int64).contiguous()
-    heads = torch.arange(seq - 1, m, seq) if last_only else torch.arange(m)
-    logits = torch.empty((bsz, 1 if last_only else seq, ends.vocab), dtype=torch.float32)
+    cpu = torch.device("cpu")  # explicit: a caller's default device (even "meta") must not place these
+    heads = torch.arange(seq - 1, m, seq, device=cpu) if last_only else torch.arange(m, device=cpu)
+    logits = torch.empty((bsz, 1 if last_only else seq, ends.vocab), dtype=torch.float32, device=cpu)
     model._ensure_rope()
     _, cos, sin = model._rope_cache
     slots, positions = slots.contiguous(), positions.contiguous()
