@@ -162,3 +162,36 @@ def test_the_one_call_stack_is_the_per_op_path_bit_for_bit(rows, tree, layers, k
     if kv:  # the layers not run stay untouched (NaN) in both
         assert torch.allclose(fast_out, slow_out, equal_nan=True, rtol=0, atol=0)
         assert fast_out.isnan().any() == (layers is not None)
+
+
+def test_the_cached_stack_sees_replaced_modules_converted_tensors_and_changed_weights():
+    """The stack and the ends are checked in full only when the epoch moved (a module, parameter or buffer assigned
+    anywhere, or a conversion); a float32 linear's in-place change is checked every forward; in-place norm changes
+    are read where they lie. Each change must show in the logits exactly as on the modules' own path."""
+    model = tiny_model(4)
+    tokens = torch.tensor([[3, 17, 5]])
+
+    def both():
+        with torch.inference_mode():
+            fast = model(tokens, 0, model.new_cache(8))
+        with torch.inference_mode(), pytest.MonkeyPatch.context() as patched:
+            patched.setattr(native_rows, "forward_logits", lambda *a, **k: None)
+            patched.setattr(native_rows, "_run_stack", lambda *a, **k: None)
+            slow = model(tokens, 0, model.new_cache(8))
+        assert torch.equal(fast, slow)
+        return fast
+
+    before = both()
+    with torch.no_grad():
+        model.layers[1].w13.weight.mul_(1.5)  # in place: the linear's version moves, its pack is a copy
+    changed = both()
+    assert not torch.equal(changed, before)
+    with torch.no_grad():
+        model.layers[0].attn_norm.add_(0.25)  # in place: read where it lies
+    both()
+    model.layers[2].mlp_norm = torch.nn.Parameter(torch.full_like(model.layers[2].mlp_norm, 0.5))  # assigned
+    both()
+    model.norm = torch.nn.Parameter(model.norm.detach() * 2)  # the final norm, in the ends
+    both()
+    model.to(torch.float32)  # a conversion (no-op here, but it runs _apply: the epoch moves)
+    both()

@@ -40,7 +40,7 @@ from specledger.errors import SpecLedgerError
 ROW_INVARIANT_MAX_T = 32
 
 
-class Block(nn.Module):
+class Block(native_rows.EpochOnApply, nn.Module):
     """One pre-norm decoder layer: x += Attn(norm(x)); x += MLP(norm(x))."""
 
     def __init__(self, config: ModelConfig):
@@ -204,7 +204,7 @@ class Block(nn.Module):
         return x + self.w2(F.silu(gate) * up)
 
 
-class Transformer(nn.Module):
+class Transformer(native_rows.EpochOnApply, nn.Module):
     """Llama decoder. ``forward`` returns float32 logits and writes k/v into the given cache."""
 
     def __init__(self, config: ModelConfig):

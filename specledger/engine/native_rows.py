@@ -76,12 +76,47 @@ _LAYER_IDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 _LINEARS = ("wqkv", "wo", "w13", "w2")
 
+#: bumped whenever any module's submodules, parameters or buffers are assigned (torch's global registration hooks)
+#: or a decoder's tensors are converted (:class:`EpochOnApply`). A stack (or ends) built at the current epoch needs
+#: per forward only its float32 linears' keys checked: the full check walks every layer's modules, ~0.05 ms with
+#: warm caches but 0.1-0.3 ms of a ~3 ms quantized decode step once the weight stream has evicted them. In-place
+#: changes need no check (the kernels read norms and quantized weights where they lie); a tensor's storage swapped
+#: by hand (``p.data = t``) is the one change not seen -- the stack keeps the old storage alive, never a dangling
+#: pointer.
+_EPOCH = [0]
+
+
+def bump_epoch(*_: Any) -> None:
+    """Invalidate every cached stack and ends (their next forward runs the full check)."""
+    _EPOCH[0] += 1
+
+
+for _register in (torch.nn.modules.module.register_module_module_registration_hook,
+                  torch.nn.modules.module.register_module_parameter_registration_hook,
+                  torch.nn.modules.module.register_module_buffer_registration_hook):
+    _register(bump_epoch)
+
+
+class EpochOnApply:
+    """Mixin for the decoder's modules: ``.to()``, ``.float()`` and every other conversion (``Module._apply``) bump
+    the epoch, since they may move a tensor's storage without assigning it."""
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        out = super()._apply(fn, recurse)  # type: ignore[misc]
+        bump_epoch()
+        return out
+
 
 def _stack(model: Any) -> Any:
     """The ctypes array of every layer's weight pointers, rebuilt whenever a pack or a norm changed (each linear
     repacks itself when its weight changed, as its own forward does; the norms' storage and version); None when
-    a linear is not on the native kernel. Checked on every forward: flat comprehensions over the modules' own dicts,
-    ~0.05 ms for 30 layers."""
+    a linear is not on the native kernel. At the epoch it was built at (see ``_EPOCH``) only its float32 linears are
+    checked; else the full check: flat comprehensions over the modules' own dicts."""
+    cached = _STACKS.get(model)
+    if cached is not None and cached[2] == _EPOCH[0] and all(lin._weight_key() == lin._packed_key
+                                                              for lin in cached[3]):
+        return cached[1]
+    epoch = _EPOCH[0]
     blocks = list(model.layers._modules.values())  # the modules' own dicts: nn.Module.__getattr__ costs ~0.2 ms here
     lins = [block._modules[name] for block in blocks for name in _LINEARS]
     for lin in [lin for lin in lins if lin._weight_key() != lin._packed_key]:
@@ -91,8 +126,9 @@ def _stack(model: Any) -> Any:
         return None
     key = packs + [(n.data_ptr(), 0 if n.is_inference() else n._version)
                    for block in blocks for n in (block._parameters["attn_norm"], block._parameters["mlp_norm"])]
-    cached = _STACKS.get(model)
+    mutable = [lin for lin in lins if not getattr(lin, "kind", 0)]  # float32 packs: copies, repacked on change
     if cached is not None and cached[0] == key:
+        _STACKS[model] = (key, cached[1], epoch, mutable, cached[4])
         return cached[1]
     arr = (_LayerF32 * len(model.layers))()
     for i, (a, block) in enumerate(zip(arr, model.layers)):
@@ -102,7 +138,8 @@ def _stack(model: Any) -> Any:
         a.bo = None if wo.bias is None else wo.bias.data_ptr()
         a.attn_norm, a.mlp_norm = block.attn_norm.data_ptr(), block.mlp_norm.data_ptr()
         a.kind[:] = [getattr(n, "kind", 0) for n in (wqkv, wo, w13, w2)]
-    _STACKS[model] = (key, arr)  # the pointers stay valid while the key holds (its packs are kept alive by it)
+    storages = [n.untyped_storage() for block in blocks for n in (block.attn_norm, block.mlp_norm)]
+    _STACKS[model] = (key, arr, epoch, mutable, storages)  # the packs (in the key) and norms' storages kept alive
     return arr
 
 
@@ -148,9 +185,25 @@ class _EndsF32(ctypes.Structure):
                 ("table_kind", ctypes.c_int32), ("head_kind", ctypes.c_int32), ("vocab", ctypes.c_int32)]
 
 
+_ENDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _ends(model: Any) -> _EndsF32 | None:
     """The model's embedding, final norm and LM head for the one-call forward, or None when one of them has no
-    native form (a float32 table or a quantized one; a head on the native kernel; the same vocabulary)."""
+    native form (a float32 table or a quantized one; a head on the native kernel; the same vocabulary). Cached
+    per epoch as :func:`_stack` is (a float32 head's key checked per forward)."""
+    cached = _ENDS.get(model)
+    if cached is not None and cached[0] == _EPOCH[0] and (cached[2] is None
+                                                          or cached[2]._weight_key() == cached[2]._packed_key):
+        return cached[1]
+    epoch, head = _EPOCH[0], model.lm_head
+    ends, keep = _build_ends(model)
+    _ENDS[model] = (epoch, ends, None if getattr(head, "kind", 0) else head, keep)
+    return ends
+
+
+def _build_ends(model: Any) -> tuple[_EndsF32 | None, list[Any]]:
+    """(the ends or None, the tensors whose storage they point into, kept alive with them)."""
     embed, head, norm = model.embed, model.lm_head, model.norm
     table = getattr(embed, "table", None)  # a QuantEmbedding reads its quantized table
     if table is not None and getattr(table, "kind", 0):
@@ -158,7 +211,7 @@ def _ends(model: Any) -> _EndsF32 | None:
     elif isinstance(embed, torch.nn.Embedding) and embed.weight.dtype == torch.float32 and embed.weight.is_contiguous():
         table_kind, table_ptr, rows = 0, embed.weight.data_ptr(), embed.num_embeddings
     else:
-        return None
+        return None, []
     if getattr(head, "kind", 0):  # a QuantLinear: its packed blocks are its weight
         head_kind, packed, bias = head.kind, head.packed, head.bias
     else:
@@ -166,12 +219,14 @@ def _ends(model: Any) -> _EndsF32 | None:
             head._repack()
         nat = head._native
         if nat is None or nat.dtype != torch.float32:
-            return None
+            return None, []
         head_kind, packed, bias = 0, nat.packed, nat.bias
     if rows != head.out_features or norm.dtype != torch.float32 or not norm.is_contiguous():
-        return None
+        return None, []
+    table_tensor = embed.weight if table_kind == 0 else table.packed  # (a QuantEmbedding's .weight dequantizes)
+    keep = [t.untyped_storage() for t in (norm, packed, bias, table_tensor) if t is not None]
     return _EndsF32(table_ptr, norm.data_ptr(), packed.data_ptr(), None if bias is None else bias.data_ptr(),
-                    table_kind, head_kind, rows)
+                    table_kind, head_kind, rows), keep
 
 
 def forward_logits(model: Any, tokens: torch.Tensor, cache_kv: torch.Tensor, slots: torch.Tensor,
