@@ -8,6 +8,8 @@ import random
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from specledger.engine.decode import Emitted, Engine
@@ -254,3 +256,14 @@ def test_verify_pass_rounds_every_row_exactly_like_plain_steps(target):
         block = target(torch.tensor([extra]), len(prompt), c2)[0]
     assert torch.equal(steps, block)
     assert torch.equal(c1.k[:, :, :, : len(prompt) + len(extra)], c2.k[:, :, :, : len(prompt) + len(extra)])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 1.0, -2.5, 3.0, 3.0, float("nan"), float("inf"), float("-inf")]),
+                min_size=1, max_size=12), st.integers(1, 3))
+def test_argmax_rows_is_torchs_argmax_ties_and_nans_included(values, rows):
+    from specledger.engine.verify import argmax_rows
+
+    logits = torch.tensor([values[r:] + values[:r] for r in range(rows)], dtype=torch.float32)  # rotated rows
+    assert argmax_rows(logits) == logits.argmax(dim=-1).tolist()
+    assert argmax_rows(logits[0]) == int(logits[0].argmax())

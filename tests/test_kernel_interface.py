@@ -6,8 +6,8 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-import shutil
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -101,7 +101,8 @@ def test_abi_matches_header() -> None:
     assert m and int(m.group(1)) == kernels._ABI
 
 
-@pytest.mark.parametrize(("name", "structure"), [("specledger_layer_f32", _LayerF32), ("specledger_ends_f32", _EndsF32)])
+@pytest.mark.parametrize(("name", "structure"),
+                         [("specledger_layer_f32", _LayerF32), ("specledger_ends_f32", _EndsF32)])
 def test_structs_match_header(name: str, structure: type) -> None:
     fields = parse_struct(name)
     ours = structure._fields_

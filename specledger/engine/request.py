@@ -32,7 +32,7 @@ from specledger.engine.drafters.base import Drafter
 from specledger.engine.policy import GammaPolicy, StaticGamma
 from specledger.engine.sampling import SamplingParams, probs_from_logits
 from specledger.engine.tree import DraftTree, verify_tree_greedy, verify_tree_sampling
-from specledger.engine.verify import verify_greedy, verify_sampling
+from specledger.engine.verify import argmax_rows, verify_greedy, verify_sampling
 from specledger.errors import SpecLedgerError, require
 from specledger.records import RequestRecord, RoundRecord
 
@@ -224,7 +224,7 @@ class Request:
         """Commit the first token from the prefill's last-position logits; the drafter begins.
         ``hidden``: the prefill's final hidden states [len(prompt), dim] for a ``wants_hidden`` drafter."""
         p = self.params
-        first = int(logits.argmax()) if p.greedy else int(
+        first = int(argmax_rows(logits.reshape(-1))) if p.greedy else int(
             torch.multinomial(probs_from_logits(logits, p), 1, generator=self.rng))
         if hidden is not None:
             self.drafter.observe_hidden(0, hidden)

@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from specledger.engine.sampling import SamplingParams, probs_from_logits
+from specledger.engine.verify import argmax_rows
 from specledger.errors import SpecLedgerError
 
 
@@ -199,7 +200,7 @@ def draft_rows(parents: Sequence[int], depth: list[int], written: int, hi: int, 
 
 def verify_tree_greedy(target_logits: torch.Tensor, tree: DraftTree) -> tuple[list[int], list[int]]:
     """``target_logits`` [len(tree) + 1, V] for rows ``[root] + nodes``: (accepted path, emitted tokens)."""
-    best = target_logits.argmax(dim=-1).tolist()
+    best = argmax_rows(target_logits)
     kids = tree.children()
     tokens = tree.tokens
     row, path = 0, []

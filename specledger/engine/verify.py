@@ -15,13 +15,24 @@ x_1, ..., x_n), both verifiers return (K, tokens) with tokens = x_1..x_K + [t], 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+
+
+def argmax_rows(logits: torch.Tensor) -> Any:
+    """Each row's argmax of ``logits`` [..., V] as Python ints (an int for one row of shape [V]): the first of equal
+    maxima, a NaN counting as the maximum -- torch's rule. On a CPU float tensor numpy's vectorized argmax computes it
+    (4 us for a 49152-wide row against torch's 43 us: a greedy decode step's read-back), elsewhere torch's."""
+    if logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.float64):
+        return logits.detach().numpy().argmax(axis=-1).tolist()
+    return logits.argmax(dim=-1).tolist()
 
 
 def verify_greedy(target_logits: torch.Tensor, candidates: list[int]) -> tuple[int, list[int]]:
     """``target_logits``: [n+1, V]. Longest prefix of ``candidates`` equal to the target's argmax, then the
     target's token."""
-    best = target_logits.argmax(dim=-1).tolist()
+    best = argmax_rows(target_logits)
     k = 0
     n = len(candidates)
     while k < n and candidates[k] == best[k]:
