@@ -267,3 +267,28 @@ def test_argmax_rows_is_torchs_argmax_ties_and_nans_included(values, rows):
     logits = torch.tensor([values[r:] + values[:r] for r in range(rows)], dtype=torch.float32)  # rotated rows
     assert argmax_rows(logits) == logits.argmax(dim=-1).tolist()
     assert argmax_rows(logits[0]) == int(logits[0].argmax())
+
+
+def test_generate_decodes_the_text_once_and_streams_give_the_same_text():
+    """generate() yields no chunk to anyone, so it detokenizes once at the end (a per-round decode of the whole
+    output is O(output) a round); a stream still carries each chunk's text; stop strings still cut either."""
+    from tests.conftest import CharTokenizer
+
+    class Counting(CharTokenizer):
+        calls = 0
+
+        def decode(self, ids, skip_special_tokens: bool = True) -> str:
+            Counting.calls += 1
+            return super().decode(ids, skip_special_tokens)
+
+    engine = Engine(tiny_model(), tokenizer=Counting(), max_context=256)
+    prompt, greedy = [1, 2, 3, 4], SamplingParams(temperature=0.0)
+    record = engine.generate(prompt, max_tokens=40, params=greedy, ignore_eos=True)
+    assert Counting.calls == 1 and record.text == CharTokenizer().decode(record.token_ids)
+    Counting.calls = 0
+    events = list(engine.stream(prompt, max_tokens=40, params=greedy, ignore_eos=True))
+    streamed = "".join(ev.text for ev in events if isinstance(ev, Emitted))
+    assert Counting.calls > 10 and streamed == events[-1].text == record.text
+    stop = record.text[20:23]  # a stop string inside the output
+    cut = engine.generate(prompt, max_tokens=40, params=greedy, ignore_eos=True, stop=[stop])
+    assert cut.stop_reason == "stop" and stop not in cut.text and record.text.startswith(cut.text)

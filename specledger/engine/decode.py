@@ -118,6 +118,7 @@ class Engine:
         clock: Callable[[], float] | None = None,
         prefill_chunk: int = 0,
         prefilled: Prefilled | None = None,
+        chunk_text: bool = True,
     ) -> Iterator[Emitted | PrefillProgress | RoundRecord | RequestRecord]:
         """Decode one request, yielding ``Emitted`` chunks and ``RoundRecord`` s as they happen,
         then the final ``RequestRecord`` (which also holds every round). The round itself is
@@ -132,7 +133,10 @@ class Engine:
         in their prefills too, not only in their rounds (0: one pass, no such event).
         ``prefilled``: this prompt's prefill, already run (:meth:`prefill`); its k/v are copied into this
         request's cache and its measured time counts as this request's prefill (ignored when it is another
-        prompt's, or lacks the hidden states this drafter reads)."""
+        prompt's, or lacks the hidden states this drafter reads).
+        ``chunk_text``: each chunk carries its text delta (the output detokenized every round: O(output) per round);
+        False (:meth:`generate`): chunks carry tokens only, the text is decoded once at the end (stop strings still
+        detokenize every round: they need it)."""
         self.check_prompt(prompt_ids, max_tokens)
         check_tree_budget(tree_budget, self.max_context - len(prompt_ids) - max_tokens)
         policy = as_policy(gamma)
@@ -146,7 +150,8 @@ class Engine:
         arrival = perf() - (prefilled.seconds if shared else 0.0)
         req = Request(prompt_ids, drafter, policy, params, max_tokens,
                       frozenset() if ignore_eos else self.eos_token_ids,
-                      StopReleaser(self.decode_text if self.tokenizer is not None else None, stop),
+                      StopReleaser(self.decode_text if self.tokenizer is not None and (chunk_text or stop) else None,
+                                   stop),
                       arrival, request_id or uuid.uuid4().hex[:12], tree_budget=tree_budget, device=device)
         cache = self.cache_for(len(req.prompt) + max_tokens + 1)
         capacity = cache.capacity
@@ -235,9 +240,10 @@ class Engine:
         return Prefilled(tuple(prompt), cache, logits.clone(), hidden, time.perf_counter() - t0)
 
     def generate(self, prompt_ids: Sequence[int], **kwargs: Any) -> RequestRecord:
-        """Run :meth:`stream` to the end and return the request record."""
+        """Run :meth:`stream` to the end and return the request record (its text decoded once, at the end, unless
+        ``chunk_text=True`` is asked: no chunk leaves here)."""
         record = None
-        for ev in self.stream(prompt_ids, **kwargs):
+        for ev in self.stream(prompt_ids, **{"chunk_text": False, **kwargs}):
             record = ev
         assert isinstance(record, RequestRecord)
         return record
