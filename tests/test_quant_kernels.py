@@ -207,12 +207,13 @@ def test_four_way_on_a_block_quantized_target_names_its_own_reference(tmp_path):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_one_native_call_per_stack_equals_the_per_op_path(fmt):
+@pytest.mark.parametrize("rows", [1, 2, 5])  # 1 and 2: the decode layer (one barrier per norm + matmul), 5: shared
+def test_one_native_call_per_stack_equals_the_per_op_path(fmt, rows):
     from specledger.engine import native_rows
 
     model = _quantized_tiny(fmt)
-    x = torch.randn(5, 64)
-    slots, pos = torch.zeros(5, dtype=torch.long), torch.arange(3, 8)
+    x = torch.randn(rows, 64)
+    slots, pos = torch.zeros(rows, dtype=torch.long), torch.arange(3, 3 + rows)
     with torch.inference_mode():
         model._ensure_rope()
         _, cos, sin = model._rope_cache

@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "attend.h"
 #include "simd.h"
 #include "specledger_kernels.h"
@@ -184,22 +186,28 @@ void specledger_attn_f32(const float *qkv, float *kc, float *vc, float *out, con
     attn_plan_free(&ap);
 }
 
+/* y[m][i] = silu(gate) up for i in [i0, i1) of row m, 16 at a time (a tail zero-padded; every lane's arithmetic is
+ * its own, so the bits do not depend on where a range starts); q (i0, i1 on 32s): those blocks quantized, NULL: no */
+static void silu_mul_row(const float *gu, float *y, int m, int M, int H, int i0, int i1, uint8_t *q) {
+    const float *g = gu + (size_t)m * 2 * H, *u = g + H;
+    float *yr = y + (size_t)m * H;
+    for (int i = i0; i < i1; i += 16) {  /* silu(g) u = g / (1 + e^-g) u */
+        int n = i1 - i < 16 ? i1 - i : 16;
+        v16 gv = {0}, uv = {0};
+        memcpy(&gv, g + i, (size_t)n * 4), memcpy(&uv, u + i, (size_t)n * 4);
+        v16 yv = gv / (1.0f + vexp16(-gv)) * uv;
+        memcpy(yr + i, &yv, (size_t)n * 4);
+    }
+    if (q) specledger_q8_blocks(yr, m, i0 / 32, (i1 - i0) / 32, M, H, q);
+}
+
 /* q: quantize each finished chunk for the next matmul (H % 32 == 0: chunks end on block boundaries); NULL: no */
 static void silu_mul_q_for(const float *gu, float *y, int M, int H, uint8_t *q) {
     int chunks = (H + 255) / 256;
 #pragma omp for schedule(static)
     for (int c = 0; c < M * chunks; c++) {
-        int m = c / chunks, i0 = c % chunks * 256, i1 = i0 + 256 < H ? i0 + 256 : H;
-        const float *g = gu + (size_t)m * 2 * H, *u = g + H;
-        float *yr = y + (size_t)m * H;
-        for (int i = i0; i < i1; i += 16) {  /* silu(g) u = g / (1 + e^-g) u, 16 at a time (a tail zero-padded) */
-            int n = i1 - i < 16 ? i1 - i : 16;
-            v16 gv = {0}, uv = {0};
-            memcpy(&gv, g + i, (size_t)n * 4), memcpy(&uv, u + i, (size_t)n * 4);
-            v16 yv = gv / (1.0f + vexp16(-gv)) * uv;
-            memcpy(yr + i, &yv, (size_t)n * 4);
-        }
-        if (q) specledger_q8_blocks(yr, m, i0 / 32, (i1 - i0) / 32, M, H, q);
+        int i0 = c % chunks * 256;
+        silu_mul_row(gu, y, c / chunks, M, H, i0, i0 + 256 < H ? i0 + 256 : H, q);
     }
 }
 
@@ -253,6 +261,51 @@ typedef struct {
 } stack_call;
 
 /* Every layer, on this thread of the call's parallel region (see specledger_layers_f32). */
+/* [lo, hi) of n units for this thread of the region (contiguous, sizes differing by at most one) */
+static inline void my_share(int n, int *lo, int *hi) {
+    int nth = omp_get_num_threads(), me = omp_get_thread_num();
+    *lo = (int)((int64_t)n * me / nth), *hi = (int)((int64_t)n * (me + 1) / nth);
+}
+
+/* Norm, qkv, rope and the cache write of a decode layer with one barrier: every thread normalizes the rows itself
+ * (own_h, own_q), computes whole heads of qkv (a head is hd / 16 groups), ropes its q and k heads and writes its k
+ * and v heads into the cache -- the bits of norm_then_linear and rope_write_for (the same functions) without their
+ * two barriers. */
+static void qkv_rope_own(const stack_call *c, const specledger_layer_f32 *L, float *qkv, float *kc, float *vc,
+                         float *own_h, uint8_t *own_q) {
+    int M = c->M, nh = c->nh, nkv = c->nkv, hd = c->hd, heads = nh + 2 * nkv, per = hd / 16, h0, h1;
+    for (int m = 0; m < M; m++) rmsnorm_row(c->x, L->attn_norm, own_h, m, M, c->dim, c->eps, own_q);
+    my_share(heads, &h0, &h1);
+    specledger_qgemv_groups(L->kind[0], own_q, (const uint8_t *)L->wqkv, L->bqkv, NULL, qkv, M, heads * hd, c->dim,
+                            h0 * per, h1 * per);
+    for (int m = 0; m < M; m++)
+        for (int h = h0; h < h1; h++) {
+            float *v = qkv + ((size_t)m * heads + h) * hd;
+            if (h < nh + nkv) rope_head(v, c->cos_t + (size_t)c->pos[m] * hd, c->sin_t + (size_t)c->pos[m] * hd, hd);
+            if (h >= nh) {  /* a k head (roped above) or a v head: into the cache at (slot, pos) */
+                int kv = h < nh + nkv ? h - nh : h - nh - nkv;
+                size_t at = (((size_t)c->slots[m] * nkv + kv) * c->cap + (size_t)c->pos[m]) * hd;
+                memcpy((h < nh + nkv ? kc : vc) + at, v, (size_t)hd * 4);
+            }
+        }
+#pragma omp barrier
+}
+
+/* Norm, w13, silu_mul and the quantization of its output for w2, with one barrier: every thread normalizes the rows
+ * itself, computes the gate and the up outputs of the same hidden units (a range of 32s) and their silu_mul, whose
+ * blocks it quantizes -- the bits of norm_then_linear and silu_mul_q_for without their two barriers. */
+static void w13_silu_own(const stack_call *c, const specledger_layer_f32 *L, float *gu, float *act, float *own_h,
+                         uint8_t *own_q, uint8_t *qbuf) {
+    int M = c->M, H = c->hidden, p0, p1;
+    for (int m = 0; m < M; m++) rmsnorm_row(c->x, L->mlp_norm, own_h, m, M, c->dim, c->eps, own_q);
+    my_share(H / 32, &p0, &p1);
+    for (int half = 0; half < 2; half++)  /* gate rows [0, H), up rows [H, 2H) */
+        specledger_qgemv_groups(L->kind[2], own_q, (const uint8_t *)L->w13, NULL, NULL, gu, M, 2 * H, c->dim,
+                                half * H / 16 + 2 * p0, half * H / 16 + 2 * p1);
+    for (int m = 0; m < M; m++) silu_mul_row(gu, act, m, M, H, 32 * p0, 32 * p1, qbuf);
+#pragma omp barrier
+}
+
 static void layers_for(const stack_call *c, const attn_plan *ap, float *sc, int own, float *own_h, uint8_t *own_q,
                        uint8_t *qbuf) {
     int M = c->M, dim = c->dim, nh = c->nh, nkv = c->nkv, hd = c->hd, hidden = c->hidden, nq = (nh + 2 * nkv) * hd;
@@ -264,10 +317,14 @@ static void layers_for(const stack_call *c, const attn_plan *ap, float *sc, int 
         float *kc = c->kv + (size_t)c->ids[li] * c->layer_stride, *vc = kc + c->v_offset;
         uint8_t *q0 = L->kind[0] ? qbuf : NULL, *q1 = L->kind[1] && hd % 32 == 0 ? qbuf : NULL;
         uint8_t *q2 = L->kind[2] ? qbuf : NULL, *q3 = L->kind[3] && hidden % 32 == 0 ? qbuf : NULL;
-        norm_then_linear(own && q0, x, L->attn_norm, h, own_h, q0, own_q, M, dim, c->eps, L->kind[0], L->wqkv,
-                         L->bqkv, qkv, nq, qbuf);
-        if (fused) rope_write_for(qkv, kc, vc, c->cos_t, c->sin_t, c->slots, c->pos, M, nh, nkv, hd, c->cap);
-        else specledger_rope_f32(qkv, c->cos_t, c->sin_t, c->pos, M, nh + 2 * nkv, nh + nkv, hd);
+        if (fused && own && q0 && hd % 16 == 0) {
+            qkv_rope_own(c, L, qkv, kc, vc, own_h, own_q);
+        } else {
+            norm_then_linear(own && q0, x, L->attn_norm, h, own_h, q0, own_q, M, dim, c->eps, L->kind[0], L->wqkv,
+                             L->bqkv, qkv, nq, qbuf);
+            if (fused) rope_write_for(qkv, kc, vc, c->cos_t, c->sin_t, c->slots, c->pos, M, nh, nkv, hd, c->cap);
+            else specledger_rope_f32(qkv, c->cos_t, c->sin_t, c->pos, M, nh + 2 * nkv, nh + nkv, hd);
+        }
         if (c->kv_out) {  /* the rows' roped k and v for a tree's commit: kv_out[layer id][2][M][nkv][hd] */
             float *dst = c->kv_out + (size_t)c->ids[li] * 2 * M * nkv * hd;
 #pragma omp for schedule(static)
@@ -278,9 +335,13 @@ static void layers_for(const stack_call *c, const attn_plan *ap, float *sc, int 
         }
         attn_for(qkv, kc, vc, att, c->slots, c->pos, M, nh, nkv, hd, c->cap, c->scale, ap, sc, q1, fused);
         linear_for(L->kind[1], q1 != NULL, att, L->wo, L->bo, x, x, M, dim, nh * hd, qbuf);
-        norm_then_linear(own && q2, x, L->mlp_norm, h, own_h, q2, own_q, M, dim, c->eps, L->kind[2], L->w13, NULL,
-                         gu, 2 * hidden, qbuf);
-        silu_mul_q_for(gu, act, M, hidden, q3);
+        if (own && q2 && q3) {
+            w13_silu_own(c, L, gu, act, own_h, own_q, q3);
+        } else {
+            norm_then_linear(own && q2, x, L->mlp_norm, h, own_h, q2, own_q, M, dim, c->eps, L->kind[2], L->w13, NULL,
+                             gu, 2 * hidden, qbuf);
+            silu_mul_q_for(gu, act, M, hidden, q3);
+        }
         linear_for(L->kind[3], q3 != NULL, act, L->w2, NULL, x, x, M, dim, hidden, qbuf);
     }
 }

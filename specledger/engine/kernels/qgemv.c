@@ -359,6 +359,20 @@ static inline __attribute__((always_inline)) void qgroup_rows(const int kind, co
     }
 }
 
+/* specledger_qgemv_for's outputs of groups [g0, g1) only (16 outputs each), on the calling thread, no barrier: for a
+ * caller that shares the groups out itself (ops.c's decode layer: whole heads, matching gate and up ranges). */
+void specledger_qgemv_groups(int kind, const uint8_t *buf, const uint8_t *Wp, const float *bias, const float *r,
+                             float *y, int M, int N, int K, int g0, int g1) {
+    int kb = K / 32, cb = chunk_bytes(kind);
+    qact a = qact_of((uint8_t *)buf, M, K);
+    for (int g = g0; g < g1; g++) {
+        const uint8_t *Wg = Wp + (size_t)g * kb * cb;
+        if (kind == KIND_Q8_0) qgroup_rows(KIND_Q8_0, Wg, a, bias, r, y, M, g * QN, N, K, kb);
+        else if (kind == KIND_Q4_0) qgroup_rows(KIND_Q4_0, Wg, a, bias, r, y, M, g * QN, N, K, kb);
+        else qgroup_rows(KIND_Q4_1, Wg, a, bias, r, y, M, g * QN, N, K, kb);
+    }
+}
+
 /* y = x W^T (+ b) (+ r) over rows already quantized into buf (specledger_q8_rows_for); the groups of 16 outputs are
  * shared among the threads of the enclosing parallel region (orphaned omp for). r may be y (in place). */
 void specledger_qgemv_for(int kind, const uint8_t *buf, const uint8_t *Wp, const float *bias, const float *r, float *y,

@@ -81,6 +81,8 @@ void specledger_q8_blocks(const float *x_row, int m, int b0, int nb, int M, int 
 const char *specledger_qpath(void);
 void specledger_qgemv_for(int kind, const uint8_t *buf, const uint8_t *Wp, const float *bias, const float *r, float *y,
                           int M, int N, int K);
+void specledger_qgemv_groups(int kind, const uint8_t *buf, const uint8_t *Wp, const float *bias, const float *r,
+                             float *y, int M, int N, int K, int g0, int g1);
 void specledger_qlinear(int kind, const float *x, const uint8_t *Wp, const float *bias, const float *r, float *y, int M,
                         int N, int K, int nthreads);
 
