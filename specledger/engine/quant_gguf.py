@@ -48,8 +48,9 @@ def _lib() -> Any:
 
 
 def packed_bytes(fmt: str, n: int, k: int) -> int:
-    """Bytes of the packed copy: ``ceil(n / 16) * 16`` outputs x ``k / 32`` blocks x the format's block bytes."""
-    return ((n + GROUP - 1) // GROUP) * (k // 32) * _lib().specledger_qchunk_bytes(KIND[fmt])
+    """Bytes of the packed copy: ``ceil(n / 32) * 32`` outputs (groups of 16 in pairs) x ``k / 32`` blocks x the
+    format's block bytes."""
+    return ((n + 2 * GROUP - 1) // (2 * GROUP)) * 2 * (k // 32) * _lib().specledger_qchunk_bytes(KIND[fmt])
 
 
 class QuantLinear(nn.Module):

@@ -18,7 +18,10 @@
  * one chunk: the 16 outputs' fp16 d (and for Q4_1 their fp16 m), then the quants as 4-byte words, word l of row
  * ``g`` = 4 consecutive quants of output l: Q8_0 rows g = 0..7 hold quants 4g..4g+3; Q4 rows h = 0..3 hold in their
  * low nibbles quants 4h..4h+3 and in the high nibbles quants 16+4h.. (GGUF's own byte order, transposed by words).
- * Bytes are exactly the GGUF file's (20 per 32 weights for Q4_1): a k-row call streams them once.
+ * Groups go in pairs, their chunks interleaved block by block: chunk (g, b) at ((g / 2 * K/32 + b) * 2 + g % 2),
+ * so a decode step works on two groups at once (one row's broadcasts loaded once for 32 outputs) in one
+ * sequential stream. Bytes are exactly the GGUF file's (20 per 32 weights for Q4_1; outputs past N, up to a
+ * multiple of 32, zero): a k-row call streams them once.
  */
 #include <math.h>
 #include <stdint.h>
@@ -29,6 +32,12 @@
 #endif
 
 #include "specledger_kernels.h"
+#ifdef _OPENMP
+#include <omp.h>
+#else
+static inline int omp_get_num_threads(void) { return 1; }
+static inline int omp_get_thread_num(void) { return 0; }
+#endif
 
 #define QN 16
 #define QMB 8
@@ -42,6 +51,10 @@ static inline int chunk_bytes(int kind) { return scale_bytes(kind) + (kind == KI
 static inline int gguf_block_bytes(int kind) { return kind == KIND_Q8_0 ? 34 : kind == KIND_Q4_0 ? 18 : 20; }
 
 int specledger_qchunk_bytes(int kind) { return chunk_bytes(kind); }
+
+/* groups padded to pairs; where group g's first chunk lies (its next blocks' chunks follow 2 chunks apart) */
+static inline int pair_groups(int N) { return (N + 2 * QN - 1) / (2 * QN) * 2; }
+static inline size_t group_at(int g, int kb, int cb) { return ((size_t)(g / 2) * kb * 2 + (size_t)(g % 2)) * cb; }
 
 static inline float half_to_float(uint16_t h) {  /* exact */
     uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, f = h & 0x3ff, u;
@@ -61,12 +74,12 @@ static inline float half_to_float(uint16_t h) {  /* exact */
 
 /* GGUF rows src [N][K/32 blocks] -> the packed layout above (outputs past N zero: d = m = 0). */
 void specledger_qpack(int kind, const uint8_t *src, uint8_t *dst, int N, int K) {
-    int kb = K / 32, groups = (N + QN - 1) / QN, cb = chunk_bytes(kind), sb = scale_bytes(kind);
+    int kb = K / 32, groups = pair_groups(N), cb = chunk_bytes(kind), sb = scale_bytes(kind);
     int bb = gguf_block_bytes(kind), hdr = kind == KIND_Q4_1 ? 4 : 2, words = kind == KIND_Q8_0 ? 8 : 4;
     memset(dst, 0, (size_t)groups * kb * cb);
     for (int g = 0; g < groups; g++)
         for (int b = 0; b < kb; b++) {
-            uint8_t *c = dst + ((size_t)g * kb + b) * cb;
+            uint8_t *c = dst + group_at(g, kb, cb) + (size_t)b * 2 * cb;
             for (int l = 0; l < QN && g * QN + l < N; l++) {
                 const uint8_t *blk = src + ((size_t)(g * QN + l) * kb + b) * bb;
                 memcpy(c + 2 * l, blk, 2);
@@ -85,7 +98,7 @@ void specledger_qdequant_rows(int kind, const uint8_t *Wp, const int64_t *rows, 
         if (n < 0 || n >= N) { memset(o, 0, (size_t)K * 4); continue; }
         int g = (int)(n / QN), l = (int)(n % QN);
         for (int b = 0; b < kb; b++) {
-            const uint8_t *c = Wp + ((size_t)g * kb + b) * cb;
+            const uint8_t *c = Wp + group_at(g, kb, cb) + (size_t)b * 2 * cb;
             uint16_t dh, mh = 0;
             memcpy(&dh, c + 2 * l, 2);
             if (kind == KIND_Q4_1) memcpy(&mh, c + 32 + 2 * l, 2);
@@ -188,6 +201,11 @@ static inline void store_outputs(const float *s, int count, int row, int n0, int
 
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define QPATH "avx512-vnni"
+/* the chunk at c into the caches ahead of its use (non-temporal: the weights are read once per step) */
+static inline void prefetch_chunk(const uint8_t *c, int cb) {
+    for (int o = 0; o < cb; o += 64) __builtin_prefetch(c + o, 0, 0);
+}
+
 /* acc += the dot products of w's bytes (unsigned) with the 4 signed bytes at x, broadcast: vpdpbusd with its memory
  * operand broadcast ({1to16}), which GCC does not fold from the intrinsics (a separate broadcast per call). */
 static inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const int32_t *x) {
@@ -209,20 +227,8 @@ static inline __attribute__((always_inline)) void qgroup(const int kind, const u
     const int cm = kind == KIND_Q8_0 ? -128 : corr_mul(kind);
     const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0), flip = _mm512_set1_epi8((char)0x80);
     for (int b = 0; b < kb; b++) {
-        const uint8_t *c = Wg + (size_t)b * cb;
-        if (QPF) {
-        __builtin_prefetch(c + QPF * cb, 0, 0);
-        __builtin_prefetch(c + QPF * cb + 64, 0, 0);
-        __builtin_prefetch(c + QPF * cb + 128, 0, 0);
-        __builtin_prefetch(c + QPF * cb + 192, 0, 0);
-        __builtin_prefetch(c + QPF * cb + 256, 0, 0);
-        if (kind == KIND_Q8_0) {
-            __builtin_prefetch(c + QPF * cb + 320, 0, 0);
-            __builtin_prefetch(c + QPF * cb + 384, 0, 0);
-            __builtin_prefetch(c + QPF * cb + 448, 0, 0);
-            __builtin_prefetch(c + QPF * cb + 512, 0, 0);
-        }
-        }
+        const uint8_t *c = Wg + (size_t)b * 2 * cb;  /* this group's chunk of its pair's block b */
+        prefetch_chunk(c + (size_t)QPF * 2 * cb, cb);
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)c));
         __m512 mv = kind == KIND_Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(c + 32))) : d;
         /* Q4: the low nibbles as they are, the high ones in place (16 q, exact: their sum is shifted back below) */
@@ -255,6 +261,51 @@ static inline __attribute__((always_inline)) void qgroup(const int kind, const u
         store_outputs(s16, QN, m0 + j, n0, N, bias, r, y);
     }
 }
+
+/* One row, a pair of groups at once (decode): qgroup's arithmetic per output, unchanged (the same bits), with the
+ * row's broadcasts (8 words of qx, its dx and sx per block) loaded once for 32 outputs; Wp2: the pair's first chunk. */
+#define QPAIR1 1
+static inline __attribute__((always_inline)) void qpair1(const int kind, const uint8_t *Wp2, qact a, const float *bias,
+                                                         const float *r, float *y, int n0, int N, int kb) {
+    const int cb = chunk_bytes(kind), sb = scale_bytes(kind);
+    const int cm = kind == KIND_Q8_0 ? -128 : corr_mul(kind);
+    const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0), flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int b = 0; b < kb; b++) {
+        const int32_t *xq = (const int32_t *)(a.qx + (size_t)b * 32);
+        __m512i xb[8];
+        for (int g = 0; g < 8; g++) xb[g] = _mm512_set1_epi32(xq[g]);
+        const __m512 dx = _mm512_set1_ps(a.dx[b]), sx = _mm512_set1_ps(a.sx[b]);
+        const __m512i base = _mm512_set1_epi32(cm * a.si[b]);
+        for (int t = 0; t < 2; t++) {
+            const uint8_t *c = Wp2 + ((size_t)b * 2 + t) * cb;
+            prefetch_chunk(c + (size_t)QPF * cb, cb);
+            __m512i is0 = base, is1 = _mm512_setzero_si512();  /* two chains of four, as qgroup */
+            if (kind == KIND_Q8_0) {
+                for (int g = 0; g < 4; g++)
+                    is0 = _mm512_dpbusd_epi32(is0, _mm512_xor_si512(_mm512_loadu_si512(c + sb + 64 * g), flip), xb[g]);
+                for (int g = 4; g < 8; g++)
+                    is1 = _mm512_dpbusd_epi32(is1, _mm512_xor_si512(_mm512_loadu_si512(c + sb + 64 * g), flip), xb[g]);
+            } else {
+                for (int h = 0; h < 4; h++) {
+                    __m512i p = _mm512_loadu_si512(c + sb + 64 * h);
+                    is0 = _mm512_dpbusd_epi32(is0, _mm512_and_si512(p, lo), xb[h]);
+                    is1 = _mm512_dpbusd_epi32(is1, _mm512_and_si512(p, hi), xb[h + 4]);
+                }
+            }
+            __m512i is = _mm512_add_epi32(is0, kind == KIND_Q8_0 ? is1 : _mm512_srai_epi32(is1, 4));
+            __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)c));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(d, dx), acc[t]);
+            if (kind == KIND_Q4_1)
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(c + 32))), sx, acc[t]);
+        }
+    }
+    for (int t = 0; t < 2; t++) {
+        float s16[QN];
+        _mm512_storeu_ps(s16, acc[t]);
+        store_outputs(s16, QN, 0, n0 + t * QN, N, bias, r, y);
+    }
+}
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define QPATH "avx2"
 /* Eight outputs per 256-bit half of a chunk; the same integers and float steps per output as the VNNI path. */
@@ -267,7 +318,7 @@ static inline __attribute__((always_inline)) void qgroup(const int kind, const u
         __m256 acc[QMB];
         for (int j = 0; j < MM; j++) acc[j] = _mm256_setzero_ps();
         for (int b = 0; b < kb; b++) {
-            const uint8_t *c = Wg + (size_t)b * cb;
+            const uint8_t *c = Wg + (size_t)b * 2 * cb;
             __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(c + 16 * half)));
             __m256 mv = kind == KIND_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(c + 32 + 16 * half))) : d;
             __m256i w[8];
@@ -313,7 +364,7 @@ static inline void qgroup(const int kind, const uint8_t *Wg, qact a, const float
         for (int l = 0; l < QN && n0 + l < N; l++) {
             float acc = 0.f;
             for (int b = 0; b < kb; b++) {
-                const uint8_t *c = Wg + (size_t)b * cb;
+                const uint8_t *c = Wg + (size_t)b * 2 * cb;
                 size_t at = (size_t)(m0 + j) * kb + b;
                 const int8_t *xq = a.qx + (size_t)(m0 + j) * K + (size_t)b * 32;
                 uint16_t dh, mh = 0;
@@ -360,32 +411,39 @@ static inline __attribute__((always_inline)) void qgroup_rows(const int kind, co
 }
 
 /* specledger_qgemv_for's outputs of groups [g0, g1) only (16 outputs each), on the calling thread, no barrier: for a
- * caller that shares the groups out itself (ops.c's decode layer: whole heads, matching gate and up ranges). */
+ * caller that shares the groups out itself (ops.c's decode layer: whole heads, matching gate and up ranges). One row:
+ * the whole pairs among them two groups at once. */
 void specledger_qgemv_groups(int kind, const uint8_t *buf, const uint8_t *Wp, const float *bias, const float *r,
                              float *y, int M, int N, int K, int g0, int g1) {
     int kb = K / 32, cb = chunk_bytes(kind);
     qact a = qact_of((uint8_t *)buf, M, K);
-    for (int g = g0; g < g1; g++) {
-        const uint8_t *Wg = Wp + (size_t)g * kb * cb;
+    for (int g = g0; g < g1;) {
+        const uint8_t *Wg = Wp + group_at(g, kb, cb);
+#ifdef QPAIR1
+        if (M == 1 && g % 2 == 0 && g + 1 < g1) {
+            if (kind == KIND_Q8_0) qpair1(KIND_Q8_0, Wg, a, bias, r, y, g * QN, N, kb);
+            else if (kind == KIND_Q4_0) qpair1(KIND_Q4_0, Wg, a, bias, r, y, g * QN, N, kb);
+            else qpair1(KIND_Q4_1, Wg, a, bias, r, y, g * QN, N, kb);
+            g += 2;
+            continue;
+        }
+#endif
         if (kind == KIND_Q8_0) qgroup_rows(KIND_Q8_0, Wg, a, bias, r, y, M, g * QN, N, K, kb);
         else if (kind == KIND_Q4_0) qgroup_rows(KIND_Q4_0, Wg, a, bias, r, y, M, g * QN, N, K, kb);
         else qgroup_rows(KIND_Q4_1, Wg, a, bias, r, y, M, g * QN, N, K, kb);
+        g++;
     }
 }
 
 /* y = x W^T (+ b) (+ r) over rows already quantized into buf (specledger_q8_rows_for); the groups of 16 outputs are
- * shared among the threads of the enclosing parallel region (orphaned omp for). r may be y (in place). */
+ * shared among the threads of the enclosing parallel region (contiguous shares, as schedule(static) makes them, a
+ * barrier at the end); called outside a region, all on the caller's thread. r may be y (in place). */
 void specledger_qgemv_for(int kind, const uint8_t *buf, const uint8_t *Wp, const float *bias, const float *r, float *y,
                           int M, int N, int K) {
-    int kb = K / 32, groups = (N + QN - 1) / QN, cb = chunk_bytes(kind);
-    qact a = qact_of((uint8_t *)buf, M, K);
-#pragma omp for schedule(static)
-    for (int g = 0; g < groups; g++) {
-        const uint8_t *Wg = Wp + (size_t)g * kb * cb;
-        if (kind == KIND_Q8_0) qgroup_rows(KIND_Q8_0, Wg, a, bias, r, y, M, g * QN, N, K, kb);
-        else if (kind == KIND_Q4_0) qgroup_rows(KIND_Q4_0, Wg, a, bias, r, y, M, g * QN, N, K, kb);
-        else qgroup_rows(KIND_Q4_1, Wg, a, bias, r, y, M, g * QN, N, K, kb);
-    }
+    int groups = (N + QN - 1) / QN, nth = omp_get_num_threads(), me = omp_get_thread_num();
+    specledger_qgemv_groups(kind, buf, Wp, bias, r, y, M, N, K, (int)((int64_t)groups * me / nth),
+                            (int)((int64_t)groups * (me + 1) / nth));
+#pragma omp barrier
 }
 
 /* One linear on ``nthreads`` threads: quantize the rows of x, then y = x W^T (+ b) (+ r). */
