@@ -306,6 +306,69 @@ static inline __attribute__((always_inline)) void qpair1(const int kind, const u
         store_outputs(s16, QN, 0, n0 + t * QN, N, bias, r, y);
     }
 }
+
+/* Rows m0 .. m0 + MM - 1 (MM <= QPM), a pair of groups at once (verify passes): qgroup's arithmetic per output (the
+ * same bits), the pair's chunks read once, in one stream, for all the rows. */
+#define QPM 4
+static inline __attribute__((always_inline)) void qpair_rows(const int kind, const uint8_t *Wp2, qact a,
+                                                             const float *bias, const float *r, float *y, int m0,
+                                                             const int MM, int n0, int N, int K, int kb) {
+    const int cb = chunk_bytes(kind), sb = scale_bytes(kind);
+    const int cm = kind == KIND_Q8_0 ? -128 : corr_mul(kind);
+    const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0), flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc[2][QPM];
+    for (int t = 0; t < 2; t++)
+        for (int j = 0; j < MM; j++) acc[t][j] = _mm512_setzero_ps();
+    for (int b = 0; b < kb; b++) {
+        for (int t = 0; t < 2; t++) {
+            const uint8_t *c = Wp2 + ((size_t)b * 2 + t) * cb;
+            prefetch_chunk(c + (size_t)QPF * cb, cb);
+            __m512i w[8];
+            if (kind == KIND_Q8_0) {
+                for (int g = 0; g < 8; g++) w[g] = _mm512_xor_si512(_mm512_loadu_si512(c + sb + 64 * g), flip);
+            } else {
+                for (int h = 0; h < 4; h++) {
+                    __m512i p = _mm512_loadu_si512(c + sb + 64 * h);
+                    w[h] = _mm512_and_si512(p, lo);
+                    w[h + 4] = _mm512_and_si512(p, hi);
+                }
+            }
+            __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)c));
+            for (int j = 0; j < MM; j++) {
+                size_t at = (size_t)(m0 + j) * kb + b;
+                const int32_t *xq = (const int32_t *)(a.qx + (size_t)(m0 + j) * K + (size_t)b * 32);
+                __m512i is0 = _mm512_set1_epi32(cm * a.si[at]), is1 = _mm512_setzero_si512();
+                for (int g = 0; g < 4; g++) is0 = dpbusd_bcast(is0, w[g], xq + g);
+                for (int g = 4; g < 8; g++) is1 = dpbusd_bcast(is1, w[g], xq + g);
+                __m512i is = _mm512_add_epi32(is0, kind == KIND_Q8_0 ? is1 : _mm512_srai_epi32(is1, 4));
+                acc[t][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(d, _mm512_set1_ps(a.dx[at])),
+                                            acc[t][j]);
+                if (kind == KIND_Q4_1)
+                    acc[t][j] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(c + 32))),
+                                                _mm512_set1_ps(a.sx[at]), acc[t][j]);
+            }
+        }
+    }
+    for (int t = 0; t < 2; t++)
+        for (int j = 0; j < MM; j++) {
+            float s16[QN];
+            _mm512_storeu_ps(s16, acc[t][j]);
+            store_outputs(s16, QN, m0 + j, n0 + t * QN, N, bias, r, y);
+        }
+}
+
+static inline __attribute__((always_inline)) void qpair_all_rows(const int kind, const uint8_t *Wp2, qact a,
+                                                                 const float *bias, const float *r, float *y, int M,
+                                                                 int n0, int N, int K, int kb) {
+    for (int m0 = 0; m0 < M; m0 += QPM) {
+        switch (M - m0 < QPM ? M - m0 : QPM) {  /* a constant row count per instance: accumulators in registers */
+            case 1: qpair_rows(kind, Wp2, a, bias, r, y, m0, 1, n0, N, K, kb); break;
+            case 2: qpair_rows(kind, Wp2, a, bias, r, y, m0, 2, n0, N, K, kb); break;
+            case 3: qpair_rows(kind, Wp2, a, bias, r, y, m0, 3, n0, N, K, kb); break;
+            default: qpair_rows(kind, Wp2, a, bias, r, y, m0, 4, n0, N, K, kb); break;
+        }
+    }
+}
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define QPATH "avx2"
 /* Eight outputs per 256-bit half of a chunk; the same integers and float steps per output as the VNNI path. */
@@ -420,10 +483,13 @@ void specledger_qgemv_groups(int kind, const uint8_t *buf, const uint8_t *Wp, co
     for (int g = g0; g < g1;) {
         const uint8_t *Wg = Wp + group_at(g, kb, cb);
 #ifdef QPAIR1
-        if (M == 1 && g % 2 == 0 && g + 1 < g1) {
-            if (kind == KIND_Q8_0) qpair1(KIND_Q8_0, Wg, a, bias, r, y, g * QN, N, kb);
-            else if (kind == KIND_Q4_0) qpair1(KIND_Q4_0, Wg, a, bias, r, y, g * QN, N, kb);
-            else qpair1(KIND_Q4_1, Wg, a, bias, r, y, g * QN, N, kb);
+        if (g % 2 == 0 && g + 1 < g1) {  /* a whole pair: one row with its broadcasts shared, or up to 4 rows */
+            if (M == 1 && kind == KIND_Q8_0) qpair1(KIND_Q8_0, Wg, a, bias, r, y, g * QN, N, kb);
+            else if (M == 1 && kind == KIND_Q4_0) qpair1(KIND_Q4_0, Wg, a, bias, r, y, g * QN, N, kb);
+            else if (M == 1) qpair1(KIND_Q4_1, Wg, a, bias, r, y, g * QN, N, kb);
+            else if (kind == KIND_Q8_0) qpair_all_rows(KIND_Q8_0, Wg, a, bias, r, y, M, g * QN, N, K, kb);
+            else if (kind == KIND_Q4_0) qpair_all_rows(KIND_Q4_0, Wg, a, bias, r, y, M, g * QN, N, K, kb);
+            else qpair_all_rows(KIND_Q4_1, Wg, a, bias, r, y, M, g * QN, N, K, kb);
             g += 2;
             continue;
         }
