@@ -29,7 +29,8 @@ from typing import Any
 import torch
 
 _SRCS = tuple(Path(__file__).with_name(name) for name in ("gemv.c", "ops.c", "qgemv.c"))
-_HEADERS = tuple(Path(__file__).with_name(name) for name in ("simd.h", "attend.h", "specledger_kernels.h"))
+_HEADERS = tuple(Path(__file__).with_name(name)
+                 for name in ("simd.h", "attend.h", "qgemv_vnni.h", "specledger_kernels.h"))
 _FLAGS = ["-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", "-fPIC", "-shared"]
 _ABI = 7  # SPECLEDGER_ABI in specledger_kernels.h (the interface, declared once)
 _lock = threading.Lock()
