@@ -20,42 +20,60 @@ static inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const int32_t *x) {
 #endif
 }
 
+/* A chunk's 8 x 64 quant bytes as vpdpbusd takes them: Q8_0's int8 + 128 (unsigned; corrected by -128 sum(qx)), Q4's
+ * low nibbles as they are and high nibbles in place (16 q: their sum is shifted back in block_isum). */
+static inline __attribute__((always_inline)) void chunk_weights(const int kind, const uint8_t *c, __m512i w[8]) {
+    const int sb = scale_bytes(kind);
+    if (kind == KIND_Q8_0) {
+        const __m512i flip = _mm512_set1_epi8((char)0x80);
+        for (int g = 0; g < 8; g++) w[g] = _mm512_xor_si512(_mm512_loadu_si512(c + sb + 64 * g), flip);
+        return;
+    }
+    for (int h = 0; h < 4; h++) {
+        __m512i p = _mm512_loadu_si512(c + sb + 64 * h);
+        w[h] = _mm512_and_si512(p, _mm512_set1_epi8(0x0f));
+        w[h + 4] = _mm512_and_si512(p, _mm512_set1_epi8((char)0xf0));
+    }
+}
+
+/* The 16 outputs' exact block sums I_b from base (= corr * sum(qx)) and the row's 8 qx words at xq, broadcast from
+ * memory: two independent chains of four (an integer sum: the same whatever the order), the high nibbles' /16. */
+static inline __attribute__((always_inline)) __m512i block_isum(const int kind, const __m512i w[8], __m512i base,
+                                                                const int32_t *xq) {
+    __m512i is0 = base, is1 = _mm512_setzero_si512();
+    for (int g = 0; g < 4; g++) is0 = dpbusd_bcast(is0, w[g], xq + g);
+    for (int g = 4; g < 8; g++) is1 = dpbusd_bcast(is1, w[g], xq + g);
+    return _mm512_add_epi32(is0, kind == KIND_Q8_0 ? is1 : _mm512_srai_epi32(is1, 4));
+}
+
+/* acc = fma(float(I_b), d_b dx_b, acc) [; acc = fma(m_b, sx_b, acc) for Q4_1, m_b the chunk's second fp16 row]: the
+ * float steps every path takes, in this order. */
+static inline __attribute__((always_inline)) __m512 block_acc(const int kind, __m512 acc, __m512i is, __m512 d,
+                                                              __m512 dx, const uint8_t *c, __m512 sx) {
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(d, dx), acc);
+    if (kind == KIND_Q4_1)
+        acc = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(c + 32))), sx, acc);
+    return acc;
+}
+
 static inline __attribute__((always_inline)) void qgroup(const int kind, const uint8_t *Wg, qact a, const float *bias,
                                                          const float *r, float *y, int m0, const int MM, int n0, int N,
                                                          int K, int kb) {
     __m512 acc[QMB];
     for (int j = 0; j < MM; j++) acc[j] = _mm512_setzero_ps();
-    const int cb = chunk_bytes(kind), sb = scale_bytes(kind);
-    /* Q8_0's int8 weights go in as w + 128 (unsigned, as vpdpbusd takes them): minus 128 * sum(qx) after */
-    const int cm = kind == KIND_Q8_0 ? -128 : corr_mul(kind);
-    const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0), flip = _mm512_set1_epi8((char)0x80);
+    const int cb = chunk_bytes(kind);
+    const int cm = kind == KIND_Q8_0 ? -128 : corr_mul(kind);  /* Q8_0: minus 128 * sum(qx) (see chunk_weights) */
     for (int b = 0; b < kb; b++) {
         const uint8_t *c = Wg + (size_t)b * 2 * cb;  /* this group's chunk of its pair's block b */
         prefetch_chunk(c + (size_t)QPF * 2 * cb, cb);
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)c));
-        __m512 mv = kind == KIND_Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(c + 32))) : d;
-        /* Q4: the low nibbles as they are, the high ones in place (16 q, exact: their sum is shifted back below) */
         __m512i w[8];
-        if (kind == KIND_Q8_0) {
-            for (int g = 0; g < 8; g++) w[g] = _mm512_xor_si512(_mm512_loadu_si512(c + sb + 64 * g), flip);
-        } else {
-            for (int h = 0; h < 4; h++) {
-                __m512i p = _mm512_loadu_si512(c + sb + 64 * h);
-                w[h] = _mm512_and_si512(p, lo);
-                w[h + 4] = _mm512_and_si512(p, hi);
-            }
-        }
+        chunk_weights(kind, c, w);
         for (int j = 0; j < MM; j++) {
             size_t at = (size_t)(m0 + j) * kb + b;
             const int32_t *xq = (const int32_t *)(a.qx + (size_t)(m0 + j) * K + (size_t)b * 32);
-            /* two independent chains of four (the block's integer sum is the same whatever the order) */
-            __m512i is0 = _mm512_set1_epi32(cm * a.si[at]), is1 = _mm512_setzero_si512();
-            for (int g = 0; g < 4; g++) is0 = dpbusd_bcast(is0, w[g], xq + g);
-            for (int g = 4; g < 8; g++) is1 = dpbusd_bcast(is1, w[g], xq + g);
-            __m512i is = _mm512_add_epi32(is0, kind == KIND_Q8_0 ? is1 : _mm512_srai_epi32(is1, 4));
-            __m512 dd = _mm512_mul_ps(d, _mm512_set1_ps(a.dx[at]));
-            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), dd, acc[j]);
-            if (kind == KIND_Q4_1) acc[j] = _mm512_fmadd_ps(mv, _mm512_set1_ps(a.sx[at]), acc[j]);
+            __m512i is = block_isum(kind, w, _mm512_set1_epi32(cm * a.si[at]), xq);
+            acc[j] = block_acc(kind, acc[j], is, d, _mm512_set1_ps(a.dx[at]), c, _mm512_set1_ps(a.sx[at]));
         }
     }
     for (int j = 0; j < MM; j++) {
@@ -70,37 +88,23 @@ static inline __attribute__((always_inline)) void qgroup(const int kind, const u
 #define QPAIR1 1
 static inline __attribute__((always_inline)) void qpair1(const int kind, const uint8_t *Wp2, qact a, const float *bias,
                                                          const float *r, float *y, int n0, int N, int kb) {
-    const int cb = chunk_bytes(kind), sb = scale_bytes(kind);
-    const int cm = kind == KIND_Q8_0 ? -128 : corr_mul(kind);
-    const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0), flip = _mm512_set1_epi8((char)0x80);
+    const int cb = chunk_bytes(kind), cm = kind == KIND_Q8_0 ? -128 : corr_mul(kind);
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int b = 0; b < kb; b++) {
         const int32_t *xq = (const int32_t *)(a.qx + (size_t)b * 32);
-        __m512i xb[8];
+        __m512i xb[8];  /* the row's broadcasts, in registers for both groups (block_isum reads them from memory) */
         for (int g = 0; g < 8; g++) xb[g] = _mm512_set1_epi32(xq[g]);
         const __m512 dx = _mm512_set1_ps(a.dx[b]), sx = _mm512_set1_ps(a.sx[b]);
         const __m512i base = _mm512_set1_epi32(cm * a.si[b]);
         for (int t = 0; t < 2; t++) {
             const uint8_t *c = Wp2 + ((size_t)b * 2 + t) * cb;
             prefetch_chunk(c + (size_t)QPF * cb, cb);
-            __m512i is0 = base, is1 = _mm512_setzero_si512();  /* two chains of four, as qgroup */
-            if (kind == KIND_Q8_0) {
-                for (int g = 0; g < 4; g++)
-                    is0 = _mm512_dpbusd_epi32(is0, _mm512_xor_si512(_mm512_loadu_si512(c + sb + 64 * g), flip), xb[g]);
-                for (int g = 4; g < 8; g++)
-                    is1 = _mm512_dpbusd_epi32(is1, _mm512_xor_si512(_mm512_loadu_si512(c + sb + 64 * g), flip), xb[g]);
-            } else {
-                for (int h = 0; h < 4; h++) {
-                    __m512i p = _mm512_loadu_si512(c + sb + 64 * h);
-                    is0 = _mm512_dpbusd_epi32(is0, _mm512_and_si512(p, lo), xb[h]);
-                    is1 = _mm512_dpbusd_epi32(is1, _mm512_and_si512(p, hi), xb[h + 4]);
-                }
-            }
+            __m512i w[8], is0 = base, is1 = _mm512_setzero_si512();  /* block_isum's two chains */
+            chunk_weights(kind, c, w);
+            for (int g = 0; g < 4; g++) is0 = _mm512_dpbusd_epi32(is0, w[g], xb[g]);
+            for (int g = 4; g < 8; g++) is1 = _mm512_dpbusd_epi32(is1, w[g], xb[g]);
             __m512i is = _mm512_add_epi32(is0, kind == KIND_Q8_0 ? is1 : _mm512_srai_epi32(is1, 4));
-            __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)c));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(d, dx), acc[t]);
-            if (kind == KIND_Q4_1)
-                acc[t] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(c + 32))), sx, acc[t]);
+            acc[t] = block_acc(kind, acc[t], is, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)c)), dx, c, sx);
         }
     }
     for (int t = 0; t < 2; t++) {
@@ -116,9 +120,7 @@ static inline __attribute__((always_inline)) void qpair1(const int kind, const u
 static inline __attribute__((always_inline)) void qpair_rows(const int kind, const uint8_t *Wp2, qact a,
                                                              const float *bias, const float *r, float *y, int m0,
                                                              const int MM, int n0, int N, int K, int kb) {
-    const int cb = chunk_bytes(kind), sb = scale_bytes(kind);
-    const int cm = kind == KIND_Q8_0 ? -128 : corr_mul(kind);
-    const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0), flip = _mm512_set1_epi8((char)0x80);
+    const int cb = chunk_bytes(kind), cm = kind == KIND_Q8_0 ? -128 : corr_mul(kind);
     __m512 acc[2][QPM];
     for (int t = 0; t < 2; t++)
         for (int j = 0; j < MM; j++) acc[t][j] = _mm512_setzero_ps();
@@ -126,29 +128,14 @@ static inline __attribute__((always_inline)) void qpair_rows(const int kind, con
         for (int t = 0; t < 2; t++) {
             const uint8_t *c = Wp2 + ((size_t)b * 2 + t) * cb;
             prefetch_chunk(c + (size_t)QPF * cb, cb);
-            __m512i w[8];
-            if (kind == KIND_Q8_0) {
-                for (int g = 0; g < 8; g++) w[g] = _mm512_xor_si512(_mm512_loadu_si512(c + sb + 64 * g), flip);
-            } else {
-                for (int h = 0; h < 4; h++) {
-                    __m512i p = _mm512_loadu_si512(c + sb + 64 * h);
-                    w[h] = _mm512_and_si512(p, lo);
-                    w[h + 4] = _mm512_and_si512(p, hi);
-                }
-            }
             __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)c));
+            __m512i w[8];
+            chunk_weights(kind, c, w);
             for (int j = 0; j < MM; j++) {
                 size_t at = (size_t)(m0 + j) * kb + b;
                 const int32_t *xq = (const int32_t *)(a.qx + (size_t)(m0 + j) * K + (size_t)b * 32);
-                __m512i is0 = _mm512_set1_epi32(cm * a.si[at]), is1 = _mm512_setzero_si512();
-                for (int g = 0; g < 4; g++) is0 = dpbusd_bcast(is0, w[g], xq + g);
-                for (int g = 4; g < 8; g++) is1 = dpbusd_bcast(is1, w[g], xq + g);
-                __m512i is = _mm512_add_epi32(is0, kind == KIND_Q8_0 ? is1 : _mm512_srai_epi32(is1, 4));
-                acc[t][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(d, _mm512_set1_ps(a.dx[at])),
-                                            acc[t][j]);
-                if (kind == KIND_Q4_1)
-                    acc[t][j] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(c + 32))),
-                                                _mm512_set1_ps(a.sx[at]), acc[t][j]);
+                __m512i is = block_isum(kind, w, _mm512_set1_epi32(cm * a.si[at]), xq);
+                acc[t][j] = block_acc(kind, acc[t][j], is, d, _mm512_set1_ps(a.dx[at]), c, _mm512_set1_ps(a.sx[at]));
             }
         }
     }
