@@ -10,7 +10,7 @@ run: setup
 	.venv/bin/specledger run
 
 # the live llama.cpp tests (tests/test_llama_server.py) need the binary: built once (about 6 minutes on
-# 2 cores), then cached under ~/.cache/specledger/llama-server/<version>-<flag hash>/
+# 2 cores), built for this CPU (-march=native) and cached under ~/.cache/specledger/llama-server/<version>-<key>/
 test: setup-test llama-server
 	.venv/bin/python -m pytest -q
 	.venv/bin/ruff check .

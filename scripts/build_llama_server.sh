@@ -9,9 +9,10 @@
 # $SPECLEDGER_CACHE, else ~/.cache/specledger (the same root specledger's model cache uses);
 # the test looks there, or at $SPECLEDGER_LLAMA_SERVER. A cached binary is reused: re-runs are
 # instant. The build is CPU-only, static (no shared libggml to find at run time), without libcurl or
-# OpenSSL, and generic x86-64 with AVX2/FMA/F16C (GGML_NATIVE=OFF): a cache can travel between machines
-# of one kind whose CPUs differ, and a -march=native binary dies there with "illegal instruction".
-# The cache folder is keyed by the version and a hash of the flags, so changing either rebuilds.
+# OpenSSL, and native (GGML_NATIVE=ON, -march=native): llama.cpp at its best on the machine it runs on, the
+# peer a user would build. A native binary dies with "illegal instruction" on a CPU that lacks one of its
+# instructions, so the cache key holds the CPU's instruction-set flags too: another CPU gets its own build.
+# The cache folder is keyed by the version and a hash of the flags and the CPU's flags, so changing any rebuilds.
 # The last line printed is always the binary's path (`make llama-server` runs this script); a cold build
 # took 374 s of compiling with -j2 on 2 cores (6 min 25 s with the sdist download and cmake).
 set -euo pipefail
@@ -22,9 +23,12 @@ PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 CACHE=${SPECLEDGER_CACHE:-$HOME/.cache/specledger}
 FLAGS="-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+-DGGML_NATIVE=ON \
 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON"
-KEY=$(printf '%s' "$FLAGS" | sha256sum | cut -c1-10)
+# the instruction-set extensions -march=native may use (sorted, so the key is stable)
+CPU_ISA=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | tr ' ' '\n' \
+  | grep -E '^(sse|ssse|avx|fma|f16c|bmi|vnni|amx|sha|aes|popcnt|movbe|lzcnt|gfni|vaes|vpclmul)' | sort -u | tr '\n' ' ')
+KEY=$(printf '%s|%s' "$FLAGS" "$CPU_ISA" | sha256sum | cut -c1-10)
 DEST="$CACHE/llama-server/$VERSION-$KEY"
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 
@@ -60,6 +64,8 @@ cp "$WORK/build/bin/llama-server" "$DEST.tmp/llama-server"
   echo "llama-server --version: $("$DEST.tmp/llama-server" --version 2>&1 | tr '\n' ' ')"
   echo "built: $(date -u +%FT%TZ) in ${secs}s with -j$JOBS on $(uname -m)"
   echo "cmake flags: $FLAGS"
+  echo "instruction set (native): $CPU_ISA"
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')"
 } >"$DEST.tmp/BUILD_INFO"
 rm -rf "$DEST" && mv "$DEST.tmp" "$DEST"
 cat "$DEST/BUILD_INFO"
