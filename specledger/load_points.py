@@ -1,5 +1,5 @@
 """What a load point is made of, shared by the main job, the probe, the simulated loads and the report:
-the ``--loads`` list (:func:`parse_loads`), the order of a closed-loop point's requests (:func:`interleaved`,
+the ``--loads`` list or range (:func:`parse_loads`), the order of a closed-loop point's requests (:func:`interleaved`,
 :func:`requests_at`) and the open loop's seeded Poisson send times (:func:`poisson_arrivals`, the one
 generator: the probe's send times and the simulator's arrivals, :func:`specledger.simulate.arrivals.poisson`,
 are the same for the same seed). Pure functions of their arguments; nothing here runs a point."""
@@ -14,21 +14,29 @@ import numpy as np
 from specledger.errors import SpecLedgerError, require
 
 
+def is_load_range(text: str | None) -> bool:
+    """Whether a ``--loads`` value is a range ``A..B`` (bisected: :mod:`specledger.load_bisect`), not a list."""
+    return text is not None and ".." in text
+
+
 def parse_loads(text: str | None, flag: str = "--loads", example: str = "1,4,16",
-                allow_none: bool = False) -> list[int] | None:
-    """``"1,4,16"`` -> [1, 4, 16] (sorted, distinct); ``"none"`` -> [] where ``allow_none``; anything else
-    is a one-line error naming the fix."""
+                allow_none: bool = False, allow_range: bool = False) -> list[int] | None:
+    """``"1,4,16"`` -> [1, 4, 16] (sorted, distinct); ``"A..B"`` -> [A, B] (its ends, A < B) where
+    ``allow_range``; ``"none"`` -> [] where ``allow_none``; anything else is a one-line error naming the fix."""
     if text is None:
         return None
     if allow_none and text.strip().lower() == "none":
         return []
+    ranged = allow_range and is_load_range(text)
     try:
-        values = [float(x) for x in text.split(",") if x.strip()]
+        values = [float(x) for x in text.split(".." if ranged else ",") if x.strip() or ranged]
     except ValueError:
         values = []
-    if not values or any(not math.isfinite(v) or v < 1 or v != int(v) for v in values):
+    if not values or any(not math.isfinite(v) or v < 1 or v != int(v) for v in values) \
+            or (ranged and (len(values) != 2 or values[0] >= values[1])):
         raise SpecLedgerError(f"{flag} {text!r}: give whole numbers of concurrent requests >= 1, "
-                              f"e.g. {flag} {example}" + (" (or none)" if allow_none else ""))
+                              f"e.g. {flag} {example}" + (" or a range to bisect, e.g. 1..16" if allow_range else "")
+                              + (" (or none)" if allow_none else ""))
     return sorted({int(v) for v in values})
 
 
@@ -57,4 +65,4 @@ def poisson_arrivals(rate: float, count: int, seed: int | None) -> list[float]:
     return np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate, size=count)).tolist()
 
 
-__all__ = ["interleaved", "parse_loads", "poisson_arrivals", "requests_at"]
+__all__ = ["interleaved", "is_load_range", "parse_loads", "poisson_arrivals", "requests_at"]

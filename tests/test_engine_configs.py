@@ -17,7 +17,9 @@ from specledger.gates.engine_configs import (
     DrafterDetails,
     batch_ranges,
     engine_configs,
+    help_flags,
     pick_drafter,
+    unknown_flags,
     validate_llama_cpp,
     validate_sglang,
     validate_trtllm,
@@ -64,7 +66,7 @@ def test_ranges_follow_the_stated_rule_between_measured_loads():
     cfg = engine_configs(SCHEDULES["off-at-high-loads"])
     # (0, 1] -> k(1) = 4, (1, 4] -> k(4) = 2, (4, 16] off, (16, 64] off, above 64 off
     assert cfg["ranges"] == [[1, 1, 4], [2, 4, 2], [5, DEFAULT_MAX_LOAD, 0]]
-    spec = cfg["vllm"]["speculative_config"]
+    spec = cfg["vllm"]
     assert spec["method"] == "ngram" and spec["num_speculative_tokens"] == 4
     assert spec["num_speculative_tokens_per_batch_size"] == cfg["ranges"]
     assert spec["prompt_lookup_min"] == 1 and spec["prompt_lookup_max"] == 3
@@ -75,14 +77,15 @@ def test_ranges_follow_the_stated_rule_between_measured_loads():
     assert sg[sg.index("--max-running-requests") + 1] == "4"
     assert sg[sg.index("--speculative-num-draft-tokens") + 1] == "5"
     ll = cfg["llama_cpp"]
-    assert ll[ll.index("--draft-max") + 1] == "4" and ll[ll.index("--spec-type") + 1] == "ngram-simple"
+    assert ll[ll.index("--spec-ngram-simple-size-m") + 1] == "4" and ll[ll.index("--spec-type") + 1] == "ngram-simple"
+    assert ll[ll.index("--parallel") + 1] == "4" and cfg["gamma"] == 4 and cfg["drafter"] == "ngram"
 
 
 def test_loads_above_the_largest_measured_are_off_and_the_tail_is_explicit():
     cfg = engine_configs(SCHEDULES["all-on"])
     assert cfg["ranges"] == [[1, 16, 4], [17, DEFAULT_MAX_LOAD, 0]]
     # vLLM carries the last range's k past it: a final k = 0 range is what stops speculation there
-    assert cfg["vllm"]["speculative_config"]["num_speculative_tokens_per_batch_size"][-1][2] == 0
+    assert cfg["vllm"]["num_speculative_tokens_per_batch_size"][-1][2] == 0
     assert batch_ranges({1: 4, 16: 4}, max_load=16) == [[1, 16, 4]]
     assert batch_ranges({1: 4, 2000: 2}) == [[1, 1, 4], [2, 2000, 2], [2001, 2001, 0]]
 
@@ -91,7 +94,7 @@ def test_one_drafter_per_deployment():
     cfg = engine_configs(SCHEDULES["drafter-switch"])
     assert cfg["drafter"] == "model" and cfg["gamma_by_load"] == {1: 4, 4: 3, 16: 0, 64: 0}
     assert "loads using ngram are off here" in cfg["note"]
-    assert cfg["vllm"]["speculative_config"]["method"] == "draft_model"
+    assert cfg["vllm"]["method"] == "draft_model"
     assert pick_drafter(SCHEDULES["drafter-switch"], prefer_load=16) == "ngram"
     assert engine_configs(SCHEDULES["drafter-switch"], prefer_load=16)["ranges"] == [
         [1, 4, 0], [5, 16, 2], [17, DEFAULT_MAX_LOAD, 0]]
@@ -103,19 +106,20 @@ def test_drafters_an_engine_lacks_get_a_note_not_an_invented_method():
         assert all(cfg[k] is None for k in VALIDATORS), name
         assert "vLLM has no speculative method" in cfg["note"]
     suffix = engine_configs(SCHEDULES["single-load"])
-    assert suffix["vllm"]["speculative_config"]["method"] == "suffix"
+    assert suffix["vllm"]["method"] == "suffix"
     assert suffix["trtllm"] is None and suffix["sglang"] is None and suffix["llama_cpp"] is None
 
 
 def test_the_head_maps_to_eagle():
     cfg = engine_configs(SCHEDULES["head"], details=DrafterDetails(model="me/eagle-head"))
-    assert cfg["vllm"]["speculative_config"]["method"] == "eagle"
-    assert cfg["vllm"]["speculative_config"]["model"] == "me/eagle-head"
+    assert cfg["vllm"]["method"] == "eagle"
+    assert cfg["vllm"]["model"] == "me/eagle-head"
     assert cfg["trtllm"]["speculative_config"]["decoding_type"] == "Eagle3"
-    assert cfg["sglang"][:2] == ["--speculative-algorithm", "EAGLE"] and cfg["llama_cpp"] is None
+    assert cfg["sglang"][:2] == ["--speculative-algorithm", "EAGLE"]
+    assert cfg["llama_cpp"][:4] == ["--spec-type", "draft-eagle3", "-md", "me/eagle-head"]
     tree = engine_configs(SCHEDULES["head"], details=DrafterDetails(eagle3=True, tree_budget=8, tree_topk=4))
     _check_all(tree)
-    assert tree["vllm"]["speculative_config"]["method"] == "eagle3"
+    assert tree["vllm"]["method"] == "eagle3"
     sg = tree["sglang"]
     assert sg[sg.index("--speculative-eagle-topk") + 1] == "4" and sg[sg.index("--speculative-num-draft-tokens")
                                                                        + 1] == "9"
@@ -164,10 +168,12 @@ def test_vllm_validator_rejects_what_vllm_rejects(bad, message):
 
 
 def test_the_old_schedule_writer_output_fails_validate_vllm():
-    old = {"speculative_config": {"method": "ngram", "num_speculative_tokens": 2,
-                                  "num_speculative_tokens_per_batch_size": {"1": 2, "16": 0, "64": 0}}}
+    old = {"method": "ngram", "num_speculative_tokens": 2,
+           "num_speculative_tokens_per_batch_size": {"1": 2, "16": 0, "64": 0}}
     with pytest.raises(SpecLedgerError, match="num_speculative_tokens_per_batch_size"):
         validate_vllm(old)
+    with pytest.raises(SpecLedgerError, match="takes the config itself"):  # --speculative-config takes no wrapper
+        validate_vllm({"speculative_config": {"method": "ngram", "num_speculative_tokens": 2}})
     with pytest.raises(SpecLedgerError, match="not a vLLM speculative method"):
         validate_vllm({"method": "layerskip", "num_speculative_tokens": 2})  # the old writer's layerskip
 
@@ -215,9 +221,16 @@ def test_sglang_validator(bad, message):
 
 @pytest.mark.parametrize("bad, message", [
     (["--spec-type", "suffix"], "not one of"),
-    (["--draft-max", "4"], "needs -md"),
-    (["--spec-type", "ngram-simple", "--draft-max", "2", "--draft-min", "3"], "--draft-min 3 > --draft-max 2"),
-    (["--spec-type", "ngram-simple", "--draft-max", "0"], ">= 1"),
+    (["--spec-draft-n-max", "4"], "needs -md"),
+    (["--spec-type", "draft-simple", "--spec-draft-n-max", "4"], "needs -md"),
+    (["--spec-type", "draft-simple", "-md", "d.gguf", "--spec-draft-n-max", "2", "--spec-draft-n-min", "3"],
+     "--spec-draft-n-min 3 > --spec-draft-n-max 2"),
+    (["--spec-type", "ngram-simple", "--spec-ngram-simple-size-m", "0"], ">= 1"),
+    (["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2000"], "<= 1024"),
+    # the flags llama-server of llama-cpp-python 0.3.36 rejects ("the argument has been removed")
+    (["--spec-type", "ngram-simple", "--spec-ngram-size-n", "3"], "removed.*--spec-ngram-simple-size-n"),
+    (["--spec-type", "ngram-simple", "--draft-max", "2"], "removed.*--spec-draft-n-max"),
+    (["-md", "d.gguf", "--draft-min", "0"], "removed.*--spec-draft-n-min"),
 ])
 def test_llama_cpp_validator(bad, message):
     with pytest.raises(SpecLedgerError, match=message):
@@ -244,7 +257,7 @@ def test_any_schedule_gives_valid_configs_that_follow_the_rule(schedule, max_loa
         above = [c for c in loads if c >= b]
         assert _k_at(ranges, b) == (ks[above[0]] if above else 0)  # decided by the next measured load up
     if cfg["vllm"]:
-        spec = cfg["vllm"]["speculative_config"]
+        spec = cfg["vllm"]
         assert spec["num_speculative_tokens_per_batch_size"] == ranges
         assert spec["num_speculative_tokens"] == max(k for _, _, k in ranges)
     if cfg["trtllm"]:
@@ -252,3 +265,77 @@ def test_any_schedule_gives_valid_configs_that_follow_the_rule(schedule, max_loa
         for b in range(1, min(top, 600) + 1):  # TRT's lookup: the first key >= b, 0 above the largest
             key = min((c for c in sched if c >= b), default=None)
             assert (sched[key] if key is not None else 0) == _k_at(ranges, b)
+
+
+# ------------------------------------------------------------------ a llama-server's own --help
+HELP = """----- common params -----
+
+-h,    --help, --usage                  print usage and exit
+-np,   --parallel N                     number of server slots (default: -1)
+                                        (env: LLAMA_ARG_N_PARALLEL)
+--spec-type [none|draft-simple|draft-eagle3|ngram-simple]
+                                        comma-separated list of types of speculative decoding to use
+--spec-draft-n-max N                    number of tokens to draft for speculative decoding (default: 3)
+-md,   --spec-draft-model, --model-draft FNAME
+                                        draft model for speculative decoding (default: unused)
+--spec-ngram-simple-size-n N            ngram size N for ngram-simple speculative decoding (default: 12)
+--spec-ngram-simple-size-m N            ngram size M for ngram-simple speculative decoding (default: 48)
+--draft, --draft-n, --draft-max N       the argument has been removed. use --spec-draft-n-max or
+                                        --spec-ngram-mod-n-max
+--spec-ngram-size-n N                   the argument has been removed. use the respective
+                                        --spec-ngram-*-size-n or --spec-ngram-mod-n-match
+"""
+
+
+def test_help_flags_lists_every_spelling_but_the_removed_ones():
+    flags = help_flags(HELP)
+    assert {"-h", "--help", "--usage", "-np", "--parallel", "--spec-type", "--spec-draft-n-max", "-md",
+            "--spec-draft-model", "--model-draft", "--spec-ngram-simple-size-n"} <= flags
+    assert not {"--draft", "--draft-n", "--draft-max", "--spec-ngram-size-n"} & flags
+    assert "--spec-ngram-mod-n-max" not in flags  # a flag named inside a description is not offered
+    assert unknown_flags(["--spec-type", "ngram-simple", "--draft-max", "4", "--parallel=2", "-1"], flags) == [
+        "--draft-max"]
+
+
+def test_flags_a_binary_lacks_are_not_emitted():
+    old_binary = help_flags(HELP.replace("--spec-ngram-simple-size-m N", "--other N"))
+    cfg = engine_configs({1: ("ngram", 4), 16: None}, llama_flags=old_binary)
+    assert cfg["llama_cpp"] is None and "lacks --spec-ngram-simple-size-m" in cfg["note"]
+    assert cfg["vllm"] is not None  # the other engines are not this binary's business
+    ok = engine_configs({1: ("ngram", 4), 16: None}, llama_flags=help_flags(HELP))
+    assert ok["llama_cpp"] == ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3",
+                               "--spec-ngram-simple-size-m", "4", "--parallel", "1"]
+    assert ok["gamma"] == 4 and set(ok["versions"]) == {"vllm", "trtllm", "sglang", "llama_cpp"}
+    assert "0.3.36" in ok["versions"]["llama_cpp"] and "0.24" in ok["versions"]["vllm"]
+
+
+def test_the_vllm_config_is_the_value_of_speculative_config():
+    cfg = engine_configs({1: ("ngram", 4), 16: ("ngram", 2)})
+    assert set(cfg["vllm"]) >= {"method", "num_speculative_tokens", "num_speculative_tokens_per_batch_size"}
+    assert "speculative_config" not in cfg["vllm"] and "--speculative-config" in cfg["notes"]["vllm"]
+    assert set(cfg["trtllm"]) == {"speculative_config"}  # TensorRT-LLM's --extra_llm_api_options file holds it so
+
+
+def test_a_binary_at_hand_is_asked_once_and_its_flags_checked(tmp_path, monkeypatch):
+    """``binary_flags`` runs ``PROGRAM --help`` (cached per binary file); a launched llama.cpp command with a flag
+    that binary lacks is not emitted, and its note says which."""
+    from specledger.probe.engine_command import binary_flags, check_engine_command
+
+    program = tmp_path / "llama-server"
+    program.write_text("#!/bin/sh\ncat <<'EOF'\n" + HELP + "EOF\n")
+    program.chmod(0o755)
+    assert binary_flags(program) == help_flags(HELP)
+    assert binary_flags(tmp_path / "missing") is None
+    from specledger.probe.engine_command import LLAMA_SERVER_ENV, llama_flags_at_hand
+
+    monkeypatch.setenv(LLAMA_SERVER_ENV, str(program))  # what summary.json's schedules are checked against
+    assert llama_flags_at_hand() == help_flags(HELP)
+    monkeypatch.delenv(LLAMA_SERVER_ENV)
+    assert llama_flags_at_hand() is None
+    good = {"kind": "llama.cpp", "argv": [str(program), "--spec-type", "ngram-simple", "--parallel", "2"],
+            "command": "x", "note": "pays"}
+    check_engine_command(good)
+    assert good["command"] == "x"
+    bad = {"kind": "llama.cpp", "argv": [str(program), "--spec-ngram-size-n", "3"], "command": "x", "note": "pays"}
+    check_engine_command(bad)
+    assert bad["argv"] is None and bad["command"] is None and "does not offer --spec-ngram-size-n" in bad["note"]

@@ -583,7 +583,8 @@ def test_credentials_stay_out_of_errors(tmp_path: Path, monkeypatch: pytest.Monk
     with HostileServer("echo") as server:  # a server that quotes our Authorization back in its error body
         code, out, err, _ = run_cli(["probe", server.url, "--api-key", SECRETS[1], "--requests", "1",
                                      "--concurrency", "1", "--no-metrics", "--json", "--out", str(tmp_path / "e")])
-        assert code == 0 and "HTTP 401" in out and not _leaks(tmp_path / "e", out, err)
+        # every request failed: one error line and exit 2 (issue 46), the echoed secret blanked there too
+        assert code == 2 and "HTTP 401" in err and not _leaks(tmp_path / "e", out, err)
 
 
 # --- fuzzing over the full value ranges, through the parsers and the terminal output ----------------------

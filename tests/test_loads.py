@@ -96,7 +96,7 @@ def test_run_with_loads_gates_and_schedule(tmp_path, engine, workload):
             from specledger.gates.engine_configs import validate_vllm
 
             validate_vllm(s["vllm"])
-            ranges = s["vllm"]["speculative_config"]["num_speculative_tokens_per_batch_size"]
+            ranges = s["vllm"]["num_speculative_tokens_per_batch_size"]
             assert ranges[0][0] == 1 and ranges[-1][1] == 1024 and ranges[-1][2] == 0 and ranges[-1][0] <= 7
 
     # an SLO whose target load was not measured: a one-line error naming the fix

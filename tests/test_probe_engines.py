@@ -130,6 +130,23 @@ def test_sglang_zero_gauges_mean_off() -> None:
     assert ("spec decode", "off (the server's gauges say so)") in spec_rows(fig.to_dict())
 
 
+def test_sglang_off_reports_no_acceptance_length_anywhere() -> None:
+    """Speculation off: SGLang exports spec_accept_length 0, which is its "off", not a measured length (a
+    measured one counts the bonus token, so it is >= 1): inspect's figures and its raw gauges say "not
+    measured" (None), never 0; a rank that speculates is averaged without the ranks that do not."""
+    from specledger.probe.inspect_file import counter_rows, inspect_prometheus
+
+    found = inspect_prometheus((DATA / "sglang_metrics_off.prom").read_text())
+    assert found["spec_decode"]["off"] and found["spec_decode"]["sglang_accept_length"] is None
+    for name in ("sglang:spec_accept_length", "sglang:spec_accept_rate"):
+        assert found["counters"][name]["value"] is None and "off" in found["counters"][name]["note"]
+    rows = dict(counter_rows(found))
+    assert rows["sglang:spec_accept_length (gauge)"].startswith("not measured")
+    text = ('# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{dp_rank="0"} 3.0\n'
+            'sglang:spec_accept_length{dp_rank="1"} 0\n')
+    assert inspect_prometheus(text)["counters"]["sglang:spec_accept_length"]["value"] == pytest.approx(3.0)
+
+
 def test_sglang_zero_rank_left_out_of_the_mean() -> None:
     text = 'sglang:spec_accept_length{dp_rank="0"} 3.0\nsglang:spec_accept_length{dp_rank="1"} 0\n'
     fig = spec_decode_figures(EMPTY_SNAPSHOT, parse_prometheus_text(text))

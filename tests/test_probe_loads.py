@@ -61,7 +61,8 @@ def test_probe_loads_with_baseline_gives_verdicts_per_load_and_a_schedule(tmp_pa
         res = CliRunner().invoke(cli_app, _args(spec.url, out, wl, "--baseline", base.url, "--loads", "2,1",
                                                 "--label", "eagle3", "--slo", str(slo)))
     assert res.exit_code == 0, res.output
-    assert "probe at loads" in res.output and "schedule (load → setting" in res.output
+    assert "probe at loads" not in res.output and "schedule (load → setting" in res.output  # tables: --verbose
+    assert "answer at load 2" in res.output and len(res.output.splitlines()) <= 40
     records = list(read_records(out / "traces.jsonl"))
     solo = [r for r in records if not r.extra.get("experiment")]
     at2 = [r for r in records if r.extra.get("experiment") == "load"]

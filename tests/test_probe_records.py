@@ -157,7 +157,8 @@ def test_probe_out_with_baseline_is_a_run_with_speedup_and_gates(tmp_path: Path)
             cli_app, probe_args(spec.url, base.url, out, "--label", "eagle3", "--workload", str(workload))
         )
     assert res.exit_code == 0, res.output
-    assert "summary T=0 load 2" in res.output and "report.html" in res.output  # the verdict line, at its load
+    # run's answer line for the category, at the load it was measured (the tables: --verbose)
+    assert "answer at load 2" in res.output and "\n  summary " in res.output and "report.html" in res.output
     verdict = json.loads((out / "summary.json").read_text())["verdicts"][0]
     assert verdict["load"] == 2 and verdict["simulated"] is False  # measured at --concurrency 2, not "load 1"
     records = list(read_records(out / "traces.jsonl"))

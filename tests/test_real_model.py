@@ -60,3 +60,33 @@ def test_real_sampling_is_reproducible(engine, prompts):
     a = engine.generate(prompts[1], drafter=d, gamma=3, max_tokens=16, params=params)
     b = engine.generate(prompts[1], drafter=d, gamma=3, max_tokens=16, params=params)
     assert a.token_ids == b.token_ids and a.output_tokens == 16
+
+
+def test_streamed_text_is_the_tokenizers_text_piece_by_piece(engine):
+    """The server's stream (no stop strings) decodes a window per round, not the whole output: the pieces, sent as
+    the output grows by 1-4 tokens a round, join to exactly ``decode(all)`` and never carry a replacement
+    character that the whole decode lacks (multi-byte characters split across tokens: emoji, CJK, accents)."""
+    import random
+
+    from specledger.engine.request import StopReleaser
+
+    tok = engine.tokenizer
+
+    def decode(ids):
+        return tok.decode(list(ids), skip_special_tokens=True)
+
+    texts = ["Grüße aus Köln! 🙂🚀 こんにちは世界, naïve café — ½ ✓", "def f(x):\n    return x ** 2  # 平方\n",
+             "  leading spaces and\ttabs\n\nnew paragraphs 🎉🎉🎉 end"]
+    rnd = random.Random(7)
+    vocab = engine.model.config.vocab_size
+    streams = [list(tok.encode(t)) for t in texts] + [[rnd.randrange(vocab) for _ in range(60)] for _ in range(3)]
+    for ids in streams:
+        rel, out, pieces = StopReleaser(decode), [], []
+        while len(out) < len(ids):
+            out.extend(ids[len(out): len(out) + rnd.randint(1, 4)])
+            final = len(out) == len(ids)
+            _, delta, _, _ = rel.advance(out, "length" if final else "")
+            pieces.append(delta)
+        whole = decode(ids)
+        assert "".join(pieces) == whole == rel.text
+        assert all("\ufffd" not in p for p in pieces) or "\ufffd" in whole

@@ -100,8 +100,9 @@ def test_simulated_loads_are_verdicts_labelled_simulated_with_the_validation_err
     assert scen[("chat", 64)]["gates"]["correctness"]["status"] == FAIL
 
     sched = {s["category"]: s for s in summary["schedules"]}
-    assert sched["copy"]["text"] == "ngram γ=4 at 1–4 and 8 (sim), off from 64 (sim)"
-    assert sched["copy"]["vllm"]["speculative_config"]["num_speculative_tokens_per_batch_size"] == \
+    assert sched["copy"]["text"] == ("ngram γ=4 at 1–4 and 8 (sim), off from 64 (sim) (between 8 and 64, not "
+                                     "located within 2×: configs switch at 9)")
+    assert sched["copy"]["vllm"]["num_speculative_tokens_per_batch_size"] == \
         [[1, 8, 4], [9, 1024, 0]]
     page = html.read_text()
     assert 'id="simulated-loads"' in page and "(simulated)" in page

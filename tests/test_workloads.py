@@ -22,6 +22,7 @@ from specledger.workloads import (
     random_token_prompts,
 )
 from specledger.workloads import packages as packages_module
+from specledger.workloads.jsonl import fold_warnings
 
 TEXT_CATEGORIES = [category for category in CATEGORIES if category != "random"]
 # Categories whose every item carries a reference (dialogue: only where GPT-4 answered).
@@ -301,27 +302,53 @@ def test_jsonl_keeps_good_lines_and_reports_bad_ones_by_number(tmp_path):
             json.dumps({"prompt": "p", "meta": [1]}),  # 13
         ],
     )
-    items, warnings = load_jsonl(path)
-    assert [item.id for item in items] == ["mine/1", "q1", "mine/12"]
+    # one rule for run and probe: a malformed line refuses the file, naming it and counting the others
+    with pytest.raises(SpecLedgerError) as err:
+        load_jsonl(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}:3: invalid JSON") and "\n" not in message
+    assert "8 more malformed line(s): 4, 5, 6, 7, 9, ..." in message
+    good = _write_lines(tmp_path, [line for i, line in enumerate(path.read_text().splitlines(), start=1)
+                                   if i in (1, 2, 8, 12)])
+    items, warnings = load_jsonl(good)
+    assert [item.id for item in items] == ["mine/1", "q1", "mine/4"]
     assert (
         items[0].prompt == "Once upon a time" and items[0].messages is None and items[0].reference == "there"
     )
     assert items[0].category == "custom"
     assert items[1].messages == [{"role": "user", "content": "Hi"}] and items[1].category == "chat"
     assert items[1].meta["team"] == "search" and items[1].meta["line"] == 2
-    warned_lines = [int(re.match(r"line (\d+): ", warning).group(1)) for warning in warnings]
-    assert warned_lines == [3, 4, 5, 6, 7, 9, 10, 11, 12, 13]
-    assert "line 4: missing 'prompt' or 'messages'" in warnings
-    assert "duplicate id 'q1' (first on line 2)" in warnings[6]
-    assert "unknown field 'temperature'" in warnings[8]
+    assert warnings == ["line 4: unknown field 'temperature' ignored"]
 
 
-def test_jsonl_empty_file_gives_no_items_and_says_so(tmp_path):
+@pytest.mark.parametrize("line, message", [
+    (json.dumps({"category": "chat"}), "missing 'prompt' or 'messages'"),
+    (json.dumps({"prompt": "dup", "id": "q1"}), "id 'q1' appears twice \\(first on line 1\\)"),
+    (json.dumps({"prompt": "p", "max_tokens": 0}), "'max_tokens' must be a whole number"),
+    ("[1, 2]", "expected a JSON object"),
+])
+def test_jsonl_refuses_a_malformed_line_by_number(tmp_path, line, message):
+    path = _write_lines(tmp_path, [json.dumps({"prompt": "a", "id": "q1"}), line])
+    with pytest.raises(SpecLedgerError, match=f"mine.jsonl:2: {message}"):
+        load_jsonl(path)
+
+
+def test_jsonl_warnings_are_folded_per_kind(tmp_path):
+    lines = [json.dumps({"prompt": f"p{i}", "temperature": 0.5}) for i in range(32)]
+    lines += [json.dumps({"prompt": "q", "top_p": 1}), json.dumps({"prompt": "m", "category": "math"})]
+    items, warnings = load_jsonl(_write_lines(tmp_path, lines))
+    assert len(items) == 34
+    assert warnings == ["unknown field 'temperature' ignored on 32 lines: 1, 2, 3, 4, 5, ...",
+                        "line 33: unknown field 'top_p' ignored",
+                        "line 34: category 'math' needs its answer as 'reference'; loaded, quality not assessed"]
+    assert fold_warnings(["line 2: x", "no line", "line 7: x"]) == ["x on 2 lines: 2, 7", "no line"]
+
+
+def test_jsonl_empty_file_is_refused(tmp_path):
     path = tmp_path / "empty.jsonl"
     path.write_text("", encoding="utf-8")
-    items, warnings = load_jsonl(path)
-    assert items == []
-    assert warnings and "no workload items" in warnings[0]
+    with pytest.raises(SpecLedgerError, match="has no prompts"):
+        load_jsonl(path)
 
 
 def test_jsonl_missing_file_is_a_user_error(tmp_path):
@@ -348,15 +375,13 @@ json_values = st.recursive(
 def test_jsonl_every_line_is_kept_or_reported(tmp_path_factory, records):
     path = tmp_path_factory.mktemp("jsonl") / "w.jsonl"
     path.write_text("\n".join(json.dumps(record) for record in records) + "\n", encoding="utf-8")
-    items, warnings = load_jsonl(path)
-    kept_lines = {item.meta["line"] for item in items}
-    rejected_lines = {
-        int(match.group(1))
-        for warning in warnings
-        if (match := re.match(r"line (\d+): ", warning)) and "unknown field" not in warning
-    }
-    assert kept_lines.isdisjoint(rejected_lines)
-    assert kept_lines | rejected_lines == set(range(1, len(records) + 1))
+    try:
+        items, _ = load_jsonl(path)
+    except SpecLedgerError as err:  # refused: it names a line of the file
+        match = re.match(rf"{re.escape(str(path))}:(\d+): ", str(err))
+        assert (match and 1 <= int(match.group(1)) <= len(records)) or "no prompts" in str(err)
+        return
+    assert {item.meta["line"] for item in items} == set(range(1, len(records) + 1))  # every line kept
     for item in items:
         assert (item.messages is None) != (item.prompt is None)
 

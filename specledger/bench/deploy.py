@@ -99,7 +99,7 @@ def deploy_configs(result: dict[str, Any]) -> dict[str, Any]:
         return out
     cfg = engine_configs({c: (drafter, k) if k else None for c, k in schedule.items()}, drafter=drafter)
     out.update({k: cfg[k] for k in ("trtllm", "sglang", "llama_cpp")}, configs_note=cfg["note"])
-    vllm = (cfg["vllm"] or {}).get("speculative_config")
+    vllm = cfg["vllm"]  # the value of vllm serve --speculative-config
     out["vllm"] = {"speculative_config": vllm,
                    "note": ("vLLM dynamic speculative decoding: [start_bs, end_bs, K] ranges from the measured "
                             "concurrencies; K = 0 turns speculation off. Measured on this machine and model: "

@@ -121,7 +121,7 @@ def run_sweep(opts: SweepOptions, console: Any) -> Path:
     the command builds the report from it)."""
     from specledger.bench.policies import run_policies
     from specledger.bench.progress import live_progress
-    from specledger.bench.quantization import prompts_per_category, run_quantization
+    from specledger.bench.quantization import float_engine, prompts_per_category, run_quantization
     from specledger.bench.serving import run_serving
     from specledger.engine.build import build_engine
     parsed = check_sweep_options(opts)
@@ -140,7 +140,8 @@ def run_sweep(opts: SweepOptions, console: Any) -> Path:
                   layers=opts.layers, draft_path=opts.draft)
     with live_progress(console, 40) as progress:
         if opts.experiment in ("quant4", "all"):
-            run_quantization(engine, items, candidates=parsed.quant_candidates, progress=progress, **common)
+            run_quantization(float_engine(engine), items, candidates=parsed.quant_candidates, progress=progress,
+                             **common)
         if opts.experiment in ("policies", "all"):
             run_policies(engine, items, drafter=opts.drafter, static_gammas=parsed.static, policies=parsed.names,
                          progress=progress, tree_budgets=parsed.budgets, **common)

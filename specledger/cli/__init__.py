@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import sys
 import warnings
+from typing import NoReturn
 
 import typer
 
+from specledger.cli.interrupt import EXIT_INTERRUPTED, clear_resume, interrupt_line
 from specledger.errors import SpecLedgerError, SpecLedgerWarning
 
 app = typer.Typer(
@@ -77,10 +79,14 @@ ENGINE_MODULES = ("torch", "transformers", "tokenizers", "safetensors")
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; user errors become one line on stderr and exit code 2, warnings
-    (:class:`SpecLedgerWarning`) one ``warning: ...`` line each."""
+    (:class:`SpecLedgerWarning`) one ``warning: ...`` line each, Ctrl-C (however typer reports it) the verb's
+    ``interrupted; ...`` line and exit code 130 (:mod:`specledger.cli.interrupt`); a verb's non-zero exit code
+    is the process's."""
     warnings.showwarning = _show_warning
+    args = list(sys.argv[1:] if argv is None else argv)
+    clear_resume()
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=args, standalone_mode=False)
     except SpecLedgerError as exc:
         from specledger.probe.safe_text import visible  # messages may quote a file or a server: no raw ESC
 
@@ -93,9 +99,10 @@ def main(argv: list[str] | None = None) -> None:
               "(scripts/setup.sh installs it)", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
-        print("interrupted: traces written so far are kept", file=sys.stderr)
-        raise SystemExit(130) from None
+        _interrupted(args)
     except typer.Exit as exc:
+        if exc.exit_code == EXIT_INTERRUPTED:
+            _interrupted(args)
         raise SystemExit(exc.exit_code) from None
     except typer.Abort:
         raise SystemExit(1) from None
@@ -108,6 +115,16 @@ def main(argv: list[str] | None = None) -> None:
         else:
             print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(getattr(exc, "exit_code", 2)) from None
+    if code == EXIT_INTERRUPTED:  # typer turns a KeyboardInterrupt into Exit(130) and, not standalone, returns it
+        _interrupted(args)
+    if isinstance(code, int) and code != 0:
+        raise SystemExit(code)
+
+
+def _interrupted(args: list[str]) -> NoReturn:
+    """Ctrl-C on any verb: the verb's own ``interrupted; ...`` line on stderr, exit code 130."""
+    print(interrupt_line(args), file=sys.stderr)
+    raise SystemExit(EXIT_INTERRUPTED) from None
 
 
 if __name__ == "__main__":

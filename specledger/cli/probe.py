@@ -26,6 +26,8 @@ from rich.console import Console
 from rich.table import Table
 
 from specledger.cli.probe_show import print_run_report, render_report, show_launch, show_loads
+from specledger.errors import SpecLedgerError
+from specledger.probe.bounds import check_some_succeeded
 from specledger.probe.endpoint import run_probe
 from specledger.probe.endpoint_loads import LoadPoint, run_probe_loads, without_results
 from specledger.probe.imports import Imported, benchmark_kind, guidellm_documents, vllm_bench_documents
@@ -99,7 +101,9 @@ def probe(
         typer.Option(help="Concurrencies, e.g. 1,4,16,64: both endpoints at each load, closed loop over the same "
                      "max(--requests, load) requests, alternating which goes first; with --baseline the gates, "
                      "verdict and schedule per load (as `specledger run --loads`), without it the figures per "
-                     "load and no verdict. Not with --concurrency / --rate."),
+                     "load and no verdict. A range 1..16 measures both ends, then bisects in powers of two where "
+                     "S against 1 changes (per category) until it is bracketed within 2x. Not with --concurrency / "
+                     "--rate."),
     ] = None,
     slo: Annotated[
         Path | None, typer.Option(help="SLO file (TOML/JSON) for the gates: latency/capacity targets, target_load")
@@ -140,6 +144,24 @@ def probe(
         int, typer.Option(help="With --launch: run every configuration this many times, the order reversed every "
                           "other time (off, ngram | ngram, off | ...); the repeats' requests are pooled")
     ] = 1,
+    budget: Annotated[
+        str | None,
+        typer.Option(help="Race within this time (e.g. 90s, 6m), as `specledger run`: 2 prompts of every category "
+                     "to every configuration and the baseline at load 1, then more prompts where a decision is "
+                     "open, for the settings still in contention (a launched configuration that is out is not "
+                     "started again); then --loads > 1. With --launch, or a URL with --baseline; resumable.")
+    ] = None,
+    mix: Annotated[
+        str | None,
+        typer.Option(help="The traffic's mix for the one recommendation over all categories, e.g. "
+                     "code=0.5,agent=0.5 (default: each category's share of the workload's prompts)")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", help="The full tables after the answer")] = False,
+    deadline: Annotated[
+        float | None,
+        typer.Option(help="Seconds each endpoint's load may take in all (requests in flight end at it, none start "
+                     "after it); default: the requests' waves times --timeout, plus 10 s"),
+    ] = None,
 ) -> None:
     """Measure an OpenAI-compatible endpoint under load: TTFT, TPOT, ITL, stalls, spec-decode.
 
@@ -159,8 +181,34 @@ def _report(out: Path, slo: Any = None) -> Any:
     return build_report(out, slo)
 
 
+def _budget_s(o: ProbeOptions) -> float | None:
+    """``--budget`` in seconds (None: no race); a one-line error where nothing can be raced."""
+    from specledger.mainjob.options import parse_budget
+
+    value = parse_budget(o.budget)
+    if value is None or value is False:
+        return None
+    if o.launch is None and o.baseline is None:
+        raise SpecLedgerError("--budget races the settings against plain decoding: give --baseline URL2 (the same "
+                              "model without speculation), or --launch with --spec off=")
+    if o.concurrency is not None or o.rate is not None:
+        raise SpecLedgerError("--budget races at load 1 and then at --loads; not with --concurrency / --rate")
+    if o.repeats != 1:
+        raise SpecLedgerError("--budget races in rounds that already alternate the order; drop --repeats")
+    return float(value)
+
+
 def _probe(o: ProbeOptions) -> None:
+    from specledger.gates.mix import mix_weights, parse_mix
+
+    budget_s = _budget_s(o)
     plan = plan_probe(o)
+    if (given := parse_mix(o.mix)) is not None:  # a category the workload lacks fails here, before any request
+        mix_weights(plan.workload.categories(), given=given)
+        plan.workload.mix = given
+    if budget_s is not None:
+        _race(plan, budget_s)
+        return
     if plan.specs is not None:
         _run_launch(plan)
         return
@@ -168,18 +216,23 @@ def _probe(o: ProbeOptions) -> None:
     if plan.loads is not None:
         points = run_probe_loads(o.url, plan.config(o.model), plan.workload.items, plan.loads, baseline=o.baseline,
                                  baseline_config=plan.config(o.baseline_model), metrics=o.metrics,
-                                 tokenizer=plan.tokenizer)
+                                 tokenizer=plan.tokenizer, locate=plan.locate_loads,
+                                 categories={pid: e.category for pid, e in plan.workload.entries.items()})
+        check_some_succeeded([r for p in points for r in p.results], o.url)  # at every load: one error line
+        check_some_succeeded([r for p in points for r in p.base_results], o.baseline or "the baseline")
         if o.out is not None:
             write_probe_loads_dir(o.out, points, plan.workload, plan.label, o.gamma, plan.tokenizer)
             summary = _report(o.out, plan.slo)[0]
         else:
             summary = summary_in_memory(points, plan)
-        show_loads(points, summary, o.out, o.as_json)
+        show_loads(points, summary, o.out, o.as_json, o.verbose)
         return
     full, results, base_results = run_probe(
         o.url, plan.config(o.model), plan.workload.items, baseline=o.baseline,
         baseline_config=plan.config(o.baseline_model), metrics=o.metrics, tokenizer=plan.tokenizer,
     )
+    check_some_succeeded(results, full["probe"]["url"])  # every request failed: one error line, exit 2
+    check_some_succeeded(base_results, (full.get("baseline") or {}).get("url", "the baseline"))
     report, base_report, ratios = full["probe"], full.get("baseline"), full.get("speedup")
     columns = {report["url"]: report}
     if base_report is not None:
@@ -192,9 +245,10 @@ def _probe(o: ProbeOptions) -> None:
         typer.echo(json.dumps(without_results(full), indent=2, default=str))
         return
     console = Console()
-    render_report(console, "specledger probe", columns, ratios)
+    if o.verbose or base_report is None or summary is None:  # without a baseline the figures are the answer
+        render_report(console, "specledger probe", columns, ratios)
     if o.out is not None:
-        print_run_report(console, o.out, summary)
+        print_run_report(console, o.out, summary, o.verbose)
 
 
 def summary_in_memory(points: list[LoadPoint], plan: ProbePlan) -> dict[str, Any] | None:
@@ -214,7 +268,43 @@ def _run_launch(plan: ProbePlan) -> None:
                       progress=lambda m: typer.echo(safe(m, 600), err=True), repeats=o.repeats)
     write_launch_dir(o.out, runs, o.launch, plan.specs, loads, config, plan.workload, plan.tokenizer, o.repeats)
     summary, _html = _report(o.out, plan.slo)  # the summary carries launch and engine_counters from run.json
-    show_launch(runs, summary, o.out, o.as_json)
+    show_launch(runs, summary, o.out, o.as_json, o.verbose)
+
+
+def _race(plan: ProbePlan, budget_s: float) -> None:
+    """``--budget``: race (:mod:`specledger.probe.launch_budget`), write the run folder as without it (plus
+    run.json's ``race``), build the report, print the answer."""
+    from specledger.probe.launch_budget import race_endpoints, race_launch
+    from specledger.probe.launch_runs import paired_points
+
+    o = plan.options
+    loads = plan.loads or [1]
+    say = (lambda m: typer.echo(safe(m, 600), err=True)) if not o.as_json else None
+    if plan.specs is not None:
+        assert o.out is not None and o.launch is not None
+        config = plan.config(o.model)
+        runs, race = race_launch(o.launch, plan.specs, loads, config, plan.workload, o.out, budget_s, plan.slo,
+                                 port=o.launch_port, ready_timeout_s=o.launch_timeout, tokenizer=plan.tokenizer,
+                                 progress=say, locate=plan.locate_loads)
+        write_launch_dir(o.out, runs, o.launch, plan.specs, loads, config, plan.workload, plan.tokenizer, race=race)
+        summary = _report(o.out, plan.slo)[0]
+        show_launch(runs, summary, o.out, o.as_json, o.verbose)
+        return
+    assert o.url is not None and o.baseline is not None
+    runs, race = race_endpoints(o.url, o.baseline, plan.config(o.model), plan.config(o.baseline_model),
+                                plan.workload, loads, budget_s, plan.slo, plan.label, o.gamma, o.out,
+                                metrics=o.metrics, tokenizer=plan.tokenizer, progress=say, locate=plan.locate_loads)
+    points = paired_points(runs["probe"], runs["baseline"])
+    gamma = race.get("gamma_label") or o.gamma
+    if o.out is not None:
+        write_probe_loads_dir(o.out, points, plan.workload, plan.label, gamma, plan.tokenizer, race=race)
+        summary = _report(o.out, plan.slo)[0]
+    else:
+        records, meta = probe_loads_run(points, plan.workload, plan.label, gamma, plan.tokenizer, "probe")
+        from specledger.report.summary import summarize
+
+        summary = summarize(records, {**meta, "race": race}, plan.slo) if records else None
+    show_loads(points, summary, o.out, o.as_json, o.verbose)
 
 
 def _write_and_show(file: Path, documents: list[Imported], out: Path | None, as_json: bool, title: str,

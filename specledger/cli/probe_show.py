@@ -68,30 +68,42 @@ def render_loads_table(console: Console, points: list[LoadPoint]) -> None:
         console.print(f"[yellow]warning (load {load}, {role}):[/yellow] {safe(w, 400)}")
 
 
-def show_loads(points: list[LoadPoint], summary: dict[str, Any] | None, out: Path | None, as_json: bool) -> None:
-    """``--json``: every load's figures with the verdicts and schedules; else the table, then the summary."""
+def show_loads(points: list[LoadPoint], summary: dict[str, Any] | None, out: Path | None, as_json: bool,
+               verbose: bool = False) -> None:
+    """``--json``: every load's figures with the verdicts and schedules; else the answer as ``specledger run``
+    prints it (:func:`print_answer_lines`), the per-load table and the full tables only with ``verbose``."""
     if as_json:
         doc = {"loads": [{"load": p.load, "order": list(p.order), **without_results(p.full)} for p in points],
-               "verdicts": (summary or {}).get("verdicts", []), "schedules": (summary or {}).get("schedules", [])}
+               "verdicts": (summary or {}).get("verdicts", []), "schedules": (summary or {}).get("schedules", []),
+               **({"mix": summary["mix"]} if (summary or {}).get("mix") else {})}
         typer.echo(json.dumps(doc, indent=2, default=str))
         return
     console = make_console()
-    render_loads_table(console, points)
+    if verbose:
+        render_loads_table(console, points)
+    else:
+        for load, role, w in loads_warnings(points)[:3]:
+            console.print(f"[yellow]warning (load {load}, {role}):[/yellow] {safe(w, 400)}")
     if out is not None:
-        print_run_report(console, out, summary)
+        print_run_report(console, out, summary, verbose)
     elif summary is not None:
-        from specledger.report.console import print_summary
-
-        print_summary(summary, console)
+        print_answer_lines(console, summary, verbose)
 
 
-def print_run_report(console: Console, out: Path, summary: dict[str, Any] | None) -> None:
-    """The report's tables and verdicts (as `specledger run` prints them), then where the files are."""
-    from specledger.report.console import print_summary
+def print_answer_lines(console: Console, summary: dict[str, Any], verbose: bool = False) -> None:
+    """The answer ``specledger run`` prints (:func:`specledger.report.console.answer_lines`: one line per category,
+    the schedule), each line as it is (no markup, control characters shown); the full tables after it with
+    ``verbose``."""
+    from specledger.report.console import print_answer
 
+    print_answer(summary, console, verbose=verbose)
+
+
+def print_run_report(console: Console, out: Path, summary: dict[str, Any] | None, verbose: bool = False) -> None:
+    """The answer (as `specledger run` prints it; the tables too with ``verbose``), then where the files are."""
     if summary is not None and any(summary.get(k) for k in ("baselines", "scenarios", "load_scenarios",
                                                               "load_baselines")):
-        print_summary(summary, console)
+        print_answer_lines(console, summary, verbose)
     else:
         console.print("[yellow]no request finished: the run folder holds no traces to compare[/]")
     written = [out / name for name in (PROBE_JSON, TRACE_NAME, META_NAME) if (out / name).is_file()]
@@ -109,25 +121,43 @@ def render_launch_table(console: Console, runs: dict[str, Any], gammas: dict[str
     console.print(table)
 
 
-def show_launch(runs: dict[str, Any], summary: dict[str, Any], out: Path, as_json: bool) -> None:
-    """``--json``: the summary's verdicts, schedules, engine counters; else the table, the report's verdicts
-    and schedule, the engine's own paste-ready command per schedule, and the counters' reconciliation."""
+def show_launch(runs: dict[str, Any], summary: dict[str, Any], out: Path, as_json: bool,
+                verbose: bool = False) -> None:
+    """``--json``: the summary's verdicts, schedules, engine counters; else the answer (one line per category,
+    the schedule), the engine's own paste-ready command per configuration deployed, each configuration's
+    pooled ledger and the counters' reconciliation, the order, then the paths; ``verbose`` adds the
+    per-(configuration, load) table and the full tables."""
     launch = summary.get("launch") or {}
     if as_json:
-        doc = {k: summary.get(k) for k in ("verdicts", "schedules", "engine_counters", "launch")}
+        doc = {k: summary.get(k) for k in ("verdicts", "schedules", "engine_counters", "launch", "mix")}
         typer.echo(json.dumps(doc, indent=2, default=str))
         return
     console = make_console()
     gammas = {name: spec.get("gamma") for name, spec in (launch.get("specs") or {}).items()}
-    render_launch_table(console, runs, gammas)
-    print_run_report(console, out, summary)
+    if verbose:
+        render_launch_table(console, runs, gammas)
+    print_launch_answer(console, summary, verbose)
+    written = [out / name for name in (PROBE_JSON, TRACE_NAME, META_NAME) if (out / name).is_file()]
+    console.print("wrote " + ", ".join(safe(p) for p in written))
+    console.print(f"report: {safe(out / HTML_NAME)} (rebuild with `specledger report {safe(out)}`)")
+
+
+def print_launch_answer(console: Console, summary: dict[str, Any], verbose: bool) -> None:
+    """The answer, then one paste-ready command per distinct configuration the schedules deploy (every one with
+    ``verbose``), one ledger line and one counters line per configuration, and the order."""
+    launch = summary.get("launch") or {}
+    print_answer_lines(console, summary, verbose)
+    seen: set[str] = set()
     for s in summary.get("schedules") or []:
         engine = s.get("engine") or {}
         head = f"  paste-ready ({safe(engine.get('kind') or 'engine')}) {safe(s['category'])} T={s['temperature']:g}: "
         command = engine.get("command")
+        if not verbose and (not command or command in seen):
+            continue
+        seen.add(command or "")
         console.print(head + (safe(command, 2000) if command else "no speculative setting: serve plainly"),
                       highlight=False, soft_wrap=True, markup=False)
-        if engine.get("note"):
+        if engine.get("note") and verbose:
             console.print(f"    [dim]{safe(engine['note'], 400)}[/dim]")
     for name, spec in (launch.get("specs") or {}).items():
         led = spec.get("ledger") or {}
@@ -136,11 +166,12 @@ def show_launch(runs: dict[str, Any], summary: dict[str, Any], out: Path, as_jso
             console.print(f"ledger ({safe(name)}, γ={safe(spec.get('gamma'))} configured, pooled over every load): "
                           f"E[L] {led['el_reported']:.3f} tokens per round over {led.get('rounds')} rounds, "
                           f"{fmt(led.get('acceptance_rate'), 3)} of drafted tokens accepted, Pr(K ≥ i) by position: "
-                          f"{rates or '-'}", highlight=False)
+                          f"{rates or '-'}", highlight=False, soft_wrap=True)
         elif name != "off":
             console.print(f"ledger ({safe(name)}): the server drafted nothing during the run", highlight=False)
     for name, rec in (summary.get("engine_counters") or {}).items():
         if name != "off":
-            console.print(f"engine counters ({safe(name)}): {safe(rec.get('verdict') or '', 600)}", highlight=False)
+            console.print(f"engine counters ({safe(name)}): {safe(rec.get('verdict') or '', 600)}", highlight=False,
+                          soft_wrap=True)
     if launch.get("order"):
-        console.print(f"[dim]order: {safe(launch['order'], 400)}[/dim]")
+        console.print(f"[dim]order: {safe(launch['order'], 400)}[/dim]", soft_wrap=True)

@@ -49,8 +49,10 @@ def run(
     draft: Annotated[str | None, typer.Option(help="Draft model path for the 'model' drafter; a .safetensors "
                                                    "head file for 'head'.")] = None,
     loads: Annotated[str | None, typer.Option(help="Concurrencies, e.g. 1,4,16: every setting also runs under "
-                                                   "continuous batching at each load > 1 (default: 1,16; 1,4,16 "
-                                                   "adds ~2.5 min).")] = None,
+                                                   "continuous batching at each load > 1; a range 1..16 measures "
+                                                   "both ends, then bisects in powers of two where the decision "
+                                                   "changes until it is bracketed within 2x, within the budget "
+                                                   "(default: 1..16; each extra load ~2-3 min).")] = None,
     simulate_loads: Annotated[str | None, typer.Option(help="Loads beyond the measured ones, e.g. 64,256: after the "
                                                            "measured part the simulator (priced by this run's own "
                                                            "cost model) runs every setting at each; those verdicts "

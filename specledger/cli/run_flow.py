@@ -8,9 +8,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specledger.cli.interrupt import note_resume
 from specledger.errors import SpecLedgerError
 from specledger.gates.slo import load_slo
-from specledger.mainjob.options import RunOptions, parse_budget, plan_from_options
+from specledger.mainjob.options import RunOptions, check_inputs, parse_budget, plan_from_options
 
 if TYPE_CHECKING:
     from specledger.engine.protocol import TargetEngine
@@ -33,7 +34,7 @@ def run_main_job(opts: RunOptions) -> None:
     if opts.quick and opts.full:
         raise SpecLedgerError("choose one of --quick and --full")
     plan, run_dir = plan_from_options(opts, budget_s)
-    plan.validate()
+    check_inputs(plan)  # the plan, the workload file and the budget, before a folder exists or a model loads
     from specledger.gates import check_target_load
 
     check_target_load(load_slo(opts.slo), sorted({1, *plan.loads}), plan.simulate_loads)  # before any model loads
@@ -44,9 +45,12 @@ def run_main_job(opts: RunOptions) -> None:
 
     console.print(f"[bold]specledger run[/] -> {run_dir}  (Ctrl-C keeps every finished request; "
                   f"continue with --resume {run_dir})")
+    note_resume(f"specledger run --resume {run_dir}")  # the line Ctrl-C prints (specledger.cli.interrupt)
     engine = load_target(console, opts.target, opts.dtype, opts.device)
     console.print(f"target: {engine.name} ({engine.dtype}), drafters: {', '.join(plan.drafters)}, "
-                  f"gammas: {plan.gammas}, temperatures: {plan.temperatures}, loads: {sorted({1, *plan.loads})}"
+                  f"gammas: {plan.gammas}, temperatures: {plan.temperatures}, loads: "
+                  + (f"{min(plan.loads)}..{max(plan.loads)} (bisected where the decision changes, within the budget)"
+                     if getattr(plan, "locate_loads", False) else f"{sorted({1, *plan.loads})}")
                   + (f", simulated loads: {plan.simulate_loads}" if plan.simulate_loads else ""))
     with live_progress(console, 48, remaining=True) as progress:
         run_plan(run_dir, plan, engine, resume=opts.resume is not None, progress=progress,
@@ -66,11 +70,10 @@ def run_main_job(opts: RunOptions) -> None:
 
 def load_target(console: Any, target: str | None, dtype: str, device: str) -> Any:
     """The target engine, under a status line (on the CPU, ``auto`` is what a CPU user deploys)."""
-    from specledger.engine.build import build_engine, deploy_dtype
+    from specledger.engine.build import build_engine
 
     with console.status("loading the target model (first use converts the GGUF once, ~30 s)"):
-        return build_engine(target, deploy_dtype(target, dtype)) if device == "cpu" else \
-            build_engine(target, dtype, device)
+        return build_engine(target, dtype) if device == "cpu" else build_engine(target, dtype, device)
 
 
 def record_bandwidth(run_dir: Path, engine: TargetEngine) -> None:

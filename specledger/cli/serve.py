@@ -9,6 +9,7 @@ import typer
 
 from specledger.engine.choices import DTYPE_HELP
 from specledger.errors import SpecLedgerError
+from specledger.serve.drain import DEFAULT_SHUTDOWN_GRACE_S
 
 _TARGET_HELP = "GGUF file or HF model dir (default: bundled SmolLM2-135M)."
 _DRAFT_HELP = "Draft model path for --drafter model; a .safetensors head file for head."
@@ -42,11 +43,12 @@ def serve(
         help="Keep the newest N finished requests' records in memory (for debugging; 0 = none).")] = 0,
     access_log: Annotated[bool, typer.Option(
         help="Log one line per request to stderr (control characters escaped).")] = False,
+    shutdown_grace: Annotated[float, typer.Option(
+        help="Seconds requests in flight may run after SIGTERM / Ctrl-C (new ones get 503); then each stream "
+             "ends with an error event and [DONE]. A second signal ends them at once.")] = DEFAULT_SHUTDOWN_GRACE_S,
 ) -> None:
     """Serve the target with speculative decoding: /v1/completions, /v1/chat/completions, /metrics."""
-    import uvicorn
-
-    from specledger.serve.hardening import Limits, uvicorn_config
+    from specledger.serve.hardening import Limits
     from specledger.serve.options import (
         WILDCARD_BINDS,
         allowed_hosts,
@@ -55,14 +57,18 @@ def serve(
         enable_access_log,
         is_loopback,
     )
+    from specledger.serve.runner import bind_socket, serve_app
 
     check_serve_options(port, drafter, gamma, max_queue, max_batch, max_body_bytes, max_connections, keep_records,
                         send_timeout)
     if tree_budget < 0:
         raise SpecLedgerError(f"--tree-budget must be >= 1 (0 for chains), got {tree_budget}")
+    if not 0 <= shutdown_grace <= 3600:
+        raise SpecLedgerError(f"--shutdown-grace must be between 0 and 3600 seconds, got {shutdown_grace:g}")
     hosts = allowed_hosts(host, allow_host)
     limits = Limits(max_body_bytes=max_body_bytes, limit_concurrency=max_connections, send_timeout_s=send_timeout,
-                    allowed_hosts=hosts)
+                    allowed_hosts=hosts, shutdown_grace_s=shutdown_grace)
+    sock = bind_socket(host, port)  # a port in use is one error line before the model loads or a banner prints
     if access_log:
         enable_access_log()
     engine, app = build_app(target, dtype, device, drafter=drafter, gamma=gamma, model_name=model_name,
@@ -73,9 +79,10 @@ def serve(
     print(f"specledger serve: http://{shown_host}:{port}/v1  (model id {service.model_name!r})")
     print(f"speculation: drafter={service.drafter_name} gamma={service.gamma_label}  "
           f"dtype={engine.dtype}  context={engine.max_context}  batch={max_batch}  queue={max_queue}")
+    print(f"weights: {engine.dtype} ({engine.dtype_reason})")
     print("metrics: /metrics (vLLM names: vllm:spec_decode_num_drafts_total, ...)")
     if not is_loopback(host):
         print(f"warning: bound to {host}: reachable from other machines; there is no authentication")
         if host in WILDCARD_BINDS and "*" not in hosts:
             print(f"note: only Host {', '.join(hosts)} answered; add --allow-host NAME for the names clients use")
-    uvicorn.Server(uvicorn_config(app, host=host, port=port, limits=limits)).run()
+    serve_app(app, sock, limits)

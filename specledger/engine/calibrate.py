@@ -269,9 +269,10 @@ def calibrate(
     """Measure and fit the cost model of ``target`` (or of an already built ``model``) on ``device``."""
     check_device(device)
     if model is None:
+        from specledger.engine.build import deploy_dtype
         from specledger.engine.loader import load_model
 
-        model = load_model(target, dtype=dtype).model
+        model = load_model(target, dtype=deploy_dtype(target, dtype, device)).model
     if device == "cpu":
         points = measure(model, contexts, repeats, device, progress)
     else:  # weights, RoPE tables and every tensor the forward creates live on the device

@@ -8,7 +8,7 @@ from __future__ import annotations
 QUANT_DTYPES = ("gguf", "q8_0", "q4_0", "q4_1", "int8")
 
 #: the ``--dtype`` help every verb that loads a target shows
-DTYPE_HELP = ("auto (float32 on the CPU, bfloat16 on a GPU) | float32 | bfloat16 | gguf (the GGUF file's own "
-              "quantized blocks) | q8_0 | q4_0 | q4_1 (every linear quantized so) | int8")
+DTYPE_HELP = ("auto (on the CPU a GGUF's own quantized blocks, else float32; bfloat16 on a GPU) | float32 | bfloat16 | "
+              "gguf (the GGUF file's own quantized blocks) | q8_0 | q4_0 | q4_1 (every linear quantized so) | int8")
 
 __all__ = ["DTYPE_HELP", "QUANT_DTYPES"]

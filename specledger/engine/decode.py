@@ -67,6 +67,7 @@ class Engine:
         self.max_context = int(max_context or model.config.max_seq_len)
         self.name = name
         self.dtype = dtype
+        self.dtype_reason = ""  # why build_engine loaded this dtype (engine/build.py:resolve_dtype)
         self._cache = None
         self.device = model_device(model)  # the cache, token ids and the sampling RNG live here too
         self.loaded: Any = None  # the LoadedModel (tokenizer, chat template) when built from one

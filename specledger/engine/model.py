@@ -344,8 +344,13 @@ class Transformer(native_rows.EpochOnApply, nn.Module):
         slot_list = list(slots)
         pos = torch.tensor(positions, dtype=torch.long, device=device)
         slot_t = torch.tensor(slot_list, dtype=torch.long, device=device)
-        x = self.embed(torch.tensor([list(tokens)], device=device))
-        if native_rows.available(self):
+        token_t = torch.tensor([list(tokens)], device=device)
+        native = native_rows.available(self)
+        if native and not return_hidden and logit_rows is None and (logits := native_rows.forward_logits(
+                self, token_t, cache.kv, slot_t, pos, max(slot_list, default=0), False)) is not None:
+            return logits[0]  # the whole packed forward in one native call, as a solo decode step
+        x = self.embed(token_t)
+        if native:
             x = native_rows.run_layers(self, x[0], cache.kv, slot_t, pos, max(slot_list, default=0))[None]
         else:
             cos, sin = self._rope_rows(pos)

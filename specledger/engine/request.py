@@ -122,6 +122,37 @@ def _first_stop(text: str, stops: Sequence[str], start: int) -> int:
     return best
 
 
+class IncrementalText:
+    """``decode(out)`` kept current as ``out`` grows, decoding only the tokens since the last settled point.
+
+    Invariant: ``text == decode(out[:settled])`` and ``settled`` is a character boundary. :meth:`update` decodes the
+    window ``out[start:]`` and ``out[start:settled]`` (``start``: the settled point before the last one, so the
+    window never starts empty and a tokenizer that strips a first token's leading space strips it from both), and
+    appends their difference -- unless the window's text ends in U+FFFD, a character whose bytes are not all in
+    yet, which waits for the next tokens (so a stream never sends a replacement character that the full decode
+    would not have). O(window) per call instead of O(output): at 1,000 tokens a whole-output decode costs ~0.7 ms,
+    a quarter of a decode step. A shrunken ``out`` (cut by the caller) is decoded again in full."""
+
+    def __init__(self, decode: Callable[[list[int]], str]) -> None:
+        self.decode = decode
+        self.text = ""
+        self.start = 0
+        self.settled = 0
+
+    def update(self, out: list[int], final: bool = False) -> str:
+        """The text of ``out`` as far as it is settled; when ``final``, ``decode(out)`` itself (one whole decode
+        per request, so a record's text is exactly the tokenizer's)."""
+        if final or len(out) < self.settled:  # the end, or the output was cut: a whole decode
+            self.text, self.start, self.settled = self.decode(out), len(out), len(out)
+            return self.text
+        window = self.decode(out[self.start :])
+        known = self.decode(out[self.start : self.settled])
+        if len(window) >= len(known) and not window.endswith("\ufffd"):
+            self.text += window[len(known) :]
+            self.start, self.settled = self.settled, len(out)
+        return self.text
+
+
 class StopReleaser:
     """Which committed tokens of one request may leave the engine, and the text they release.
 
@@ -142,6 +173,7 @@ class StopReleaser:
         self.text = ""
         self.text_sent = 0  # characters of ``text`` released so far
         self.tok_sent = 0  # tokens of the output released so far
+        self.incremental = IncrementalText(decode) if decode is not None and not self.stops else None
 
     def advance(self, out: list[int], stop_reason: str) -> tuple[list[int], str, int, str]:
         """Release what may leave now: (released tokens, released text, tokens dropped from the end
@@ -165,8 +197,8 @@ class StopReleaser:
                     release_to += 1
             release_to = len(out) if stop_reason else release_to
             release_chars = len(text) if stop_reason else len(decode(out[:release_to]))
-        elif decode is not None:
-            text = decode(out)
+        elif self.incremental is not None:  # no stops: the text grows by a window's decode, not the whole output's
+            text = self.incremental.update(out, final=bool(stop_reason))
             release_chars = len(text)
         self.text = text
         if release_to <= self.tok_sent:

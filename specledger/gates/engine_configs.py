@@ -16,53 +16,44 @@ with load (it does on every measured curve: more requests per step leave less id
 draft); batch sizes above ``c_n`` are off (k = 0) -- nothing was measured there. Adjacent ranges of
 equal k are merged. ``k(b) = k(min{c_i : c_i >= b})`` for ``b <= c_n``, else 0.
 
-What each engine enforces (read in its source; the validators re-implement it and raise
-:class:`SpecLedgerError` with one line):
+What each engine enforces, and which version's schema each config follows, is in
+:mod:`specledger.gates.engine_validators` (:data:`~specledger.gates.engine_validators.SCHEMA_VERSIONS`); every
+emitted config passes its validator. The forms: vLLM the JSON value ``vllm serve --speculative-config``
+takes (``method``, ``num_speculative_tokens``, ``num_speculative_tokens_per_batch_size`` as
+``[[start, end, k], ...]``); TensorRT-LLM ``{"speculative_config": {...}}`` as its
+``--extra_llm_api_options`` file holds it (``draft_len_schedule`` ``{range end: k}`` plus key 1, read
+"batch <= key", 0 above the largest); SGLang and llama.cpp the server's argv words (one draft length per
+server, ``--max-running-requests`` / ``--parallel`` cap the loads where speculation paid).
 
-- vLLM (``vllm-project/vllm``): ``vllm/config/speculative.py`` ``SpeculativeConfig`` -- ``method`` is
-  one of ``SpeculativeMethod`` (ngram, medusa, mlp_speculator, draft_model, suffix, custom_class,
-  eagle, eagle3, mtp, dflash, dspark, ngram_gpu, extract_hidden_states; no layer-skip, no
-  self-quantised draft); ``num_speculative_tokens`` > 0 (``Field(gt=0)``, ``_verify_args``); ngram:
-  ``1 <= prompt_lookup_min <= prompt_lookup_max`` (``__post_init__``); draft_model / eagle / eagle3
-  need ``model``. ``num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] | None``
-  (dynamic speculative decoding, PR #32374 "[V1][Spec Decode] Add Dynamic SD"; absent from vLLM
-  releases before it) is checked by ``vllm/v1/spec_decode/dynamic/utils.py``
-  ``validate_and_normalize_dynamic_sd_schedule``: a non-empty list of 3-item
-  ``[range_start, range_end, k]`` entries, ends > 0, ``start <= end``, ``k >= 0``, sorted by start
-  with no overlap, the first starting at 1 (a dict such as ``{"1": 2, "16": 0}`` is rejected).
-  ``build_dynamic_sd_schedule_lookup`` then fills gaps and the tail past the last range with the
-  previous k and clamps every k to ``num_speculative_tokens``; so specledger adds two rules of its own
-  (a schedule that means what it says): the ranges are contiguous and every k is
-  ``<= num_speculative_tokens``.
-- TensorRT-LLM (``NVIDIA/TensorRT-LLM``): ``tensorrt_llm/llmapi/llm_args.py``
-  ``DecodingBaseConfig.validate_draft_len_schedule_and_sort`` -- keys ``>= 1``, values ``>= 0``,
-  the smallest key's value equals ``max_draft_len`` and no value exceeds it; older releases
-  required key 1 itself (``draft_len_schedule must include batch_size=1``), so specledger always
-  writes key 1. ``draft_len_schedule`` and ``max_concurrency`` are mutually exclusive. Lookup
-  (``tensorrt_llm/_torch/speculative/utils.py`` ``get_draft_len_for_batch_size``): a batch of size
-  b uses the value of the first key ``>= b`` and 0 above the largest key -- exactly the
-  ``(c_(i-1), c_i]`` rule above. (Releases before that change read keys as lower thresholds:
-  check which your build has.) EAGLE configs need ``speculative_model`` and ``max_draft_len > 0``.
-- SGLang (``sgl-project/sglang``): ``python/sglang/srt/server_args.py``
-  ``ServerArgs._handle_speculative_decoding`` -- ``--speculative-algorithm`` in EAGLE, EAGLE3, NEXTN,
-  STANDALONE, NGRAM, DFLASH; for EAGLE/EAGLE3/STANDALONE ``--speculative-eagle-topk`` and
-  ``--speculative-num-draft-tokens`` only with ``--speculative-num-steps``, and with top-k 1 the
-  draft-token count is ``num_steps + 1`` (SGLang rewrites any other value; specledger rejects it);
-  NGRAM drafts ``--speculative-num-draft-tokens`` tokens (with bfs breadth 1, a chain). No
-  per-batch-size schedule: the draft length is fixed per server.
-- llama.cpp (``ggml-org/llama.cpp``): ``docs/speculative.md`` and ``common/arg.cpp`` --
-  ``--spec-type`` in none, ngram-cache, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod (draftless);
-  ``-md FILE`` a draft model; ``--draft-max N`` (default 16), ``--draft-min N <= N``; no
-  per-batch-size schedule, no suffix-tree, layer-skip or EAGLE-head drafter in that release.
+llama.cpp (``llama-server`` of llama-cpp-python 0.3.36's llama.cpp): the n-gram drafter is
+``--spec-type ngram-simple --spec-ngram-simple-size-n N --spec-ngram-simple-size-m γ`` (``size-m`` is
+ngram-simple's draft length), a draft model ``--spec-type draft-simple -md FILE --spec-draft-n-max γ``,
+the head ``--spec-type draft-eagle3 -md FILE --spec-draft-n-max γ`` (an EAGLE-3 GGUF). No suffix-tree,
+layer-skip or self-quantised drafter there. Given the flags a binary's ``--help`` offers
+(``llama_flags``), a config using a flag that binary lacks is not emitted and the note names the flag.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from specledger.errors import SpecLedgerError
+from specledger.gates.engine_validators import (  # noqa: F401  (re-exported: the validators' one home is there)
+    LLAMA_CPP_SPEC_TYPES,
+    SCHEMA_VERSIONS,
+    SGLANG_ALGORITHMS,
+    TRT_DECODING_TYPES,
+    VLLM_KEYS,
+    VLLM_METHODS,
+    help_flags,
+    unknown_flags,
+    validate_llama_cpp,
+    validate_sglang,
+    validate_trtllm,
+    validate_vllm,
+)
 
 #: batch sizes a config covers by default (vLLM V1 and SGLang defaults stay below it)
 DEFAULT_MAX_LOAD = 1024
@@ -70,18 +61,6 @@ DEFAULT_MAX_LOAD = 1024
 DRAFT_PLACEHOLDER = "DRAFT_MODEL_PATH"
 
 Schedule = Mapping[int, "tuple[str, Any] | None"]
-
-#: vllm/config/speculative.py ``SpeculativeMethod`` (+ the MTP aliases it rewrites to "mtp")
-VLLM_METHODS = frozenset({"ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "custom_class", "eagle",
-                          "eagle3", "extract_hidden_states", "mtp", "dflash", "dspark", "ngram_gpu"})
-#: the SpeculativeConfig fields specledger may write (anything else is a typo here)
-VLLM_KEYS = frozenset({"method", "model", "num_speculative_tokens", "num_speculative_tokens_per_batch_size",
-                       "prompt_lookup_max", "prompt_lookup_min", "draft_tensor_parallel_size", "quantization",
-                       "max_model_len", "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
-                       "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob"})
-TRT_DECODING_TYPES = frozenset({"NGram", "DraftTarget", "Eagle", "Eagle3", "MTP", "Medusa", "Lookahead"})
-SGLANG_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH"})
-LLAMA_CPP_SPEC_TYPES = frozenset({"none", "ngram-cache", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"})
 
 _NO_ENGINE = {"layerskip": "layer-skip (early-exit) self-drafting",
               "quant-self": "the target's own int8 copy as the draft (specledger's in-process quantisation)"}
@@ -153,7 +132,8 @@ def batch_ranges(k_by_load: Mapping[int, int], max_load: int | None = None) -> l
 
 # ----------------------------------------------------------------------------------------- writers
 def vllm_config(drafter: str, ranges: list[list[int]], details: DrafterDetails) -> tuple[dict | None, str]:
-    """vLLM ``speculative_config`` (or None) and its note; ``num_speculative_tokens`` is the largest k."""
+    """The value of ``vllm serve --speculative-config`` (or None) and its note; ``num_speculative_tokens``
+    is the largest k."""
     if drafter in _NO_ENGINE:
         return None, f"vLLM has no speculative method for {drafter} ({_NO_ENGINE[drafter]}); no vLLM config."
     top = max(k for _, _, k in ranges)
@@ -179,7 +159,8 @@ def vllm_config(drafter: str, ranges: list[list[int]], details: DrafterDetails) 
     cfg["num_speculative_tokens_per_batch_size"] = [list(r) for r in ranges]
     if ranges[-1][2]:
         note += f"vLLM keeps k={ranges[-1][2]} above batch {ranges[-1][1]}: set --max-num-seqs {ranges[-1][1]}. "
-    note += ("num_speculative_tokens_per_batch_size needs a vLLM with dynamic speculative decoding (PR #32374), "
+    note += ("pass it as --speculative-config '<this JSON>'; num_speculative_tokens_per_batch_size needs vLLM "
+             ">= 0.24.0 (dynamic speculative decoding, PR #32374; its docs run it with VLLM_USE_V2_MODEL_RUNNER=0), "
              "ignored when data_parallel_size > 1.")
     return cfg, note
 
@@ -256,18 +237,24 @@ def sglang_flags(drafter: str, ranges: list[list[int]], details: DrafterDetails)
 
 
 def llama_cpp_flags(drafter: str, ranges: list[list[int]], details: DrafterDetails) -> tuple[list[str] | None, str]:
-    """``llama-server`` flags: ngram-simple or a GGUF draft model, draft length fixed per server."""
+    """``llama-server`` flags (module docstring): ngram-simple, a GGUF draft model (draft-simple) or an
+    EAGLE-3 GGUF head (draft-eagle3); one draft length per server, ``--parallel`` capping the on-loads."""
     gamma, cap = _fixed_gamma(ranges)
     if drafter == "ngram":
-        flags = ["--spec-type", "ngram-simple", "--spec-ngram-size-n", str(details.ngram_max),
-                 "--spec-ngram-size-m", str(gamma), "--draft-max", str(gamma), "--draft-min", "0"]
+        flags = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(details.ngram_max),
+                 "--spec-ngram-simple-size-m", str(gamma)]
         note = (f"ngram-simple matches one n-gram length "
-                f"(specledger's backs off {details.ngram_max}→{details.ngram_min}). ")
-    elif drafter == "model":
-        flags = ["-md", details.model or DRAFT_PLACEHOLDER, "--draft-max", str(gamma), "--draft-min", "0"]
-        note = "-md takes a GGUF draft model with the target's vocabulary. "
+                f"(specledger's backs off {details.ngram_max}→{details.ngram_min}); --spec-ngram-simple-size-m is "
+                "its draft length. ")
+    elif drafter in ("model", "head"):
+        kind = "draft-simple" if drafter == "model" else "draft-eagle3"
+        flags = ["--spec-type", kind, "-md", details.model or DRAFT_PLACEHOLDER, "--spec-draft-n-max", str(gamma),
+                 "--spec-draft-n-min", "0"]
+        note = ("-md takes a GGUF draft model with the target's vocabulary. " if drafter == "model" else
+                "the head maps to llama.cpp's draft-eagle3: -md takes an EAGLE-3 GGUF for this target "
+                "(specledger's head file is not one). ")
     else:
-        why = _NO_ENGINE.get(drafter, {"suffix": "suffix-tree drafting", "head": "an EAGLE head"}.get(drafter, drafter))
+        why = _NO_ENGINE.get(drafter, {"suffix": "suffix-tree drafting"}.get(drafter, drafter))
         return None, f"llama.cpp llama-server has no drafter for {drafter} ({why}); no llama.cpp flags."
     flags += ["--parallel", str(cap)] if cap else []
     note += f"Draft length fixed per server (γ={gamma})"
@@ -277,217 +264,58 @@ def llama_cpp_flags(drafter: str, ranges: list[list[int]], details: DrafterDetai
     return flags, note
 
 
+def check_llama_flags(flags: list[str] | None, note: str, known: frozenset[str] | None) -> tuple[list[str] | None, str]:
+    """``(flags, note)`` unchanged when ``known`` is None (no binary at hand) or offers every flag, else
+    ``(None, why)``: a flag this ``llama-server``'s ``--help`` lacks would stop it at start-up."""
+    missing = unknown_flags(flags or [], known) if known is not None and flags else []
+    if not missing:
+        return flags, note
+    return None, (f"this llama-server's --help lacks {', '.join(missing)}: no llama.cpp flags (they follow "
+                  f"{SCHEMA_VERSIONS['llama_cpp']}; build it with scripts/build_llama_server.sh).")
+
+
+WRITERS = (("vllm", vllm_config, validate_vllm), ("trtllm", trtllm_config, validate_trtllm),
+           ("sglang", sglang_flags, validate_sglang), ("llama_cpp", llama_cpp_flags, validate_llama_cpp))
+ENGINE_NAMES = {"vllm": "vLLM", "trtllm": "TensorRT-LLM", "sglang": "SGLang", "llama_cpp": "llama.cpp"}
+
+
 def engine_configs(schedule: Schedule, max_load: int | None = None, *, drafter: str | None = None,
-                   prefer_load: int | None = None, details: DrafterDetails | None = None) -> dict[str, Any]:
+                   prefer_load: int | None = None, details: DrafterDetails | None = None,
+                   llama_flags: frozenset[str] | None = None) -> dict[str, Any]:
     """Every engine's config for one deployment of ``schedule`` (module docstring: the rules).
 
-    Returns ``drafter``, ``gamma_by_load`` ({load: k}), ``ranges`` ([[start, end, k]]),
-    ``vllm`` ({"speculative_config": ...} or None), ``trtllm`` ({"speculative_config": ...} or None),
-    ``sglang`` / ``llama_cpp`` (argv lists or None), ``notes`` (per engine) and ``note`` (one text:
-    why a config is missing, what to replace, which loads another drafter decided). Every emitted
-    config passes its validator (checked here)."""
+    Returns ``drafter``, ``gamma`` (the draft length a one-γ server runs: the first on-range's k, as
+    SGLang and llama.cpp get it; 0 when off), ``gamma_by_load``
+    ({load: k}), ``ranges`` ([[start, end, k]]), ``vllm`` (the ``--speculative-config`` value or None),
+    ``trtllm`` ({"speculative_config": ...} or None), ``sglang`` / ``llama_cpp`` (argv lists or None),
+    ``versions`` (the engine version each schema follows), ``notes`` (per engine) and ``note`` (one text:
+    why a config is missing, what to replace, which loads another drafter decided). Every emitted config
+    passes its validator (checked here); ``llama_flags`` (the flags a llama-server's ``--help`` offers,
+    :func:`specledger.gates.engine_validators.help_flags`) drops llama.cpp flags that binary lacks."""
     details = details or DrafterDetails()
     if not schedule:
         raise SpecLedgerError("an engine config needs a schedule with at least one load")
     drafter = drafter or pick_drafter(schedule, prefer_load)
     ks = gamma_by_load(schedule, drafter)
     ranges = batch_ranges(ks, max_load)
-    out: dict[str, Any] = {"drafter": drafter, "gamma_by_load": ks, "ranges": ranges, "vllm": None,
-                           "trtllm": None, "sglang": None, "llama_cpp": None, "notes": {}, "note": ""}
+    on = any(k for _, _, k in ranges)
+    out: dict[str, Any] = {"drafter": drafter, "gamma": _fixed_gamma(ranges)[0] if on else 0, "gamma_by_load": ks,
+                           "ranges": ranges, "vllm": None, "trtllm": None, "sglang": None, "llama_cpp": None,
+                           "versions": dict(SCHEMA_VERSIONS), "notes": {}, "note": ""}
     others = sorted({str(s[0]) for s in schedule.values() if s and s[0] and s[0] != drafter and s[1]})
     policies = sorted({f"{s[0]} γ={s[1]}" for s in schedule.values() if s and s[0] == drafter and not _int(s[1])})
     lead = ([f"one drafter per deployment: loads using {', '.join(others)} are off here"] if others else []) + \
         ([f"{', '.join(policies)} is a γ policy no engine runs: off here"] if policies else [])
-    if drafter is None or not any(k for _, _, k in ranges):
+    if drafter is None or not on:
         out["note"] = "; ".join(lead + ["speculation is off at every load: launch every engine without it"])
         return out
-    for key, write, check in (("vllm", vllm_config, validate_vllm), ("trtllm", trtllm_config, validate_trtllm),
-                              ("sglang", sglang_flags, validate_sglang), ("llama_cpp", llama_cpp_flags,
-                                                                          validate_llama_cpp)):
+    for key, write, check in WRITERS:
         body, note = write(drafter, ranges, details)
+        if key == "llama_cpp":
+            body, note = check_llama_flags(body, note, llama_flags)
         if body is not None:
             check(body)
-            out[key] = {"speculative_config": body} if key in ("vllm", "trtllm") else body
+            out[key] = {"speculative_config": body} if key == "trtllm" else body
         out["notes"][key] = note
-    names = {"vllm": "vLLM", "trtllm": "TensorRT-LLM", "sglang": "SGLang", "llama_cpp": "llama.cpp"}
-    out["note"] = " ".join([s + "." for s in lead] + [f"{names[k]}: {v}" for k, v in out["notes"].items() if v])
+    out["note"] = " ".join([s + "." for s in lead] + [f"{ENGINE_NAMES[k]}: {v}" for k, v in out["notes"].items() if v])
     return out
-
-
-# -------------------------------------------------------------------------------------- validators
-def _fail(msg: str) -> None:
-    raise SpecLedgerError(msg)
-
-
-def validate_vllm(cfg: Mapping[str, Any]) -> None:
-    """vLLM ``speculative_config`` rules (module docstring; ``SpeculativeConfig.__post_init__`` /
-    ``_verify_args`` and ``validate_and_normalize_dynamic_sd_schedule``), plus specledger's two:
-    contiguous ranges and every k <= ``num_speculative_tokens``. Accepts the dict or
-    ``{"speculative_config": dict}``."""
-    if isinstance(cfg, Mapping) and set(cfg) == {"speculative_config"}:
-        cfg = cfg["speculative_config"]
-    if not isinstance(cfg, Mapping):
-        _fail("vLLM speculative_config must be a JSON object")
-    extra = sorted(set(cfg) - VLLM_KEYS)
-    if extra:
-        _fail(f"vLLM speculative_config: unknown key(s) {', '.join(extra)}")
-    method = cfg.get("method")
-    if method not in VLLM_METHODS:
-        _fail(f"vLLM speculative_config: method {method!r} is not a vLLM speculative method")
-    n = cfg.get("num_speculative_tokens")
-    if not _int(n) or n <= 0:
-        _fail(f"vLLM speculative_config: num_speculative_tokens must be an integer > 0, got {n!r}")
-    if method in ("ngram", "ngram_gpu"):
-        lo, hi = cfg.get("prompt_lookup_min"), cfg.get("prompt_lookup_max")
-        lo, hi = (lo if lo is not None else hi), (hi if hi is not None else lo)
-        if lo is not None and (not _int(lo) or not _int(hi) or lo < 1 or lo > hi):
-            _fail(f"vLLM ngram: need 1 <= prompt_lookup_min <= prompt_lookup_max, got {lo!r}, {hi!r}")
-    if method in ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash") and not cfg.get("model"):
-        _fail(f"vLLM method {method} needs model (the draft / head checkpoint)")
-    sched = cfg.get("num_speculative_tokens_per_batch_size")
-    if sched is None:
-        return
-    if not isinstance(sched, list) or not sched:
-        _fail("vLLM num_speculative_tokens_per_batch_size must be a non-empty list of [range_start, range_end, k]")
-    rows = []
-    for e in sched:
-        if not isinstance(e, (list, tuple)) or len(e) != 3 or not all(_int(x) for x in e):
-            _fail(f"vLLM num_speculative_tokens_per_batch_size: entry {e!r} is not [range_start, range_end, k]")
-        a, b, k = e
-        if a <= 0 or b <= 0 or a > b or k < 0:
-            _fail(f"vLLM num_speculative_tokens_per_batch_size: entry {list(e)} needs 0 < start <= end and k >= 0")
-        if k > n:
-            _fail(f"vLLM num_speculative_tokens_per_batch_size: k={k} > num_speculative_tokens={n} (vLLM clamps it)")
-        rows.append((a, b, k))
-    rows.sort()
-    prev = 0
-    for a, b, _ in rows:
-        if a <= prev:
-            _fail("vLLM num_speculative_tokens_per_batch_size: ranges overlap")
-        if a != prev + 1:
-            _fail(f"vLLM num_speculative_tokens_per_batch_size: batch sizes {prev + 1}–{a - 1} are in no range"
-                  if prev else "vLLM num_speculative_tokens_per_batch_size: the first range must start at 1")
-        prev = b
-
-
-def _key_int(key: Any) -> int:
-    if _int(key):
-        return key
-    if isinstance(key, str) and key.isdigit():
-        return int(key)
-    _fail(f"TensorRT-LLM draft_len_schedule: key {key!r} is not a batch size")
-    return 0
-
-
-def validate_trtllm(cfg: Mapping[str, Any]) -> None:
-    """TensorRT-LLM rules (module docstring; ``validate_draft_len_schedule_and_sort``): keys >= 1
-    (digit strings allowed, as JSON writes them), values >= 0, key 1 present and equal to
-    ``max_draft_len``, the smallest key equal to it, no value above it; not with ``max_concurrency``.
-    Accepts the dict or ``{"speculative_config": dict}``."""
-    if isinstance(cfg, Mapping) and set(cfg) == {"speculative_config"}:
-        cfg = cfg["speculative_config"]
-    if not isinstance(cfg, Mapping):
-        _fail("TensorRT-LLM speculative_config must be a mapping")
-    kind = cfg.get("decoding_type")
-    if kind not in TRT_DECODING_TYPES:
-        _fail(f"TensorRT-LLM decoding_type {kind!r} is not one of {', '.join(sorted(TRT_DECODING_TYPES))}")
-    top = cfg.get("max_draft_len")
-    if not _int(top) or top < 0 or (kind in ("Eagle", "Eagle3") and top == 0):
-        _fail(f"TensorRT-LLM max_draft_len must be a non-negative integer (> 0 for Eagle), got {top!r}")
-    if kind in ("DraftTarget", "Eagle", "Eagle3") and not cfg.get("speculative_model"):
-        _fail(f"TensorRT-LLM {kind} needs speculative_model")
-    sched = cfg.get("draft_len_schedule")
-    if sched is None:
-        return
-    if cfg.get("max_concurrency") is not None:
-        _fail("TensorRT-LLM: max_concurrency and draft_len_schedule are mutually exclusive")
-    if not isinstance(sched, Mapping) or not sched:
-        _fail("TensorRT-LLM draft_len_schedule must be a non-empty {batch size: draft length} mapping")
-    table = {}
-    for key, val in sched.items():
-        b = _key_int(key)
-        if b < 1:
-            _fail(f"TensorRT-LLM draft_len_schedule: batch size threshold must be >= 1, got {b}")
-        if not _int(val) or val < 0:
-            _fail(f"TensorRT-LLM draft_len_schedule: draft length must be an integer >= 0, got {val!r}")
-        if val > top:
-            _fail(f"TensorRT-LLM draft_len_schedule: draft length {val} at {b} exceeds max_draft_len={top}")
-        table[b] = val
-    if 1 not in table:
-        _fail("TensorRT-LLM draft_len_schedule must include batch size 1")
-    if table[1] != top:
-        _fail(f"TensorRT-LLM draft_len_schedule[1] = {table[1]} must equal max_draft_len = {top}")
-
-
-def _pairs(flags: Sequence[str], engine: str, bare: frozenset[str] = frozenset()) -> dict[str, str]:
-    if isinstance(flags, str) or not all(isinstance(f, str) for f in flags):
-        _fail(f"{engine} flags must be a list of strings")
-    out: dict[str, str] = {}
-    i = 0
-    while i < len(flags):
-        flag = flags[i]
-        if not flag.startswith("-"):
-            _fail(f"{engine} flags: {flag!r} is not a flag")
-        if flag in out:
-            _fail(f"{engine} flags: {flag} given twice")
-        if flag in bare:
-            out[flag] = ""
-            i += 1
-            continue
-        if i + 1 >= len(flags) or flags[i + 1].startswith("--"):
-            _fail(f"{engine} flags: {flag} needs a value")
-        out[flag] = flags[i + 1]
-        i += 2
-    return out
-
-
-def _pos(pairs: Mapping[str, str], flag: str, engine: str, low: int = 1) -> int | None:
-    if flag not in pairs:
-        return None
-    val = pairs[flag]
-    if not val.lstrip("-").isdigit() or int(val) < low:
-        _fail(f"{engine} {flag} must be an integer >= {low}, got {val!r}")
-    return int(val)
-
-
-def validate_sglang(flags: Sequence[str]) -> None:
-    """SGLang launch-flag rules (module docstring; ``ServerArgs._handle_speculative_decoding``)."""
-    p = _pairs(flags, "SGLang")
-    algo = p.get("--speculative-algorithm")
-    if algo not in SGLANG_ALGORITHMS:
-        _fail(f"SGLang --speculative-algorithm {algo!r} is not one of {', '.join(sorted(SGLANG_ALGORITHMS))}")
-    steps = _pos(p, "--speculative-num-steps", "SGLang")
-    topk = _pos(p, "--speculative-eagle-topk", "SGLang")
-    tokens = _pos(p, "--speculative-num-draft-tokens", "SGLang")
-    _pos(p, "--max-running-requests", "SGLang")
-    if algo in ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE"):
-        if steps is None and (topk is not None or tokens is not None):
-            _fail("SGLang: --speculative-eagle-topk / --speculative-num-draft-tokens need --speculative-num-steps")
-        if algo == "STANDALONE" and not p.get("--speculative-draft-model-path"):
-            _fail("SGLang STANDALONE needs --speculative-draft-model-path")
-        if steps is not None and topk == 1 and tokens is not None and tokens != steps + 1:
-            _fail(f"SGLang: with --speculative-eagle-topk 1, --speculative-num-draft-tokens must be "
-                  f"num_steps + 1 = {steps + 1}, got {tokens}")
-    if algo == "NGRAM":
-        lo = _pos(p, "--speculative-ngram-min-match-window-size", "SGLang")
-        hi = _pos(p, "--speculative-ngram-max-match-window-size", "SGLang")
-        _pos(p, "--speculative-ngram-max-bfs-breadth", "SGLang")
-        if lo is not None and hi is not None and lo > hi:
-            _fail(f"SGLang NGRAM: min match window {lo} > max match window {hi}")
-
-
-def validate_llama_cpp(flags: Sequence[str]) -> None:
-    """``llama-server`` speculative-flag rules (module docstring; ``docs/speculative.md``)."""
-    p = _pairs(flags, "llama.cpp")
-    kind = p.get("--spec-type")
-    draft = p.get("-md") or p.get("--model-draft")
-    if kind is not None and kind not in LLAMA_CPP_SPEC_TYPES:
-        _fail(f"llama.cpp --spec-type {kind!r} is not one of {', '.join(sorted(LLAMA_CPP_SPEC_TYPES))}")
-    if (kind in (None, "none")) and not draft:
-        _fail("llama.cpp: speculative decoding needs -md DRAFT.gguf or a --spec-type other than none")
-    top = _pos(p, "--draft-max", "llama.cpp")
-    low = _pos(p, "--draft-min", "llama.cpp", low=0)
-    if top is not None and low is not None and low > top:
-        _fail(f"llama.cpp --draft-min {low} > --draft-max {top}")
-    for flag in ("--spec-ngram-size-n", "--spec-ngram-size-m", "--parallel"):
-        _pos(p, flag, "llama.cpp")

@@ -11,13 +11,14 @@ paired per-prompt tokens/s of the request under that load, with its bootstrap in
   load, CPU-seconds per 1k committed tokens).
 
 The decisions come from :func:`specledger.gates.verdicts.verdicts`, each entry labelled with its ``load``
-and ``simulated: false``.
+and ``simulated: false``. :func:`decision_keys` reads them as what the load bisection
+(:mod:`specledger.load_bisect`) compares between adjacent loads.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from specledger.analysis.run import analyze_baseline, analyze_scenario
@@ -79,3 +80,27 @@ def analyze_loads(
         for v in verdicts(at_load, slo, controls, plain_latency, load):
             decided.append({**v, "load": load, "simulated": False})
     return {"loads": sorted(by_load), "scenarios": scenarios, "baselines": baselines, "verdicts": decided}
+
+
+def decision_label(v: dict[str, Any]) -> str:
+    """What a verdict decided, as the load bisection compares it: the setting where it deploys ("ngram γ=2"),
+    "off" where speculation is decisively off, "open" otherwise (open, no decision)."""
+    if v.get("decision") == "deploy":
+        return f"{v.get('drafter')} γ={v.get('gamma')}"
+    return "off" if v.get("decision") == "off" else "open"
+
+
+def decision_keys(verdicts: Sequence[dict[str, Any]]) -> dict[int, Hashable]:
+    """``{load: key}`` of the measured verdicts (simulated ones and controls left out): per (category,
+    temperature), the :func:`decision_label` and whether the speed-up it reports (the chosen setting's, or the
+    leading one's) is above 1. Two loads with equal keys decided alike everywhere; a change of decision or of
+    S against 1 in any category makes them differ."""
+    by_load: dict[int, list[tuple[str, float, str, bool | None]]] = defaultdict(list)
+    for v in verdicts:
+        if v.get("simulated") or v.get("decision") == "control":
+            continue
+        s = v.get("speedup")
+        pays = None if not isinstance(s, (int, float)) else bool(s > 1.0)
+        by_load[int(v.get("load") or 1)].append((str(v.get("category")), float(v.get("temperature") or 0.0),
+                                                 decision_label(v), pays))
+    return {load: tuple(sorted(rows, key=str)) for load, rows in by_load.items()}

@@ -84,6 +84,37 @@ def ratio_interval(parts: Sequence[tuple[Sequence[float], int]], alpha: float = 
     return RatioInterval(ratio, math.exp(log_r - half), math.exp(log_r + half), n)
 
 
+def stratified_ratio(strata: Sequence[tuple[float, Sequence[Sequence[float]]]], signs: Sequence[int],
+                     alpha: float = 0.05) -> RatioInterval:
+    """``R = Π_k (Σ_c w_c · mean_c(x_k))^{s_k}`` over strata c (categories, each with weight ``w_c`` and its
+    per-prompt values ``x_k`` aligned by prompt) with its two-sided ``1 − 2α`` interval: the same
+    linearisation as :func:`ratio_interval`, stratified. With ``g_i = Σ_k s_k x_{k,i} / X_k`` (``X_k`` the
+    weighted total), ``Var(log R) ≈ Σ_c w_c² var_c(g) / n_c`` and Student's t at ``Σ_c (n_c − 1)`` degrees
+    of freedom. A stratum of positive weight with fewer than 2 prompts, or a total that is not positive,
+    gives an infinite interval. ``n`` is the number of prompts over every stratum."""
+    used = [(float(w), [[float(v) for v in xs] for xs in arrays]) for w, arrays in strata if w > 0]
+    n = sum(len(arrays[0]) if arrays else 0 for _, arrays in used)
+    if not used or any(not arrays or not arrays[0] or any(len(a) != len(arrays[0]) for a in arrays)
+                       for _, arrays in used):
+        return RatioInterval(math.nan, -math.inf, math.inf, n)
+    totals = [math.fsum(w * math.fsum(arrays[k]) / len(arrays[k]) for w, arrays in used) for k in range(len(signs))]
+    if any(not (t > 0 and math.isfinite(t)) for t in totals):
+        return RatioInterval(math.nan, -math.inf, math.inf, n)
+    log_r = math.fsum(sign * math.log(t) for t, sign in zip(totals, signs))
+    ratio = math.exp(log_r)
+    if any(len(arrays[0]) < 2 for _, arrays in used):
+        return RatioInterval(ratio, -math.inf, math.inf, n)
+    var, df = 0.0, 0
+    for w, arrays in used:
+        m = len(arrays[0])
+        g = [math.fsum(sign * arrays[k][i] / totals[k] for k, sign in enumerate(signs)) for i in range(m)]
+        mu = math.fsum(g) / m
+        var += w * w * math.fsum((x - mu) ** 2 for x in g) / (m - 1) / m
+        df += m - 1
+    half = t_quantile(1.0 - alpha, df) * math.sqrt(var)
+    return RatioInterval(ratio, math.exp(log_r - half), math.exp(log_r + half), n)
+
+
 @dataclass(frozen=True)
 class PerPrompt:
     """One setting's per-prompt totals: committed tokens and seconds (repeats summed), keyed by prompt."""
@@ -116,4 +147,4 @@ def setting_ratio(a: PerPrompt, b: PerPrompt, alpha: float = 0.05) -> RatioInter
 
 
 __all__ = ["EQUIVALENT", "FASTER", "OPEN", "SLOWER", "PerPrompt", "RatioInterval", "ratio_interval",
-           "setting_ratio", "speedup_interval", "t_quantile"]
+           "setting_ratio", "speedup_interval", "stratified_ratio", "t_quantile"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from specledger.gates.paired import PerPrompt, RatioInterval, setting_ratio, speedup_interval
@@ -96,8 +96,13 @@ def _compare(a: Mapping[str, Any], b: Mapping[str, Any], ia: RatioInterval, ib: 
     return RatioInterval(ratio, -math.inf, math.inf, min(ia.n, ib.n))
 
 
-def decide_group(items: Sequence[dict[str, Any]], slo: SLO, base: dict[str, Any]) -> dict[str, Any]:
+def decide_group(items: Sequence[dict[str, Any]], slo: SLO, base: dict[str, Any],
+                 vs_plain: Callable[[Mapping[str, Any], float], RatioInterval] | None = None,
+                 compare: Callable[..., RatioInterval] | None = None) -> dict[str, Any]:
     """The decision of one (category, temperature) from its scenarios: indifference-zone selection.
+    ``vs_plain(s, alpha)`` and ``compare(a, b, ia, ib, alpha)`` give the paired intervals (default: from each
+    scenario's ``per_prompt``); the traffic mix (:mod:`specledger.gates.mix`) passes its stratified ones, so
+    the mix is decided by this same rule.
 
     A setting is *safe* when no other eligible setting can be more than the margin m faster: for every other b
     the lower bound of S_s / S_b exceeds 1/(1+m), paired, or, through plain, hi(S_b) / lo(S_s) < 1 + m. The
@@ -116,12 +121,13 @@ def decide_group(items: Sequence[dict[str, Any]], slo: SLO, base: dict[str, Any]
     if (thin := _too_thin(measured)) is not None:
         return {**_entry(base, None, None, "no-decision"), "resolution": "no-data", "resolved": False,
                 "headline": thin, "reason": f"No decision: {thin}."}
-    ivs = {id(s): _interval_vs_plain(s, alpha) for s in measured}
+    vs_plain, compare = vs_plain or _interval_vs_plain, compare or _compare
+    ivs = {id(s): vs_plain(s, alpha) for s in measured}
     eligible = [s for s in measured if not _blocking(s["gates"], slo)]
     fastest = max(measured, key=lambda s: s["speedup"])
     if not eligible:
         return _off_gates(base, fastest, ivs[id(fastest)], measured, ivs, slo)
-    pair = {(id(x), id(y)): _compare(x, y, ivs[id(x)], ivs[id(y)], alpha)
+    pair = {(id(x), id(y)): compare(x, y, ivs[id(x)], ivs[id(y)], alpha)
             for x in eligible for y in eligible if x is not y}
 
     def safe(x: dict[str, Any]) -> bool:

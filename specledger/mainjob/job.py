@@ -206,7 +206,9 @@ def run(
         from specledger.mainjob.measured_loads import run_load_points
 
         run_load_points(rd, plan, engine, {pid: workload.by_id[pid] for pid in initial_ids},
-                        {pid: workload.encoded[pid] for pid in initial_ids}, drafters.layers, progress, survivors)
+                        {pid: workload.encoded[pid] for pid in initial_ids}, drafters.layers, progress, survivors,
+                        slo=slo, deadline=None if plan.budget_s is None
+                        else started + float(plan.budget_s) - REPORT_RESERVE_S)
     elif progress:
         progress(finished, len(jobs), "done")
     return rd.trace_path
@@ -286,9 +288,7 @@ def _repair(rd: RunDir) -> None:
 def _race(rd: RunDir, plan: RunPlan, workload: Workload, execute: Executor, done: set, slo: Any, started: float,
           progress: Progress | None, used: set[str], reserve_s: float) -> Any:
     """Race rounds until the budget (see :mod:`specledger.mainjob.race`); returns the race log."""
-    from specledger.gates import SLO, with_measured_margin
-    from specledger.gates.solo import solo_decisions
-    from specledger.mainjob.race import RaceLog, Setting, race
+    from specledger.mainjob.race import RaceLog, Setting, decisions_so_far, race
 
     log = RaceLog(budget_s=float(plan.budget_s), started=started)
     by_id = workload.by_id
@@ -297,8 +297,7 @@ def _race(rd: RunDir, plan: RunPlan, workload: Workload, execute: Executor, done
     counter = {"n": 0}
 
     def decide() -> list[dict[str, Any]]:
-        records = rd.records_so_far()
-        return solo_decisions(records, with_measured_margin(slo or SLO(), records), n_resamples=0)
+        return decisions_so_far(rd.records_so_far(), slo)
 
     def more(category: str, k: int) -> list[str]:
         """Up to ``k`` new prompts that fit the prompt budget (long ones are skipped, and more are drawn)."""

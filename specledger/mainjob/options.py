@@ -3,12 +3,13 @@ options over it, or a resumed run's own plan (:func:`plan_from_options`)."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from specledger.errors import SpecLedgerError
-from specledger.load_points import parse_loads
+from specledger.load_points import is_load_range, parse_loads
 from specledger.mainjob.plan import RunPlan, preset
 
 
@@ -67,6 +68,48 @@ def parse_budget(text: str | None) -> float | None | bool:
     return value
 
 
+#: a lower bound of the start-up before the first prompt: loading the target and measuring its verify cost surface
+#: (9 timed passes); 42-70 s on the reference 2-core machine with the bundled SmolLM2-135M
+START_UP_FLOOR_S = 30.0
+#: a lower bound of one decode step (the bundled target decodes 420-483 tok/s at best on that machine)
+STEP_FLOOR_S = 0.002
+
+
+def budget_floor_s(plan: RunPlan) -> tuple[float, str]:
+    """(seconds, how): the least a run of ``plan`` can take before its first decision, known before any model
+    loads -- :data:`START_UP_FLOOR_S`, one prompt of every setting at :data:`STEP_FLOOR_S` per token (``max_tokens``
+    tokens), and the report's reserve. A lower bound: the run's own check after
+    start-up (:func:`specledger.mainjob.plan.check_budget`) prices the measured step."""
+    from specledger.mainjob.plan import REPORT_RESERVE_S
+
+    settings = 1 + sum(len(plan.gammas_for(d)) * len(plan.tree_budgets) for d in plan.drafters)
+    tokens = plan.max_tokens  # the categories' own (longer) budgets left out: a lower bound
+    one_prompt = settings * tokens * STEP_FLOOR_S * len(plan.temperatures)
+    need = START_UP_FLOOR_S + one_prompt + REPORT_RESERVE_S
+    how = (f"start-up >= {START_UP_FLOOR_S:.0f} s to load the target and measure its costs, {settings} settings × "
+           f"{tokens} tokens × >= {1e3 * STEP_FLOOR_S:.0f} ms per step, {REPORT_RESERVE_S:.0f} s for the report")
+    return need, how
+
+
+def check_inputs(plan: RunPlan) -> list[str]:
+    """Every check of ``run``'s inputs that needs no model, made before a run folder exists or anything is
+    measured: the plan's own rules, the workload file read by the one reader ``run`` and ``probe`` share
+    (:func:`specledger.workloads.load_jsonl`: a missing file or a malformed line is one error naming it), and
+    ``--budget`` against :func:`budget_floor_s`. Returns the workload's warnings (folded per kind)."""
+    plan.validate()
+    warnings: list[str] = []
+    if plan.workload_file:
+        from specledger.workloads.jsonl import load_jsonl
+
+        warnings = load_jsonl(plan.workload_file)[1]
+    if plan.budget_s:
+        need, how = budget_floor_s(plan)
+        if plan.budget_s < need:
+            raise SpecLedgerError(f"--budget {plan.budget_s:g}s is below what one prompt needs (≈ {need:.0f} s: "
+                                  f"{how}); raise --budget to at least {math.ceil(need)}s")
+    return warnings
+
+
 def resumed_plan(resume: Path) -> RunPlan:
     """The plan a run directory was started with (``--resume``); one-line errors when it holds none."""
     from specledger.rundir import META_NAME, RunDir
@@ -96,7 +139,8 @@ def plan_from_options(opts: RunOptions, budget_s: float | None | bool) -> tuple[
         ("tree_shape", opts.tree_shape), ("temperatures", _csv(opts.temperatures, float)),
         ("n_per_category", opts.n), ("max_tokens", opts.max_tokens), ("layers", opts.layers), ("draft", opts.draft),
         ("seed", opts.seed if opts.seed else None), ("workload_file", str(opts.workload) if opts.workload else None),
-        ("loads", parse_loads(opts.loads)),
+        ("loads", parse_loads(opts.loads, allow_range=True)),
+        ("locate_loads", is_load_range(opts.loads) if opts.loads is not None else None),
         ("simulate_loads", parse_loads(opts.simulate_loads, "--simulate-loads", "64,256", allow_none=True)),
     ):
         if value is not None:

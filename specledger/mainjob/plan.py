@@ -17,7 +17,8 @@ DEFAULT_CATEGORIES = ("code", "code-edit", "extraction", "agent", "dialogue", "s
 #: cost the budget; --drafters ngram,suffix,layerskip or --full runs it (--full adds quant-self too)
 DEFAULT_DRAFTERS = ("ngram", "suffix")
 #: concurrencies of the presets (1 = the solo job); chosen so that ``make run`` fits 10 minutes on 2 cores
-#: (estimated: load 16 adds about 2 minutes to the default run, load 4 about 2.5 more: ``--loads 1,4,16``)
+#: (estimated: load 16 adds about 2 minutes to the default run, load 4 about 2.5 more: ``--loads 1,4,16``); the
+#: default preset bisects between them (``--loads 1..16``) as far as its budget allows
 DEFAULT_LOADS = (1, 16)
 QUICK_LOADS = (1, 16)
 FULL_LOADS = (1, 2, 4, 8, 16, 32)
@@ -66,6 +67,9 @@ class RunPlan:
     #: concurrencies: 1 is the solo job above; every load > 1 runs each setting under continuous
     #: batching, closed loop over the same prompts (:mod:`specledger.mainjob.measured_loads`)
     loads: list[int] = field(default_factory=lambda: [1])
+    #: ``--loads A..B``: ``loads`` holds the ends, and the job bisects between them where the decision changes
+    #: until each change is bracketed within 2× (:mod:`specledger.load_bisect`), within the budget
+    locate_loads: bool = False
     #: loads beyond the measured ones, simulated from this run after it (:mod:`specledger.gates.simulated_loads`);
     #: their verdicts are labelled simulated
     simulate_loads: list[int] = field(default_factory=list)
@@ -132,7 +136,7 @@ def preset(name: str) -> RunPlan:
                        simulate_loads=list(SIMULATED_LOADS), budget_s=QUICK_BUDGET_S)
     if name == "default":  # quant-self (S ~0.5 on this CPU, a third of the run's time) is left to --full
         return RunPlan(n_per_category=DEFAULT_INITIAL_PROMPTS, drafters=list(DEFAULT_DRAFTERS),
-                       loads=list(DEFAULT_LOADS), category_max_tokens=dict(QUALITY_MAX_TOKENS),
+                       loads=list(DEFAULT_LOADS), locate_loads=True, category_max_tokens=dict(QUALITY_MAX_TOKENS),
                        simulate_loads=list(SIMULATED_LOADS), budget_s=DEFAULT_BUDGET_S)
     if name == "full":
         return RunPlan(n_per_category=8, gammas=[1, 2, 3, 4, 6, 8], model_gammas=None, temperatures=[0.0, 0.8],

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +64,17 @@ class RaceLog:
                 "dropped": self.dropped, "stopped": self.stopped}
 
 
+def decisions_so_far(records: Sequence[Any], slo: Any = None) -> list[dict[str, Any]]:
+    """The decisions at load 1 of the records as they stand: the one rule (:func:`specledger.gates.solo.
+    solo_decisions`: paired per-prompt comparisons, the equivalence margin, the tie rule) at the SLO's margin
+    widened to the records' measured drift, without resampling. What every race reads -- ``specledger run``'s
+    and ``specledger probe --budget``'s -- to know which decisions are open and which settings are out."""
+    from specledger.gates import SLO, with_measured_margin
+    from specledger.gates.solo import solo_decisions
+
+    return solo_decisions(records, with_measured_margin(slo or SLO(), records), n_resamples=0)
+
+
 def contenders(verdict: dict[str, Any]) -> list[str]:
     """Setting names still in contention in an open decision: its ``contenders`` (the leader and every
     setting whose comparison with it is open)."""
@@ -107,7 +118,7 @@ def race(
             log.stopped = ("every decision resolved" if not open_decisions(decisions) else
                            "no more prompts in the open categories")
             return log
-        _note_drops(log, decisions, by_name, dropped, prompts_so_far)
+        note_drops(log, decisions, by_name, dropped, prompts_so_far)
         ran = late = False
         for v in todo:
             cat, temp = v["category"], float(v["temperature"])
@@ -137,7 +148,7 @@ def race(
             return log
 
 
-def _note_drops(log: RaceLog, decisions: Sequence[dict[str, Any]], by_name: dict[str, Setting],
+def note_drops(log: RaceLog, decisions: Sequence[dict[str, Any]], by_name: Mapping[str, Any],
                 dropped: set[tuple[str, float, str]], prompts_so_far: Callable[[str], int]) -> None:
     """Log every setting of an open decision that is no longer a contender, once."""
     for v in open_decisions(decisions):
@@ -158,4 +169,5 @@ def _note_drops(log: RaceLog, decisions: Sequence[dict[str, Any]], by_name: dict
                                 "why": reason})
 
 
-__all__ = ["MAX_PROMPTS_PER_CATEGORY", "RACE_STEP", "RaceLog", "Setting", "contenders", "open_decisions", "race"]
+__all__ = ["MAX_PROMPTS_PER_CATEGORY", "RACE_STEP", "RaceLog", "Setting", "contenders", "decisions_so_far",
+           "note_drops", "open_decisions", "race"]

@@ -19,11 +19,15 @@ The requests become a run (:func:`load_point_records`) shaped like ``specledger 
 
 Without ``--baseline`` every load still gets its figures (records per load), but no verdict: there
 is no plain decoding to compare with.
+
+``--loads A..B`` measures both ends, then bisects in powers of two wherever S against 1 (per category) changes
+between adjacent measured loads, until each change is bracketed within 2× (:mod:`specledger.load_bisect`, the
+planner ``specledger run`` uses too); the load order (which side first) follows the order measured.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -71,12 +75,22 @@ def run_probe_loads(
     metrics: bool = True,
     tokenizer: Tokenizer | None = None,
     progress: Callable[[int, str], None] | None = None,
+    locate: bool = False,
+    categories: Mapping[str, str] | None = None,
+    keys: Callable[[Sequence[LoadPoint]], Mapping[int, Hashable]] | None = None,
+    afford: Callable[[int], bool] | None = None,
 ) -> list[LoadPoint]:
-    """Both endpoints at every load of ``loads`` (ascending), alternating which goes first."""
-    points = []
+    """Both endpoints at every load of ``loads`` (ascending), alternating which goes first. With ``locate``
+    (``--loads A..B``: ``loads`` holds the ends) the loads :func:`specledger.load_bisect.next_load` asks for follow,
+    read from ``keys(points)`` (default :func:`speedup_keys`: S against 1 per category of ``categories``, prompt
+    id -> category) and each run only while ``afford(load)`` allows it; the points come back sorted by load."""
+    from specledger.load_bisect import locate as bisect
+
+    points: list[LoadPoint] = []
     targets = {"probe": (url, config), "baseline": (baseline, baseline_config or config)}
-    for k, load in enumerate(sorted(set(int(x) for x in loads))):
-        order = side_order(k, bool(baseline))
+
+    def measure(load: int) -> None:
+        order = side_order(len(points), bool(baseline))
         got: dict[str, tuple[dict[str, Any], list[RequestResult]]] = {}
         for role in order:
             where, cfg = targets[role]
@@ -90,7 +104,40 @@ def run_probe_loads(
             base_report, base_results = got["baseline"]
             full.update(baseline=base_report, speedup=speedup(full["probe"]["summary"], base_report["summary"]))
         points.append(LoadPoint(load, full, got["probe"][1], base_results, order))
-    return points
+
+    wanted = sorted(set(int(x) for x in loads))
+    if locate:
+        bisect(wanted, measure, lambda: (keys or (lambda ps: speedup_keys(ps, categories)))(points), afford)
+    else:
+        for load in wanted:
+            measure(load)
+    return sorted(points, key=lambda p: p.load)
+
+
+def category_speedups(point: LoadPoint, categories: Mapping[str, str] | None = None) -> dict[str, float | None]:
+    """Per category (``categories``: prompt id -> category; one group "all" without it): S = (Σ tokens / Σ request
+    time) of the probed endpoint over the baseline's, over the requests that succeeded -- the paired ratio of
+    speed-ups with plain decoding cancelled (docs/decisions.md); None where a side has no tokens or no time."""
+    def rates(results: Sequence[RequestResult]) -> dict[str, float | None]:
+        tok: dict[str, float] = {}
+        sec: dict[str, float] = {}
+        for r in results:
+            if not r.ok:
+                continue
+            c = categories.get(r.prompt_id or "", "all") if categories else "all"
+            tok[c] = tok.get(c, 0.0) + float(r.completion_tokens)
+            sec[c] = sec.get(c, 0.0) + max(0.0, float(r.end_s) - float(r.start_s))
+        return {c: (tok[c] / sec[c] if sec[c] > 0 and tok[c] > 0 else None) for c in tok}
+
+    mine, base = rates(point.results), rates(point.base_results)
+    return {c: (mine[c] / base[c] if mine.get(c) and base.get(c) else None) for c in sorted(set(mine) | set(base))}
+
+
+def speedup_keys(points: Sequence[LoadPoint], categories: Mapping[str, str] | None = None) -> dict[int, Hashable]:
+    """``{load: key}`` for the load bisection: per category, whether S (:func:`category_speedups`) is above 1
+    (None where it is unknown: no baseline, no tokens). Loads with equal keys answered alike."""
+    return {p.load: tuple((c, None if s is None else s > 1.0) for c, s in category_speedups(p, categories).items())
+            for p in points}
 
 
 def tag_load_point(records: list[RequestRecord], load: int, drafter: str, gamma: GammaSpec,
@@ -131,5 +178,5 @@ def without_results(full: dict[str, Any]) -> dict[str, Any]:
             for k, v in full.items()}
 
 
-__all__ = ["LoadPoint", "at_load", "first_spec_decode", "probe_document", "run_probe_loads", "side_order",
-           "tag_load_point", "without_results"]
+__all__ = ["LoadPoint", "at_load", "category_speedups", "first_spec_decode", "probe_document", "run_probe_loads",
+           "side_order", "speedup_keys", "tag_load_point", "without_results"]

@@ -1,11 +1,13 @@
 """The launched engine's command line (``probe --launch CMD --spec NAME=ARGS``): the configurations, the
 template's ``{port}`` / ``{spec}``, which engine it is, the draft length it configures and the drafter label
-its records get. Nothing here starts a process but :func:`help_default` (``PROGRAM --help``, cached)."""
+its records get. Nothing here starts a process but :func:`help_default` and :func:`binary_flags` (``PROGRAM
+--help``, cached per binary)."""
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -143,6 +145,53 @@ def _help_text(program: str, timeout_s: float = 20.0) -> str:
                               timeout=timeout_s, stdin=subprocess.DEVNULL).stdout
     except (OSError, subprocess.SubprocessError):
         return ""
+
+
+def binary_flags(program: str | Path) -> frozenset[str] | None:
+    """The flags ``program --help`` offers (:func:`specledger.gates.engine_validators.help_flags`: removed
+    ones left out), read once per binary (path, size and modification time); None when it cannot be run or
+    prints no flags."""
+    path = Path(program)
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return _binary_flags(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _binary_flags(program: str, size: int, mtime_ns: int) -> frozenset[str] | None:
+    from specledger.gates.engine_validators import help_flags
+
+    flags = help_flags(_help_text.__wrapped__(program))  # uncached: this cache is keyed by the file itself
+    return flags or None
+
+
+#: the environment variable naming a llama-server binary (the tests and the schedules' flag check read it)
+LLAMA_SERVER_ENV = "SPECLEDGER_LLAMA_SERVER"
+
+
+def llama_flags_at_hand() -> frozenset[str] | None:
+    """The flags of the llama-server ``$SPECLEDGER_LLAMA_SERVER`` names (:func:`binary_flags`), so the
+    schedules' llama.cpp configs are checked against the binary that will run them; None when unset."""
+    path = os.environ.get(LLAMA_SERVER_ENV)
+    return binary_flags(Path(path).expanduser()) if path else None
+
+
+def check_engine_command(engine: dict) -> None:
+    """In place, for a ``probe --launch`` schedule's ``engine`` entry (kind, argv, command, note): a llama.cpp
+    command whose flags its own binary's ``--help`` does not offer (:func:`binary_flags`) loses its
+    ``argv`` / ``command`` and its note says which flags; any other engine, or no readable binary, is left."""
+    argv = engine.get("argv")
+    if engine.get("kind") != "llama.cpp" or not argv:
+        return
+    from specledger.gates.engine_validators import unknown_flags
+
+    known = binary_flags(argv[0])
+    missing = unknown_flags(argv[1:], known) if known else []
+    if missing:
+        engine.update(argv=None, command=None, note=f"{argv[0]} --help does not offer {', '.join(missing)}: "
+                      f"not emitted (was: {engine.get('note')})")
 
 
 def help_default(program: str, flag: str) -> int | None:

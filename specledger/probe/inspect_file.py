@@ -146,8 +146,11 @@ def inspect_prometheus(text: str) -> dict[str, Any]:
 def engine_scalars(text: str, engines: list[EngineNames]) -> dict[str, dict[str, Any]]:
     """The engines' counter, gauge and untyped families of a dump, by family name: ``{"type", "value",
     "series", "help"}`` (value: Σ over label sets, their mean for a gauge; untyped lines of one name merge
-    into one family); the per-position spec-decode counters are left to the rates."""
+    into one family); the per-position spec-decode counters are left to the rates. A gauge whose 0 means
+    "speculation off" (SGLang's accept length and rate, :func:`zero_is_off`) averages its non-zero series
+    only, and is None (not measured) where every series is 0: never a figure of 0."""
     per_pos = {e.spec.accepted_per_pos for e in engines if e.spec}
+    off_gauges = zero_is_off(engines)
     found: dict[str, tuple[str, str, list[float]]] = {}  # name -> (type, help, values); untyped lines merge
     for family in metric_families(text):
         if family.type not in ("counter", "gauge", "untyped", "unknown") or family.name in per_pos:
@@ -155,11 +158,18 @@ def engine_scalars(text: str, engines: list[EngineNames]) -> dict[str, dict[str,
         if not any(family.name.startswith(e.prefix) for e in engines):
             continue
         values = [v for name, v in family.samples if not name.endswith("_created")]
+        if family.name in off_gauges:
+            values = [v for v in values if v != 0] or [math.nan]  # NaN: every series says off
         kind, help_text, seen = found.get(family.name, (family.type, family.help, []))
         found[family.name] = (kind, help_text or family.help, seen + values)
     out: dict[str, dict[str, Any]] = {}
     for name, (kind, help_text, values) in found.items():
         if not values:
+            continue
+        values = [v for v in values if not (name in off_gauges and math.isnan(v))]
+        if not values:
+            out[name] = {"type": kind, "value": None, "series": 0, "help": help_text,
+                         "note": "0 on every series: speculation is off, nothing measured"}
             continue
         try:
             total = math.fsum(values)
@@ -244,14 +254,21 @@ def _spec_sums(specs: list[dict[str, Any]]) -> dict[str, Any] | None:
     return out
 
 
+def zero_is_off(engines: list[EngineNames]) -> set[str]:
+    """The gauges whose 0 is an engine's "speculation off", not a measurement: SGLang's
+    ``spec_accept_length`` (a measured length counts the bonus token, so it is >= 1) and ``spec_accept_rate``."""
+    return {n for e in engines for n in (e.accept_length_gauge, e.accept_rate_gauge) if n}
+
+
 def counter_rows(found: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, value) rows of a dump's counters and gauges, for the ``inspect`` table."""
     rows = []
     for name, c in (found.get("counters") or {}).items():
         value = c["value"]
-        shown = f"{value:.6g}" if isinstance(value, float) else str(value)
+        shown = f"{value:.6g}" if isinstance(value, float) else "not measured" if value is None else str(value)
         series = f" over {c['series']} series" if c["series"] > 1 else ""
-        rows.append((f"{name} ({c['type']})", f"{shown}{series}" + (f": {c['help']}" if c.get("help") else "")))
+        says = c.get("note") or c.get("help")
+        rows.append((f"{name} ({c['type']})", f"{shown}{series}" + (f": {says}" if says else "")))
     return rows
 
 

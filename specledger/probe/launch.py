@@ -87,12 +87,13 @@ Progress = Callable[[str], None]
 
 def probe_spec(template: str, spec: Spec, loads: Sequence[int], config: LoadConfig, items: list[Any], folder: Path,
                *, port: int | None, ready_timeout_s: float, tokenizer: Tokenizer | None,
-               progress: Progress | None = None, repeat: int = 0) -> SpecRun:
+               progress: Progress | None = None, repeat: int = 0, tag: str | None = None) -> SpecRun:
     """Start the engine of ``spec``, probe it at every load, stop it; a death is a one-line error. Its log is
-    ``logs/NAME.log`` (``logs/NAME.rep<R>.log`` for a later repeat)."""
+    ``logs/NAME.log`` (``logs/NAME.rep<R>.log`` for a later repeat, ``logs/NAME.<tag>.log`` with a ``tag``:
+    a race round)."""
     chosen = port if port is not None else free_port()
     argv = engine_argv(template, chosen, spec)
-    log_name = Path(saved_name(spec, repeat)).with_suffix(".log").name
+    log_name = (f"{spec.name}.{tag}.log" if tag else Path(saved_name(spec, repeat)).with_suffix(".log").name)
     server = EngineServer(spec.name, argv, chosen, folder / "logs" / log_name)
     say = progress or (lambda _: None)
     say(f"{spec.name}: starting {shlex.join(argv)} (log {server.log_path})")
@@ -129,7 +130,8 @@ def plan_document(template: str, specs: Sequence[Spec], loads: Sequence[int], co
             "requests": config.num_requests, "model": config.model, "repeats": repeats}
 
 
-def _check_plan(folder: Path, plan: dict[str, Any]) -> None:
+def check_plan(folder: Path, plan: dict[str, Any]) -> None:
+    """``folder``'s saved plan must be ``plan`` (a resumed run); a new folder gets it."""
     path = folder / PLAN_NAME
     if path.is_file():
         try:
@@ -155,7 +157,7 @@ def run_launch(template: str, specs: Sequence[Spec], loads: Sequence[int], confi
     if repeats < 1:
         raise SpecLedgerError(f"--repeats {repeats}: give 1 or more")
     folder = Path(out) / LAUNCH_DIR
-    _check_plan(folder, plan_document(template, specs, loads, config, workload, repeats))
+    check_plan(folder, plan_document(template, specs, loads, config, workload, repeats))
     done: dict[str, list[SpecRun]] = {s.name: [] for s in specs}
     for repeat in range(repeats):
         for spec in run_order(specs, repeat):
@@ -174,5 +176,5 @@ def run_launch(template: str, specs: Sequence[Spec], loads: Sequence[int], confi
     return {name: merge_repeats(runs) for name, runs in done.items()}
 
 
-__all__ = ["LAUNCH_DIR", "PLAN_NAME", "Progress", "plan_document", "probe_spec", "run_launch",
+__all__ = ["LAUNCH_DIR", "PLAN_NAME", "Progress", "check_plan", "plan_document", "probe_spec", "run_launch",
            "run_order", "saved_name"]

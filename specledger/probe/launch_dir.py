@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from specledger.probe.endpoint_loads import probe_document, tag_load_point
 from specledger.probe.engine_command import (
@@ -49,7 +50,7 @@ def launch_records(runs: Mapping[str, SpecRun], kind: str, workload: ProbeWorklo
 
 def write_launch_dir(out: Path, runs: Mapping[str, SpecRun], template: str, specs: Sequence[Spec],
                      loads: Sequence[int], config: LoadConfig, workload: ProbeWorkload, tokenizer: Tokenizer | None,
-                     repeats: int = 1) -> None:
+                     repeats: int = 1, race: Mapping[str, Any] | None = None) -> None:
     """traces.jsonl + run.json (with ``engine_counters`` and ``launch``) + probe.json. The report is the
     caller's to build: its summary carries ``launch`` and ``engine_counters`` from run.json, and its schedules'
     snippets become the engine's own command
@@ -81,6 +82,11 @@ def write_launch_dir(out: Path, runs: Mapping[str, SpecRun], template: str, spec
                                       "ledger": None if s.is_baseline else pooled_ledger(runs[s.name], gammas[s.name]),
                                       "log": runs[s.name].log, "ready_s": runs[s.name].ready_s} for s in specs}},
     })
+    if race is not None:  # probe --launch --budget: the race's log (launch_race), as run.json's race of `run`
+        meta["race"] = dict(race)
+        meta["launch"]["order"] = ("race rounds at load 1, off first in even rounds and last in odd ones, one start "
+                                   "per configuration and round; then each load point, one start per "
+                                   "configuration and load")
     if gguf is not None:
         meta.update(gguf_kv_facts(gguf, first_argv))
         if kind == "llama.cpp":

@@ -19,10 +19,13 @@ from ``tokenizer(delta_text)`` when given, else 1 per chunk; when the server rep
 A request succeeds only if it is a complete stream: HTTP 200, an SSE body (``Content-Type:
 text/event-stream`` when the server states one), and ``data: [DONE]`` at the end, all within
 ``timeout_s`` in total (connect, wait and stream; the read timeout alone would let a server that
-trickles a byte a second go on for ever) and within :data:`~specledger.probe.fetch.MAX_STREAM_BYTES` of
-body. Anything else is a failure whose ``error`` starts with its kind: ``HTTP 500: ...``, ``NotSSE: ...``,
-``IncompleteStream: ...``, ``TotalTimeout: ...``, ``TooLarge: ...``, an in-stream error, or the transport
-exception's name. ``LoadConfig.headers`` (``--header``, ``--api-key``, a URL's ``user:pass@``) ride on every
+trickles a byte a second go on for ever), before the load's total deadline (``deadline_s``; default
+:func:`~specledger.probe.bounds.default_deadline_s`), and within the request's
+:func:`~specledger.probe.bounds.stream_limits` (token chunks, characters and bytes, from its ``max_tokens``):
+what a request keeps in memory and writes is bounded whatever the server sends. Anything else is a failure
+whose ``error`` starts with its kind: ``HTTP 500: ...``, ``NotSSE: ...``, ``IncompleteStream: ...``,
+``TotalTimeout: ...``, ``Deadline: ...``, ``TooLong: ...``, ``TooLarge: ...``, an in-stream error, or the
+transport exception's name. ``LoadConfig.headers`` (``--header``, ``--api-key``, a URL's ``user:pass@``) ride on every
 request and nowhere else: :meth:`LoadConfig.describe` (what files get) names them only, and every
 ``error`` has their values blanked (:func:`~specledger.probe.fetch.redact`).
 """
@@ -41,6 +44,7 @@ import httpx
 
 from specledger.errors import SpecLedgerError
 from specledger.load_points import poisson_arrivals
+from specledger.probe.bounds import StreamLimits, default_deadline_s, over_limits, stream_limits, warn_unsent
 from specledger.probe.fetch import MAX_STREAM_BYTES, read_body, redact, secrets_of
 from specledger.probe.sse import OpenAIStreamDecoder
 
@@ -145,6 +149,7 @@ class LoadConfig:
     arrival_seed: int = 0
     timeout_s: float = 120.0
     include_usage: bool = True
+    deadline_s: float | None = None  # the whole load's wall-clock bound; None: default_deadline_s
     #: sent with every request, never written: :meth:`describe` keeps the names only
     headers: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -168,6 +173,15 @@ class LoadConfig:
             raise SpecLedgerError("--duration must be positive seconds")
         if self.max_tokens < 1:
             raise SpecLedgerError("--max-tokens must be at least 1")
+        if self.deadline_s is not None and not self.deadline_s > 0:
+            raise SpecLedgerError("--deadline must be positive seconds")
+
+    def total_deadline_s(self) -> float:
+        """The load's deadline in seconds from its start: ``deadline_s``, else the default from the request
+        count, the arrival mode and the timeout."""
+        if self.deadline_s is not None:
+            return self.deadline_s
+        return default_deadline_s(self.num_requests, self.timeout_s, self.concurrency, self.rate, self.duration_s)
 
     @property
     def endpoint(self) -> str:
@@ -284,21 +298,26 @@ async def send_one(
     index: int,
     run_start: float,
     tokenizer: Tokenizer | None = None,
+    end_by: float | None = None,
 ) -> RequestResult:
     """Send one streaming request and time every token-bearing chunk; never raises. The whole
-    exchange is bounded by ``config.timeout_s``."""
+    exchange is bounded by ``config.timeout_s`` and, when given, ends by ``end_by`` (a
+    ``time.perf_counter()`` value: the load's deadline)."""
     result = RequestResult(index=index, prompt_id=item.id)
     sent = time.perf_counter()
     result.start_s = sent - run_start
     texts: list[str] = []
     reasoning: list[str] = []
+    left = config.timeout_s if end_by is None else min(config.timeout_s, max(0.0, end_by - sent))
     try:
         await asyncio.wait_for(
-            _exchange(client, config, item, sent, result, (texts, reasoning), tokenizer), config.timeout_s
+            _exchange(client, config, item, sent, result, (texts, reasoning), tokenizer), left
         )
     except asyncio.TimeoutError:
         got = f"after {len(result.chunk_times)} token chunks" if result.status == 200 else "before any answer"
-        result.error = f"TotalTimeout: no complete answer within {config.timeout_s:g} s ({got})"
+        result.error = f"TotalTimeout: no complete answer within {config.timeout_s:g} s ({got})" \
+            if left >= config.timeout_s else \
+            f"Deadline: the load's deadline of {config.total_deadline_s():g} s passed ({got})"
     except httpx.HTTPError as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # keep the run going; the error is recorded per request
@@ -328,6 +347,7 @@ async def _exchange(client: httpx.AsyncClient, config: LoadConfig, item: PromptI
                     tokenizer: Tokenizer | None) -> None:
     """The request itself: status, content type, every chunk; sets ``result.error`` for a failure."""
     decoder = OpenAIStreamDecoder()
+    limits = stream_limits(item.max_tokens or config.max_tokens, MAX_STREAM_BYTES)
     async with client.stream("POST", config.endpoint, json=build_payload(config, item),
                              headers=config.headers or None) as response:
         result.status = response.status_code
@@ -342,23 +362,25 @@ async def _exchange(client: httpx.AsyncClient, config: LoadConfig, item: PromptI
         async for raw in response.aiter_bytes():
             now = time.perf_counter() - sent
             received += len(raw)
-            if received > MAX_STREAM_BYTES:
-                result.error = f"TooLarge: the stream passed {MAX_STREAM_BYTES} bytes"
+            if received > limits.max_bytes:
+                result.error = f"TooLarge: the stream passed {limits.max_bytes} bytes (what {limits.max_chunks} " \
+                               "token chunks may take); stopped reading"
                 return
-            if _consume(decoder.feed(raw), now, result, texts, tokenizer):
+            if _consume(decoder.feed(raw), now, result, texts, tokenizer, limits):
                 break
         else:
-            _consume(decoder.close(), time.perf_counter() - sent, result, texts, tokenizer)
+            _consume(decoder.close(), time.perf_counter() - sent, result, texts, tokenizer, limits)
     if result.error is None and not result.saw_done:
         result.error = (f"IncompleteStream: the stream ended without `data: [DONE]` "
                         f"after {len(result.chunk_times)} token chunks")
 
 
 def _consume(
-    chunks, now: float, result: RequestResult, texts: tuple[list[str], list[str]], tokenizer: Tokenizer | None
+    chunks, now: float, result: RequestResult, texts: tuple[list[str], list[str]], tokenizer: Tokenizer | None,
+    limits: StreamLimits | None = None,
 ) -> bool:
-    """Record decoded chunks into ``texts`` = (answer, reasoning); True once the stream is over ([DONE]
-    or an error)."""
+    """Record decoded chunks into ``texts`` = (answer, reasoning); True once the stream is over ([DONE],
+    an error, or past ``limits``: then nothing more is kept and the request has failed)."""
     for chunk in chunks:
         if chunk.kind == "error":
             result.error = chunk.error
@@ -375,6 +397,8 @@ def _consume(
         if chunk.spec_stats is not None:
             result.server_spec = chunk.spec_stats
         generated = chunk.generated
+        if generated and limits is not None and over_limits(result, limits, len(generated)):
+            return True
         if generated:
             if result.ttft_s is None:
                 result.ttft_s = now
@@ -414,7 +438,8 @@ async def run_load(
             limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
         )
     start = time.perf_counter()
-    deadline = start + config.duration_s if config.duration_s else float("inf")
+    end_by = start + config.total_deadline_s()  # the load's deadline: requests in flight end by it too
+    deadline = min(start + config.duration_s if config.duration_s else float("inf"), end_by)
     results: list[RequestResult] = []
     try:
         if config.concurrency is not None:
@@ -425,7 +450,7 @@ async def run_load(
                     if time.perf_counter() >= deadline:
                         return
                     item = items[index % len(items)]
-                    results.append(await send_one(client, config, item, index, start, tokenizer))
+                    results.append(await send_one(client, config, item, index, start, tokenizer, end_by))
 
             await asyncio.gather(*(worker() for _ in range(config.concurrency)))
         else:
@@ -437,11 +462,13 @@ async def run_load(
                     break
                 await asyncio.sleep(max(0.0, start + offset - time.perf_counter()))
                 item = items[index % len(items)]
-                tasks.append(asyncio.create_task(send_one(client, config, item, index, start, tokenizer)))
+                tasks.append(asyncio.create_task(send_one(client, config, item, index, start, tokenizer, end_by)))
             results = list(await asyncio.gather(*tasks))
     finally:
         if own_client:
             await client.aclose()
     wall = time.perf_counter() - start
     results.sort(key=lambda r: r.index)
+    if time.perf_counter() >= end_by:
+        warn_unsent(config.num_requests, len(results), config.total_deadline_s())
     return LoadRun(results=results, wall_time_s=wall, config=config.describe())

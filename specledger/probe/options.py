@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from specledger.errors import SpecLedgerError
-from specledger.load_points import parse_loads
+from specledger.load_points import is_load_range, parse_loads
 from specledger.probe.endpoint import load_tokenizer
 from specledger.probe.engine_command import Spec, check_template, parse_specs
 from specledger.probe.fetch import parse_headers
@@ -59,6 +59,10 @@ class ProbeOptions:
     launch_port: int | None
     launch_timeout: float
     repeats: int
+    budget: str | None = None
+    mix: str | None = None
+    verbose: bool = False
+    deadline: float | None = None
 
 
 @dataclass
@@ -74,6 +78,8 @@ class ProbePlan:
     workload: ProbeWorkload
     tokenizer: Tokenizer | None
     concurrency: int | None
+    #: ``--loads A..B``: ``loads`` holds the ends (and the SLO's target load inside them), bisected where S changes
+    locate_loads: bool = False
 
     def config(self, endpoint_model: str | None) -> LoadConfig:
         """A fresh load configuration for an endpoint serving ``endpoint_model`` (None: its first model)."""
@@ -93,6 +99,7 @@ class ProbePlan:
             duration_s=o.duration,
             arrival_seed=o.seed,
             timeout_s=o.timeout,
+            deadline_s=o.deadline,
             headers=dict(self.headers),
         )
 
@@ -132,7 +139,7 @@ def plan_probe(o: ProbeOptions) -> ProbePlan:
                                  o.repeats)
     if o.concurrency is not None and o.rate is not None:
         raise SpecLedgerError("give either --concurrency or --rate, not both")
-    loads = parse_loads(o.loads)
+    loads = parse_loads(o.loads, allow_range=True)
     if loads is not None and (o.concurrency is not None or o.rate is not None):
         raise SpecLedgerError("give either --loads (every concurrency to probe) or --concurrency/--rate, not both")
     if o.workload is not None and o.categories:
@@ -140,6 +147,10 @@ def plan_probe(o: ProbeOptions) -> ProbePlan:
     label = check_label(o.label)
     headers = parse_headers(o.header, o.api_key)
     slo = load_slo(o.slo)  # a bad SLO file fails before any request is sent
+    if loads is not None and is_load_range(o.loads):
+        from specledger.load_bisect import range_loads
+
+        loads = range_loads(loads[0], loads[-1], [slo.target_load] if slo.target_load else [])
     if loads is not None:
         check_target_load(slo, loads)
     if o.out is not None:
@@ -147,7 +158,8 @@ def plan_probe(o: ProbeOptions) -> ProbePlan:
     workload = select_workload(o.workload, o.categories, o.n, o.seed)
     tokenizer = load_tokenizer(o.tokenizer)
     concurrency = DEFAULT_CONCURRENCY if o.concurrency is None and o.rate is None else o.concurrency
-    plan = ProbePlan(o, specs, loads, label, headers, slo, workload, tokenizer, concurrency)
+    plan = ProbePlan(o, specs, loads, label, headers, slo, workload, tokenizer, concurrency,
+                     locate_loads=is_load_range(o.loads))
     plan.config(o.model).validate()
     return plan
 

@@ -75,6 +75,8 @@ def probe_run_meta(
         "config": endpoint.get("config"),
         "workload": workload.describe(),
         "note": NO_ROUNDS_NOTE,
+        "traffic_counts": workload.counts(),  # the mix's shares (specledger.gates.mix), unless --mix gives them
+        "traffic_mix": workload.mix,
     }
 
 
@@ -199,11 +201,14 @@ def probe_loads_run(
 
 def write_probe_loads_dir(
     out: Path, points: Sequence[LoadPoint], workload: ProbeWorkload, label: str, gamma: str | None,
-    tokenizer: Tokenizer | None,
+    tokenizer: Tokenizer | None, race: Mapping[str, Any] | None = None,
 ) -> None:
     """probe.json (:func:`~specledger.probe.endpoint_loads.probe_document`), traces.jsonl + run.json of every load; the
-    report built from them (by the caller) gives gates and verdicts per load and the schedule."""
+    report built from them (by the caller) gives gates and verdicts per load and the schedule. ``race``: the
+    log of ``--budget`` (run.json's ``race``, as ``specledger run`` writes it)."""
     records, meta = probe_loads_run(points, workload, label, gamma, tokenizer, Path(out).name)
+    if race is not None:
+        meta["race"] = dict(race)
     Path(out).mkdir(parents=True, exist_ok=True)
     RunDir(out).write(PROBE_JSON, probe_document(points))
     write_probe_run(out, records, meta)

@@ -13,6 +13,8 @@ A probe of an endpoint (and of a ``--baseline`` endpoint) becomes one
   ``total_time`` the last chunk's;
 * ``rounds`` is empty: outside the engine there is no round ledger (E[L] per request, round times
   and the reconciliation show n/a; the server-wide spec-decode counters live in ``run.json``);
+* ``text`` is everything generated: the reasoning (``reasoning_content``) then the answer, as the token
+  times count both (``extra["reasoning_chars"]`` says where the answer starts); quality scores the answer;
 * ``token_ids`` are the tokenizer's ids of the streamed text when a tokenizer is given; otherwise
   they are empty, ``extra["text_only"]`` is true and the greedy correctness gate compares texts;
 * ``extra["engine_spec"]`` is what the engine said of this request's speculation, ``{"drafts",
@@ -56,6 +58,13 @@ def emission_times(chunk_times: Sequence[float], chunk_tokens: Sequence[int]) ->
     return times, chunks
 
 
+def generated_text(result: RequestResult) -> str:
+    """Every generated character of a request: its reasoning (``delta.reasoning_content``), then its answer.
+    Invariant: the text the record holds is the text its ``token_times`` count (reasoning chunks are timed
+    and counted like the answer, so they are kept like it too)."""
+    return result.reasoning_text + result.output_text
+
+
 def _token_ids(tokenizer: Tokenizer | None, text: str) -> list[int] | None:
     if tokenizer is None:
         return None
@@ -85,7 +94,8 @@ def record_from_result(
 ) -> RequestRecord:
     """One successful probe request as a RequestRecord (see the module docstring for the mapping)."""
     token_times, chunks = emission_times(result.chunk_times, result.chunk_tokens)
-    ids = _token_ids(tokenizer, result.output_text)
+    text = generated_text(result)
+    ids = _token_ids(tokenizer, text)
     score, score_error = quality
     extra: dict[str, Any] = {
         "source": PROBE_KIND,
@@ -95,6 +105,8 @@ def record_from_result(
         "token_count_source": result.token_count_source,
         "text_only": ids is None,
     }
+    if result.reasoning_text:
+        extra["reasoning_chars"] = len(result.reasoning_text)  # text[:reasoning_chars] is the reasoning
     spec = request_counts(result)
     if spec is not None:
         extra["engine_spec"] = spec.to_dict()
@@ -113,7 +125,7 @@ def record_from_result(
         seed=seed,
         prompt_tokens=0,
         output_tokens=len(token_times),
-        text=result.output_text,
+        text=text,
         token_ids=ids if ids is not None else [],
         stop_reason=_stop_reason(result.finish_reason),
         t_prefill=0.0,

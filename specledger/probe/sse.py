@@ -228,8 +228,7 @@ def interpret_event(event: SSEEvent) -> StreamChunk:
             return _error("'choices[0].delta' in stream chunk is not an object")
         delta = delta or {}
         text = delta.get("content")
-        reasoning = delta.get("reasoning_content")
-        reasoning = delta.get("reasoning") if reasoning is None else reasoning
+        reasoning = _reasoning(delta)
     text = "" if text is None else text
     reasoning = "" if reasoning is None else reasoning
     if not isinstance(text, str) or not isinstance(reasoning, str):
@@ -239,6 +238,17 @@ def interpret_event(event: SSEEvent) -> StreamChunk:
         kind="delta", text=text, usage=usage, finish_reason=finish if isinstance(finish, str) else None,
         reasoning=reasoning, **extras,
     )
+
+
+def _reasoning(delta: dict[str, Any]) -> Any:
+    """The reasoning text of a chat delta: ``reasoning_content`` (llama.cpp, SGLang, vLLM < 0.10) or
+    ``reasoning`` (vLLM >= 0.10), whichever is a non-empty string; else whichever is present (None when
+    neither: an empty or non-string value is then reported by the caller as it is)."""
+    first, second = delta.get("reasoning_content"), delta.get("reasoning")
+    for value in (first, second):
+        if isinstance(value, str) and value:
+            return value
+    return first if first is not None else second
 
 
 def engine_spec_stats(obj: dict[str, Any]) -> dict[str, Any] | None:

@@ -1,5 +1,10 @@
 """What a probe sends: built-in prompts, a user JSONL, or built-in categories (scored), each item
-with an id so two endpoints pair prompt by prompt."""
+with an id so two endpoints pair prompt by prompt.
+
+The items are *interleaved by category* (:func:`interleave_by_category`: the first prompt of every category,
+then the second of every category, ...), so the first N requests of a probe draw from every category of the
+workload, not from the file's first category alone; every configuration and the baseline get the same items in
+the same order. A race (``--budget``) draws each category's prompts in that order (:meth:`ProbeWorkload.pool`)."""
 
 from __future__ import annotations
 
@@ -9,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from specledger.errors import SpecLedgerError
-from specledger.probe.loadgen import PromptItem, read_jsonl_objects, to_prompt_item
-from specledger.workloads import WorkloadItem
+from specledger.probe.loadgen import PromptItem
+from specledger.workloads import WorkloadItem, load_jsonl
 
 BUILTIN_CATEGORY = "builtin"
 USER_CATEGORY = "custom"  # the category a JSONL item without one gets (as specledger.workloads.load_jsonl)
@@ -35,6 +40,16 @@ class ProbeWorkload:
     entries: dict[str, WorkloadItem]
     source: str
     warnings: list[str] = field(default_factory=list)
+    #: the traffic's shares per category for the one recommendation over all of them (``--mix``); None: each
+    #: category's share of the workload's prompts (:func:`specledger.gates.mix.mix_weights`)
+    mix: dict[str, float] | None = None
+
+    def counts(self) -> dict[str, int]:
+        """Prompts per category: the traffic's shares when no ``mix`` is given."""
+        out: dict[str, int] = {}
+        for it in self.items:
+            out[self.category_of(it.id)] = out.get(self.category_of(it.id), 0) + 1
+        return out
 
     def category_of(self, prompt_id: str | None) -> str:
         entry = self.entries.get(prompt_id or "")
@@ -52,12 +67,37 @@ class ProbeWorkload:
         except SpecLedgerError as exc:
             return None, str(exc)
 
+    def categories(self) -> list[str]:
+        """The workload's categories, in the order their first prompt appears."""
+        return list(dict.fromkeys(self.category_of(it.id) for it in self.items))
+
+    def pool(self) -> dict[str, list[str]]:
+        """Every category's prompt ids in workload order: what a race draws from, the same for every
+        configuration and the baseline."""
+        out: dict[str, list[str]] = {c: [] for c in self.categories()}
+        for it in self.items:
+            out[self.category_of(it.id)].append(str(it.id))
+        return out
+
     def describe(self) -> dict[str, Any]:
         return {
             "source": self.source,
             "prompts": {pid: {"category": e.category} for pid, e in self.entries.items()},
             "warnings": list(self.warnings),
         }
+
+
+def interleave_by_category(items: Sequence[PromptItem], category_of: Any) -> list[PromptItem]:
+    """``items`` round-robin over their categories (each category's own order kept; categories in the order
+    their first item appears): the i-th prompt of every category before the (i+1)-th of any, so any prefix of
+    the list is spread over every category as evenly as it can be."""
+    groups: dict[str, list[PromptItem]] = {}
+    for it in items:
+        groups.setdefault(category_of(it.id), []).append(it)
+    out: list[PromptItem] = []
+    for rank in range(max((len(g) for g in groups.values()), default=0)):
+        out += [g[rank] for g in groups.values() if rank < len(g)]
+    return out
 
 
 def _check_unique(ids: Sequence[str], where: str) -> None:
@@ -82,32 +122,17 @@ def workload_from_prompts(prompts: Sequence[str], category: str = BUILTIN_CATEGO
 
 def workload_from_jsonl(path: str | Path) -> ProbeWorkload:
     """A JSONL of ``{prompt}`` or ``{messages}`` (+ optional ``id``, ``category``, ``reference``,
-    ``max_tokens``); ``id`` defaults to ``<file stem>/<line>`` and ``category`` to ``custom``, as in
-    :func:`specledger.workloads.load_jsonl`. Items with a built-in category and a reference are scored."""
-    path = Path(path)
-    items: list[PromptItem] = []
-    entries: dict[str, WorkloadItem] = {}
-    for number, obj in read_jsonl_objects(path):
-        where = f"{path}:{number}"
-        item = to_prompt_item(obj, where=where)
-        pid = item.id or f"{path.stem}/{number}"
-        category = obj.get("category", USER_CATEGORY) if isinstance(obj, dict) else USER_CATEGORY
-        if not isinstance(category, str) or not category.strip():
-            raise SpecLedgerError(f"{where}: 'category' must be a non-empty string")
-        if pid in entries:
-            raise SpecLedgerError(f"{where}: id {pid!r} appears twice; give every workload item its own id")
-        entries[pid] = WorkloadItem(
-            id=pid,
-            category=category.strip(),
-            messages=item.messages,
-            prompt=item.prompt,
-            reference=obj.get("reference") if isinstance(obj, dict) else None,
-            meta={"source": "jsonl", "line": number},
-        )
-        items.append(PromptItem(prompt=item.prompt, messages=item.messages, max_tokens=item.max_tokens, id=pid))
-    if not items:
-        raise SpecLedgerError(f"{path} has no prompts; give at least one JSON line with 'prompt' or 'messages'")
-    return ProbeWorkload(items=items, entries=entries, source=str(path))
+    ``max_tokens``), read by :func:`specledger.workloads.load_jsonl`, the reader ``run`` uses too: the same
+    ids (``<file stem>/<line>`` by default), categories (``custom``), one rule for a malformed line (the whole
+    file refused, the line named) and warnings folded per kind. Items with a built-in category and a
+    reference are scored."""
+    loaded, warnings = load_jsonl(path)
+    entries = {it.id: it for it in loaded}
+    items = [PromptItem(prompt=it.prompt, messages=it.messages, max_tokens=it.meta.get("max_tokens"), id=it.id)
+             for it in loaded]
+    workload = ProbeWorkload(items=items, entries=entries, source=str(path), warnings=list(warnings))
+    workload.items = interleave_by_category(items, workload.category_of)
+    return workload
 
 
 def workload_from_categories(categories: Sequence[str], n: int, seed: int = 0) -> ProbeWorkload:
@@ -126,7 +151,10 @@ def workload_from_categories(categories: Sequence[str], n: int, seed: int = 0) -
     _check_unique([it.id for it in loaded], "built-in workload")
     entries = {it.id: it for it in loaded}
     items = [PromptItem(prompt=it.prompt, messages=it.messages, id=it.id) for it in loaded]
-    return ProbeWorkload(items=items, entries=entries, source=f"categories {','.join(categories)} (n={n}, seed={seed})")
+    workload = ProbeWorkload(items=items, entries=entries,
+                             source=f"categories {','.join(categories)} (n={n}, seed={seed})")
+    workload.items = interleave_by_category(items, workload.category_of)
+    return workload
 
 
 def select_workload(workload: Path | None, categories: str | None, n: int, seed: int) -> ProbeWorkload:
@@ -144,6 +172,7 @@ def select_workload(workload: Path | None, categories: str | None, n: int, seed:
 __all__ = [
     "BUILTIN_PROMPTS",
     "ProbeWorkload",
+    "interleave_by_category",
     "select_workload",
     "workload_from_categories",
     "workload_from_jsonl",

@@ -2,7 +2,8 @@
 
 - S vs γ: one line per drafter (measured, 95% CI bars), dotted its predicted curve (fitted costs);
 - S vs load (the crossover): one line per setting, solid over measured loads, dashed with open markers
-  over simulated ones, the S = 1 line marking where speculation stops paying;
+  over simulated ones, the S = 1 line marking where speculation stops paying, and each change of the decision
+  marked: a band over the measured loads around it, a dotted line where the engine configs switch;
 - E[L] vs γ: one line per drafter;
 - the round-time split: per setting the mean full-round time as draft + verify + other, its break-even
   budget T0·E[L] as a tick (a bar above its tick is a slow-down);
@@ -215,9 +216,34 @@ def crossover(summary: dict[str, Any], key: tuple[str, float], colours: dict[str
                        "line": {"dash": "dot", "color": PLAIN, "width": 1}})
         notes.append({"x": math.log10(at), "xref": "x", "y": 1, "yref": "paper", "text": "simulated →",
                       "showarrow": False, "xanchor": "left", "yanchor": "top", "font": {"size": 10, "color": PLAIN}})
+    marks, labels = crossover_marks(summary, key)
     return _figure(data, "S vs load (dashed, open: simulated)", "load (concurrent requests)", "speed-up S",
                    xaxis={"type": "log", "tickvals": loads, "ticktext": [str(x) for x in loads]},
-                   shapes=shapes, annotations=notes)
+                   shapes=shapes + marks, annotations=notes + labels)
+
+
+def crossover_marks(summary: dict[str, Any], key: tuple[str, float]) -> tuple[list[Figure], list[Figure]]:
+    """(shapes, annotations) marking where the category's decision changes along the load
+    (:func:`specledger.gates.schedule.switches`): a band over the bracket of measured loads around each change,
+    labelled "crossover a–b" (or "... not located within 2×"), and a dotted line at the batch size where the
+    engine configs switch (just above a)."""
+    from specledger.gates.schedule import switches
+    from specledger.load_bisect import is_located
+    from specledger.report.view import load_of
+
+    cells = sorted((v for v in summary.get("verdicts") or [] if cat_key(v) == key), key=load_of)
+    shapes: list[Figure] = []
+    notes: list[Figure] = []
+    for a, b in switches(cells):
+        shapes.append({"type": "rect", "x0": a, "x1": b, "xref": "x", "y0": 0, "y1": 1, "yref": "paper",
+                       "fillcolor": "#d62728", "opacity": 0.08, "line": {"width": 0}, "layer": "below"})
+        shapes.append({"type": "line", "x0": a + 1, "x1": a + 1, "xref": "x", "y0": 0, "y1": 1, "yref": "paper",
+                       "line": {"dash": "dot", "color": "#d62728", "width": 1}})
+        text = f"crossover {a}–{b}" + ("" if is_located(a, b) else " (not located within 2×)")
+        notes.append({"x": math.log10(math.sqrt(a * b)), "xref": "x", "y": 0, "yref": "paper", "text": text,
+                      "showarrow": False, "xanchor": "center", "yanchor": "bottom",
+                      "font": {"size": 10, "color": "#d62728"}})
+    return shapes, notes
 
 
 #: the section's figures, in the order shown: (id suffix, builder)
@@ -254,4 +280,4 @@ def category_figure_divs(summary: dict[str, Any]) -> dict[str, str]:
 
 
 __all__ = ["CATEGORY_FIGURES", "acceptance", "category_figure_divs", "category_figures", "crossover",
-           "el_vs_gamma", "figure_html", "round_split", "speedup_vs_gamma"]
+           "crossover_marks", "el_vs_gamma", "figure_html", "round_split", "speedup_vs_gamma"]

@@ -86,7 +86,10 @@ def cell_text(v: dict[str, Any]) -> str:
 
 
 def schedule_lines(verdicts: Sequence[dict[str, Any]], width: int) -> list[str]:
-    """Per (category, temperature): its decision at every load, in load order."""
+    """Per (category, temperature): its decision at every load, in load order, then where each change lies
+    between the loads measured and where the configs switch (:func:`specledger.gates.schedule.switch_text`)."""
+    from specledger.gates.schedule import switch_text
+
     by: dict[tuple[str, float], list[dict[str, Any]]] = defaultdict(list)
     for v in verdicts:
         if v.get("decision") != "control":
@@ -94,7 +97,19 @@ def schedule_lines(verdicts: Sequence[dict[str, Any]], width: int) -> list[str]:
     lines = []
     for (cat, _), cells in by.items():
         cells.sort(key=lambda v: (int(v.get("load") or 1), bool(v.get("simulated"))))
-        lines.append(f"  {cat:<{width}} " + " · ".join(cell_text(v) for v in cells))
+        lines.append(f"  {cat:<{width}} " + " · ".join(cell_text(v) for v in cells) + switch_text(cells))
+    return lines
+
+
+def mix_lines(mix: Sequence[dict[str, Any]], width: int) -> list[str]:
+    """The one setting for all the traffic (:mod:`specledger.gates.mix`): its shares, then its line in the
+    categories' format."""
+    lines = []
+    for m in mix:
+        shares = ", ".join(f"{c} {100 * w:.0f} %" for c, w in (m.get("weights") or {}).items())
+        t = f" T={float(m['temperature']):g}" if len(mix) > 1 else ""
+        lines.append(f"one setting for all the traffic{t} (shares of requests: {shares}):")
+        lines.append(category_line(m, width))
     return lines
 
 
@@ -122,6 +137,7 @@ def answer_lines(summary: dict[str, Any]) -> list[str]:
             line = category_line(v, width)
             lines.append(line if len(temps) == 1 else line.replace(f"  {v['category']}", f"  {v['category']} T={t:g}",
                                                                    1))
+    lines += mix_lines(summary.get("mix") or [], width)
     loads = sorted({int(v.get("load") or 1) for v in verdicts})
     if len(loads) > 1:
         lines.append("schedule (load → setting; sim = simulated):")
@@ -243,7 +259,8 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
         for s in schedules:
             console.print(f"  {s['category']} T={s['temperature']:g}: {escape(s['text'])}", highlight=False)
             if s.get("vllm"):
-                console.print(f"    vLLM {json.dumps(s['vllm'], ensure_ascii=False)}", highlight=False)
+                console.print(f"    vLLM --speculative-config '{json.dumps(s['vllm'], ensure_ascii=False)}'",
+                              highlight=False, markup=False)
                 console.print(f"    TensorRT-LLM {json.dumps(s['trtllm'], ensure_ascii=False)}", highlight=False)
     print_prediction_check(summary.get("prediction_check") or {}, console)
 

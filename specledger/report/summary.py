@@ -34,10 +34,12 @@ from specledger.gates import (
     with_measured_margin,
 )
 from specledger.gates.load_verdicts import analyze_loads
+from specledger.gates.mix import mix_decisions
 from specledger.gates.schedule import schedules
 from specledger.gates.solo import gate_scenarios
 from specledger.predict.check import run_prediction_check, scenario_predictions, usable
 from specledger.predict.replay import run_forecast_inputs
+from specledger.probe.engine_command import check_engine_command, llama_flags_at_hand
 from specledger.provenance import provenance
 from specledger.records import RequestRecord, main_records
 from specledger.rundir import EXPERIMENT_FILES, TRACE_NAME, RunDir, json_safe, summary_meta
@@ -151,11 +153,13 @@ def summarize(
             "experiment_requests": len(all_records) - len(records),
             "experiments": dict(experiments or {}),
             "verdicts": decided,
+            # one setting for the traffic as a whole, by the same rule (specledger.gates.mix)
+            "mix": mix_decisions(analysis["scenarios"], slo, meta.get("traffic_counts"), meta.get("traffic_mix")),
             **({"race": meta["race"]} if isinstance(meta.get("race"), dict) else {}),  # the main job's race
             # probe --launch: the engine's counters reconciled per configuration, and how it was launched
             **({"launch": launch, "engine_counters": meta.get("engine_counters")} if launch else {}),
             "schedules": [{k: v for k, v in sch.items() if k != "cells"}
-                          for sch in schedules(decided, slo.target_load)],
+                          for sch in schedules(decided, slo.target_load, llama_flags=llama_flags_at_hand())],
             "loads": loads,
             "simulated_loads": sim_loads,
             "simulation": sim["simulation"] if sim else None,
@@ -169,6 +173,8 @@ def summarize(
         from specledger.probe.launch_schedules import patch_launched_schedules
 
         patch_launched_schedules(summary, launch, loads)
+        for sch in summary.get("schedules") or []:  # llama.cpp: the flags its own binary offers (--help)
+            check_engine_command(sch.get("engine") or {})
     return summary  # type: ignore[return-value]
 
 

@@ -11,7 +11,9 @@ engine's message) -> admit into the reserved place -> the worker
 thread decodes it, batched with up to ``max_batch - 1`` others (continuous batching) -> events
 reach the handler through the request's asyncio queue. When the client goes away (streaming or
 not: a watcher task waits for the ASGI disconnect) the request leaves the queue, or, if running,
-is dropped at the next step boundary, so its batch slot frees at once. The model is fixed at
+is dropped at the next step boundary, so its batch slot frees at once. On shutdown (SIGTERM) new
+requests get 503 and requests in flight run to the grace deadline, then each stream ends with an
+error event and ``[DONE]`` (:mod:`specledger.serve.drain`). The model is fixed at
 start-up: a request can only name it.
 
 Errors are OpenAI-shaped (``{"error": {"message", "type", "param", "code"}}``) for every status
@@ -42,6 +44,7 @@ from specledger.engine.protocol import TargetEngine
 from specledger.engine.sampling import SamplingParams
 from specledger.errors import SpecLedgerError
 from specledger.records import GammaSpec, RequestRecord
+from specledger.serve.drain import SHUTDOWN_MESSAGE, SHUTTING_DOWN, Drain
 from specledger.serve.hardening import AccessLog, BodyLimit, Limits, RequestGate, log_safe
 from specledger.serve.metrics import ServeMetrics
 from specledger.serve.protocol import (
@@ -164,6 +167,7 @@ class Service:
                                    self.metrics, max_batch, keep_records)
         config = getattr(getattr(engine, "model", None), "config", None)
         self.vocab_size: int | None = getattr(config, "vocab_size", None)
+        self.drain = Drain()  # create_app sets the grace from its Limits
 
     # -- admission -------------------------------------------------------------------------
     def sampling_params(self, body: SamplingFields) -> SamplingParams:
@@ -182,7 +186,10 @@ class Service:
             raise RequestError(str(exc)) from None
 
     def _refusal(self) -> RequestError:
-        """Why the queue has no place: the engine is gone (503) or the server is full (429)."""
+        """Why the queue has no place: shutting down or the engine is gone (503), or the server is full (429)."""
+        if self.drain.draining:
+            return RequestError(f"{SHUTDOWN_MESSAGE}; retry on another server", status=503, kind="server_error",
+                                code="server_shutting_down", headers={"Connection": "close"})
         if self.queue.closed:
             return RequestError("the engine has stopped; this server cannot generate (see its log)", status=503,
                                 kind="server_error", code="engine_stopped")
@@ -197,7 +204,7 @@ class Service:
                     max_tokens: int | None, prefix: str) -> Job:
         """Reserve a queue place, then encode, check and enqueue one request; RequestError for
         anything refused. Invariant: a refused request gives its reserved place back."""
-        if not self.queue.reserve():  # before tokenizing: a 429 costs no tokenizer time
+        if self.drain.draining or not self.queue.reserve():  # before tokenizing: a 429 costs no tokenizer time
             raise self._refusal()
         try:
             job = await self._prepare(body, prompt, messages, max_tokens, prefix)
@@ -206,6 +213,7 @@ class Service:
             raise
         if not self.queue.offer(job, reserved=True):
             raise self._refusal()
+        self.drain.track(job)  # from here on, a shutdown deadline ends it (release untracks it)
         return job
 
     async def _prepare(self, body: SamplingFields, prompt: str | None, messages: list[dict[str, str]] | None,
@@ -233,6 +241,7 @@ class Service:
 
     def release(self, job: Job) -> None:
         """The client is done with ``job`` (finished or gone): free its queue slot or stop it."""
+        self.drain.untrack(job)
         self.queue.remove(job)
         job.cancel_flag.set()
 
@@ -258,8 +267,11 @@ class Service:
                 yield _sse(error_body(event.message, kind="server_error"))
                 yield _sse("[DONE]")
                 return
-            elif isinstance(event, JobCancelled):
-                yield _sse(error_body("the request was cancelled (server shutting down)", kind="server_error"))
+            elif isinstance(event, JobCancelled) or event is SHUTTING_DOWN:
+                yield _sse(error_body(SHUTDOWN_MESSAGE if event is SHUTTING_DOWN else
+                                      "the request was cancelled (server shutting down)", kind="server_error",
+                                      code="server_shutting_down"))
+                yield _sse("[DONE]")
                 return
 
     async def collect(self, job: Job, kind: Kind, request: Request) -> Response:
@@ -290,9 +302,10 @@ class Service:
                                                   event.prompt_tokens, event.output_tokens))
             if isinstance(event, JobFailed):
                 return JSONResponse(error_body(event.message, kind="server_error"), status_code=500)
-            if isinstance(event, JobCancelled):
-                return JSONResponse(error_body("the request was cancelled (server shutting down)",
-                                               kind="server_error"), status_code=503)
+            if isinstance(event, JobCancelled) or event is SHUTTING_DOWN:
+                return JSONResponse(error_body(SHUTDOWN_MESSAGE if event is SHUTTING_DOWN else
+                                               "the request was cancelled (server shutting down)",
+                                               kind="server_error", code="server_shutting_down"), status_code=503)
 
     async def handle(self, request: Request, kind: Kind) -> Response:
         try:
@@ -381,6 +394,8 @@ def create_app(
     service = Service(engine, drafter, gamma, name, max_queue, encode or engine_encoder(engine), retry_after_s,
                       keep_records, max_batch)
     service.worker.tree_budget = 0 if gamma == 0 else tree_budget
+    limits = limits or Limits()
+    service.drain = Drain(limits.shutdown_grace_s)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -388,12 +403,12 @@ def create_app(
         service.worker.stop()
 
     app = FastAPI(title="specledger serve", lifespan=lifespan)
-    limits = limits or Limits()
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
     app.add_middleware(RequestGate, allowed_hosts=limits.allowed_hosts)  # before the body limit
     app.add_middleware(AccessLog)  # added last: outermost, so refusals are logged too
     app.state.limits = limits
     app.state.service = service
+    app.state.drain = service.drain
     app.state.records = service.worker.records
     app.state.registry = service.metrics.registry
 

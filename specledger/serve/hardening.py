@@ -10,7 +10,8 @@ What a hostile but fair client can no longer do, and the knob that stops it:
   :func:`timed_h11` closes a connection whose request head is not complete within
   ``header_timeout_s`` of connecting or of its previous response (uvicorn has no knob for this);
 - an idle keep-alive connection: uvicorn's ``timeout_keep_alive``;
-- a huge header block: uvicorn's ``h11_max_incomplete_event_size`` (h11 answers 400);
+- a huge header block: uvicorn's ``h11_max_incomplete_event_size`` (431), and every other request the
+  HTTP parser refuses (400): OpenAI-style JSON all the same (:func:`parser_refusal`);
 - a connection flood: uvicorn's ``limit_concurrency`` (503 beyond it);
 - a client that stops reading (its connection would hold a batch slot, then a connection, forever:
   asyncio flushes a closed transport's buffer before letting go): :func:`timed_h11` aborts a
@@ -38,10 +39,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from specledger.serve.protocol import RequestError
+from specledger.serve.drain import DEFAULT_SHUTDOWN_GRACE_S, SHUTDOWN_BACKSTOP_S
+from specledger.serve.protocol import RequestError, error_body
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB: a full 8k-token context, JSON-escaped, fits many times over
 DEFAULT_HEADER_TIMEOUT_S = 10.0
@@ -75,18 +78,31 @@ class Limits:
     limit_concurrency: int | None = DEFAULT_LIMIT_CONCURRENCY
     send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS  # "*" among them: any Host
+    shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S  # requests in flight may run this long after SIGTERM
 
 
 def host_name(value: str) -> str:
     """The name part of a Host header or an allow-list entry, normalised: ``[::1]:8000`` -> ``::1``,
-    ``LocalHost.:80`` -> ``localhost``; a bare IPv6 address stays whole."""
+    ``LocalHost.:80`` -> ``localhost``; a bare IPv6 address stays whole. Invariant: only a ``:port`` of
+    digits is cut off; anything else after the name (``[::1]evil.example``, ``localhost:x.evil``) keeps the
+    whole value, which names no allowed host."""
     value = value.strip().lower()
     if value.startswith("["):
         end = value.find("]")
-        value = value[1:end] if end > 0 else value[1:]
+        if end <= 0 or not _is_port_suffix(value[end + 1:]):
+            return value
+        value = value[1:end]
     elif value.count(":") == 1:
-        value = value.split(":", 1)[0]
+        name, _, port = value.partition(":")
+        if not port.isdigit() and port:
+            return value
+        value = name
     return value.rstrip(".")
+
+
+def _is_port_suffix(rest: str) -> bool:
+    """'' or ``:digits`` (what may follow a bracketed IPv6 address in a Host header)."""
+    return rest == "" or rest == ":" or (rest.startswith(":") and rest[1:].isdigit())
 
 
 def log_safe(text: str, limit: int = LOG_SAFE_LIMIT) -> str:
@@ -350,6 +366,20 @@ def timed_h11(header_timeout_s: float, send_timeout_s: float = DEFAULT_SEND_TIME
             self._arm()  # before super(): it may parse a pipelined request head at once
             super().on_response_complete()
 
+        def send_400_response(self, msg: str) -> None:
+            """A request h11 itself refused (bad syntax, ``Content-Length: -1``, a header block over the
+            limit): OpenAI-style JSON, 431 for the too-large header block, 400 otherwise; then close."""
+            status, body = parser_refusal(self.conn)
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                       (b"connection", b"close")]
+            try:
+                for event in (h11.Response(status_code=status, headers=headers), h11.Data(data=body),
+                              h11.EndOfMessage()):
+                    self.transport.write(self.conn.send(event))
+            except h11.LocalProtocolError:  # the connection cannot take a response any more
+                pass
+            self.transport.close()
+
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             if self._send_timer is not None:
@@ -360,6 +390,20 @@ def timed_h11(header_timeout_s: float, send_timeout_s: float = DEFAULT_SEND_TIME
     return TimedH11Protocol
 
 
+def parser_refusal(conn: Any) -> tuple[int, bytes]:
+    """(status, JSON body) for a request the HTTP parser refused: 431 when its unparsed head passed the
+    parser's size limit, 400 otherwise (the message never quotes the request)."""
+    limit = getattr(conn, "_max_incomplete_event_size", None)
+    buffered = len(getattr(conn, "_receive_buffer", b"") or b"")
+    if isinstance(limit, int) and buffered > limit:
+        status, message, code = 431, f"the request head is larger than this server accepts ({limit} bytes)", \
+            "request_header_fields_too_large"
+    else:
+        status, message, code = 400, "the request is not valid HTTP/1.1 (malformed request line or headers, " \
+            "a bad Content-Length, or a repeated Host)", "invalid_http_request"
+    return status, json.dumps(error_body(message, code=code)).encode()
+
+
 def uvicorn_config(app: Any, host: str = "127.0.0.1", port: int = 0, limits: Limits | None = None,
                    **kwargs: Any) -> uvicorn.Config:
     """A uvicorn Config for ``app`` with ``limits`` (the body limit itself is the app's middleware)."""
@@ -368,5 +412,6 @@ def uvicorn_config(app: Any, host: str = "127.0.0.1", port: int = 0, limits: Lim
         app, host=host, port=port, http=timed_h11(limits.header_timeout_s, limits.send_timeout_s),
         log_level="warning",
         access_log=False, timeout_keep_alive=limits.keep_alive_s, limit_concurrency=limits.limit_concurrency,
-        h11_max_incomplete_event_size=limits.max_header_bytes, **kwargs,
+        h11_max_incomplete_event_size=limits.max_header_bytes,
+        timeout_graceful_shutdown=limits.shutdown_grace_s + SHUTDOWN_BACKSTOP_S, **kwargs,
     )

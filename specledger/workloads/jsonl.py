@@ -9,8 +9,15 @@ One JSON object per line::
 ``prompt`` (string) or ``messages`` (non-empty list of ``{"role": system|user|assistant,
 "content": string}``) is required -- exactly one of them. ``category`` (default ``"custom"``),
 ``id`` (string or integer; default ``"<file stem>/<line>"``), ``reference`` (anything) and
-``meta`` (object) are optional. Blank lines are skipped. A malformed line is skipped and reported
-as ``"line N: <what is wrong>"``; nothing is dropped silently.
+``meta`` (object) and ``max_tokens`` (a whole number: ``probe`` sends it; ``run`` uses its own
+``--max-tokens``) are optional. Blank lines are skipped.
+
+One rule for ``run`` and ``probe`` (both read workloads here): a malformed line (not JSON, not an object,
+a field of the wrong type, a duplicate id) refuses the whole file with one line naming it
+(``"W.jsonl:3: missing 'prompt' or 'messages'"``, plus how many other lines are malformed); nothing is
+skipped silently, nothing is measured on a file with a hole in it. What is only doubtful (an unknown
+field, a reference a category's metric cannot use) loads with a warning, folded per kind
+(:func:`fold_warnings`: ``"unknown field 'x' ignored on 32 lines: 1, 2, 3, 4, 5, ..."``).
 
 A line whose ``category`` is a built-in one with a task metric (code, code-edit, math, summary,
 extraction, agent) but whose ``reference`` that metric cannot use is *loaded*, with a warning, and
@@ -20,6 +27,8 @@ marked ``meta["quality"] = "not assessed"``: it is timed like any other item, it
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +36,12 @@ from specledger.errors import SpecLedgerError
 
 from .item import WorkloadItem, message_problem
 
-KNOWN_FIELDS = frozenset({"id", "category", "prompt", "messages", "reference", "meta"})
+KNOWN_FIELDS = frozenset({"id", "category", "prompt", "messages", "reference", "meta", "max_tokens"})
+#: line numbers a folded warning lists before "..."
+FOLD_SHOWN = 5
 DEFAULT_USER_CATEGORY = "custom"
 NOT_ASSESSED = "not assessed"
+_LINE = re.compile(r"line (\d+): (.*)", re.S)
 
 
 def reference_problem(category: str, reference: Any) -> str | None:
@@ -82,6 +94,9 @@ def _field_problems(record: dict) -> str | None:
         return "'id' must be a non-empty string or an integer"
     if not isinstance(record.get("meta", {}), dict):
         return "'meta' must be an object"
+    top = record.get("max_tokens")
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+        return "'max_tokens' must be a whole number >= 1"
     return None
 
 
@@ -98,6 +113,8 @@ def parse_record(record: Any, line_number: int, stem: str) -> tuple[WorkloadItem
     messages = [dict(message) for message in record["messages"]] if "messages" in record else None
     category = record.get("category", DEFAULT_USER_CATEGORY).strip()
     meta = {**record.get("meta", {}), "source": "jsonl", "line": line_number}
+    if record.get("max_tokens") is not None:
+        meta["max_tokens"] = record["max_tokens"]
     unusable = reference_problem(category, record.get("reference"))
     if unusable:
         meta["quality"] = NOT_ASSESSED
@@ -113,41 +130,84 @@ def parse_record(record: Any, line_number: int, stem: str) -> tuple[WorkloadItem
     return item, warnings
 
 
-def load_jsonl(path: str | Path) -> tuple[list[WorkloadItem], list[str]]:
-    """``(items, warnings)`` from a user JSONL workload; bad lines are skipped and reported by number.
+def fold_warnings(warnings: Sequence[str]) -> list[str]:
+    """``"line N: <what>"`` warnings folded per kind (the same ``<what>``): one warning per kind, in order of
+    first appearance, with its count and first :data:`FOLD_SHOWN` line numbers; a kind seen once stays as
+    it was; warnings without a line number are kept as they are."""
+    kinds: dict[str, list[int]] = {}
+    order: list[str] = []
+    for warning in warnings:
+        match = _LINE.match(warning)
+        if match is None:
+            order.append(warning)
+            continue
+        what = match.group(2)
+        if what not in kinds:
+            kinds[what] = []
+            order.append(what)
+        kinds[what].append(int(match.group(1)))
+    out = []
+    for key in order:
+        lines = kinds.get(key)
+        if lines is None:
+            out.append(key)
+        elif len(lines) == 1:
+            out.append(f"line {lines[0]}: {key}")
+        else:
+            shown = ", ".join(map(str, lines[:FOLD_SHOWN])) + (", ..." if len(lines) > FOLD_SHOWN else "")
+            out.append(f"{key} on {len(lines)} lines: {shown}")
+    return out
 
-    Duplicate ids keep the first occurrence. A missing or unreadable file raises
-    :class:`SpecLedgerError`.
-    """
-    path = Path(path)
+
+def _refuse(path: Path, problems: list[tuple[int, str]]) -> None:
+    """One line: the first malformed line and what is wrong, and how many others there are."""
+    number, what = problems[0]
+    more = f" ({len(problems) - 1} more malformed line(s): {', '.join(str(n) for n, _ in problems[1:FOLD_SHOWN + 1])}" \
+        f"{', ...' if len(problems) > FOLD_SHOWN + 1 else ''})" if len(problems) > 1 else ""
+    raise SpecLedgerError(f"{path}:{number}: {what}; fix or remove that line{more}")
+
+
+def read_lines(path: Path) -> list[str]:
+    """The file's lines; a missing, unreadable or non-UTF-8 file is a one-line :class:`SpecLedgerError`."""
     if not path.is_file():
         raise SpecLedgerError(f"workload file {path} does not exist: pass the path of a JSONL file")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        return path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as error:
         raise SpecLedgerError(f"workload file {path} is not UTF-8 text: save it as UTF-8 JSONL") from error
+    except OSError as error:
+        raise SpecLedgerError(f"cannot read workload file {path}: {error.strerror or error}") from None
+
+
+def load_jsonl(path: str | Path) -> tuple[list[WorkloadItem], list[str]]:
+    """``(items, warnings)`` from a user JSONL workload, the one reader ``run`` and ``probe`` share (module
+    docstring: the rule). A missing, unreadable or empty file, or any malformed line (a duplicate id
+    included), raises :class:`SpecLedgerError` naming the line; the warnings are folded per kind."""
+    path = Path(path)
     items: list[WorkloadItem] = []
     warnings: list[str] = []
+    problems: list[tuple[int, str]] = []
     first_line_of_id: dict[str, int] = {}
-    for line_number, line in enumerate(lines, start=1):
+    for line_number, line in enumerate(read_lines(path), start=1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            warnings.append(f"line {line_number}: invalid JSON ({error.msg} at column {error.colno})")
+            problems.append((line_number, f"invalid JSON ({error.msg} at column {error.colno})"))
             continue
         item, line_warnings = parse_record(record, line_number, path.stem)
-        warnings.extend(line_warnings)
         if item is None:
+            problems.append((line_number, line_warnings[0].split(": ", 1)[1]))
             continue
+        warnings.extend(line_warnings)
         if item.id in first_line_of_id:
-            warnings.append(
-                f"line {line_number}: duplicate id '{item.id}' (first on line {first_line_of_id[item.id]}); skipped"
-            )
+            problems.append((line_number, f"id '{item.id}' appears twice (first on line {first_line_of_id[item.id]})"))
             continue
         first_line_of_id[item.id] = line_number
         items.append(item)
+    if problems:
+        _refuse(path, problems)
     if not items:
-        warnings.append(f"{path}: no workload items found")
-    return items, warnings
+        raise SpecLedgerError(f"{path} has no prompts; give at least one JSON line with 'prompt' or 'messages'")
+    return items, fold_warnings(warnings)
