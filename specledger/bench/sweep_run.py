@@ -123,12 +123,13 @@ def run_sweep(opts: SweepOptions, console: Any) -> Path:
     from specledger.bench.progress import live_progress
     from specledger.bench.quantization import float_engine, prompts_per_category, run_quantization
     from specledger.bench.serving import run_serving
-    from specledger.engine.build import build_engine
+    from specledger.engine.build import build_engine, weights_line
     parsed = check_sweep_options(opts)
     run_dir = opts.out or Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S")
     console.print(f"[bold]specledger sweep[/] ({opts.experiment}) -> {run_dir}")
     with console.status("loading the target model"):
         engine = build_engine(opts.target, opts.dtype)
+    console.print(weights_line(engine), highlight=False)
     per_category = prompts_per_category(opts.n, parsed.quant_candidates)
     items, warnings = load_sweep_items(parse_csv(opts.categories), per_category, opts.seed, opts.workload,
                                        engine.model.config.vocab_size)

@@ -47,6 +47,9 @@ def run_main_job(opts: RunOptions) -> None:
                   f"continue with --resume {run_dir})")
     note_resume(f"specledger run --resume {run_dir}")  # the line Ctrl-C prints (specledger.cli.interrupt)
     engine = load_target(console, opts.target, opts.dtype, opts.device)
+    from specledger.engine.build import weights_line
+
+    console.print(weights_line(engine), highlight=False)
     console.print(f"target: {engine.name} ({engine.dtype}), drafters: {', '.join(plan.drafters)}, "
                   f"gammas: {plan.gammas}, temperatures: {plan.temperatures}, loads: "
                   + (f"{min(plan.loads)}..{max(plan.loads)} (bisected where the decision changes, within the budget)"

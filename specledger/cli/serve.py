@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from specledger.engine.build import weights_line
 from specledger.engine.choices import DTYPE_HELP
 from specledger.errors import SpecLedgerError
 from specledger.serve.drain import DEFAULT_SHUTDOWN_GRACE_S
@@ -79,7 +80,7 @@ def serve(
     print(f"specledger serve: http://{shown_host}:{port}/v1  (model id {service.model_name!r})")
     print(f"speculation: drafter={service.drafter_name} gamma={service.gamma_label}  "
           f"dtype={engine.dtype}  context={engine.max_context}  batch={max_batch}  queue={max_queue}")
-    print(f"weights: {engine.dtype} ({engine.dtype_reason})")
+    print(weights_line(engine))
     print("metrics: /metrics (vLLM names: vllm:spec_decode_num_drafts_total, ...)")
     if not is_loopback(host):
         print(f"warning: bound to {host}: reachable from other machines; there is no authentication")

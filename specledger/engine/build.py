@@ -52,6 +52,11 @@ def resolve_dtype(target: str | None, dtype: str = "auto", device: str = "cpu") 
     return "gguf", "auto: the GGUF's own quantized blocks, as a CPU user deploys it (--dtype float32 de-quantizes)"
 
 
+def weights_line(engine: Engine) -> str:
+    """The line every verb prints about the weights it loaded: ``weights: <dtype> (<why>)``."""
+    return f"weights: {engine.dtype} ({getattr(engine, 'dtype_reason', '') or 'as built'})"
+
+
 def deploy_dtype(target: str | None, dtype: str = "auto", device: str = "cpu") -> str:
     """The dtype :func:`resolve_dtype` picks (without its reason)."""
     return resolve_dtype(target, dtype, device)[0]

@@ -105,7 +105,7 @@ def run_generate(o: GenerateOptions, on_text: Callable[[str], None] | None = Non
     warm both sides up and interleave plain and speculative decoding; append the records to ``o.trace`` when
     given. Returns the speculative request's record and its ledger."""
     from specledger.analysis.request_ledger import request_ledger
-    from specledger.engine.build import build_engine
+    from specledger.engine.build import build_engine, weights_line
     from specledger.engine.decode import Emitted
     from specledger.engine.drafters.registry import make_drafter
     from specledger.engine.sampling import SamplingParams
@@ -142,7 +142,7 @@ def run_generate(o: GenerateOptions, on_text: Callable[[str], None] | None = Non
         record, plain = comparison.spec[-1], comparison.plain[-1]
     if o.trace is not None:
         append_records(o.trace, [r for r in (record, plain) if r is not None])
-    led = request_ledger(record, plain)
+    led = {"weights": weights_line(engine).removeprefix("weights: "), **request_ledger(record, plain)}
     if shape is not None:
         led["tree_shape"] = shape.describe(tb, o.gamma)
     if comparison is not None:
