@@ -24,8 +24,7 @@ def workload(tmp_path):
     lines = [
         {"id": "a", "prompt": "abcabcabcabc def", "category": "copy"},
         {"id": "b", "messages": [{"role": "user", "content": "hello hello hello"}], "category": "chat"},
-        {"id": "c", "prompt": "xyz", "category": "copy"},
-        "not json",
+        {"id": "c", "prompt": "xyz", "category": "copy", "colour": "red"},  # an unknown field: a warning
     ]
     path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
     return path
@@ -50,7 +49,8 @@ def test_run_resume_and_report(tmp_path, engine, workload):
         run(out, plan, engine, progress=interrupt_after_one_prompt)
     assert len(list(read_records(out / "traces.jsonl"))) == 5  # every finished prompt's requests kept
     meta = json.loads((out / "run.json").read_text())
-    assert meta["workload_warnings"] and "line 4" in meta["workload_warnings"][0]
+    assert meta["workload_warnings"] and "line 3" in meta["workload_warnings"][0]
+    assert "colour" in meta["workload_warnings"][0]
 
     with pytest.raises(SpecLedgerError, match="--resume"):
         run(out, plan, engine)
@@ -104,7 +104,7 @@ def test_resume_repairs_a_torn_last_record(tmp_path, engine, workload):
     with pytest.warns(SpecLedgerWarning, match=r"removed the torn last line \(\d+ bytes\)"):
         run(out, plan, engine, resume=True)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no skipped line left
+        warnings.simplefilter("error")  # no torn line left
         records = list(read_records(trace))
         assert len(records) == len({r.request_id for r in records}) == 15
         run(out, plan, engine, resume=True)  # nothing left to do, nothing to repair
