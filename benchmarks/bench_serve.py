@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -35,6 +36,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+os.environ.setdefault("GOMP_SPINCOUNT", "1000")  # the in-process engine as `specledger generate` runs it (cli/__init__)
 
 from specledger.engine.loader import cache_root, default_target_path  # noqa: E402
 from specledger.probe.engine_server import free_port  # noqa: E402
@@ -154,10 +156,11 @@ def main() -> None:
     ours = subprocess.Popen([str(ROOT / ".venv/bin/specledger"), "serve", "--drafter", "none", "--port",
                              str(ours_port), "--max-batch", str(max(loads))],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    llama_env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}  # llama.cpp as its users run it
     llama = subprocess.Popen([str(a.server), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(llama_port),
                               "-t", str(a.threads), "-tb", str(a.threads), "-np", str(max(loads)),
                               "-c", str(1024 * max(loads)), "--no-webui"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=llama_env)
     urls = {"ours": f"http://127.0.0.1:{ours_port}", "llama.cpp": f"http://127.0.0.1:{llama_port}"}
     try:
         _wait_ready(urls["llama.cpp"], llama)

@@ -7,8 +7,17 @@ parse the options, call the library, print. Heavy imports (torch) stay inside th
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
+
+# OpenMP threads that wait at a barrier spin for a while before they sleep (GNU libgomp: GOMP_SPINCOUNT, 300,000
+# by default). The native kernels meet at a few barriers per layer; when another process or the server's own event
+# loop takes one of the two cores, the spinning thread holds the core its partner needs, and a decode step went from
+# 8 ms to 24-34 ms beside a one-core busy loop (17 ms at 1,000; 12 ms on one thread), while on a quiet machine
+# 1,000 spins cost nothing measurable (8.2 vs 8.4 ms; docs/measurements.md). libgomp reads it once, when torch
+# loads it, which no verb has done yet here; a value the user set is kept.
+os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 from typing import NoReturn
 
 import typer
