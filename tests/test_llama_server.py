@@ -65,14 +65,19 @@ pytestmark = [
 class LlamaServer:
     """One llama-server process on a free local port, its log in ``log_path``."""
 
-    def __init__(self, binary: Path, gguf: Path, log_path: Path, draft: Path | None = None) -> None:
+    def __init__(self, binary: Path, gguf: Path, log_path: Path, draft: Path | None = None,
+                 flags: list[str] | None = None, context: int = 2048) -> None:
+        """``flags``: more server flags (an emitted config's; one slot unless they say ``--parallel``)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
+        flags = list(flags or [])
         # One thread: a second ggml thread spin-waits at every barrier, and on a busy 2-core machine (the
         # test runs under nice) a 37-token prompt took 100 s with -t 2 against 0.5 s with -t 1.
         args = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(self.port), "--metrics",
-                "-c", "2048", "-np", "1", "-t", "1", "-tb", "1", "--no-webui"]
+                "-c", str(context), "-t", "1", "-tb", "1", "--no-webui", *flags]
+        if "--parallel" not in flags and "-np" not in flags:
+            args += ["-np", "1"]
         if draft is not None:
             args += ["--spec-type", "draft-simple", "-md", str(draft), "--spec-draft-n-max", str(DRAFT_MAX),
                      "--spec-draft-n-min", "0"]

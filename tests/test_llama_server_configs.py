@@ -15,32 +15,18 @@ started. Skipped without a binary, like tests/test_llama_server.py.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from specledger.engine.loader import cache_root, default_target_path
+from specledger.engine.loader import default_target_path
 from specledger.gates.engine_configs import DRAFT_PLACEHOLDER, validate_llama_cpp
 from specledger.gates.engine_validators import LLAMA_CPP_REMOVED, help_flags
 from specledger.gates.schedule import schedules
 from specledger.probe.engine_command import _help_text, binary_flags
-from specledger.probe.engine_server import free_port
 from specledger.probe.prometheus import counter_by_label, counter_total, parse_prometheus_text
-
-
-def llama_server_binary() -> Path | None:
-    """``$SPECLEDGER_LLAMA_SERVER``, else the newest cached build of scripts/build_llama_server.sh."""
-    env = os.environ.get("SPECLEDGER_LLAMA_SERVER")
-    if env:
-        path = Path(env).expanduser()
-        return path if path.is_file() and os.access(path, os.X_OK) else None
-    builds = sorted((cache_root() / "llama-server").glob("*/llama-server"), key=lambda p: p.stat().st_mtime)
-    return builds[-1] if builds else None
-
+from tests.test_llama_server import LlamaServer, llama_server_binary
 
 BINARY = llama_server_binary()
 pytestmark = [
@@ -97,41 +83,9 @@ def test_every_drafter_llama_cpp_lacks_has_no_config(emitted: dict[str, dict]) -
         assert emitted[cat]["llama_cpp"] is None and "no llama.cpp flags" in emitted[cat]["configs_note"]
 
 
-class Server:
-    """One llama-server with ``flags`` on the bundled GGUF; its log in ``log``."""
-
-    def __init__(self, flags: list[str], log: Path) -> None:
-        self.port, self.log = free_port(), log
-        self.url = f"http://127.0.0.1:{self.port}"
-        args = [str(BINARY), "-m", str(default_target_path()), "--host", "127.0.0.1", "--port", str(self.port),
-                "--metrics", "-c", "4096", "-t", "1", "-tb", "1", "--no-webui", *flags]
-        self._out = open(log, "wb")
-        self.proc = subprocess.Popen(args, stdout=self._out, stderr=subprocess.STDOUT)
-
-    def wait_ready(self, timeout_s: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"llama-server exited with {self.proc.returncode}: {self.tail()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"llama-server not ready after {timeout_s:.0f} s: {self.tail()}")
-
-    def tail(self) -> str:
-        return " | ".join(self.log.read_text(errors="replace").splitlines()[-12:])
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._out.close()
+def Server(flags: list[str], log: Path) -> LlamaServer:  # noqa: N802 -- a constructor, as the tests read it
+    """One llama-server with ``flags`` on the bundled GGUF (tests/test_llama_server.py's), its log in ``log``."""
+    return LlamaServer(BINARY, default_target_path(), log, flags=flags, context=4096)
 
 
 def _startable(flags: list[str]) -> list[str]:
@@ -149,7 +103,7 @@ def test_each_emitted_config_starts_answers_and_runs_the_decided_gamma(emitted: 
     gamma = sched["gamma"]
     server = Server(_startable(flags), tmp_path / "server.log")
     try:
-        server.wait_ready()
+        server.wait_ready(120.0)
         reply = httpx.post(f"{server.url}/v1/chat/completions", timeout=120.0, json={
             "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 48, "temperature": 0.0})
         assert reply.status_code == 200, reply.text
@@ -162,7 +116,7 @@ def test_each_emitted_config_starts_answers_and_runs_the_decided_gamma(emitted: 
     drafts = counter_total(metrics, "llamacpp:spec_decode_num_drafts")
     drafted = counter_total(metrics, "llamacpp:spec_decode_num_draft_tokens")
     positions = counter_by_label(metrics, "llamacpp:spec_decode_num_accepted_tokens_per_pos", "position")
-    assert drafts and drafted, f"{category}: the server never drafted ({server.tail()})"
+    assert drafts and drafted, f"{category}: the server never drafted ({server.log_tail()})"
     assert len(positions) == gamma, f"{category}: the server runs γ={len(positions)}, decided γ={gamma}"
     assert drafted <= gamma * drafts and timings.get("draft_n", drafted) <= drafted
     if "--parallel" in flags:
