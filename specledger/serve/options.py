@@ -4,9 +4,12 @@ load, the Host names answered, the access log, and the engine and app built from
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from specledger.errors import SpecLedgerError
+
+T = TypeVar("T")
 
 LOOPBACK_NAMES = {"localhost"}
 
@@ -74,11 +77,39 @@ def build_app(target: str | None, dtype: str, device: str, *, drafter: str, gamm
     from specledger.engine.build import build_engine
     from specledger.serve.app import create_app
 
-    engine = build_engine(target, dtype) if device == "cpu" else build_engine(target, dtype, device)
-    app = create_app(engine, drafter_name=drafter, gamma=gamma, model_name=model_name, max_queue=max_queue,
-                     max_batch=max_batch, layers=layers, draft_path=draft, limits=limits, tree_budget=tree_budget,
-                     keep_records=keep_records)
-    return engine, app
+    def build() -> tuple[Any, Any]:
+        engine = build_engine(target, dtype) if device == "cpu" else build_engine(target, dtype, device)
+        app = create_app(engine, drafter_name=drafter, gamma=gamma, model_name=model_name, max_queue=max_queue,
+                         max_batch=max_batch, layers=layers, draft_path=draft, limits=limits,
+                         tree_budget=tree_budget, keep_records=keep_records)
+        return engine, app
+
+    return off_main_thread(build)
+
+
+def off_main_thread(fn: Callable[[], T]) -> T:
+    """``fn()`` run on a thread of its own (its exception re-raised here), so that the main thread -- the event
+    loop's -- never starts an OpenMP team. The engine decodes on its worker thread; once the main thread has run a
+    parallel region (loading the model does), libgomp keeps that team's idle thread, counts more threads than the
+    2 CPUs, and the worker's two kernel threads then decode no faster than one: 13.0 ms a step against 8.5 ms
+    (benchmarks/diag_thread_step.py). Loaded off the main thread, the worker's step equals the main thread's."""
+    import threading
+
+    result: list[T] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(fn())
+        except BaseException as exc:  # noqa: BLE001 -- handed to the caller as it is
+            failure.append(exc)
+
+    loader = threading.Thread(target=run, name="specledger-load")
+    loader.start()
+    loader.join()
+    if failure:
+        raise failure[0]
+    return result[0]
 
 
 def enable_access_log() -> None:
