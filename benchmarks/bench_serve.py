@@ -26,8 +26,8 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("GOMP_SPINCOUNT", "1000")  # the in-process engine as `specledger generate` runs it (cli/__init__)
 
 from specledger.engine.loader import cache_root, default_target_path  # noqa: E402
-from specledger.probe.engine_server import free_port  # noqa: E402
+from specledger.probe.engine_server import EngineServer, free_port  # noqa: E402
 
 PROMPTS = [  # held out: written for this benchmark before its first run; nothing was tuned on them
     "How do tides work, and why are there two a day?",
@@ -57,20 +57,6 @@ def _default_server() -> Path | None:
     root = cache_root() / "llama-server"
     found = sorted(root.glob("*/llama-server"), key=lambda p: p.stat().st_mtime) if root.is_dir() else []
     return found[-1] if found else None
-
-
-def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise SystemExit(f"{url} not ready after {timeout_s:.0f} s")
 
 
 def _stream(url: str, prompt: str, max_tokens: int) -> tuple[list[float], int]:
@@ -152,23 +138,22 @@ def main() -> None:
     loads = [int(x) for x in a.loads.split(",")]
     gguf = default_target_path()
 
+    logs = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     ours_port, llama_port = free_port(), free_port()
-    ours = subprocess.Popen([str(ROOT / ".venv/bin/specledger"), "serve", "--drafter", "none", "--port",
-                             str(ours_port), "--max-batch", str(max(loads))],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ours = EngineServer("ours", [str(ROOT / ".venv/bin/specledger"), "serve", "--drafter", "none", "--port",
+                                 str(ours_port), "--max-batch", str(max(loads))], ours_port, logs / "ours.log")
     llama_env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}  # llama.cpp as its users run it
-    llama = subprocess.Popen([str(a.server), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(llama_port),
-                              "-t", str(a.threads), "-tb", str(a.threads), "-np", str(max(loads)),
-                              "-c", str(1024 * max(loads)), "--no-webui"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=llama_env)
-    urls = {"ours": f"http://127.0.0.1:{ours_port}", "llama.cpp": f"http://127.0.0.1:{llama_port}"}
+    llama = EngineServer("llama.cpp", [str(a.server), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(llama_port),
+                                       "-t", str(a.threads), "-tb", str(a.threads), "-np", str(max(loads)),
+                                       "-c", str(1024 * max(loads)), "--no-webui"], llama_port,
+                         logs / "llama.log", env=llama_env)
+    urls = {"ours": ours.url, "llama.cpp": llama.url}
     try:
-        _wait_ready(urls["llama.cpp"], llama)
-        _wait_ready(urls["ours"], ours)
-        banner = []
-        while ours.stdout and len(banner) < 3:  # the startup lines: which weights `auto` loaded, and why
-            banner.append(ours.stdout.readline().rstrip())
-        print("\n".join(banner))
+        for server in (llama, ours):
+            server.start()
+            server.wait_ready(300)
+        # the startup lines: which weights `auto` loaded, and why (the log's first line is the command)
+        print("\n".join(ours.log_path.read_text().splitlines()[1:4]))
         print((a.server.parent / "BUILD_INFO").read_text() if (a.server.parent / "BUILD_INFO").exists() else "")
         from specledger.engine.build import build_engine
 
@@ -198,13 +183,8 @@ def main() -> None:
             print(f"{load:>4}  {o_tps:>10.1f}  {l_tps:>11.1f}  {o_tps / l_tps:>5.2f}x  {o_tpot:>7.2f}ms  "
                   f"{l_tpot:>8.2f}ms  {o_tpot / step:>15.2f}x")
     finally:
-        for p in (ours, llama):
-            p.terminate()
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
+        for server in (ours, llama):
+            server.stop()
 
 if __name__ == "__main__":
     main()

@@ -42,8 +42,11 @@ def free_port(host: str = HOST) -> int:
 class EngineServer:
     """One engine process (its own process group, output to ``log_path``) serving on ``HOST:port``."""
 
-    def __init__(self, name: str, argv: Sequence[str], port: int, log_path: Path) -> None:
+    def __init__(self, name: str, argv: Sequence[str], port: int, log_path: Path,
+                 env: dict[str, str] | None = None) -> None:
+        """``env``: the process's environment (default: this one's)."""
         self.name, self.argv, self.port, self.log_path = name, list(argv), port, Path(log_path)
+        self.env = env
         self.url = f"http://{HOST}:{port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -58,7 +61,7 @@ class EngineServer:
             log.flush()
             try:
                 self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, start_new_session=True)
+                                             stdin=subprocess.DEVNULL, start_new_session=True, env=self.env)
             except OSError as exc:
                 raise SpecLedgerError(f"cannot start the engine of spec {self.name!r} ({exc.strerror or exc}: "
                                       f"{self.argv[0]}); check the --launch command (log: {self.log_path})") from None
