@@ -36,7 +36,12 @@ from rich.console import Console
 from rich.table import Table
 
 from specledger.engine import kernels
-from specledger.engine.bandwidth import describe, measure_read_bandwidth, request_bytes_per_token
+from specledger.engine.bandwidth import (
+    decode_line,
+    measure_read_bandwidth,
+    request_bytes_per_token,
+    requests_decode_context,
+)
 from specledger.engine.decode import Engine
 from specledger.engine.drafters.registry import make_drafter
 from specledger.engine.loader import convert_gguf, default_target_path, load_model
@@ -239,7 +244,7 @@ def main() -> None:
     for k in ("ours plain fp32", "ours plain bf16", "HF generate fp32"):
         model = configs[k][1]
         console.print(f"{k} (decode steps): "
-                      f"{describe(request_bytes_per_token(model, results[k]['pairs']), tps(k, decode=True), bw)}")
+                      f"{decode_line(model, requests_decode_context(results[k]['pairs']), tps(k, decode=True), bw)}")
     bare = tps("bare loop fp32 (no instrumentation)")
     console.print(f"instrumentation + detokenisation overhead of Engine.generate vs the bare loop: "
                   f"{(bare / base_ours - 1) * 100:+.1f}% time")

@@ -10,8 +10,9 @@ Measures, on the bundled SmolLM2-135M-Instruct (converted once into the specledg
 - ours with oneDNN weight prepacking off (plain ``F.linear``), to show what prepacking buys;
 - the verify pass: forward time for T = 1..9 positions relative to T = 1;
 - weight-only int8 (``quantize_int8``) decode tokens/s;
-- achieved weight bandwidth = ``weight_bytes() x tokens/s`` vs a measured machine read
-  bandwidth (``torch.sum`` over a 1 GiB float32 tensor) and copy bandwidth.
+- achieved bandwidth = (weights + KV of the mean decode context) x tokens/s
+  (``engine/bandwidth.decode_line``) vs a measured machine read bandwidth (``torch.sum`` over a
+  1 GiB float32 tensor) and copy bandwidth.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Callable
 
 import torch
 
+from specledger.engine.bandwidth import decode_line, requests_decode_context
 from specledger.engine.int8 import quantize_int8
 from specledger.engine.layers import Linear
 from specledger.engine.loader import convert_gguf, default_target_path, load_model
@@ -144,12 +146,12 @@ def main() -> None:
         for dtype in ("float32", "bfloat16"):
             loaded = load_model(None, dtype=dtype)
             model, prompt_ids = loaded.model, loaded.encode_prompt(PROMPT)
-            wbytes = model.weight_bytes()
+            ctx = requests_decode_context([(len(prompt_ids), n)])  # the mean context of the decode steps
             ours_e2e, ours_dec = ours_tokens_per_s(model, prompt_ids, n, reps)
             ours_ids, _, _ = greedy_decode(model, prompt_ids, n)
-            print(f"[{dtype}] prompt {len(prompt_ids)} tokens, weights {wbytes / 1e6:.0f} MB/step")
+            print(f"[{dtype}] prompt {len(prompt_ids)} tokens, weights {model.weight_bytes() / 1e6:.0f} MB/step")
             print(f"  ours          {ours_e2e:6.1f} tok/s end-to-end, {ours_dec:6.1f} tok/s decode-only "
-                  f"-> {wbytes * ours_dec / 1e9:5.1f} GB/s ({wbytes * ours_dec / 1e9 / read_bw:.0%} of read bw)")
+                  f"-> {decode_line(model, ctx, ours_dec, read_bw * 1e9)}")
             Linear.prepack = False
             plain_e2e, plain_dec = ours_tokens_per_s(model, prompt_ids, n, reps)
             Linear.prepack = True
@@ -171,7 +173,7 @@ def main() -> None:
             q_ratios, q_t1 = verify_ratios(q, len(prompt_ids))
             agree = teacher_forced_agreement(model, q, prompt_ids + ours_ids)
             print(f"  int8          {q_e2e:6.1f} tok/s end-to-end, {q_dec:6.1f} tok/s decode-only, "
-                  f"weights {q.weight_bytes() / 1e6:.0f} MB -> {q.weight_bytes() * q_dec / 1e9:.1f} GB/s; "
+                  f"{decode_line(q, ctx, q_dec, read_bw * 1e9)}; "
                   f"teacher-forced top-1 agreement with {dtype}: {agree:.1%}")
             print(f"  int8 verify T=1..9 / T=1 (T=1 = {q_t1 * 1e3:.1f} ms): " + " ".join(f"{r:.2f}" for r in q_ratios))
             del q, model, loaded

@@ -4,7 +4,7 @@ practical-equivalence margin (``SLO.equivalence_margin``, docs/decisions.md).
 A/A test: every prompt runs the same settings twice side by side, exactly as the main job runs a prompt's
 settings (:class:`specledger.engine.interleave.SideBySide`): plain, plain', ngram γ=4, ngram γ=4'. The two
 copies of a setting produce identical tokens, so any difference in their time is the machine's. Prints,
-per pair, the per-prompt ratio's spread (sd of the ratio estimator's influence u, :mod:`specledger.gates.paired`)
+per pair, the per-prompt ratio's spread (sd of the ratio estimator's influence u, :mod:`specledger.analysis.paired`)
 and the half-width of the 90 % interval that spread gives after n prompts: a margin below that half-width
 cannot be resolved in a run of n prompts, however equal the settings are.
 
@@ -30,11 +30,11 @@ def main() -> None:
     ap.add_argument("--workload", default=str(HERE / "data" / "heldout_noise.jsonl"))
     args = ap.parse_args()
 
+    from specledger.analysis.paired import ratio_interval, t_quantile
     from specledger.engine.build import build_engine
     from specledger.engine.drafters.registry import make_drafter
     from specledger.engine.interleave import SideBySide
     from specledger.engine.sampling import SamplingParams
-    from specledger.gates.paired import ratio_interval, t_quantile
     from specledger.workloads import encode_item
     from specledger.workloads.jsonl import load_jsonl
 

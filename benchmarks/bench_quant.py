@@ -88,8 +88,7 @@ def model_table(repeats: int, ctx: int = 256, rows: tuple[int, ...] = (1, 2, 3, 
     bw = bandwidth.measure_read_bandwidth()
     print("\nbandwidth of one decode step (weights + KV of the context) at the steps/s above:")
     for label, (model, tps) in step_tps.items():
-        per_token = bandwidth.decode_bytes_per_token(model, ctx)
-        print(f"  {label}: {bandwidth.describe(per_token, tps, bw)}")
+        print(f"  {label}: {bandwidth.decode_line(model, ctx, tps, bw)}")
 
 
 def main() -> None:

@@ -7,7 +7,9 @@ points are predicted and compared with their measured medians:
   (i)   leave one out, every interior point (one the reduced surface labels interpolated);
   (ii)  rows extrapolation: every q = 16 held out (read from q <= 8);
         context extrapolation: all of batch 64 at context 4096 held out;
-  (iii) batch interpolation: every batch 16 held out (between batches 4 and 64).
+  (iii) batch interpolation: every batch 16 held out (between batches 4 and 64);
+  (iv)  the issue-48 shape: batches 4 and 16 at context 512 held out (read from batches 1 and 64, as the
+        file's context 4096 has only those), once straight in batch (the rule before) and once by rule 2.
 
 Then the roofline-free ratio T(q) / T(1) measured per batch and context. Prints, asserts nothing.
 
@@ -21,17 +23,19 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-from specledger.cost.surface import CostSurface, SurfacePoint
+from specledger.cost.surface import BATCH_POWER, CostSurface, SurfacePoint
 
 DEFAULT = [Path(__file__).resolve().parents[2] / "shared" / "gpu" / name
            for name in ("h200-hf-eager-llama3-8b.jsonl", "h200-hf-eager-smollm2-135m.jsonl")]
 
 
-def hold_out(surface: CostSurface, held: Callable[[SurfacePoint], bool]) -> list[tuple[SurfacePoint, float, str]]:
-    """Build a surface without the points ``held`` selects; (point, predicted seconds, label) for each of them."""
+def hold_out(surface: CostSurface, held: Callable[[SurfacePoint], bool], batch_power: float = BATCH_POWER
+             ) -> list[tuple[SurfacePoint, float, str]]:
+    """Build a surface without the points ``held`` selects (batch axis power ``batch_power``, CostSurface rule 2);
+    (point, predicted seconds, label) for each of them."""
     keep = [p for p in surface.points if not held(p)]
     out = [p for p in surface.points if held(p)]
-    reduced = CostSurface(keep, "held out")
+    reduced = CostSurface(keep, "held out", batch_power=batch_power)
     return [(p, (look := reduced.lookup(p.rows, p.batch, p.context)).seconds, look.source) for p in out]
 
 
@@ -89,6 +93,12 @@ def check(path: Path) -> list[dict]:
     out.append(show(f"(ii-b) context extrapolation: batch {big} at context {far} held out",
                     hold_out(surface, lambda p: p.batch == big and p.context == far)))
     out.append(show("(iii) batch interpolation: every batch 16 held out", hold_out(surface, lambda p: p.batch == 16)))
+    knee = lambda p: p.context == 512 and p.batch in (4, 16)  # noqa: E731
+    if len(hold_out(surface, knee)) == 10:
+        out.append(show("(iv-a) batches 4 and 16 at context 512 held out, straight in batch (the rule before)",
+                        hold_out(surface, knee, batch_power=1)))
+        out.append(show(f"(iv-b) the same, T^p linear in batch^p, p = {BATCH_POWER:g} (rule 2)",
+                        hold_out(surface, knee)))
     ratios(surface)
     return out
 

@@ -18,7 +18,7 @@ from collections import defaultdict
 import torch
 
 from specledger.engine import kernels
-from specledger.engine.bandwidth import measure_read_bandwidth
+from specledger.engine.bandwidth import decode_bytes_per_token, decode_line, measure_read_bandwidth
 from specledger.engine.kernels import ops
 from specledger.engine.loader import load_model
 
@@ -95,7 +95,7 @@ def main() -> None:
     model = lm.model
     print(f"kernel: {kernels.status()}; torch {torch.__version__}, {torch.get_num_threads()} threads")
     bw = measure_read_bandwidth()
-    wb = model.weight_bytes()
+    wb = decode_bytes_per_token(model, args.context)  # weights + the KV of the context, per step
     with torch.inference_mode():
         cache = model.new_cache(args.context + args.steps * 3 + 64)
         model(torch.full((1, args.context), 7), 0, cache)
@@ -103,10 +103,9 @@ def main() -> None:
         ms = step_ms(model, cache, args.context, args.steps)
         parts = breakdown(model, cache, args.context, args.steps)
         ms2 = step_ms(model, cache, args.context, args.steps)
-        print(f"read bandwidth (measure_read_bandwidth): {bw / 1e9:.1f} GB/s; weights {wb / 1e6:.0f} MB/token")
+        print(f"read bandwidth (measure_read_bandwidth): {bw / 1e9:.1f} GB/s; weights + KV {wb / 1e6:.0f} MB/token")
         ms = min(ms, ms2)
-        print(f"decode step: {ms:.2f} ms = {1e3 / ms:.1f} tok/s = {wb / ms / 1e6:.1f} GB/s "
-              f"({wb / ms / 1e6 / (bw / 1e9) * 100:.0f}% of read)")
+        print(f"decode step: {ms:.2f} ms = {1e3 / ms:.1f} tok/s = {decode_line(model, args.context, 1e3 / ms, bw)}")
         nbytes = {"wqkv": 0, "wo": 0, "w13": 0, "w2": 0}
         for blk in model.layers:
             for k in nbytes:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -12,6 +14,9 @@ from specledger.engine.model_config import ModelConfig
 # Tiny models run faster on one thread, and a second OpenMP thread spin-waits badly when the
 # other core is busy (2-core CI machine). Tests assert behaviour, never speed.
 torch.set_num_threads(1)
+# A busy test machine must not change what a test runs: the main job's disturbance watch (a disturbed prompt is
+# measured again) is off unless a test turns it on (tests/test_disturbance.py).
+os.environ.setdefault("SPECLEDGER_DISTURBANCE", "off")
 
 
 def tiny_model(

@@ -77,7 +77,7 @@ def test_conditional_acceptance_only_counts_rounds_that_proposed_the_position():
 def test_speedup_and_predicted_speedup_match_hand_computation():
     spec = [_spec(f"p{i}") for i in range(5)]
     base = [_base(f"p{i}") for i in range(5)]
-    s = analyze_scenario(KEY, spec, base, n_resamples=200)
+    s = analyze_scenario(KEY, spec, base)
     # spec: 9 tokens / 60 ms = 150 tok/s; plain: 9 / 90 ms = 100 tok/s.
     assert s["speedup"] == pytest.approx(1.5)
     assert s["speedup_ci"] == pytest.approx([1.5, 1.5])
@@ -91,7 +91,7 @@ def test_speedup_and_predicted_speedup_match_hand_computation():
 def test_prefill_explains_the_residual_between_predicted_and_measured():
     spec = [_spec(f"p{i}", t_prefill=0.03) for i in range(3)]
     base = [_base(f"p{i}", t_prefill=0.03) for i in range(3)]
-    rec = analyze_scenario(KEY, spec, base, n_resamples=50)["reconciliation"]
+    rec = analyze_scenario(KEY, spec, base)["reconciliation"]
     measured = (9 / 0.09) / (9 / 0.12)
     assert rec["measured_speedup"] == pytest.approx(measured)
     assert rec["predicted_speedup"] == pytest.approx(1.5)
@@ -110,7 +110,7 @@ def test_predicted_times_factors_equals_measured(pattern, prefill, t_draft):
     rounds = spec_rounds("ngram", 3, pattern, t_draft, 0.012, 0.001, truncate_last_to=1)
     spec = [request_from_rounds("s", "p", rounds, category="code", t_prefill=prefill)]
     base = [_base("p", t_prefill=prefill, n=7)]
-    rec = analyze_scenario(ScenarioKey("code", 0.0, "ngram", 3), spec, base, n_resamples=0)["reconciliation"]
+    rec = analyze_scenario(ScenarioKey("code", 0.0, "ngram", 3), spec, base)["reconciliation"]
     if rec["predicted_speedup"] is None:  # only the truncated round: nothing to predict from
         return
     product = rec["predicted_speedup"] * rec["boundary_factor"] * rec["outside_rounds_factor"]
@@ -189,7 +189,7 @@ def _a08_run():
 
 def test_optimal_gamma_from_fitted_costs_and_measured_chain():
     records = _a08_run()
-    run = analyze_run(records, n_resamples=20)
+    run = analyze_run(records)
     (opt,) = run["optimal_gamma"]
     assert opt["predicted_best_gamma"] == 3
     assert opt["measured_best_gamma"] == 4 and opt["agree"] is False
@@ -217,7 +217,7 @@ def test_measured_speedup_is_the_ledgers_s_and_nan_without_full_rounds():
 def test_why_names_draft_cost_when_drafting_eats_the_gain():
     spec = [request_from_rounds("s", "p", spec_rounds("big", 2, [2, 2, 2], 0.030, 0.011), category="code")]
     base = [_base("p", n=9)]
-    s = analyze_scenario(ScenarioKey("code", 0.0, "big", 2), spec, base, n_resamples=10)
+    s = analyze_scenario(ScenarioKey("code", 0.0, "big", 2), spec, base)
     assert s["speedup"] < 1
     assert s["why"] and "Main cause: draft cost" in s["why"][-1]
     assert "slows down" in s["why"][0]
@@ -225,19 +225,19 @@ def test_why_names_draft_cost_when_drafting_eats_the_gain():
 
 def test_why_blames_low_el_when_nothing_is_accepted():
     spec = [request_from_rounds("s", "p", spec_rounds("ng", 2, [0] * 9, 0.0001, 0.0105), category="code")]
-    s = analyze_scenario(ScenarioKey("code", 0.0, "ng", 2), spec, [_base("p")], n_resamples=10)
+    s = analyze_scenario(ScenarioKey("code", 0.0, "ng", 2), spec, [_base("p")])
     assert "low E[L]" in s["why"][-1]
 
 
 def test_scenarios_are_paired_by_prompt_and_baseline_gamma_normalised():
     spec = [_spec("p0"), _spec("p1"), _spec("only-spec")]
     base = [_base("p0"), _base("p1"), _base("only-base", n=90)]
-    s = analyze_scenario(KEY, spec, base, n_resamples=10)
+    s = analyze_scenario(KEY, spec, base)
     assert s["paired_prompts"] == 2 and s["speedup"] == pytest.approx(1.5)
     assert key_of(base[0]).gamma == 0 and key_of(base[0]).is_baseline
 
 
 def test_analyze_run_reports_unpaired_scenarios():
-    run = analyze_run([_spec("p0")], n_resamples=10)
+    run = analyze_run([_spec("p0")])
     assert run["unpaired"] == [KEY.label]
     assert run["scenarios"][0]["speedup"] is None

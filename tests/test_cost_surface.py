@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -11,15 +12,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specledger.cost.surface import CostSurface, SurfacePoint, isotonic
+from specledger.cost.surface import BATCH_POWER, CostSurface, SurfacePoint, isotonic
 from specledger.errors import SpecLedgerError
 
 DATA = Path(__file__).parent / "data" / "h200_llama3_8b_surface.jsonl"  # a subset of a real H200 measurement
+# the two whole H200 files of ../shared/gpu, copied (the note on each first line says from where)
+FULL_LLAMA = Path(__file__).parent / "data" / "h200_llama3_8b_full.jsonl"
+FULL_SMOLLM = Path(__file__).parent / "data" / "h200_smollm2_135m_full.jsonl"
 
 
-def grid(batches=(1, 4), rows=(1, 2, 4, 8), contexts=(0, 1024), f=None) -> CostSurface:
+def grid(batches=(1, 4), rows=(1, 2, 4, 8), contexts=(0, 1024), f=None, **kw) -> CostSurface:
     f = f or (lambda b, r, c: 0.01 + 1e-4 * b * r + 1e-6 * b * c)
-    return CostSurface([SurfacePoint(b, r, c, f(b, r, c)) for b in batches for r in rows for c in contexts], "test")
+    return CostSurface([SurfacePoint(b, r, c, f(b, r, c)) for b in batches for r in rows for c in contexts], "test",
+                       **kw)
 
 
 # ---------------------------------------------------------------------------------- rules
@@ -57,11 +62,15 @@ def test_labels_measured_interpolated_extrapolated():
     assert single.forward_s(2, 1, 4096) == single.forward_s(2, 1, 512)  # one context: no slope
 
 
-def test_interpolation_is_linear_on_each_axis():
-    s = grid(f=lambda b, r, c: 0.01 + 1e-3 * r + 1e-3 * b + 1e-6 * c)  # linear: read back exactly
+def test_interpolation_is_linear_in_rows_and_context_and_in_squares_along_batch():
+    s = grid(f=lambda b, r, c: 0.01 + 1e-3 * r + 1e-3 * b + 1e-6 * c, batch_power=1)  # straight: read back exactly
     for args in [(3, 1, 0), (3, 2.5, 512), (1.5, 4, 100), (8, 4, 1024)]:
         r, b, c = args
         assert s.forward_s(*args) == pytest.approx(0.01 + 1e-3 * r + 1e-3 * b + 1e-6 * c), args
+    # the default: T^2 = F^2 + (G b)^2 (a floor and work proportional to the batch) is read back exactly
+    s = grid(f=lambda b, r, c: math.sqrt((0.01 + 1e-3 * r) ** 2 + (1e-3 * b) ** 2), batches=(1, 64), contexts=(0,))
+    for r, b in [(1, 4), (4, 16), (8, 40), (2, 128)]:  # measured rows (rows stay straight between them)
+        assert s.forward_s(r, b, 0) == pytest.approx(math.sqrt((0.01 + 1e-3 * r) ** 2 + (1e-3 * b) ** 2)), (r, b)
 
 
 def test_incomplete_grid_interpolates_batch_within_each_context():
@@ -70,10 +79,56 @@ def test_incomplete_grid_interpolates_batch_within_each_context():
     at = {(p.batch, p.rows, p.context): p.seconds for p in s.monotone_points}
     got = s.lookup(4, 16, 4096)
     assert got.source == "interpolated"
-    t = (16 - 1) / (64 - 1)
-    assert got.seconds == pytest.approx((1 - t) * at[(1, 4, 4096)] + t * at[(64, 4, 4096)])
+    u = (16 ** 2 - 1) / (64 ** 2 - 1)  # rule 2: T^2 linear in batch^2 between the batches measured there
+    assert got.seconds == pytest.approx(math.sqrt((1 - u) * at[(1, 4, 4096)] ** 2 + u * at[(64, 4, 4096)] ** 2))
     mid = s.lookup(4, 16, 2304)  # halfway in context: the mean of the two contexts' batch-16 prices
     assert mid.seconds == pytest.approx((at[(16, 4, 512)] + got.seconds) / 2)
+
+
+def held_out_errors(path: Path, held, batch_power: float = BATCH_POWER) -> list[float]:
+    """|predicted / measured - 1| of every point of ``path`` that ``held`` selects, each priced by one surface
+    built from the file's other points (all read between measured points: labelled interpolated)."""
+    full = CostSurface.from_jsonl(path)
+    reduced = CostSurface([p for p in full.points if not held(p)], "held out", batch_power=batch_power)
+    errors = []
+    for p in (p for p in full.points if held(p)):
+        look = reduced.lookup(p.rows, p.batch, p.context)
+        assert look.source == "interpolated", p
+        errors.append(abs(look.seconds / p.seconds - 1))
+    return errors
+
+
+def test_held_out_batches_4_and_16_priced_from_batches_1_and_64():
+    """Issue 48's check on the points the H200 file has: at context 4096 only batches 1 and 64 were measured, so
+    the measured batches 4 and 16 at context 512 stand in for its held-back ones -- all ten (q 1..16) held out,
+    priced from batch 1 and 64 at 512 (and context 4096, which cannot reach them). Nothing was fitted on them:
+    rule 2 has no free parameter (p = 2 is the quadrature join of a floor and batch-proportional work).
+    Straight in batch: 11.8 % median, 49.4 % worst, 8 of 10 too high; rule 2: 6.3 %, 26.9 %. The three
+    above 20 % are batch 16 at q = 4 (median 35.2 ms, its fastest repeat 23.2 ms: a disturbed median) and at
+    q = 8, 16 (21.5, 23.6 ms, +27 % and +23 %: no slower than batch 1's 23.7 ms there -- at context 512 and
+    many rows the knee is sharper than the join)."""
+    held = lambda p: p.context == 512 and p.batch in (4, 16)  # noqa: E731
+    before = held_out_errors(FULL_LLAMA, held, batch_power=1)
+    after = held_out_errors(FULL_LLAMA, held)
+    assert len(after) == 10
+    assert statistics.median(before) == pytest.approx(0.118, abs=1e-3) and max(before) == pytest.approx(0.494, abs=1e-3)
+    assert statistics.median(after) <= 0.10 and max(after) <= 0.30
+    assert statistics.median(after) < statistics.median(before) and max(after) < max(before)
+    assert sorted(after)[6] <= 0.10  # 7 of 10 within 10 %
+
+
+@pytest.mark.parametrize("path, batch, median, worst", [
+    (FULL_LLAMA, 4, 0.06, 0.08),  # from batches 1 and 16 (straight: 3.2 %, 9.6 %)
+    (FULL_LLAMA, 16, 0.21, 0.27),  # from batches 4 and 64 (straight: 17.1 %, 41.7 %)
+    (FULL_SMOLLM, 16, 0.16, 0.28),  # from batches 4 and 64 (straight: 13.3 %, 27.0 %)
+])
+def test_held_out_single_batches(path, batch, median, worst):
+    """One measured batch held out at context 512, priced from its neighbours. Near a launch floor (these
+    lines vary by less than their noise up to batch 16) rule 2 and a straight line do about equally. The
+    SmolLM2 file's batches 4 and 16 are not checked from batch 1: its batch 1 is slower than its batch 64 at
+    every q (32.6 vs 22.5 ms at q = 1, a warm-up artefact), so nothing monotone between them can be."""
+    errors = held_out_errors(path, lambda p: p.context == 512 and p.batch == batch)
+    assert len(errors) == 5 and statistics.median(errors) <= median and max(errors) <= worst
 
 
 def test_extrapolation_is_monotone_and_less_sure_with_distance():

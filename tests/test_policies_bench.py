@@ -23,7 +23,7 @@ from specledger.bench.policies import (
 from specledger.cli.sweep import sweep
 from specledger.errors import SpecLedgerError
 from specledger.report.build import build_report
-from specledger.report.console import print_experiments
+from specledger.report.console_experiments import print_experiments
 from specledger.rundir import read_records
 from tests.test_quantization import tiny_engine, workload_items
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from specledger.analysis.paired import ratio_interval, stratified_ratio
 from specledger.cli import app as cli_app
 from specledger.errors import SpecLedgerError
 from specledger.gates.mix import mix_decisions, mix_weights, parse_mix
-from specledger.gates.paired import ratio_interval, stratified_ratio
 from specledger.probe.launch_race import RaceState, estimate_s, first_round, next_round, survivors
 from specledger.probe.workload import workload_from_jsonl
 from tests.fake_server import FakeServer, FakeServerConfig

@@ -280,7 +280,7 @@ def _serving_doc(with_context: bool) -> dict:
 def test_report_renders_the_serving_section(tmp_path, with_context):
     from rich.console import Console
 
-    from specledger.report.console import print_experiments
+    from specledger.report.console_experiments import print_experiments
 
     run_dir = _write_run(tmp_path / "run", n_prompts=3)
     (run_dir / "serving.json").write_text(json.dumps(_serving_doc(with_context)), encoding="utf-8")

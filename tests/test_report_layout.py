@@ -146,11 +146,41 @@ def test_new_verdict_keys_render_in_the_answer_and_the_section(built):
     assert "SLO out of reach at load 1 even without speculation" in code
     assert 'id="race"' in html and "212 s of a 300 s budget" in html and "dropped after 2 prompts" in html
     assert "paired ratio S_a / S_b" in html and "[1.02–1.06]" in html
-    assert "S [90% CI]" in answer  # the verdicts' paired 1 − 2α intervals, α = 0.05
+    assert "S [95% CI]" in answer  # the verdicts' 1 − α confidence sequences, α = 0.05 (analysis.sequential)
     qa = answer[answer.index('data-category="qa"'):]
     qa = qa[:qa.index("</tr>")]
     assert "no decision" in qa and "no data" in qa and "chat `messages`" in qa
     assert "fastest: " not in qa and ">n/a<" in qa  # nothing measured: no S borrowed from prefill noise
+
+
+def _mix_table(html: str) -> str:
+    start = html.index('id="mix-table"')
+    return html[start:html.index("</table>", start)]
+
+
+def test_the_one_setting_for_all_the_traffic_sits_with_the_answers_with_its_evidence(built):
+    summary, _ = built
+    (mix,) = summary["mix"]  # 7 categories besides the random control, each its share of the requests
+    assert mix["category"] == "all traffic" and set(mix["weights"]) == set(CATEGORIES) - {"random"}
+    html = render_html(summary)
+    assert html.index('id="answer-table"') < html.index('id="mix-table"') < html.index('id="schedule-table"')
+    table = _mix_table(html)
+    setting = mix["setting"] if mix["decision"] == "deploy" else "off"
+    lo, hi = mix["speedup_ci"]
+    assert "decision at load 1" in table and setting in table and "as given by --mix" not in table
+    assert f"<b>{mix['speedup']:.2f}</b> [{lo:.2f}–{hi:.2f}]" in table and "code 14 %" in table
+    assert mix["headline"][:60] in table
+    evidence = html[html.index('id="mix-evidence"'):html.index("</details>", html.index('id="mix-evidence"'))]
+    assert evidence.count("<tr><td>") == len(mix["settings"]) + len(mix["comparisons"])
+    ngram4 = next(s for s in mix["settings"] if s["setting"] == "ngram γ=4")
+    assert f"{ngram4['per_category']['code']:.2f}" in evidence and "<th>S code (14 %)</th>" in evidence
+    # a probe's summary with the user's --mix: the same block, saying whose shares they are
+    probe = copy.deepcopy(summary)
+    probe["meta"].update(kind="probe", traffic_mix={"code": 0.75, "dialogue": 0.25})
+    probe["mix"][0]["weights"] = {"code": 0.75, "dialogue": 0.25}
+    table = _mix_table(render_html(probe))
+    assert "as given by --mix" in table and "code 75 %, dialogue 25 %" in table
+    assert 'id="mix-table"' not in render_html({**summary, "mix": []})  # one category: nothing to add
 
 
 def test_two_temperatures_get_a_column_and_a_section_each(built):
@@ -213,13 +243,15 @@ def test_page_leads_with_the_answer_and_collapses_every_detail_table(built):
     p.feed(html)
     assert p.depth == 0  # every <details> closed
     visible = {t for t, inside in p.tables.items() if not inside}
-    assert visible == {"answer-table", "schedule-table"} | {f"verdicts-{c}-T0" for c in CATEGORIES}, visible
-    for t in ("gates-table", "load-gates-table", "ledger-table", "simulation-validation", "prediction-table",
-              "cost-table"):
+    assert visible == {"answer-table", "mix-table", "schedule-table"} | {f"verdicts-{c}-T0" for c in CATEGORIES}, \
+        visible
+    for t in ("mix-settings-1", "gates-table", "load-gates-table", "ledger-table", "simulation-validation",
+              "prediction-table", "cost-table"):
         assert p.tables[t] is True, t
     order = p.order
     first_plot = next(i for i, x in enumerate(order) if x.startswith("plot-"))
-    assert order.index("answer-table") < order.index("schedule-table") < order.index("configs") < first_plot
+    assert order.index("answer-table") < order.index("mix-table") < order.index("schedule-table") \
+        < order.index("configs") < first_plot
     for cat in CATEGORIES:  # one section per category, in the answer's order, each with its own figures
         assert f'id="cat-{cat}-T0"' in html and f'href="#cat-{cat}-T0"' in html
     assert 'id="plot-code-T0-speedup"' in html and 'id="plot-code-T0-crossover"' in html

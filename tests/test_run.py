@@ -10,7 +10,7 @@ from specledger.errors import SpecLedgerError
 from specledger.mainjob.job import RunPlan, plan_jobs, run
 from specledger.report.build import build_report
 from specledger.rundir import read_records
-from tests.conftest import char_engine
+from tests.conftest import char_engine, tiny_model
 
 
 @pytest.fixture()
@@ -72,6 +72,8 @@ def test_run_resume_and_report(tmp_path, engine, workload):
     assert html.exists() and (out / "summary.json").exists()
     assert {s["gates"]["correctness"]["status"] for s in summary["scenarios"]} == {"pass"}
     assert summary["verdicts"]
+    (mix,) = summary["mix"]  # no --mix: the workload's own shares of requests, 2 copy lines and 1 chat
+    assert mix["weights"] == pytest.approx({"chat": 1 / 3, "copy": 2 / 3}) and mix["category"] == "all traffic"
 
 
 def test_run_rejects_bad_plans(tmp_path, engine, workload):
@@ -118,12 +120,16 @@ def test_per_category_budgets_replay_and_report(tmp_path, engine, workload):
     out = tmp_path / "budgets"
     plan = _plan(workload)
     plan.category_max_tokens = {"chat": 20}
+    plan.mix = {"copy": 0.25, "chat": 0.75}  # --mix: the one recommendation weighs the traffic the user gives
     run(out, plan, engine)
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["traffic_mix"] == plan.mix and meta["traffic_counts"] == {"copy": 2, "chat": 1}
     records = list(read_records(out / "traces.jsonl"))
     assert {r.extra["max_tokens"] for r in records if r.category == "chat"} == {20}
     assert {r.extra["max_tokens"] for r in records if r.category == "copy"} == {12}
     summary, _ = build_report(out, n_resamples=20)
     assert summary["optimal_gamma"] and summary["prediction_check"]
+    assert [m["weights"] for m in summary["mix"]] == [{"chat": 0.75, "copy": 0.25}]
 
 
 def test_resume_of_a_run_stopped_before_its_plan_says_start_again_with_out(tmp_path, capsys):
@@ -136,3 +142,48 @@ def test_resume_of_a_run_stopped_before_its_plan_says_start_again_with_out(tmp_p
     code, out, err = run_cli(["run", "--resume", str(stopped)], capsys)
     assert code == 2 and "Traceback" not in out + err
     assert f"start it again with --out {stopped}" in " ".join((out + err).split())
+
+
+def test_a_category_spanning_context_buckets_is_decided_per_bucket(tmp_path):
+    """Prompts under 1k and over 1k tokens (one character a token) of one category: two decisions, each with its
+    context_bucket; a category in one bucket keeps its name; greedy outputs still equal plain."""
+    engine = char_engine(tiny_model(2, max_seq_len=2048), max_context=2048)
+    path = tmp_path / "long.jsonl"
+    doc = "the cat sat on the mat. " * 60  # 1,440 characters
+    lines = [{"id": f"s{i}", "prompt": doc[: 200 + 40 * i] + f" q{i}", "category": "doc"} for i in range(2)]
+    lines += [{"id": f"l{i}", "prompt": doc[: 1200 + 40 * i] + f" q{i}", "category": "doc"} for i in range(2)]
+    lines += [{"id": "c", "prompt": "hello hello", "category": "chat"}]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    out = tmp_path / "run"
+    plan = RunPlan(drafters=["ngram"], gammas=[2], temperatures=[0.0], max_tokens=8, workload_file=str(path))
+    run(out, plan, engine)
+    records = list(read_records(out / "traces.jsonl"))
+    assert {r.category for r in records} == {"doc@<1k", "doc@1-2k", "chat"}
+    plain = {r.prompt_id: r.token_ids for r in records if r.drafter == "none"}
+    assert all(r.token_ids == plain[r.prompt_id] for r in records)
+    summary, _ = build_report(out, n_resamples=50)
+    buckets = {v["category"]: v.get("context_bucket") for v in summary["verdicts"]}
+    assert buckets == {"doc@<1k": "<1k", "doc@1-2k": "1-2k", "chat": None}
+    (mix,) = summary["mix"]  # the workload's 4 doc lines shared between its two buckets
+    assert mix["weights"] == pytest.approx({"chat": 1 / 5, "doc@<1k": 2 / 5, "doc@1-2k": 2 / 5})
+    (context,) = summary["context_schedules"]
+    assert context["category"] == "doc" and [b["bucket"] for b in context["buckets"]] == ["<1k", "1-2k"]
+
+
+def test_context_schedule_names_where_speculation_stops_paying():
+    from specledger.gates.context_schedule import context_line, context_schedules
+
+    def v(bucket, decision, resolved=True, s=1.2):
+        return {"category": f"long@{bucket}", "temperature": 0.0, "load": 1, "decision": decision,
+                "setting": "suffix γ=4" if decision == "deploy" else None, "speedup": s, "mean_committed": 2.0,
+                "resolved": resolved}
+
+    (entry,) = context_schedules([v("2-4k", "off", s=0.9), v("<1k", "deploy"), v("1-2k", "deploy"),
+                                  v("4-8k", "off", s=0.8), {"category": "code", "temperature": 0.0, "load": 1}])
+    assert [b["bucket"] for b in entry["buckets"]] == ["<1k", "1-2k", "2-4k", "4-8k"]
+    assert entry["stops_at_tokens"] == 2048 and entry["starts_at_tokens"] is None
+    assert "2,048+ tokens to a replica without speculation" in entry["engine_note"]
+    assert context_line(entry).endswith("stops paying from 2,048 tokens")
+    # an open decision on either side of the edge locates nothing
+    (entry,) = context_schedules([v("<1k", "deploy"), v("1-2k", "off", resolved=False)])
+    assert entry["stops_at_tokens"] is None and entry["engine_note"] is None

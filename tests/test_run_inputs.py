@@ -91,3 +91,47 @@ def test_probe_keeps_a_lines_max_tokens(tmp_path: Path) -> None:
     path = tmp_path / "w.jsonl"
     path.write_text(json.dumps({"prompt": "p", "max_tokens": 7}) + "\n" + json.dumps({"prompt": "q"}) + "\n")
     assert [it.max_tokens for it in workload_from_jsonl(path).items] == [7, None]
+
+
+def test_run_mix_is_checked_before_a_folder_exists(tmp_path, capsys, no_model) -> None:
+    out = tmp_path / "run"
+    code, stdout, stderr = _run(capsys, "--mix", "code=x", "--out", str(out))
+    assert code == 2 and stderr.startswith("error: --mix 'code=x': give CATEGORY=SHARE pairs")
+    assert not out.exists() and "--resume" not in stdout
+    code, _, stderr = _run(capsys, "--categories", "code,math", "--mix", "code=0.5,agent=0.5", "--out", str(out))
+    assert code == 2 and "--mix names agent, not measured here" in stderr and "code, math" in stderr
+    assert len(stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_run_mix_goes_into_the_plan_and_the_workload_gives_the_default_shares(tmp_path) -> None:
+    from specledger.mainjob.options import RunOptions, plan_from_options
+    from specledger.mainjob.prompts import traffic_counts
+
+    workload = tmp_path / "w.jsonl"
+    workload.write_text("".join(json.dumps({"prompt": f"p{i}", "category": "qa" if i < 3 else "chat"}) + "\n"
+                                for i in range(4)))
+    plan, _ = plan_from_options(RunOptions(workload=workload, mix="qa=1,chat=3", out=tmp_path / "r"), None)
+    assert plan.mix == {"qa": 0.25, "chat": 0.75} and check_inputs(plan) == []
+    assert traffic_counts(plan) == {"qa": 3, "chat": 1}  # without --mix, the shares of the workload's requests
+    plan.mix = {"math": 1.0}
+    with pytest.raises(SpecLedgerError, match="--mix names math, not measured here"):
+        check_inputs(plan)
+    built_in, _ = plan_from_options(RunOptions(categories="code,math", n=3), None)
+    assert built_in.mix is None and traffic_counts(built_in) == {"code": 3, "math": 3}
+
+
+def test_probe_prints_the_workload_warnings_folded_once(tmp_path) -> None:
+    """A workload with an unknown field on 32 lines: one folded warning line, as ``run`` prints it."""
+    from typer.testing import CliRunner
+
+    from specledger.cli import app as cli_app
+    from tests.fake_server import FakeServer, FakeServerConfig
+
+    workload = tmp_path / "w.jsonl"
+    workload.write_text("".join(json.dumps({"prompt": f"p{i}", "mood": "x"}) + "\n" for i in range(32)))
+    with FakeServer(FakeServerConfig(delays_s=(0.001,))) as server:
+        res = CliRunner().invoke(cli_app, ["probe", server.url, "--workload", str(workload), "--requests", "2",
+                                           "--max-tokens", "4"])
+    assert res.exit_code == 0, res.output
+    folded = f"warning: workload {workload}: unknown field 'mood' ignored on 32 lines: 1, 2, 3, 4, 5, ..."
+    assert [line for line in res.output.splitlines() if "mood" in line] == [folded]

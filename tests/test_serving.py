@@ -353,7 +353,7 @@ def test_memory_ledger_counts_draft_weights_and_draft_kv(target):
 def test_deploy_printout_keeps_bracketed_text():
     from rich.console import Console
 
-    from specledger.report.console import print_deploy_table
+    from specledger.report.console_experiments import print_deploy_table
 
     res = _synthetic_result()
     console = Console(record=True, width=300)

@@ -20,7 +20,8 @@ from specledger.report.console import print_summary
 from specledger.rundir import append_records, write_json_atomic
 from tests.synthetic import plain_rounds, request_from_rounds, spec_rounds
 
-PROMPTS = {"copy": ["c0", "c1", "c2"], "chat": ["h0", "h1", "h2"]}
+#: 4 prompts per category: the fewest from which the decisions' confidence sequence can exclude anything
+PROMPTS = {"copy": ["c0", "c1", "c2", "c3"], "chat": ["h0", "h1", "h2", "h3"]}
 ACCEPTED = {"copy": [4, 4, 4, 4], "chat": [1] * 10}  # 20 tokens each: copy drafts well, chat half as well
 
 
@@ -50,7 +51,8 @@ def load_point(solo: list[RequestRecord], load: int, slow: float) -> list[Reques
                 r, request_id=f"load{load}|{setting}|T0|{i}", ttft=r.ttft * slow, total_time=r.total_time * slow,
                 token_times=[t * slow for t in r.token_times], rounds=[],
                 extra={"experiment": "load", "kind": "concurrency", "load": load, "setting": setting,
-                       "point_wall_s": wall, "point_cpu_s": 1.0, "point_tokens": 120, "point_requests": 6}))
+                       "point_wall_s": wall, "point_cpu_s": 1.0, "point_tokens": 20 * len(solo) // 2,
+                       "point_requests": len(solo) // 2}))
     return out
 
 

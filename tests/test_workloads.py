@@ -26,7 +26,7 @@ from specledger.workloads.jsonl import fold_warnings
 
 TEXT_CATEGORIES = [category for category in CATEGORIES if category != "random"]
 # Categories whose every item carries a reference (dialogue: only where GPT-4 answered).
-ALWAYS_REFERENCED = ["code", "code-edit", "agent", "summary", "math"]
+ALWAYS_REFERENCED = ["code", "code-edit", "agent", "summary", "math", "long"]
 
 
 def _has_content(item: WorkloadItem) -> bool:
@@ -68,6 +68,7 @@ def test_describe_counts_every_source():
         "agent": 496,
         "summary": 999,
         "math": 2305,
+        "long": 3000 + 868 + 40,
     }
     for category, available in expected.items():
         assert report[category]["installed"] is True
@@ -408,3 +409,48 @@ def test_random_token_items_carry_ids_in_meta():
 def test_random_token_bad_arguments_are_user_errors(n, vocab, length):
     with pytest.raises(SpecLedgerError):
         random_token_prompts(n, vocab, length)
+
+
+# ---------------------------------------------------------------- long inputs and context buckets
+
+
+def test_long_covers_three_sources_and_keeps_a_story_in_one_split():
+    from specledger.workloads import split_of
+
+    items = load_category("long", 30, seed=0)
+    assert {i.meta["source"] for i in items} == {"narrativeqa", "multilexsum", "aci-bench"}
+    rag = [i for i in load_category("long", 3000, seed=0, split="all") if i.meta["source"] == "narrativeqa"]
+    by_story: dict[str, set[str]] = {}
+    for item in rag:
+        by_story.setdefault(item.meta["group"], set()).add(split_of(item))
+    assert len(by_story) == 101 and all(len(splits) == 1 for splits in by_story.values())
+    # the question's own story is among its documents, and the document count sets the length
+    one = next(i for i in rag if i.meta["documents"] == 6)
+    assert one.text.count("Document ") == 6 and one.text.rstrip().split("Question: ")[-1]
+    assert isinstance(one.reference, list) and one.reference
+
+
+def test_long_prompts_reach_past_4k_characters_times_four():
+    lengths = sorted(i.meta["chars"] for i in load_category("long", 200, seed=0))
+    assert lengths[-1] > 16_000 and lengths[len(lengths) // 2] > 3_000
+
+
+@pytest.mark.parametrize(("tokens", "bucket"), [(0, "<1k"), (1023, "<1k"), (1024, "1-2k"), (2047, "1-2k"),
+                                                (2048, "2-4k"), (4096, "4-8k"), (8191, "4-8k"), (9000, ">=8k")])
+def test_context_bucket_edges(tokens, bucket):
+    from specledger.workloads.context_buckets import bucket_key, bucket_of, bucket_range, split_key
+
+    assert bucket_of(tokens) == bucket
+    low, high = bucket_range(bucket)
+    assert low <= tokens and (high is None or tokens < high)
+    assert split_key(bucket_key("long", bucket)) == ("long", bucket)
+    assert split_key("code") == ("code", None) and split_key("a@b") == ("a@b", None)
+
+
+def test_long_quality_is_the_best_rouge_over_the_gold_answers():
+    from specledger.quality import metric_name, score
+
+    item = next(i for i in load_category("long", 30, seed=0) if isinstance(i.reference, list))
+    bucketed = WorkloadItem(item.id, "long@2-4k", item.messages, None, item.reference, item.meta)
+    assert metric_name(bucketed) == metric_name(item) and "ROUGE-L" in metric_name(item)
+    assert score(bucketed, item.reference[-1]) == pytest.approx(1.0)

@@ -1,5 +1,5 @@
-"""Turn traces into answers: ledger figures per scenario, bootstrap CIs, reconciliation of predicted
-vs measured speed-up, fitted cost curves, optimal γ and the 'why' of slow-downs.
+"""Turn traces into answers: ledger figures per scenario, S with the decisions' interval, the round ledger's
+reconciliation with the measured speed-up, fitted cost curves, optimal γ and the 'why' of slow-downs.
 
 Pure functions over lists of :class:`~specledger.records.RequestRecord`; no I/O.
 """

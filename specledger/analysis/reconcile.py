@@ -59,13 +59,15 @@ def reconcile(spec: dict, base: dict, t0_s: float, measured_s: float) -> dict[st
 
 
 def reconciliation_sentences(rec: dict) -> list[str]:
-    """The residual between predicted and measured speed-up, explained with numbers."""
+    """The residual between the round ledger's S (full rounds only, from the setting's own measured E[L] and round
+    time: a decomposition, not the forecast model of :mod:`specledger.predict`) and the measured speed-up,
+    explained with numbers."""
     p, m = rec["predicted_speedup"], rec["measured_speedup"]
     if p is None or m is None:
         return ["Not enough rounds to reconcile predicted and measured speed-up."]
     out = [
-        f"Ledger predicts S = T0·E[L]/E[T_round] = {p:.3f}; measured S = {m:.3f} "
-        f"(residual {m - p:+.3f}, {100 * (m / p - 1):+.1f}%)."
+        f"Round ledger (not a forecast: this setting's own measured full rounds) T0·E[L]/E[T_round] = {p:.3f}; "
+        f"measured end-to-end S = {m:.3f} (residual {m - p:+.3f}, {100 * (m / p - 1):+.1f}%), split below."
     ]
     bf, of = rec["boundary_factor"], rec["outside_rounds_factor"]
     if bf is not None:

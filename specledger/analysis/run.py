@@ -21,7 +21,6 @@ from specledger.analysis.scenario import (
     restrict,
     shared_prompts,
 )
-from specledger.analysis.stats import paired_speedup_bootstrap
 from specledger.analysis.trees import analyze_trees
 from specledger.ledger.speedup import best_point
 from specledger.records import RequestRecord
@@ -38,17 +37,35 @@ def per_prompt_totals(
     return tokens, seconds
 
 
+def speedup_figure(prompts: Sequence[str], spec: tuple[np.ndarray, np.ndarray], plain: tuple[np.ndarray, np.ndarray],
+                   alpha: float) -> tuple[float, float, float]:
+    """(S, low, high) over ``prompts``: S = (Σ tok / Σ t)_spec / (Σ tok / Σ t)_plain from each side's per-prompt
+    (tokens, seconds) aligned with ``prompts``, with the decisions' two-sided ``1 − alpha`` confidence sequence
+    over those prompts (:func:`specledger.analysis.paired.speedup_interval`, valid at every look of a race); NaN
+    bounds where it is unbounded (fewer than 4 prompts at α = 0.05). The one estimator of S that the verdicts,
+    the tables and the plots show."""
+    from specledger.analysis.paired import PerPrompt, speedup_interval
+
+    def side(tokens: np.ndarray, seconds: np.ndarray) -> PerPrompt:
+        return PerPrompt(dict(zip(prompts, tokens.tolist())), dict(zip(prompts, seconds.tolist())))
+
+    iv = speedup_interval(side(*spec), side(*plain), alpha)
+    return iv.ratio, iv.lo if math.isfinite(iv.lo) else math.nan, iv.hi if math.isfinite(iv.hi) else math.nan
+
+
 def analyze_scenario(
     key: ScenarioKey,
     records: Sequence[RequestRecord],
     baseline: Sequence[RequestRecord],
-    n_resamples: int = 1000,
-    seed: int = 0,
+    *,
+    alpha: float = 0.05,
     little_gain: float = 1.10,
 ) -> dict[str, object]:
     """Ledger figures of one speculative scenario against its paired plain baseline.
 
-    Everything comparative (speed-up, reconciliation, why) uses only the prompts both sides ran.
+    Everything comparative (speed-up, reconciliation, why) uses only the prompts both sides ran. ``speedup_ci``
+    is :func:`speedup_figure`'s: the decisions' own interval at ``alpha`` (``slo.decision_alpha``), over the
+    ``paired_prompts``, so every table and plot that shows it shows the interval the verdict used.
     """
     prompts = shared_prompts(records, baseline)
     spec_p, base_p = restrict(records, prompts), restrict(baseline, prompts)
@@ -71,13 +88,13 @@ def analyze_scenario(
         return out
     st, ss = per_prompt_totals(spec_p, prompts)
     bt, bs = per_prompt_totals(base_p, prompts)
-    # what the paired decisions (specledger.gates.paired) compare: per-prompt totals of both sides
+    # what the paired decisions (specledger.analysis.paired) compare: per-prompt totals of both sides
     own = sorted(by_prompt(records))  # every prompt this setting ran: settings compare on those both ran
     ot, os_ = per_prompt_totals(records, own)
     out["per_prompt"] = {"prompts": list(prompts), "tokens": st.tolist(), "seconds": ss.tolist(),
                          "base_tokens": bt.tolist(), "base_seconds": bs.tolist(),
                          "own": {"prompts": own, "tokens": ot.tolist(), "seconds": os_.tolist()}}
-    point, low, high = paired_speedup_bootstrap(st, ss, bt, bs, n_resamples=n_resamples, seed=seed)
+    point, low, high = speedup_figure(prompts, (st, ss), (bt, bs), alpha)
     t0 = baseline_t0(base_p)
     spec_ledger = {**round_stats(spec_p), **totals(spec_p)}
     base_ledger = {**round_stats(base_p), **totals(base_p)}
@@ -122,9 +139,10 @@ def optimal_gamma(
     scenarios: Sequence[dict], groups: dict[ScenarioKey, list[RequestRecord]], surface: Any = None,
     replay: Any = None,
 ) -> list[dict[str, object]]:
-    """Predicted vs measured best γ per (category, temperature, drafter). The predicted curve is the
-    end-to-end performance model's (:mod:`specledger.predict.gamma`: monotone costs, per-request
-    chains, prefill and boundary rounds), not a decode-only extrapolation. ``predicted_best_gamma`` is the
+    """Predicted vs measured best γ per (category, temperature, drafter). The predicted curve is the run's one
+    forecast model's (:mod:`specledger.predict.gamma`: monotone costs, per-request chains, prefill and boundary
+    rounds, window levels), in sample, on the ``prompts`` (how many) where plain decoding was measured -- the
+    self-check's model, not a decode-only extrapolation. ``predicted_best_gamma`` is the
     argmax over the whole predicted range (``agree``: equal to the measured best), and
     ``predicted_best_gamma_among_run`` the argmax over the γ's the run measured (and plain decoding)."""
     from specledger.predict.gamma import end_to_end_curves
@@ -140,9 +158,10 @@ def optimal_gamma(
     out = []
     for (cat, temp, drafter), keys in by_drafter.items():
         base = groups.get(ScenarioKey(cat, temp, "none", 0))
-        curve = curves.get((cat, float(temp), drafter))
-        if not base or not curve:
+        forecast = curves.get((cat, float(temp), drafter))
+        if not base or not forecast or not forecast["curve"]:
             continue
+        curve = forecast["curve"]
         static = sorted(k.gamma for k in keys if isinstance(k.gamma, int))
         points = [(g, measured.get((cat, temp, drafter, g))) for g in static]
         points = [(g, s) for g, s in points if s is not None and math.isfinite(s)]
@@ -156,6 +175,7 @@ def optimal_gamma(
                 "temperature": temp,
                 "drafter": drafter,
                 "curve": curve,
+                "prompts": forecast["prompts"],
                 "measured": [{"gamma": g, "speedup": s} for g, s in points],
                 "predicted_best_gamma": p_best,
                 "predicted_best_gamma_among_run": p_best_run,
@@ -176,10 +196,11 @@ def _run_cost(groups: dict[ScenarioKey, list[RequestRecord]], surface: Any) -> A
 
 
 def analyze_run(
-    records: Iterable[RequestRecord], n_resamples: int = 1000, seed: int = 0, little_gain: float = 1.10,
+    records: Iterable[RequestRecord], *, alpha: float = 0.05, little_gain: float = 1.10,
     surface: Any = None, replay: Any = None,
 ) -> dict[str, object]:
-    """Every figure of a run: baselines, scenarios, the cost model per drafter, optimal γ. JSON-ready (see
+    """Every figure of a run: baselines, scenarios (S with the decisions' interval at ``alpha``,
+    :func:`analyze_scenario`), the cost model per drafter, optimal γ. JSON-ready (see
     :func:`specledger.rundir.json_safe`). ``surface`` (the verify surface measured at the run's start) and
     ``replay`` (exact replay of model-free greedy drafters) feed the one measured cost model and the γ curves."""
     groups = group_scenarios(records)
@@ -189,7 +210,7 @@ def analyze_run(
             baselines.append(analyze_baseline(key, recs))
             continue
         base = groups.get(baseline_key(key), [])
-        s = analyze_scenario(key, recs, base, n_resamples, seed, little_gain)
+        s = analyze_scenario(key, recs, base, alpha=alpha, little_gain=little_gain)
         if not s["paired_prompts"]:
             unpaired.append(key.label)
         scenarios.append(s)

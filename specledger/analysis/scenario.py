@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from specledger.records import GammaSpec, RequestRecord
+from specledger.workloads.context_buckets import decision_order
 
 BASELINE_DRAFTER = "none"
 
@@ -60,11 +61,12 @@ def key_of(record: RequestRecord) -> ScenarioKey:
 
 
 def sort_key(key: ScenarioKey) -> tuple:
-    """Category, temperature, baseline first, drafter, numeric gammas before policy names."""
+    """Category (its context buckets in length order), temperature, baseline first, drafter, numeric gammas before
+    policy names."""
     gamma = key.gamma
     numeric = isinstance(gamma, int) or (isinstance(gamma, str) and gamma.isdigit())
     return (
-        key.category,
+        decision_order(key.category),
         key.temperature,
         not key.is_baseline,
         key.drafter,

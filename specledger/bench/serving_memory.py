@@ -57,12 +57,11 @@ def own_weight_bytes(model: Transformer, target: Transformer) -> int:
 
 
 def model_kv_shape(model: Transformer, layers: Sequence[int] | None = None) -> Any:
-    """The KV shape of ``model``'s forward over ``layers`` (default all), at its weights' element size."""
-    from specledger.ledger.memory import KVShape
+    """The KV shape of ``model``'s forward over ``layers`` (default all), at its KV cache's element size (the
+    model's activation dtype, :meth:`Transformer.new_cache`; a quantized model's packed weights are not it)."""
+    from specledger.engine.bandwidth import kv_element_bytes
 
-    cfg = model.config
-    return KVShape(layers=len(layers) if layers else cfg.n_layers, kv_heads=cfg.n_kv_heads,
-                   head_dim=int(cfg.head_dim), bytes_per_element=next(model.parameters()).element_size())
+    return model.config.kv_shape(kv_element_bytes(model), len(layers) if layers else None)
 
 
 def draft_kv_shape(drafter: Any) -> Any:

@@ -62,6 +62,12 @@ def ledger(
         "--kv-bytes", help="Bytes per KV element (default from config dtype, else 2).")] = None,
     block_size: Annotated[int | None, typer.Option(
         "--block-size", help="Paged-KV block size in tokens (round γ up).")] = None,
+    context: Annotated[int | None, typer.Option(
+        "--context", help="Tokens already in each request's KV cache: the KV every step reads, B·context·m_KV "
+                          "(needs --kv).")] = None,
+    weight_bytes: Annotated[float | None, typer.Option(
+        "--weight-bytes", help="Bytes of weights one step reads (with --context: bytes read per step = weights + "
+                               "KV, and the KV's share).")] = None,
     four_way: Annotated[_Text, typer.Option(
         "--four-way", help="Tokens/s of baseline,quant-only,spec-only,combined: speed-ups vs one baseline.")] = None,
     example: Annotated[bool, typer.Option(
@@ -77,7 +83,7 @@ def ledger(
         gamma=gamma, base_ms=base_ms, round_ms=round_ms, draft_ms=draft_ms, verify_ms=verify_ms, other_ms=other_ms,
         optimal=optimal, max_gamma=max_gamma, tree_budget=tree_budget, sibling_acceptance=sibling_acceptance,
         tree_max_depth=tree_max_depth, kv=kv, batch=batch, kv_bytes=kv_bytes, block_size=block_size,
-        four_way=four_way, example=example))
+        four_way=four_way, example=example, context=context, weight_bytes=weight_bytes))
     if json_output:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
         return

@@ -174,10 +174,15 @@ def probe(
     _probe(ProbeOptions(**locals()))
 
 
-def _report(out: Path, slo: Any = None) -> Any:
-    """Build the report of the run folder the library wrote; (summary, html path)."""
+def _report(out: Path, slo: Any = None, watch: Any = None) -> Any:
+    """Build the report of the run folder the library wrote; (summary, html path). ``watch``'s finding (a
+    :class:`~specledger.mainjob.disturbance.ProbeWatch`) goes into run.json's ``disturbance`` first."""
     from specledger.report.build import build_report
+    from specledger.rundir import RunDir
 
+    if watch is not None and (finding := watch.finding()):
+        meta = (rd := RunDir(out)).meta()
+        rd.write_meta({**meta, "disturbance": finding})
     return build_report(out, slo)
 
 
@@ -198,7 +203,25 @@ def _budget_s(o: ProbeOptions) -> float | None:
     return float(value)
 
 
+def _print_workload_warnings(plan: ProbePlan) -> None:
+    """The workload reader's warnings, folded per kind (:func:`specledger.workloads.jsonl.fold_warnings`), once
+    each on stderr before any request, as ``run`` prints them."""
+    from specledger.workloads.jsonl import workload_warning
+
+    for message in plan.workload.warnings:
+        typer.echo(f"warning: {safe(workload_warning(plan.workload.source, message), 400)}", err=True)
+
+
 def _probe(o: ProbeOptions) -> None:
+    """The verb, while a :class:`~specledger.mainjob.disturbance.ProbeWatch` reads the machine every second (a
+    local endpoint's server counted as ours): its finding goes into the answer and summary.json."""
+    from specledger.mainjob.disturbance import ProbeWatch, local_servers
+
+    with ProbeWatch(local_servers([o.url, o.baseline])) as watch:
+        _probe_watched(o, watch)
+
+
+def _probe_watched(o: ProbeOptions, watch: Any) -> None:
     from specledger.gates.mix import mix_weights, parse_mix
 
     budget_s = _budget_s(o)
@@ -206,11 +229,12 @@ def _probe(o: ProbeOptions) -> None:
     if (given := parse_mix(o.mix)) is not None:  # a category the workload lacks fails here, before any request
         mix_weights(plan.workload.categories(), given=given)
         plan.workload.mix = given
+    _print_workload_warnings(plan)
     if budget_s is not None:
-        _race(plan, budget_s)
+        _race(plan, budget_s, watch)
         return
     if plan.specs is not None:
-        _run_launch(plan)
+        _run_launch(plan, watch)
         return
     assert o.url is not None  # check_launch_options: a URL or --launch
     if plan.loads is not None:
@@ -222,9 +246,9 @@ def _probe(o: ProbeOptions) -> None:
         check_some_succeeded([r for p in points for r in p.base_results], o.baseline or "the baseline")
         if o.out is not None:
             write_probe_loads_dir(o.out, points, plan.workload, plan.label, o.gamma, plan.tokenizer)
-            summary = _report(o.out, plan.slo)[0]
+            summary = _report(o.out, plan.slo, watch)[0]
         else:
-            summary = summary_in_memory(points, plan)
+            summary = summary_in_memory(points, plan, watch)
         show_loads(points, summary, o.out, o.as_json, o.verbose)
         return
     full, results, base_results = run_probe(
@@ -233,6 +257,8 @@ def _probe(o: ProbeOptions) -> None:
     )
     check_some_succeeded(results, full["probe"]["url"])  # every request failed: one error line, exit 2
     check_some_succeeded(base_results, (full.get("baseline") or {}).get("url", "the baseline"))
+    if finding := watch.finding():  # probe.json and --json carry it too
+        full["disturbance"] = finding
     report, base_report, ratios = full["probe"], full.get("baseline"), full.get("speedup")
     columns = {report["url"]: report}
     if base_report is not None:
@@ -240,26 +266,30 @@ def _probe(o: ProbeOptions) -> None:
     summary = None
     if o.out is not None:
         write_probe_dir(o.out, full, results, base_results, plan.workload, plan.label, o.gamma, plan.tokenizer)
-        summary = _report(o.out, plan.slo)[0]
+        summary = _report(o.out, plan.slo, watch)[0]
     if o.as_json:
         typer.echo(json.dumps(without_results(full), indent=2, default=str))
         return
     console = Console()
     if o.verbose or base_report is None or summary is None:  # without a baseline the figures are the answer
         render_report(console, "specledger probe", columns, ratios)
+        if summary is None and full.get("disturbance"):  # else the answer's first lines say it
+            console.print(full["disturbance"]["line"], markup=False, highlight=False)
     if o.out is not None:
         print_run_report(console, o.out, summary, o.verbose)
 
 
-def summary_in_memory(points: list[LoadPoint], plan: ProbePlan) -> dict[str, Any] | None:
-    """Without --out: the same summary (gates, verdicts, schedule) from the records kept in memory."""
+def summary_in_memory(points: list[LoadPoint], plan: ProbePlan, watch: Any = None) -> dict[str, Any] | None:
+    """Without --out: the same summary (gates, verdicts, schedule) from the records kept in memory (with
+    ``watch``'s disturbance finding)."""
     from specledger.report.summary import summarize
 
     records, meta = probe_loads_run(points, plan.workload, plan.label, plan.options.gamma, plan.tokenizer, "probe")
+    meta["disturbance"] = watch.finding() if watch is not None else None
     return summarize(records, meta, plan.slo) if records else None
 
 
-def _run_launch(plan: ProbePlan) -> None:
+def _run_launch(plan: ProbePlan, watch: Any = None) -> None:
     o = plan.options
     assert o.out is not None and o.launch is not None and plan.specs is not None
     loads, config = plan.loads or [1], plan.config(o.model)
@@ -267,11 +297,11 @@ def _run_launch(plan: ProbePlan) -> None:
                       ready_timeout_s=o.launch_timeout, tokenizer=plan.tokenizer,
                       progress=lambda m: typer.echo(safe(m, 600), err=True), repeats=o.repeats)
     write_launch_dir(o.out, runs, o.launch, plan.specs, loads, config, plan.workload, plan.tokenizer, o.repeats)
-    summary, _html = _report(o.out, plan.slo)  # the summary carries launch and engine_counters from run.json
+    summary, _html = _report(o.out, plan.slo, watch)  # the summary carries launch and engine_counters (run.json)
     show_launch(runs, summary, o.out, o.as_json, o.verbose)
 
 
-def _race(plan: ProbePlan, budget_s: float) -> None:
+def _race(plan: ProbePlan, budget_s: float, watch: Any = None) -> None:
     """``--budget``: race (:mod:`specledger.probe.launch_budget`), write the run folder as without it (plus
     run.json's ``race``), build the report, print the answer."""
     from specledger.probe.launch_budget import race_endpoints, race_launch
@@ -287,7 +317,7 @@ def _race(plan: ProbePlan, budget_s: float) -> None:
                                  port=o.launch_port, ready_timeout_s=o.launch_timeout, tokenizer=plan.tokenizer,
                                  progress=say, locate=plan.locate_loads)
         write_launch_dir(o.out, runs, o.launch, plan.specs, loads, config, plan.workload, plan.tokenizer, race=race)
-        summary = _report(o.out, plan.slo)[0]
+        summary = _report(o.out, plan.slo, watch)[0]
         show_launch(runs, summary, o.out, o.as_json, o.verbose)
         return
     assert o.url is not None and o.baseline is not None
@@ -298,12 +328,13 @@ def _race(plan: ProbePlan, budget_s: float) -> None:
     gamma = race.get("gamma_label") or o.gamma
     if o.out is not None:
         write_probe_loads_dir(o.out, points, plan.workload, plan.label, gamma, plan.tokenizer, race=race)
-        summary = _report(o.out, plan.slo)[0]
+        summary = _report(o.out, plan.slo, watch)[0]
     else:
         records, meta = probe_loads_run(points, plan.workload, plan.label, gamma, plan.tokenizer, "probe")
         from specledger.report.summary import summarize
 
-        summary = summarize(records, {**meta, "race": race}, plan.slo) if records else None
+        finding = watch.finding() if watch is not None else None
+        summary = summarize(records, {**meta, "race": race, "disturbance": finding}, plan.slo) if records else None
     show_loads(points, summary, o.out, o.as_json, o.verbose)
 
 

@@ -75,7 +75,7 @@ def show_loads(points: list[LoadPoint], summary: dict[str, Any] | None, out: Pat
     if as_json:
         doc = {"loads": [{"load": p.load, "order": list(p.order), **without_results(p.full)} for p in points],
                "verdicts": (summary or {}).get("verdicts", []), "schedules": (summary or {}).get("schedules", []),
-               **({"mix": summary["mix"]} if (summary or {}).get("mix") else {})}
+               **{k: summary[k] for k in ("mix", "disturbance") if (summary or {}).get(k)}}
         typer.echo(json.dumps(doc, indent=2, default=str))
         return
     console = make_console()
@@ -129,7 +129,7 @@ def show_launch(runs: dict[str, Any], summary: dict[str, Any], out: Path, as_jso
     per-(configuration, load) table and the full tables."""
     launch = summary.get("launch") or {}
     if as_json:
-        doc = {k: summary.get(k) for k in ("verdicts", "schedules", "engine_counters", "launch", "mix")}
+        doc = {k: summary.get(k) for k in ("verdicts", "schedules", "engine_counters", "launch", "mix", "disturbance")}
         typer.echo(json.dumps(doc, indent=2, default=str))
         return
     console = make_console()

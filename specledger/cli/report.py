@@ -23,7 +23,8 @@ def report(
         bool, typer.Option("--json", help="Print summary.json to stdout instead of the table.")
     ] = False,
     resamples: Annotated[
-        int, typer.Option("--resamples", min=0, help="Bootstrap resamples for the speed-up CI.")
+        int, typer.Option("--resamples", min=0, help="Bootstrap resamples for simulated loads' speed-up interval "
+                                                 "(measured ones use the decisions' own).")
     ] = 1000,
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
     verbose: Annotated[bool, typer.Option("--verbose", help="Print the full tables after the answer.")] = False,
@@ -45,7 +46,8 @@ def report(
     else:
         from rich.console import Console
 
-        from specledger.report.console import print_answer, print_experiments
+        from specledger.report.console import print_answer
+        from specledger.report.console_experiments import print_experiments
 
         console = Console()
         print_answer(summary, console, verbose=verbose)

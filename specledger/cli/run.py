@@ -21,7 +21,9 @@ def run(
                                                        "experiments.")] = False,
     out: Annotated[Path | None, typer.Option(help="Run directory (default: runs/<timestamp>).")] = None,
     resume: Annotated[Path | None, typer.Option(help="Continue an interrupted run in this directory.")] = None,
-    categories: Annotated[str | None, typer.Option(help="Comma-separated categories.")] = None,
+    categories: Annotated[str | None, typer.Option(
+        help="Comma-separated categories: code, code-edit, extraction, agent, dialogue, summary, math, random, and "
+             "long (long documents, decided per context bucket; not in the default).")] = None,
     drafters: Annotated[str | None, typer.Option(help="Comma-separated drafters "
                                                       "(ngram,suffix,layerskip,quant-self,model,head).")] = None,
     gammas: Annotated[str | None, typer.Option(help="Comma-separated gammas, e.g. 1,2,4,8.")] = None,
@@ -74,6 +76,9 @@ def run(
     sequential: Annotated[bool, typer.Option("--sequential", help="Run a prompt's settings one after the other "
                                              "(default: side by side, one round of each in turn, so the machine's "
                                              "drift cancels in the speed-ups).")] = False,
+    mix: Annotated[str | None, typer.Option(help="The traffic's mix for the one recommendation over all "
+                                                 "categories, e.g. code=0.5,agent=0.5 (default: each category's "
+                                                 "share of the workload's requests), as `probe --mix`.")] = None,
 ) -> None:
     """Run plain decoding and every drafter over real workloads; write traces, report.html, summary.json and
     the verdict."""
@@ -81,4 +86,5 @@ def run(
         quick=quick, full=full, out=out, resume=resume, categories=categories, drafters=drafters, gammas=gammas,
         tree_budgets=tree_budgets, tree_shape=tree_shape, temperatures=temperatures, n=n, max_tokens=max_tokens,
         workload=workload, target=target, dtype=dtype, device=device, layers=layers, draft=draft, loads=loads,
-        simulate_loads=simulate_loads, slo=slo, seed=seed, budget=budget, verbose=verbose, sequential=sequential))
+        simulate_loads=simulate_loads, slo=slo, seed=seed, budget=budget, verbose=verbose, sequential=sequential,
+        mix=mix))

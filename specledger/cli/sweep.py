@@ -59,7 +59,7 @@ def sweep(
     from rich.console import Console
 
     from specledger.report.build import build_report
-    from specledger.report.console import print_experiments
+    from specledger.report.console_experiments import print_experiments
 
     console = Console()
     run_dir = run_sweep(SweepOptions(

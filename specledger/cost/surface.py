@@ -36,6 +36,10 @@ KIND = "cost-surface"
 INTERP_REL_SD = 0.05
 #: added relative standard error per doubling beyond the measured range, summed over the axes
 EXTRAP_REL_SD_PER_DOUBLING = 0.10
+#: the power p of the batch axis: between measured batches the price is read on the straight line through
+#: (batch^p, T^p) -- T^2 = F^2 + (G · batch)^2 with F and G fixed by the two bracketing measured batches
+#: (CostSurface rule 2); p = 1 would be the straight line in batch
+BATCH_POWER = 2.0
 IMPORT_KEYS = ("batch", "q", "ctx", "ms")
 IMPORT_EXAMPLE = '{"batch": 1, "q": 4, "ctx": 512, "ms": 23.5}'
 
@@ -88,30 +92,36 @@ def doublings(x: float, lo: float, hi: float) -> float:
 
 
 def along(axis: Sequence[float], x: float, values: np.ndarray, dists: np.ndarray,
-          offset: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """Read rows of ``values`` (one per measured ``axis`` coordinate, ascending) at ``x``.
+          offset: float = 0.0, power: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Read rows of ``values`` (one per measured ``axis`` coordinate, ascending) at ``x``, straight lines
+    drawn in the coordinates (x^p, v^p) with p = ``power`` (p = 1: plain piecewise linear).
 
-    Inside the axis: linear between the two bracketing rows. Above the last: the last row plus the
-    slope of the last two (elementwise, clipped at >= 0) times the distance; one row only: that row
-    (slope 0). Below the first: the first row (clamped). ``dists`` (same shape) carries the extrapolation
-    distance of every value; the result's is the largest of the rows used plus the doublings of ``x``
-    outside the axis (computed on ``x + offset``, so a context of 0 has a finite distance)."""
+    Inside the axis, between bracketing rows (x0, v0) and (x1, v1):
+    v = ((1 - u) · v0^p + u · v1^p)^(1/p), u = (x^p - x0^p) / (x1^p - x0^p), a weighted power mean of v0
+    and v1 (non-decreasing in each; exact where the two are equal). Above the last: that line through the
+    last two rows continued, its slope in v^p clipped at >= 0 (one row only: that row). Below the first:
+    the first row (clamped). ``dists`` (same shape) carries the extrapolation distance of every value;
+    the result's is the largest of the rows used plus the doublings of ``x`` outside the axis (computed on
+    ``x + offset``, so a context of 0 has a finite distance)."""
     n = len(axis)
     if x <= axis[0]:
         v, d = values[0], dists[0]
     elif x >= axis[-1]:
         v, d = values[-1], dists[-1]
         if x > axis[-1] and n >= 2:
-            slope = np.maximum((values[-1] - values[-2]) / (axis[-1] - axis[-2]), 0.0)
-            v = v + slope * (x - axis[-1])
+            slope = np.maximum((values[-1] ** power - values[-2] ** power) / (axis[-1] ** power - axis[-2] ** power),
+                               0.0)
+            v = np.where(slope > 0, (values[-1] ** power + slope * (x ** power - axis[-1] ** power)) ** (1 / power), v)
             d = np.maximum(d, dists[-2])
     else:
         j = bisect.bisect_right(axis, x)
-        t = (x - axis[j - 1]) / (axis[j] - axis[j - 1])
-        if t == 0.0:
+        u = (x ** power - axis[j - 1] ** power) / (axis[j] ** power - axis[j - 1] ** power)
+        if u == 0.0:
             v, d = values[j - 1], dists[j - 1]
         else:
-            v = values[j - 1] + t * (values[j] - values[j - 1])  # exact where the two are equal
+            lo, hi = values[j - 1], values[j]
+            mean = (lo ** power + u * (hi ** power - lo ** power)) ** (1 / power)
+            v = np.where(lo == hi, lo, mean)  # exact where the two are equal (p-th power and root need not be)
             d = np.maximum(dists[j - 1], dists[j])
     return v, d + doublings(x + offset, axis[0] + offset, axis[-1] + offset)
 
@@ -176,9 +186,23 @@ class CostSurface:
        union of all measured rows (the knots): piecewise linear between its own measured rows, above its
        last row the slope of its last two (clipped at >= 0, one row only: slope 0), below its first row its
        first value.
-    2. Batch, at every measured context: piecewise linear in batch between the batches measured at that
-       context (a grid may be incomplete: each context uses its own batches); beyond the largest the slope
-       of the last two (per knot, clipped at >= 0), below the smallest the smallest's value.
+    2. Batch, at every measured context, between the batches measured at that context (a grid may be
+       incomplete: each context uses its own batches): a forward costs the larger of a floor that does not
+       grow with the batch (kernel launches, the weight stream) and work proportional to the batch (KV
+       reads, arithmetic per row), joined smoothly: T(b)^2 = F^2 + (G · b)^2, with F and G fixed per knot
+       by the two bracketing measured batches b0 < b1, i.e. T^2 is linear in b^2 (:func:`along` with
+       p = :data:`BATCH_POWER`):
+
+           T(b) = sqrt(T(b0)^2 + (T(b1)^2 - T(b0)^2) · (b^2 - b0^2) / (b1^2 - b0^2))
+
+       A straight line in b (the rule before) prices the knee between a launch-bound batch 1 and a
+       work-bound batch 64 too high (issue 48: the H200 file's held-back batches 4 and 16 at context 4096,
+       21.6 % at the median, all high); the H200 batches 4 and 16 measured at context 512, read from 1 and
+       64: 11.8 % median / 49.4 % worst straight, 6.3 % / 26.9 % by this rule (tests/test_cost_surface.py).
+       This is a weighted power mean of the two measured values, so it lies between them and stays
+       non-decreasing in rows. Beyond the largest measured batch the same curve continues (its slope in
+       T^2 per knot clipped at >= 0; it tends to G · b, work proportional to the batch); below the smallest,
+       the smallest's value.
     3. Context: linear between the two bracketing measured contexts; beyond the largest the slope of the
        last two (clipped at >= 0), below the smallest the smallest's value. With one measured context,
        context is not an axis: every other context gets that context's value (slope 0 -- nothing measured
@@ -197,7 +221,9 @@ class CostSurface:
     context + 1).
     """
 
-    def __init__(self, points: Sequence[SurfacePoint], source: str, meta: dict | None = None) -> None:
+    def __init__(self, points: Sequence[SurfacePoint], source: str, meta: dict | None = None, *,
+                 batch_power: float = BATCH_POWER) -> None:
+        """``batch_power`` is rule 2's p (1 = straight in batch; kept for held-out comparisons, not saved)."""
         if not points:
             raise SpecLedgerError(f"a cost surface needs at least one measured point ({source})")
         seen: set[tuple[int, int, int]] = set()
@@ -213,8 +239,11 @@ class CostSurface:
         self.points: tuple[SurfacePoint, ...] = tuple(sorted(
             (SurfacePoint(int(p.batch), int(p.rows), int(p.context), float(p.seconds), int(p.repeats)) for p in points),
             key=lambda p: (p.context, p.batch, p.rows)))
+        if not (isinstance(batch_power, (int, float)) and math.isfinite(batch_power) and batch_power >= 1):
+            raise SpecLedgerError(f"batch_power must be a finite number >= 1, got {batch_power!r}")
         self.source = source
         self.meta: dict[str, Any] = dict(meta or {})
+        self.batch_power = float(batch_power)
         self._knots = np.array(sorted({p.rows for p in self.points}), dtype=float)
         self._contexts = sorted({p.context for p in self.points})
         self._batches_at: dict[int, list[int]] = {}
@@ -248,7 +277,8 @@ class CostSurface:
             bs = self._batches_at[context]
             vals = np.stack([self._lines[(context, b)][0] for b in bs])
             dists = np.stack([self._lines[(context, b)][1] for b in bs])
-            hit = self._at_batch[key] = monotone(*along([float(b) for b in bs], float(batch), vals, dists))
+            hit = self._at_batch[key] = monotone(*along([float(b) for b in bs], float(batch), vals, dists,
+                                                        power=self.batch_power))
         return hit
 
     def _knot_line(self, batch: float, context: float) -> tuple[np.ndarray, np.ndarray]:
@@ -414,5 +444,5 @@ def _parse_import_line(line: str, where: str) -> tuple[SurfacePoint, dict[str, A
     return SurfacePoint(int(obj["batch"]), int(obj["q"]), int(obj["ctx"]), float(obj["ms"]) / 1e3, int(repeats)), more
 
 
-__all__ = ["CostSurface", "EXTRAP_REL_SD_PER_DOUBLING", "INTERP_REL_SD", "KIND", "Lookup", "Source", "SurfacePoint",
-           "along", "doublings", "isotonic", "monotone", "point_problem"]
+__all__ = ["BATCH_POWER", "CostSurface", "EXTRAP_REL_SD_PER_DOUBLING", "INTERP_REL_SD", "KIND", "Lookup", "Source",
+           "SurfacePoint", "along", "doublings", "isotonic", "monotone", "point_problem"]

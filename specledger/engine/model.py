@@ -91,6 +91,10 @@ class Block(native_rows.EpochOnApply, nn.Module):
                 for i in range(seq)
             ]
             out = torch.stack(rows, dim=1).reshape(bsz, seq, nh * hd)
+        elif start_pos == 0:  # a prefill from the start: plain causal attention (the fused kernel, no mask tensor)
+            out = F.scaled_dot_product_attention(qkv[:, :, :nh].transpose(1, 2), kv_cache[0, :, :, :end],
+                                                 kv_cache[1, :, :, :end], is_causal=True, enable_gqa=True)
+            out = out.transpose(1, 2).reshape(bsz, seq, nh * hd)
         else:
             q = q.reshape(bsz, nkv, group * seq, hd)
             out = F.scaled_dot_product_attention(q, kv_cache[0, :, :, :end], kv_cache[1, :, :, :end], attn_mask=mask)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from specledger.errors import SpecLedgerError
+from specledger.ledger.memory import KVShape
 
 _LLAMA_LIKE = ("llama", "mistral")
 
@@ -76,9 +77,15 @@ class ModelConfig:
             attention_bias=bool(hf_config.get("attention_bias", False)),
         )
 
+    def kv_shape(self, dtype_bytes: int, layers: int | None = None) -> KVShape:
+        """The KV of one token over ``layers`` layers (default all) at ``dtype_bytes`` per element."""
+        return KVShape(layers=int(layers or self.n_layers), kv_heads=self.n_kv_heads, head_dim=int(self.head_dim),
+                       bytes_per_element=int(dtype_bytes))
+
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        """KV bytes one token occupies: ``n_layers * 2 * n_kv_heads * head_dim * dtype_bytes``."""
-        return self.n_layers * 2 * self.n_kv_heads * int(self.head_dim) * dtype_bytes
+        """KV bytes one token occupies: m_KV = n_layers × 2 × n_kv_heads × head_dim × dtype_bytes
+        (:attr:`specledger.ledger.memory.KVShape.bytes_per_token`, the one formula)."""
+        return self.kv_shape(dtype_bytes).bytes_per_token
 
 
 class KVCache:

@@ -1,7 +1,7 @@
 """The capacity gate. At load 1: peak memory within ``max_memory_mb`` if both are known (the paired tokens/s is
 the speed-up's own test). At a load > 1: goodput (requests/s meeting every SLO, DistServe)
-at least plain's at the same load, KV capacity (candidate reservation B·γ·m_KV included) at least the
-load, CPU-seconds per 1k committed tokens within ``max_cpu_s_per_1k_tokens`` when set."""
+at least plain's at the same load, KV capacity (candidate reservation B·γ·m_KV included, a tree's by its
+nodes: B·N·m_KV) at least the load, CPU-seconds per 1k committed tokens within ``max_cpu_s_per_1k_tokens`` when set."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from specledger.gates.result import FAIL, NOT_ASSESSED, PASS, GateResult
 from specledger.gates.slo import SLO
+from specledger.ledger.memory import candidate_tokens
 from specledger.records import RequestRecord
 
 
@@ -20,7 +21,7 @@ def capacity_gate(
     slo: SLO = SLO(),
 ) -> GateResult:
     """At load 1: peak memory within ``max_memory_mb`` when both are known; the paired throughput is shown as
-    evidence but judged by the decision's paired speed-up test (:mod:`specledger.gates.paired`), not here --
+    evidence but judged by the decision's paired speed-up test (:mod:`specledger.analysis.paired`), not here --
     a throughput check without an interval would call a noisy S of 0.98 a decided failure."""
     if tokens_per_s is None or baseline_tokens_per_s is None:
         return GateResult("capacity", NOT_ASSESSED, "no paired baseline throughput")
@@ -72,8 +73,10 @@ def cpu_per_1k_tokens(records: Sequence[RequestRecord]) -> float | None:
 def kv_capacity(records: Sequence[RequestRecord], gamma: int, meta: dict[str, Any], slo: SLO = SLO()
                 ) -> tuple[int | None, str]:
     """The largest concurrency whose KV fits the memory budget (``slo.max_memory_mb``, else the machine's
-    memory) after the weights: per request (context · (m_KV + draft m_KV) + B·γ·m_KV's share γ · m_KV),
-    context = the longest prompt + output of the records. (None, why) when m_KV is unknown."""
+    memory) after the weights: per request context · (m_KV + draft m_KV) + n · m_KV, context = the longest
+    prompt + output of the records, n the candidates' KV slots per round (:func:`candidate_tokens`: γ for a
+    chain, the tree's nodes -- the records' ``tree_budget`` -- for a tree, every node written whatever the
+    depth). (None, why) when m_KV is unknown."""
     m_kv = meta.get("kv_bytes_per_token")
     budget = slo.max_memory_mb * 2**20 if slo.max_memory_mb is not None else meta.get("memory_total_bytes")
     if not isinstance(m_kv, (int, float)) or not m_kv or not isinstance(budget, (int, float)) or not records:
@@ -82,19 +85,22 @@ def kv_capacity(records: Sequence[RequestRecord], gamma: int, meta: dict[str, An
     draft_w = max((float(r.extra.get("draft_weight_bytes") or 0) for r in records), default=0.0)
     weights = float(meta.get("weight_bytes") or 0) + draft_w
     context = max(r.prompt_tokens + r.output_tokens for r in records)
-    per_request = context * (m_kv + draft_kv) + max(int(gamma or 0), 0) * m_kv
+    nodes = max(int(r.tree_budget or 0) for r in records)
+    slots = candidate_tokens(gamma, nodes)
+    per_request = context * (m_kv + draft_kv) + slots * m_kv
     fits = max(int((budget - weights) // per_request), 0)
     where = f"{slo.max_memory_mb:g} MiB SLO" if slo.max_memory_mb is not None else "machine memory"
+    term = f"{nodes} tree nodes·m_KV" if nodes else "γ·m_KV"
     return fits, (f"KV fits {fits:,} concurrent ({context} tokens × {(m_kv + draft_kv) / 1024:.1f} KiB"
-                  + (f" + γ·m_KV {gamma * m_kv / 1024:.1f} KiB" if gamma else "")
+                  + (f" + {term} {slots * m_kv / 1024:.1f} KiB" if slots else "")
                   + f" per request, {budget / 2**30:.1f} GiB {where} less {weights / 2**20:.0f} MiB weights)")
 
 
 def load_capacity_gate(spec: Sequence[RequestRecord], base: Sequence[RequestRecord], gamma: int, load: int,
                        meta: dict[str, Any], slo: SLO = SLO()) -> GateResult:
     """At a load > 1: goodput (requests/s meeting every SLO, DistServe) at least plain's at the same
-    load; KV capacity (candidate reservation B·γ·m_KV included) at least the load; CPU-seconds per 1k
-    committed tokens, within ``slo.max_cpu_s_per_1k_tokens`` when set."""
+    load; KV capacity (candidate reservation B·γ·m_KV included, B·nodes·m_KV for a tree) at least the load;
+    CPU-seconds per 1k committed tokens, within ``slo.max_cpu_s_per_1k_tokens`` when set."""
     g, met, of = goodput(spec, slo)
     bg, bmet, bof = goodput(base, slo)
     if g is None or bg is None:

@@ -3,7 +3,7 @@
 Input: the records of ``specledger run --loads`` (``extra.experiment == "load"``,
 :mod:`specledger.mainjob.measured_loads`). Per load, each speculative setting is paired with plain decoding at
 the same load on the same prompts (:func:`~specledger.analysis.run.analyze_scenario`: speed-up =
-paired per-prompt tokens/s of the request under that load, with its bootstrap interval), then:
+paired per-prompt tokens/s of the request under that load, with the decisions' interval), then:
 
 - correctness and quality as at load 1 (greedy token identity with plain at the same load; task score);
 - latency: :func:`specledger.gates.latency.load_latency_gate` (TTFT P99, TPOT P50/P99, token-ITL P99, stall);
@@ -38,8 +38,6 @@ def analyze_loads(
     meta: dict[str, Any] | None = None,
     slo: SLO = SLO(),
     controls: dict[tuple[str, float], float] | None = None,
-    n_resamples: int = 1000,
-    seed: int = 0,
 ) -> dict[str, Any]:
     """``{"loads": [...], "scenarios": [...], "baselines": [...], "verdicts": [...]}`` of the load
     points among ``records`` (other records are ignored)."""
@@ -64,7 +62,7 @@ def analyze_loads(
             if key.is_baseline:
                 continue
             base = groups.get(baseline_key(key), [])
-            s = analyze_scenario(key, recs, base, n_resamples, seed)
+            s = analyze_scenario(key, recs, base, alpha=slo.decision_alpha)
             gamma = key.gamma if isinstance(key.gamma, int) else 0
             gates = {
                 "correctness": correctness_gate(recs, base, float(key.temperature), slo),

@@ -8,7 +8,7 @@ the user gives) and, per category, the mean committed tokens ``κ_c`` and second
 
 (plain decoding 0), and two settings compare as ``S_mix(x) / S_mix(y)`` on the prompts both ran in each
 category: the per-prompt ratios of each category weighted by its share, with a stratified interval
-(:func:`specledger.gates.paired.stratified_ratio`). The decision is made by the same rule as every category's
+(:func:`specledger.analysis.paired.stratified_ratio`). The decision is made by the same rule as every category's
 (:func:`specledger.gates.verdicts.decide_group`: the equivalence margin, the tie rule, the same wording) on
 those intervals; a setting's gates on the mix are its gates in every category of positive share (one that
 fails anywhere fails the mix: the one server serves that category too). The per-category decisions stand
@@ -21,12 +21,13 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from specledger.analysis.paired import RatioInterval, stratified_ratio
 from specledger.errors import SpecLedgerError
-from specledger.gates.paired import RatioInterval, stratified_ratio
 from specledger.gates.result import FAIL, GATES, NOT_ASSESSED, PASS
 from specledger.gates.slo import SLO
 from specledger.gates.verdict_rules import CONTROL_CATEGORIES, setting_name
 from specledger.gates.verdicts import decide_group
+from specledger.workloads.context_buckets import split_key
 
 #: the category name of the mix's decision
 MIX_CATEGORY = "all traffic"
@@ -52,17 +53,34 @@ def parse_mix(text: str | None) -> dict[str, float] | None:
     return {k: v / total for k, v in out.items()}
 
 
+def _per_bucket(cats: Sequence[str], shares: Mapping[str, float] | None) -> Mapping[str, float] | None:
+    """``shares`` with a category's share split equally among its context buckets' decision keys
+    (``long`` -> ``long@1-2k``, ``long@2-4k``; :mod:`specledger.mainjob.buckets`) where ``cats`` holds those."""
+    if not shares:
+        return shares
+    keys: dict[str, list[str]] = {}
+    for c in cats:
+        base, bucket = split_key(c)
+        if bucket is not None and base in shares and c not in shares:
+            keys.setdefault(base, []).append(c)
+    out = {k: v for k, v in shares.items() if k not in keys}
+    for base, split in keys.items():
+        out.update({c: float(shares[base]) / len(split) for c in split})
+    return out
+
+
 def mix_weights(categories: Sequence[str], counts: Mapping[str, float] | None = None,
                 given: Mapping[str, float] | None = None, strict: bool = True) -> dict[str, float]:
     """Each category's share: ``given`` (a category it does not name gets 0; one it names that was not measured
     is an error where ``strict``, else left out), else the share of ``counts`` (requests per category in the
     workload), else equal shares."""
     cats = [c for c in dict.fromkeys(categories) if c not in CONTROL_CATEGORIES]
+    given, counts = _per_bucket(cats, given), _per_bucket(cats, counts)
     if given:
         unknown = sorted(set(given) - set(cats))
         if unknown and strict:
-            raise SpecLedgerError(f"the mix names {', '.join(unknown)}, not measured here "
-                                  f"(measured: {', '.join(cats)})")
+            raise SpecLedgerError(f"--mix names {', '.join(unknown)}, not measured here (the workload's "
+                                  f"categories: {', '.join(cats)}); give shares of those only")
         raw = {c: float(given.get(c, 0.0)) for c in cats}
     elif counts and any(float(counts.get(c, 0)) > 0 for c in cats):
         raw = {c: float(counts.get(c, 0.0)) for c in cats}
@@ -170,7 +188,8 @@ def mix_decisions(scenarios: Sequence[Mapping[str, Any]], slo: SLO = SLO(),
         entry = decide_group(items, slo, base, vs_plain=vs_plain, compare=compare)
         entry["weights"] = weights
         entry["settings"] = [{"setting": s["label"], "speedup": s["speedup"], "speedup_ci": s["speedup_ci"],
-                              "per_category": s["per_category_speedup"]} for s in items]
+                              "prompts": s["paired_prompts"], "per_category": s["per_category_speedup"]}
+                             for s in items]
         out.append(entry)
     return out
 

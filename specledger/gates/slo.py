@@ -36,12 +36,15 @@ class SLO:
     #: hinges on it is marked not yet resolved rather than reported as settled
     margin: float = 0.1
     #: practical-equivalence margin of the decision: two settings whose paired speed-up ratio has its
-    #: 1 − 2·decision_alpha interval inside [1/(1+m), 1+m] are equivalent (TOST), and so is a setting
+    #: 1 − decision_alpha interval inside [1/(1+m), 1+m] are equivalent (TOST), and so is a setting
     #: within it of plain decoding (no practical gain). Default 5 %: above the A/A noise of a paired ratio
     #: (about 1 % after 8 prompts) and the rerun noise of one prompt's speed-up (median 3.6 % between two
     #: runs); docs/decisions.md has the measurements
     equivalence_margin: float = 0.05
-    #: level of each one-sided test of the decision (faster / slower / the two TOST tests): 0.05 = 90 % intervals
+    #: the decision's error rate over a whole race: every interval it reads is a 1 − decision_alpha confidence
+    #: sequence (:mod:`specledger.analysis.sequential`), so over all of a race's looks the chance that it ever misses
+    #: its true ratio -- e.g. two settings of equal speed called different -- is at most decision_alpha (0.05:
+    #: 95 % intervals)
     decision_alpha: float = 0.05
 
     def to_dict(self) -> dict[str, Any]:

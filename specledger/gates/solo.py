@@ -39,8 +39,7 @@ def gate_scenarios(scenarios: Sequence[dict[str, Any]], groups: Mapping[Scenario
     return {k: latency_gate(v, slo) for k, v in plain.items()}
 
 
-def solo_decisions(records: Sequence[RequestRecord], slo: SLO = SLO(), n_resamples: int = 200, seed: int = 0,
-                   load: int = 1) -> list[dict[str, Any]]:
+def solo_decisions(records: Sequence[RequestRecord], slo: SLO = SLO(), load: int = 1) -> list[dict[str, Any]]:
     """The verdicts of the main job's records as they stand (no forecasts, no load points): what racing
     reads to know which categories are open and which settings are out."""
     from specledger.analysis.run import analyze_baseline, analyze_scenario
@@ -48,7 +47,7 @@ def solo_decisions(records: Sequence[RequestRecord], slo: SLO = SLO(), n_resampl
     records = main_records(records)
     groups = group_scenarios(records)
     baselines = [analyze_baseline(k, rs) for k, rs in groups.items() if k.is_baseline]
-    scenarios = [analyze_scenario(k, rs, groups.get(baseline_key(k), []), n_resamples, seed)
+    scenarios = [analyze_scenario(k, rs, groups.get(baseline_key(k), []), alpha=slo.decision_alpha)
                  for k, rs in groups.items() if not k.is_baseline]
     plain_gates = gate_scenarios(scenarios, groups, baselines, slo)
     return verdicts(scenarios, slo, control_repetition(records), plain_gates, load)

@@ -9,7 +9,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specledger.gates.paired import EQUIVALENT, RatioInterval
+from specledger.analysis.paired import EQUIVALENT, RatioInterval
+from specledger.analysis.sequential import interval_level
 from specledger.gates.result import FAIL, GateResult
 from specledger.gates.slo import SLO
 from specledger.gates.verdict_rules import (
@@ -56,7 +57,7 @@ def _resolved_deploy(base: dict[str, Any], chosen: dict[str, Any], others: Seque
     near = ""
     if closest is not None:
         v = vs[id(closest)]
-        near = f"next: {setting_name(closest)}, paired ratio {v.ratio:.3f} [{_fmt_ci(v)}]"
+        near = f"next: {setting_name(closest)}, paired ratio {v.ratio:.3f} [{_fmt_ci(v)}] on {v.n} prompts"
     faster_points = [x for x in others if x["speedup"] > chosen["speedup"]]
     if not others:
         head, resolution = f"{setting_name(chosen)} is the only setting that passes the gates", "winner"
@@ -70,16 +71,33 @@ def _resolved_deploy(base: dict[str, Any], chosen: dict[str, Any], others: Seque
                    if faster_points else f" ({near})"))
         resolution = "equivalent"
     paying = [y for y in others if _pays(ivs[id(y)], slo) == "pays"]
+    through = None
     if _pays(ic, slo) != "pays" and paying:  # shown faster than plain through a setting that pays (_proven_to_pay)
         via = max(paying, key=lambda y: _lo(ivs[id(y)]) * _lo(pair[(id(chosen), id(y))]))
-        bound = _lo(ivs[id(via)]) * _lo(pair[(id(chosen), id(via))])
-        head += f"; faster than plain through {setting_name(via)} (S ≥ {bound:.3f})"
+        through = _shown_through(ic, via, ivs[id(via)], pair[(id(chosen), id(via))], slo)
+        head += f"; {through['text']}"
     out = {**_entry(base, chosen, ic, "deploy"), "resolution": resolution, "resolved": True,
            "equivalent_to": [setting_name(x) for x in others if vs[id(x)].verdict(margin) == EQUIVALENT],
-           "tied_with": [x["label"] for x in faster_points], "headline": head, "contenders": []}
-    out["reason"] = (f"{setting_name(chosen)} passes the gates: S = {ic.ratio:.2f} (90 % CI {_fmt_ci(ic)}); "
+           "tied_with": [x["label"] for x in faster_points], "headline": head, "contenders": [],
+           **({"shown_through": through} if through else {})}
+    level = f"{100 * interval_level(slo.decision_alpha):.0f} %"
+    out["reason"] = (f"{setting_name(chosen)} passes the gates: S = {ic.ratio:.2f} ({level} CI {_fmt_ci(ic)}); "
                      f"{head}.")
     return out
+
+
+def _shown_through(own: RatioInterval, via: Mapping[str, Any], iv_via: RatioInterval, ratio: RatioInterval,
+                   slo: SLO) -> dict[str, Any]:
+    """A deploy whose own S interval ``own`` does not clear ``min_ci_low``, shown faster than plain through
+    ``via`` (:func:`~specledger.gates.verdict_rules._proven_to_pay`): lo(S_via) · lo(S_chosen / S_via) clears it.
+    Each bound holds at ``1 − α`` over the race, so the chained one at ``1 − 2α`` at worst; ``text`` says so in
+    words, for the answer line."""
+    bound, name = _lo(iv_via) * _lo(ratio), setting_name(via)
+    level = 100 * interval_level(2 * slo.decision_alpha)
+    text = (f"its own interval [{_fmt_ci(own)}] is not above {slo.min_ci_low:g}; faster than plain shown through "
+            f"{name}: S ≥ {_lo(iv_via):.3f} ({name} vs plain, {iv_via.n} prompts) × {_lo(ratio):.3f} (paired ratio, "
+            f"{ratio.n} prompts) = {bound:.3f} at {level:.0f} %")
+    return {"setting": name, "bound": bound, "level": level / 100, "text": text}
 
 
 def _resolved_off(base: dict[str, Any], leader: dict[str, Any], il: RatioInterval, slo: SLO) -> dict[str, Any]:
@@ -104,10 +122,10 @@ def _open(base: dict[str, Any], focus: dict[str, Any], others: Sequence[dict[str
     il = ivs[id(shown)]
     rivals = [(x, pair[(id(focus), id(x))]) for x in others if not _within_margin(focus, x, ivs, pair, margin)
               or (not pays and leader is None and _pays(ivs[id(x)], slo) == "open")]  # could still pay: measure it
-    need = [n for _, v in rivals if (n := prompts_to_settle(v, margin)) is not None]
-    if unproven and (n := prompts_to_settle(ivs[id(focus)], margin)) is not None:
+    need = [n for _, v in rivals if (n := prompts_to_settle(v, margin, slo.decision_alpha)) is not None]
+    if unproven and (n := prompts_to_settle(ivs[id(focus)], margin, slo.decision_alpha)) is not None:
         need.append(n)
-    elif not pays and (n := prompts_to_settle(il, margin)) is not None:
+    elif not pays and (n := prompts_to_settle(il, margin, slo.decision_alpha)) is not None:
         need.append(n)
     lead = f"{setting_name(shown)} S {il.ratio:.2f} [{_fmt_ci(il)}]"
     if unproven and not rivals:
@@ -130,7 +148,8 @@ def _open(base: dict[str, Any], focus: dict[str, Any], others: Sequence[dict[str
            # what is open is between settings once one is proven to pay: more prompts need no plain run
            # ... unless nothing between settings is open (no rival): then S against plain is
            "needs_plain": unproven or not rivals or not (pays or leader is not None)}
-    out["reason"] = ((f"{lead} pays; " if pays else "Off until resolved: ") + f"not yet resolved: {head}"
+    out["reason"] = ((f"{lead} pays; " if pays or leader is not None else "Off until resolved: ")  # as decided
+                     + f"not yet resolved: {head}"
                      + (f"; ≈ {out['prompts_needed']} paired prompts would settle it." if need else "."))
     return out
 

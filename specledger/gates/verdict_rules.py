@@ -12,13 +12,16 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specledger.gates.paired import RatioInterval
+from specledger.analysis.paired import RatioInterval
+from specledger.analysis.sequential import cs_multiplier
 from specledger.gates.result import FAIL, GATES, NOT_ASSESSED
 from specledger.gates.slo import SLO
 from specledger.records import RequestRecord
 
-#: fewest paired prompts behind an equivalence ("within the margin", "no practical gain"): with 2-5 prompts the
-#: t interval's own variance estimate is too unsteady, and the race looks after every round (docs/decisions.md)
+#: fewest paired prompts behind an equivalence ("within the margin", "no practical gain"). The confidence sequence
+#: (:mod:`specledger.analysis.sequential`) already holds at every look and is unbounded below 4 prompts; its exactness
+#: at few prompts assumes normal per-prompt ratios, and 2-5 prompts are too few to show one odd prompt among them,
+#: so a claim that two figures are *close* waits for 6 (docs/decisions.md)
 MIN_EQUIVALENCE_PROMPTS = 6
 #: categories that are controls, never deployed: they show what the drafters do on input without structure
 CONTROL_CATEGORIES = frozenset({"random"})
@@ -98,16 +101,27 @@ def prompts_to_separate(a: dict[str, Any], b: dict[str, Any] | None = None, thre
     return max(n + 1, math.ceil(n * (width / gap) ** 2))
 
 
-def prompts_to_settle(iv: RatioInterval, margin: float) -> int | None:
-    """Paired prompts that would settle an open ratio, if its interval's log half-width shrinks as
-    1/sqrt(n) and the ratio stays put: until the interval excludes 1, or fits inside the margin."""
+def prompts_to_settle(iv: RatioInterval, margin: float, alpha: float = 0.05) -> int | None:
+    """Paired prompts that would settle an open ratio, if the per-prompt spread and the ratio stay put: the
+    smallest k with ``m_k · sd / √k`` below the room left (the interval excludes 1, or fits inside the margin),
+    where ``sd = half · √n / m_n`` is the spread behind the interval's log half-width now and ``m_k`` the
+    confidence sequence's multiplier (:func:`~specledger.analysis.sequential.cs_multiplier`; a fixed point, since
+    ``m_k`` moves slowly with k)."""
     if iv.n < 2 or not (math.isfinite(iv.lo) and math.isfinite(iv.hi) and iv.ratio > 0 and iv.lo > 0):
         return None
     half = (math.log(iv.hi) - math.log(iv.lo)) / 2
     room = max(abs(math.log(iv.ratio)), math.log(1 + margin) - abs(math.log(iv.ratio)))
-    if half <= 0 or room <= 0:
+    now = cs_multiplier(iv.n, alpha)
+    if half <= 0 or room <= 0 or not math.isfinite(now):
         return None
-    return max(iv.n + 1, math.ceil(iv.n * (half / room) ** 2))
+    sd, k = half * math.sqrt(iv.n) / now, iv.n + 1
+    for _ in range(20):
+        m = cs_multiplier(k, alpha)
+        nxt = max(iv.n + 1, math.ceil((m * sd / room) ** 2)) if math.isfinite(m) else 2 * k
+        if nxt == k:
+            break
+        k = nxt
+    return k
 
 
 def _marginal(s: Mapping[str, Any], names: Sequence[str]) -> list[str]:
@@ -195,9 +209,9 @@ def _lo(iv: RatioInterval) -> float:
 def _proven_to_pay(x: dict[str, Any], paying: Sequence[dict[str, Any]], ivs: Mapping[int, RatioInterval],
                    pair: Mapping[tuple[int, int], RatioInterval], slo: SLO) -> bool:
     """``x`` is proven faster than plain: its own paired interval against plain pays, or, through a setting
-    ``y`` that pays, ``lo(S_y) · lo(S_x / S_y) > min_ci_low`` (both one-sided bounds at α: the chained bound
-    holds at 2α at worst). A setting the rule would pick for being within the margin of the best is deployed
-    only once it is shown to beat plain itself."""
+    ``y`` that pays, ``lo(S_y) · lo(S_x / S_y) > min_ci_low`` (each bound wrong at some look of the race with
+    probability at most α: the chained bound holds at 2α at worst). A setting the rule would pick for being
+    within the margin of the best is deployed only once it is shown to beat plain itself."""
     if _pays(ivs[id(x)], slo) == "pays":
         return True
     return any(_lo(ivs[id(y)]) * _lo(pair[(id(x), id(y))]) > slo.min_ci_low for y in paying if y is not x)

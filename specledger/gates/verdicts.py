@@ -1,7 +1,8 @@
 """The decision per (category, temperature) at one load: which setting to deploy, or off -- resolved or open.
 
-Contenders are compared *paired*, on the prompts both ran (:mod:`specledger.gates.paired`: the ratio
-of their speed-ups, a Student-t interval of the ratio estimator, one-sided tests at ``slo.decision_alpha``).
+Contenders are compared *paired*, on the prompts both ran (:mod:`specledger.analysis.paired`: the ratio
+of their speed-ups, the ratio estimator's ``1 − slo.decision_alpha`` confidence sequence, which holds at every
+look of a race at once: :mod:`specledger.analysis.sequential`).
 A decision is **resolved** when
 
 - *winner*: the leader (highest S among the settings that pass every gate) pays (its S interval lies
@@ -28,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from specledger.gates.paired import PerPrompt, RatioInterval, setting_ratio, speedup_interval
+from specledger.analysis.paired import PerPrompt, RatioInterval, setting_ratio, speedup_interval
 from specledger.gates.result import GATES, NOT_ASSESSED, GateResult
 from specledger.gates.slo import SLO
 from specledger.gates.verdict_entries import (
@@ -61,10 +62,11 @@ from specledger.gates.verdict_rules import (
     repeated_ngram_fraction,
     setting_name,
 )
+from specledger.workloads.context_buckets import split_key
 
 
 def _interval_vs_plain(s: Mapping[str, Any], alpha: float) -> RatioInterval:
-    """S with its 1 − 2α interval: from the paired per-prompt totals when the scenario has them, else the
+    """S with its 1 − α interval: from the paired per-prompt totals when the scenario has them, else the
     scenario's own ``speedup_ci`` as given."""
     pp = s.get("per_prompt")
     if pp and pp.get("prompts"):
@@ -209,6 +211,8 @@ def verdicts(
         base = {"category": cat, "temperature": temp, "resolved": True, "tied_with": [], "equivalent_to": [],
                 "comparisons": [], "prompts_needed": None, "contenders": [],
                 "slo_out_of_reach": out_of_reach(plain_latency.get((cat, float(temp))), load)}
+        if (bucket := split_key(cat)[1]) is not None:  # decided per context bucket (mainjob/buckets.py)
+            base["context_bucket"] = bucket
         if cat in CONTROL_CATEGORIES:
             measured = [s for s in items if s.get("speedup") is not None]
             out.append(_control(base, measured, controls.get((cat, float(temp)))))

@@ -6,8 +6,16 @@ Extra target KV reserved for candidates, as a rough upper bound:
 
 plus, for a separate draft model, its weights and its own KV (B · (context + γ) · m_KV_draft).
 With paged KV (block size b tokens) the reservation per request rounds up to ⌈γ/b⌉·b tokens.
-This ignores lookahead slots, shared prefixes and tree layouts; the engine's allocator and
-logs are the real answer.
+A tree round writes one KV slot per node, so a tree's reservation counts its nodes, not its depth
+(:func:`candidate_tokens`). This ignores lookahead slots and shared prefixes; the engine's
+allocator and logs are the real answer.
+
+Bytes read, the other side of the KV (one formula for every bandwidth line and the ledger):
+
+    bytes read per step = W + B · c · m_KV
+
+the weights W once, plus every request's keys and values over its context of c tokens
+(:func:`step_read_bytes`; for plain decoding at B = 1 that is the bytes per token).
 """
 
 from __future__ import annotations
@@ -125,6 +133,27 @@ def reserved_candidate_tokens(gamma: int, block_size: int | None = None) -> int:
         return g
     require(block_size >= 1, f"block size {block_size} must be >= 1 token")
     return math.ceil(g / block_size) * block_size
+
+
+def candidate_tokens(gamma: int, tree_budget: int = 0) -> int:
+    """KV slots one request's candidates take in a round: the tree's nodes (``tree_budget``) for a tree, every
+    node written whatever the depth; γ for a chain (``tree_budget`` 0)."""
+    require(tree_budget >= 0, f"tree budget {tree_budget} is negative")
+    return int(tree_budget) if tree_budget else max(int(gamma or 0), 0)
+
+
+def kv_read_bytes(kv_bytes_per_token: float, context: float, batch: int = 1) -> float:
+    """KV bytes one step reads: B · c · m_KV (every request's keys and values over its ``context`` c, once)."""
+    require(kv_bytes_per_token >= 0, f"KV bytes per token {kv_bytes_per_token} is negative")
+    require(batch >= 0, f"batch size {batch} is negative; give B >= 0")
+    return float(batch) * max(float(context), 0.0) * float(kv_bytes_per_token)
+
+
+def step_read_bytes(weight_bytes: float, kv_bytes_per_token: float, context: float, batch: int = 1) -> float:
+    """Bytes one decode step (or verify round) reads: W + B · c · m_KV -- the weights once plus
+    :func:`kv_read_bytes`. At B = 1 this is plain decoding's bytes per token."""
+    require(weight_bytes >= 0, f"weight bytes {weight_bytes} is negative")
+    return float(weight_bytes) + kv_read_bytes(kv_bytes_per_token, context, batch)
 
 
 def candidate_kv_bytes(batch: int, gamma: int, kv_bytes_per_token: int, block_size: int | None = None) -> int:

@@ -68,7 +68,7 @@ def ledger_request(
     other_ms: str | None = None, optimal: bool = False, max_gamma: int = 16, tree_budget: int | None = None,
     sibling_acceptance: str | None = None, tree_max_depth: int | None = None, kv: str | None = None,
     batch: int = 1, kv_bytes: int | None = None, block_size: int | None = None, four_way: str | None = None,
-    example: bool = False,
+    example: bool = False, context: int | None = None, weight_bytes: float | None = None,
 ) -> LedgerRequest:
     """The request the ledger verb's options make (the options as typed; lists as comma-separated text)."""
     req = LedgerRequest(
@@ -88,6 +88,8 @@ def ledger_request(
         kv_bytes=kv_bytes,
         block_size=block_size,
         four_way=_numbers(four_way, "--four-way"),
+        context=context,
+        weight_bytes=weight_bytes,
     )
     for index, text in enumerate(round_ms or [], start=1):
         req.scenarios.append(

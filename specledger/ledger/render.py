@@ -165,7 +165,9 @@ def _memory(memory: dict[str, Any], console: Any) -> None:
         f"[bold]KV[/] {memory['model']}: {memory['layers']} layers × 2 × {memory['kv_heads']} kv heads × "
         f"{memory['head_dim']} head_dim × {memory['bytes_per_element']} B = {memory['kv_bytes_per_token']} B/token"
     )
-    table = Table(title=f"extra target KV for candidates, M ≈ B·γ·m_KV (B = {memory['batch']})")
+    tree = memory.get("tree")
+    rule = "M ≈ B·γ·m_KV" + (", a tree's B·nodes·m_KV" if tree is not None else "")
+    table = Table(title=f"extra target KV for candidates, {rule} (B = {memory['batch']})")
     for name in ("γ", "KiB / request", f"MiB for B={memory['batch']}"):
         table.add_column(name, justify="right")
     for row in memory["rows"]:
@@ -174,7 +176,24 @@ def _memory(memory: dict[str, Any], console: Any) -> None:
             _fmt(row["candidate_kv_bytes_per_request"] / 1024, 1),
             _fmt(row["candidate_kv_bytes"] / MIB, 2),
         )
+    if tree is not None:
+        table.add_row(f"tree {tree['nodes']} nodes", _fmt(tree["candidate_kv_bytes_per_request"] / 1024, 1),
+                      _fmt(tree["candidate_kv_bytes"] / MIB, 2))
     console.print(table)
+    if memory.get("step_read") is not None:
+        console.print("  " + step_read_text(memory["step_read"], memory["batch"], memory["kv_bytes_per_token"]))
+
+
+def step_read_text(read: dict[str, Any], batch: int, m_kv: int) -> str:
+    """The bytes one step reads, as one line: 'each step reads B·c·m_KV = 4 × 4096 × 46080 B = 720.0 MiB of KV
+    at context 4096 (+ 100.0 MiB weights = 820.0 MiB, KV 88 %)'."""
+    text = (f"each step (plain or verify round) reads B·c·m_KV = {batch} × {read['context']} × {m_kv} B = "
+            f"{read['kv_read_bytes_per_step'] / MIB:.1f} MiB of KV at context {read['context']}")
+    if read.get("read_bytes_per_step") is not None:
+        share = read["kv_share"]
+        text += (f" (+ {read['weight_bytes'] / MIB:.1f} MiB weights = {read['read_bytes_per_step'] / MIB:.1f} MiB"
+                 + (f", KV {100 * share:.0f} %)" if share is not None else ")"))
+    return text
 
 
 def _quant(quant: dict[str, Any], console: Any) -> None:

@@ -25,7 +25,7 @@ from specledger.ledger.acceptance import (
     survival_from_chain,
 )
 from specledger.ledger.fourway import compare_quant_and_spec
-from specledger.ledger.memory import load_kv_shape, speculation_memory
+from specledger.ledger.memory import kv_read_bytes, load_kv_shape, speculation_memory, step_read_bytes
 from specledger.ledger.speedup import (
     CostModel,
     LedgerRow,
@@ -69,6 +69,8 @@ class LedgerRequest:
     kv_bytes: int | None = None
     block_size: int | None = None
     four_way: list[float] | None = None
+    context: int | None = None  # tokens already in each request's KV cache (the KV every step reads)
+    weight_bytes: float | None = None  # bytes of weights one step reads (with context: bytes read per step)
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,13 @@ def _check_request(req: LedgerRequest, acc: _Acceptance | None) -> None:
         "--tree-budget, --kv, --four-way or --example",
     )
     require(req.max_gamma >= 1, f"--max-gamma {req.max_gamma} must be >= 1")
+    require(req.context is None or req.kv is not None,
+            "--context needs --kv (the model whose KV a step reads), e.g. --kv smollm2 --context 4096")
+    require(req.weight_bytes is None or req.context is not None,
+            "--weight-bytes needs --context (bytes read per step = weights + B·context·m_KV)")
+    require(req.context is None or req.context >= 0, f"--context {req.context} must be >= 0 tokens")
+    require(req.weight_bytes is None or (math.isfinite(req.weight_bytes) and req.weight_bytes >= 0),
+            f"--weight-bytes {req.weight_bytes} must be >= 0 bytes")
     if req.base_ms is not None:
         require(
             math.isfinite(req.base_ms) and req.base_ms > 0, f"--base-ms {req.base_ms} must be a positive ms"
@@ -292,10 +301,11 @@ def _tree_section(req: LedgerRequest) -> dict[str, Any]:
 
 
 def _memory_section(req: LedgerRequest, gammas: list[int]) -> dict[str, Any]:
-    """The extra target KV the candidates take per γ, for one request and for the batch."""
+    """The extra target KV the candidates take per γ (and per tree of ``--tree-budget`` nodes: every node
+    takes a slot), for one request and for the batch; with ``--context``, the KV every step reads."""
     require(req.batch >= 1, f"--batch {req.batch} must be >= 1")
     shape = load_kv_shape(req.kv, req.kv_bytes)
-    return {
+    section = {
         "model": req.kv,
         "layers": shape.layers,
         "kv_heads": shape.kv_heads,
@@ -317,6 +327,29 @@ def _memory_section(req: LedgerRequest, gammas: list[int]) -> dict[str, Any]:
             for g in gammas
         ],
     }
+    if req.tree_budget:
+        section["tree"] = {
+            "nodes": req.tree_budget,
+            "candidate_kv_bytes_per_request": speculation_memory(shape, 1, req.tree_budget, block_size=req.block_size
+                                                                 ).total,
+            "candidate_kv_bytes": speculation_memory(shape, req.batch, req.tree_budget, block_size=req.block_size
+                                                     ).total,
+        }
+    if req.context is not None:
+        section["step_read"] = _step_read(shape.bytes_per_token, req.context, req.batch, req.weight_bytes)
+    return section
+
+
+def _step_read(m_kv: int, context: int, batch: int, weight_bytes: float | None) -> dict[str, Any]:
+    """What one step (a plain step or a verify round) reads at ``context``: the KV B·c·m_KV, and with the weights
+    W the total W + B·c·m_KV and the KV's share of it (:func:`specledger.ledger.memory.step_read_bytes`)."""
+    kv = kv_read_bytes(m_kv, context, batch)
+    out: dict[str, Any] = {"context": context, "kv_read_bytes_per_step": kv, "weight_bytes": weight_bytes,
+                           "read_bytes_per_step": None, "kv_share": None}
+    if weight_bytes is not None:
+        total = step_read_bytes(weight_bytes, m_kv, context, batch)
+        out.update(read_bytes_per_step=total, kv_share=kv / total if total > 0 else None)
+    return out
 
 
 def _quant_section(req: LedgerRequest) -> dict[str, Any]:

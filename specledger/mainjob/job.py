@@ -9,8 +9,9 @@ interrupted run loses at most the prompt that was in flight.
 Fairness on a noisy machine: for each prompt (and temperature) the plain baseline and every speculative
 setting run side by side, one round of each in turn (:mod:`specledger.engine.interleave`: each request
 solo, with its own KV cache and a clock that stops while the others run), so the machine's drift hits
-all settings alike and cancels in their speed-ups. ``RunPlan.interleave_rounds = False`` runs them one
-after the other instead.
+all settings alike and cancels in their speed-ups. What does not cancel (another process taking a core for
+part of a prompt) is watched for, and such a prompt measured once more (:mod:`specledger.mainjob.disturbance`).
+``RunPlan.interleave_rounds = False`` runs them one after the other instead.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from warnings import warn
 
 from specledger.engine.protocol import TargetEngine
 from specledger.errors import SpecLedgerError, SpecLedgerWarning, require
+from specledger.mainjob.disturbance import DISTURBED_EXPERIMENT, RunWatch
+from specledger.mainjob.disturbance import EXTRA_KEY as DISTURBANCE_KEY
 from specledger.mainjob.plan import (
     DEFAULT_BUDGET_S,
     DEFAULT_CATEGORIES,
@@ -53,12 +56,14 @@ from specledger.mainjob.prompts import (
     RUN_SURFACE_REPEATS,
     PromptPool,
     Workload,
+    context_candidates,
     done_keys,
     load_items,
     measure_run_surface,
     surface_contexts,
+    traffic_counts,
 )
-from specledger.records import setting_label
+from specledger.records import EXPERIMENT_KEY, setting_label
 from specledger.rundir import SURFACE_KEY, RunDir
 
 Progress = Callable[[int, int, str], None]
@@ -108,12 +113,13 @@ class Executor:
     each scored for quality and tagged with its output budget and the process's peak memory."""
 
     def __init__(self, rd: RunDir, plan: RunPlan, engine: TargetEngine, workload: Workload, drafters: DrafterSet,
-                 progress: Progress | None) -> None:
+                 progress: Progress | None, watch: RunWatch | None = None) -> None:
         from specledger.engine.interleave import SideBySide
 
         self.rd, self.plan, self.engine, self.workload, self.drafters = rd, plan, engine, workload, drafters
         self.progress = progress
         self.side_by_side = SideBySide()
+        self.watch = watch or RunWatch()
 
     def request(self, job: Job) -> tuple[TargetEngine, list[int], dict[str, Any]]:
         from specledger.engine.sampling import SamplingParams
@@ -136,7 +142,7 @@ class Executor:
             if self.progress:
                 what = ", ".join(setting_label(j.drafter, j.gamma, j.tree_budget) for j in group)
                 self.progress(finished, total, f"{item.category} T={group[0].temperature:g}: {what}")
-            records = self.side_by_side.run([self.request(job) for job in group])
+            records = self.measure(group, item)
             for rec in records:
                 rec.category = item.category
                 rec.prompt_id = item.id
@@ -149,6 +155,29 @@ class Executor:
             finished += len(group)
         return finished
 
+    def measure(self, group: Sequence[Job], item: Any) -> list[Any]:
+        """One prompt's group side by side, watched (:mod:`specledger.mainjob.disturbance`): measured once more
+        when the machine was disturbed and the rule allows, the first records then appended under experiment
+        ``disturbed`` (kept, out of the figures) and the drafters' cross-request state rewound first."""
+        drafters = [self.drafters.for_job(job) for job in group]
+        saved = [d.checkpoint() for d in drafters]
+        start = self.watch.start()
+        records = self.side_by_side.run([self.request(job) for job in group])
+        entry = self.watch.judge(start, records)
+        if self.watch.remeasure(entry):
+            for rec in records:
+                rec.category, rec.prompt_id = item.category, item.id
+                rec.extra.update({EXPERIMENT_KEY: DISTURBED_EXPERIMENT, DISTURBANCE_KEY: entry})
+            self.rd.append(records)
+            for d, state in zip(drafters, saved):
+                d.rewind(state)
+            start = self.watch.start()
+            records = self.side_by_side.run([self.request(job) for job in group])
+            entry = self.watch.judge(start, records, second=True)
+        for rec in records if entry else []:
+            rec.extra[DISTURBANCE_KEY] = entry
+        return records
+
 
 def run(
     run_dir: Path,
@@ -159,6 +188,7 @@ def run(
     on_warning: Callable[[str], None] | None = None,
     slo: Any = None,
     started: float | None = None,
+    watch: RunWatch | None = None,
 ) -> Path:
     """Execute (or continue) the plan into ``run_dir``; returns the trace path. ``on_warning`` hears
     each workload warning (a bad JSONL line, a prompt over the budget) as the run starts; run.json
@@ -167,19 +197,23 @@ def run(
     ``time.monotonic()`` reading; default now) + the budget, less :data:`REPORT_RESERVE_S`.
 
     Phases: measure (the initial prompts of every setting), race (more prompts where decisions are open),
-    load points (the settings the race left, at every load > 1)."""
+    load points (the settings the race left, at every load > 1). Every prompt's group is watched for a
+    disturbed machine (``watch``, default :class:`~specledger.mainjob.disturbance.RunWatch` priced by the run's
+    cost surface) and measured once more when it was."""
     started = time.monotonic() if started is None else started
     plan.validate()
     run_dir.mkdir(parents=True, exist_ok=True)
     rd = RunDir(run_dir)
     items, warnings = load_items(plan, engine.model.config.vocab_size)
     workload = Workload(plan, engine)
+    items = workload.split_by_context(items, context_candidates(plan))
     workload.register(items)
     _report_warnings(plan, warnings, workload.skipped, on_warning)
     room = engine.max_context - plan.max_tokens - 1
     require(max(plan.tree_budgets) <= room, f"tree budget {max(plan.tree_budgets)} exceeds the cache's room "
             f"({room} positions past max_tokens in a {engine.max_context}-token context); lower --tree-budgets")
-    require(bool(workload.by_id), "no workload item fits the prompt budget; raise --max-prompt-tokens")
+    require(bool(workload.by_id), "no workload item fits the prompt budget and the model's context; give shorter "
+            "prompts or a lower --max-tokens")
     drafters = DrafterSet(plan, engine)
     meta = _start_meta(rd, plan, engine, workload, warnings, drafters.info, resume, progress)
     if plan.budget_s is not None:
@@ -187,7 +221,7 @@ def run(
     rd.write_meta(meta)
     if resume:
         _repair(rd)
-    execute = Executor(rd, plan, engine, workload, drafters, progress)
+    execute = Executor(rd, plan, engine, workload, drafters, progress, watch or run_watch(meta[SURFACE_KEY]))
     initial_ids = [pid for pid in workload.by_id if pid in {it.id for it in items}]
     jobs = plan_jobs(initial_ids, plan)
     done = done_keys(rd) if resume else set()
@@ -214,14 +248,24 @@ def run(
     return rd.trace_path
 
 
+def run_watch(surface: dict[str, Any]) -> RunWatch:
+    """The run's disturbance watch, its plain steps priced by the verify cost surface measured at the start (a
+    1-row forward at the step's context)."""
+    from specledger.cost.surface import CostSurface
+
+    priced = CostSurface.from_dict(surface)
+    return RunWatch(expected=lambda context: priced.round_s(1, context))
+
+
 def _report_warnings(plan: RunPlan, warnings: Sequence[str], skipped: Sequence[str],
                      on_warning: Callable[[str], None] | None) -> None:
     """Each workload warning and skipped prompt to ``on_warning``, prefixed with the workload file."""
     if on_warning is None:
         return
-    path = str(plan.workload_file or "")
+    from specledger.workloads.jsonl import workload_warning
+
     for message in list(warnings) + [f"skipped {m}" for m in skipped]:
-        on_warning(message if path and message.startswith(path) else f"workload {path}: {message}".replace(" :", ":"))
+        on_warning(workload_warning(plan.workload_file, message))
 
 
 def _start_meta(rd: RunDir, plan: RunPlan, engine: TargetEngine, workload: Workload, warnings: list[str],
@@ -243,6 +287,9 @@ def _start_meta(rd: RunDir, plan: RunPlan, engine: TargetEngine, workload: Workl
         "config": asdict(plan),
         "drafters": drafter_info,
         "workload_warnings": warnings,
+        # the one recommendation for all the traffic (specledger.gates.mix): --mix, else the workload's shares
+        "traffic_mix": plan.mix,
+        "traffic_counts": traffic_counts(plan),
         "skipped_prompts": workload.skipped,
         "prompts": workload.facts(),
     }
@@ -292,7 +339,7 @@ def _race(rd: RunDir, plan: RunPlan, workload: Workload, execute: Executor, done
 
     log = RaceLog(budget_s=float(plan.budget_s), started=started)
     by_id = workload.by_id
-    pool = PromptPool(plan, set(by_id) | used)
+    pool = PromptPool(plan, set(by_id) | used, workload.bucket)
     settings = [Setting(d, g, b) for d in plan.drafters for g in plan.gammas_for(d) for b in plan.tree_budgets]
     counter = {"n": 0}
 

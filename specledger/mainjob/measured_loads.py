@@ -93,8 +93,8 @@ def measured_keys(run: RunDir, slo: Any = None) -> dict[int, Any]:
 
     records = run.records_so_far()
     slo = with_measured_margin(slo or SLO(), main_records(records))
-    solo = [{**v, "load": 1} for v in solo_decisions(records, slo, n_resamples=0)]
-    at = analyze_loads(records, run.meta(), slo, control_repetition(main_records(records)), n_resamples=0)
+    solo = [{**v, "load": 1} for v in solo_decisions(records, slo)]
+    at = analyze_loads(records, run.meta(), slo, control_repetition(main_records(records)))
     return decision_keys(solo + at["verdicts"])
 
 

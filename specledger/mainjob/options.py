@@ -42,6 +42,7 @@ class RunOptions:
     budget: str | None = None
     verbose: bool = False
     sequential: bool = False
+    mix: str | None = None
 
 
 def _csv(text: str | None, cast=str) -> list | None:
@@ -94,14 +95,21 @@ def budget_floor_s(plan: RunPlan) -> tuple[float, str]:
 def check_inputs(plan: RunPlan) -> list[str]:
     """Every check of ``run``'s inputs that needs no model, made before a run folder exists or anything is
     measured: the plan's own rules, the workload file read by the one reader ``run`` and ``probe`` share
-    (:func:`specledger.workloads.load_jsonl`: a missing file or a malformed line is one error naming it), and
-    ``--budget`` against :func:`budget_floor_s`. Returns the workload's warnings (folded per kind)."""
+    (:func:`specledger.workloads.load_jsonl`: a missing file or a malformed line is one error naming it),
+    ``--mix`` against the categories the run measures, and ``--budget`` against :func:`budget_floor_s`.
+    Returns the workload's warnings (folded per kind)."""
     plan.validate()
     warnings: list[str] = []
+    categories = list(plan.categories)
     if plan.workload_file:
         from specledger.workloads.jsonl import load_jsonl
 
-        warnings = load_jsonl(plan.workload_file)[1]
+        items, warnings = load_jsonl(plan.workload_file)
+        categories = [it.category for it in items]
+    if plan.mix:  # a category the run will not measure fails here, as probe's --mix does
+        from specledger.gates.mix import mix_weights
+
+        mix_weights(categories, given=plan.mix)
     if plan.budget_s:
         need, how = budget_floor_s(plan)
         if plan.budget_s < need:
@@ -132,6 +140,8 @@ def plan_from_options(opts: RunOptions, budget_s: float | None | bool) -> tuple[
     default) with every option given over it; ``budget_s`` is :func:`parse_budget`'s reading."""
     if opts.resume is not None:
         return resumed_plan(opts.resume), opts.resume
+    from specledger.gates.mix import parse_mix
+
     plan = preset("quick" if opts.quick else "full" if opts.full else "default")
     for attr, value in (
         ("categories", _csv(opts.categories)), ("drafters", _csv(opts.drafters)), ("gammas", _csv(opts.gammas, int)),
@@ -142,6 +152,7 @@ def plan_from_options(opts: RunOptions, budget_s: float | None | bool) -> tuple[
         ("loads", parse_loads(opts.loads, allow_range=True)),
         ("locate_loads", is_load_range(opts.loads) if opts.loads is not None else None),
         ("simulate_loads", parse_loads(opts.simulate_loads, "--simulate-loads", "64,256", allow_none=True)),
+        ("mix", parse_mix(opts.mix)),
     ):
         if value is not None:
             setattr(plan, attr, value)

@@ -29,10 +29,12 @@ SIMULATED_LOADS = (64,)
 DEFAULT_BUDGET_S = 360.0
 #: ``--quick``'s budget
 QUICK_BUDGET_S = 150.0
-#: prompts per category before racing: 2, the least that gives an interval (Student's t with 1 degree of
-#: freedom, 6.3 at α = 0.05, so only large differences -- a drafter at half plain's speed -- resolve there);
-#: the race adds prompts only where decisions stay open
+#: prompts per category before racing: 2, the least a per-prompt spread needs; the decisions' confidence
+#: sequence (:mod:`specledger.analysis.sequential`) gives no interval below 4 prompts, so every category races at
+#: least one round, with every setting still in it; the race adds prompts only where decisions stay open
 DEFAULT_INITIAL_PROMPTS = 2
+#: the prompt budget of the ``long`` category (documents to about 5k tokens; the default target holds 8k)
+LONG_MAX_PROMPT_TOKENS = 6144
 #: kept back from the budget for the summary, the report and the simulated loads after the race
 REPORT_RESERVE_S = 30.0
 #: output budgets where the task metric needs room: HumanEval a whole function, ASDiv a stated answer
@@ -86,9 +88,23 @@ class RunPlan:
     budget_s: float | None = None
     #: prompts added per open category and race round
     race_step: int = 2
+    #: the traffic's shares per category for the one recommendation over all of them (``--mix``,
+    #: :func:`specledger.gates.mix.parse_mix`); None: each category's share of the workload's requests
+    mix: dict[str, float] | None = None
+    #: decide per context bucket where a category's prompts fall in two or more (:mod:`specledger.mainjob.buckets`)
+    context_buckets: bool = True
 
     def max_tokens_for(self, category: str) -> int:
         return int(self.category_max_tokens.get(category, self.max_tokens))
+
+    def max_prompt_tokens_for(self, category: str) -> int:
+        """The prompt budget: ``max_prompt_tokens`` for the built-in categories (it keeps a preset's time in check),
+        at least :data:`LONG_MAX_PROMPT_TOKENS` for ``long``, and none but the model's context for a workload
+        file's prompts (they are the user's traffic)."""
+        if self.workload_file:
+            return 1 << 30
+        long = category.partition("@")[0] == "long"
+        return max(self.max_prompt_tokens, LONG_MAX_PROMPT_TOKENS) if long else self.max_prompt_tokens
 
     def gammas_for(self, drafter: str) -> list[int]:
         neural = drafter in ("layerskip", "quant-self", "model", "head")
@@ -139,7 +155,8 @@ def preset(name: str) -> RunPlan:
                        loads=list(DEFAULT_LOADS), locate_loads=True, category_max_tokens=dict(QUALITY_MAX_TOKENS),
                        simulate_loads=list(SIMULATED_LOADS), budget_s=DEFAULT_BUDGET_S)
     if name == "full":
-        return RunPlan(n_per_category=8, gammas=[1, 2, 3, 4, 6, 8], model_gammas=None, temperatures=[0.0, 0.8],
+        return RunPlan(categories=[*DEFAULT_CATEGORIES[:-1], "long", "random"], n_per_category=8,
+                       gammas=[1, 2, 3, 4, 6, 8], model_gammas=None, temperatures=[0.0, 0.8],
                        max_tokens=256, max_prompt_tokens=6144, side_experiments=True, loads=list(FULL_LOADS),
                        simulate_loads=list(SIMULATED_LOADS))
     raise SpecLedgerError(f"unknown preset {name!r}; use quick, default or full")

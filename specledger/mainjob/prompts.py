@@ -5,13 +5,15 @@ contexts (:func:`measure_run_surface`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from specledger.engine.protocol import TargetEngine
+from specledger.mainjob.buckets import BUCKETED_BUILTIN, CANDIDATES, bucketed_item, split_initial
 from specledger.mainjob.plan import RunPlan
 from specledger.records import EXPERIMENT_KEY
 from specledger.rundir import RunDir
+from specledger.workloads.context_buckets import bucket_of, split_key
 
 
 def done_keys(run: RunDir) -> set[tuple[str, str, int, float, int]]:
@@ -41,45 +43,84 @@ def load_items(plan: RunPlan, vocab_size: int):
     return items, warnings
 
 
+def traffic_counts(plan: RunPlan) -> dict[str, int]:
+    """Requests per category of the workload, the mix's default shares (:func:`specledger.gates.mix.mix_weights`):
+    a workload file's lines per category, else ``n_per_category`` for every built-in category."""
+    if not plan.workload_file:
+        return {c: plan.n_per_category for c in plan.categories}
+    from specledger.workloads.jsonl import load_jsonl
+
+    counts: dict[str, int] = {}
+    for it in load_jsonl(plan.workload_file)[0]:
+        counts[it.category] = counts.get(it.category, 0) + 1
+    return counts
+
+
 class PromptPool:
     """The race's supply of unused prompts per category: the bundled datasets in their seeded, prefix-stable
-    order (:func:`specledger.workloads.catalog.load_category`), or a workload file's remaining lines."""
+    order (:func:`specledger.workloads.catalog.load_category`), or a workload file's remaining lines. A context
+    bucket's decision key (``"long@2-4k"``) draws its category's prompts that fall in that bucket (``bucket_of``:
+    a prompt's bucket, None when it does not fit)."""
 
-    def __init__(self, plan: RunPlan, used: set[str]) -> None:
-        self.plan, self.used = plan, used
+    def __init__(self, plan: RunPlan, used: set[str], bucket_of: Callable[[Any], str | None] | None = None) -> None:
+        self.plan, self.used, self.bucket_of = plan, used, bucket_of
         self._cache: dict[str, list[Any]] = {}
         self._asked: dict[str, int] = {}
-        self._file: dict[str, list[Any]] | None = None
-        if plan.workload_file:
-            from specledger.workloads.jsonl import load_jsonl
+        self._file = file_items(plan)
 
-            self._file = {}
-            for it in load_jsonl(plan.workload_file)[0]:
-                self._file.setdefault(it.category, []).append(it)
-
-    def _bundled(self, category: str, k: int) -> list[Any]:
-        """The category's items in their seeded order, loaded once and extended when a race needs more."""
+    def _bundled(self, category: str, k: int, wanted: Callable[[Any], bool]) -> list[Any]:
+        """The category's items in their seeded order, loaded once and extended while fewer than ``k`` unused ones
+        are ``wanted`` and the source has more."""
         from specledger.workloads.catalog import load_category
 
         have = self._cache.get(category, [])
-        unused = sum(it.id not in self.used for it in have)
-        if unused < k and (not have or len(have) >= self._asked.get(category, 0)):
+        while sum(it.id not in self.used and wanted(it) for it in have) < k and \
+                (not have or len(have) >= self._asked.get(category, 0)):
             self._asked[category] = 2 * len(have) + 64
             have = self._cache[category] = load_category(category, self._asked[category], seed=self.plan.seed)
         return have
 
     def more(self, category: str, k: int) -> list[Any]:
-        """Up to ``k`` items of ``category`` not used yet (none for the random control)."""
+        """Up to ``k`` items of ``category`` (or of its bucket) not used yet (none for the random control)."""
+        base, bucket = split_key(category)
+
+        def wanted(it: Any) -> bool:
+            return bucket is None or self.bucket_of is None or self.bucket_of(it) == bucket
+
         if self._file is not None:
-            pool = self._file.get(category, [])
-        elif category == "random":
+            pool = self._file.get(base, [])
+        elif base == "random":
             return []
         else:
-            pool = self._bundled(category, k)
-        out = [it for it in pool if it.id not in self.used][:k]
+            pool = self._bundled(base, k, wanted)
+        out = [it for it in pool if it.id not in self.used and wanted(it)][:k]
         self.used.update(it.id for it in out)
         return out
 
+
+def file_items(plan: RunPlan) -> dict[str, list[Any]] | None:
+    """A workload file's items per category, in file order (None without a file)."""
+    if not plan.workload_file:
+        return None
+    from specledger.workloads.jsonl import load_jsonl
+
+    out: dict[str, list[Any]] = {}
+    for it in load_jsonl(plan.workload_file)[0]:
+        out.setdefault(it.category, []).append(it)
+    return out
+
+
+def context_candidates(plan: RunPlan) -> dict[str, list[Any]]:
+    """Per text category, the prompts whose lengths decide whether it is split by context bucket: a workload file's
+    lines, or the first :data:`~specledger.mainjob.buckets.CANDIDATES` of a built-in category's order (only those
+    of :data:`~specledger.mainjob.buckets.BUCKETED_BUILTIN`: the others' prompts are short by design)."""
+    if not plan.context_buckets:
+        return {}
+    if (file := file_items(plan)) is not None:
+        return file
+    from specledger.workloads.catalog import load_category
+
+    return {c: load_category(c, CANDIDATES, seed=plan.seed) for c in plan.categories if c in BUCKETED_BUILTIN}
 
 
 class Workload:
@@ -91,20 +132,58 @@ class Workload:
         self.encoded: dict[str, list[int]] = {}
         self.by_id: dict[str, Any] = {}
         self.skipped: list[str] = []
+        #: categories decided per context bucket, and their buckets (:mod:`specledger.mainjob.buckets`)
+        self.bucketed: dict[str, list[str]] = {}
+        self._lengths: dict[str, list[int]] = {}
+
+    def _tokens(self, item: Any) -> list[int]:
+        from specledger.workloads import encode_item
+
+        if item.id not in self._lengths:
+            self._lengths[item.id] = encode_item(self.engine.loaded, item)
+        return self._lengths[item.id]
+
+    def fits(self, item: Any, length: int) -> bool:
+        """Whether a prompt of ``length`` tokens fits the prompt budget and the context with its output."""
+        plan = self.plan
+        return length <= plan.max_prompt_tokens_for(item.category) and \
+            length + plan.max_tokens_for(item.category) + max(plan.tree_budgets) <= self.engine.max_context
+
+    def why_not(self, item: Any, length: int) -> str:
+        """Why a prompt of ``length`` tokens is skipped (it does not :meth:`fits`)."""
+        cap, out = self.plan.max_prompt_tokens_for(item.category), self.plan.max_tokens_for(item.category)
+        if length > cap:
+            return f"{item.id}: prompt of {length} tokens is over the prompt budget of {cap} tokens"
+        return (f"{item.id}: prompt of {length} tokens + {out} output tokens does not fit the model's "
+                f"{self.engine.max_context}-token context")
+
+    def length(self, item: Any) -> int | None:
+        """The prompt's token count, None when it does not fit (:meth:`fits`)."""
+        n = len(self._tokens(item))
+        return n if self.fits(item, n) else None
+
+    def bucket(self, item: Any) -> str | None:
+        """The context bucket of a prompt that fits, else None."""
+        n = self.length(item)
+        return None if n is None else bucket_of(n)
+
+    def split_by_context(self, items: Sequence[Any], candidates: dict[str, Sequence[Any]]) -> list[Any]:
+        """The initial items with the categories that span context buckets split into them
+        (:func:`specledger.mainjob.buckets.split_initial`); remembers which, for the race's prompts."""
+        keep_all = bool(self.plan.workload_file) and self.plan.budget_s is None  # a file without a budget: every line
+        items, self.bucketed = split_initial(items, candidates, self.length, self.plan.n_per_category, keep_all)
+        return items
 
     def register(self, new_items: Sequence[Any]) -> list[str]:
         """Encode items that fit the prompt budget into ``encoded`` / ``by_id``; returns their ids."""
-        from specledger.workloads import encode_item
-
-        plan, engine = self.plan, self.engine
         ids = []
         for it in new_items:
-            tokens = encode_item(engine.loaded, it)
-            if len(tokens) > plan.max_prompt_tokens or \
-                    len(tokens) + plan.max_tokens_for(it.category) + max(plan.tree_budgets) > engine.max_context:
-                self.skipped.append(f"{it.id}: prompt of {len(tokens)} tokens is over --max-prompt-tokens "
-                                    f"{plan.max_prompt_tokens}")
+            tokens = self._tokens(it)
+            if not self.fits(it, len(tokens)):
+                self.skipped.append(self.why_not(it, len(tokens)))
                 continue
+            if split_key(it.category)[0] in self.bucketed and split_key(it.category)[1] is None:
+                it = bucketed_item(it, bucket_of(len(tokens)))
             self.encoded[it.id], self.by_id[it.id] = tokens, it
             ids.append(it.id)
         return ids

@@ -10,6 +10,10 @@ there and runs no more prompts (its figures so far stay in the trace and the rep
 when every decision is resolved, the prompt pools are exhausted, or the budget is spent; a prompt
 group is only started when its estimated time (the median of that category's groups so far) fits.
 
+Looking after every round costs the decisions nothing in validity: every interval they read is a confidence
+sequence (:mod:`specledger.analysis.sequential`), so over a whole race, however many rounds it runs and whenever it
+stops, each call is wrong with probability at most ``decision_alpha`` (docs/decisions.md, "The paired test").
+
 The race's log (rounds, drops, why it stopped) goes into ``run.json`` under ``race`` and from there
 into ``summary.json``.
 """
@@ -72,7 +76,7 @@ def decisions_so_far(records: Sequence[Any], slo: Any = None) -> list[dict[str, 
     from specledger.gates import SLO, with_measured_margin
     from specledger.gates.solo import solo_decisions
 
-    return solo_decisions(records, with_measured_margin(slo or SLO(), records), n_resamples=0)
+    return solo_decisions(records, with_measured_margin(slo or SLO(), records))
 
 
 def contenders(verdict: dict[str, Any]) -> list[str]:

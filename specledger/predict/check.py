@@ -204,7 +204,9 @@ def scenario_predictions(records: Iterable[RequestRecord], check: dict[str, Any]
                          inputs: tuple[Any, Any] | None = None) -> dict[tuple, dict[str, Any]]:
     """{(category, temperature, drafter, gamma): {"speedup", "kind"}}: the end-to-end model's speed-up of
     every measured static-γ setting of the check's temperature — held out (fitted without that γ, from
-    ``check``) where the drafter ran two or more γ's, in sample (fitted on everything) otherwise."""
+    ``check``) where the drafter ran two or more γ's, in sample (fitted on everything) otherwise; both on the
+    setting's prompts measured with plain, priced at their window levels, as the check and the S-vs-γ curve
+    (:mod:`specledger.predict.gamma`) are."""
     recs = usable(records)
     if not recs:
         return {}
@@ -219,18 +221,15 @@ def scenario_predictions(records: Iterable[RequestRecord], check: dict[str, Any]
     surface, replay = inputs if inputs is not None else run_forecast_inputs(recs, meta)
     cost = fit_cost_model(recs, n_boot=0, surface=surface)
     acc = AcceptanceModel.from_records(recs)
-    from specledger.predict.gamma import infer_max_tokens
+    from specledger.predict.gamma import infer_max_tokens, plain_prompts
 
-    max_tokens = infer_max_tokens(recs)
-    plain_prompts: dict[str, set[str]] = defaultdict(set)
-    for r in recs:
-        if r.drafter == "none":
-            plain_prompts[r.category or "default"].add(_pid(r))
+    max_tokens, paired, window = infer_max_tokens(recs), plain_prompts(recs), window_levels(cost, recs)
     for cat, drafter, g in missing:
-        chains = [c for c in acc.requests(cat, drafter) if c.prompt_id in plain_prompts[cat] and g in c.gammas]
+        chains = [c for c in acc.requests(cat, drafter) if c.prompt_id in paired[cat] and g in c.gammas]
         for c in chains:
             c.max_tokens = max_tokens if c.max_tokens is None else c.max_tokens
-        p = predict_category(cost, acc, cat, drafter, g, chains=chains, n_boot=0, replay=replay) if chains else None
+        p = (predict_category(cost, acc, cat, drafter, g, chains=chains, n_boot=0, replay=replay, window=window)
+             if chains else None)
         if p is not None:
             out[(cat, temp, drafter, g)] = {"speedup": p.predicted_speedup, "kind": "in sample"}
     return out

@@ -486,12 +486,13 @@ def predict_run(cost: CostModel, acc: AcceptanceModel, drafter: str, gamma: int,
 
 
 def gamma_curve(cost: CostModel, acc: AcceptanceModel, category: str, drafter: str, max_gamma: int,
-                chains: Sequence[RequestChain] | None = None, replay: Replayer | None = None) -> list[dict[str, Any]]:
-    """Predicted end-to-end S(γ) for γ = 0..max_gamma (γ = 0: plain decoding, S = 1), with E[L] per round
-    and the mean round time; positions beyond the measured ones follow ``acc.assumption``."""
+                chains: Sequence[RequestChain] | None = None, replay: Replayer | None = None,
+                window: Mapping[str, ForwardX] | None = None) -> list[dict[str, Any]]:
+    """Predicted end-to-end S(γ) for γ = 0..max_gamma (γ = 0: plain decoding, S = 1), with E[L] per round and the
+    mean round time; positions beyond measured ones follow ``acc.assumption``; ``window`` as in predict_category."""
     curve: list[dict[str, Any]] = []
     for g in range(0, max_gamma + 1):
-        p = predict_category(cost, acc, category, drafter, g, chains=chains, n_boot=0, replay=replay)
+        p = predict_category(cost, acc, category, drafter, g, chains=chains, n_boot=0, replay=replay, window=window)
         if p is None:
             break
         curve.append({"gamma": g, "el": p.extra["el"], "t_round_ms": p.extra["t_round_ms"],

@@ -21,6 +21,10 @@ Definitions differ from the probe's, and are mapped by meaning, not by name:
 * ``request_latency`` is in seconds (shown in ms as ``e2el_ms``); the throughputs are the means of
   guidellm's rate distributions (``output_tokens_per_second``, ``requests_per_second``).
 
+guidellm 0.2 / 0.3 reports (``src/guidellm/benchmark/benchmark.py`` of those releases: no ``metadata``, the
+strategy under ``args.strategy``, the request counts in the benchmark's own ``request_totals``, no
+``output_tokens_per_iteration``) are read with the same keys: their tokens per chunk are not measured (None).
+
 guidellm measures from the client only: there are no spec-decode counters in its report.
 """
 
@@ -95,12 +99,15 @@ def benchmark_summary(bench: Any, index: int) -> dict[str, Any]:
     where = f"benchmarks[{index}]."
     bench = _object(bench, f"benchmarks[{index}]")
     metrics = _object(bench.get("metrics"), f"{where}metrics")
-    totals = _object(metrics.get("request_totals"), f"{where}metrics.request_totals")
+    totals = _object(metrics.get("request_totals"), f"{where}metrics.request_totals") \
+        or _object(bench.get("request_totals"), f"{where}request_totals")  # guidellm 0.2 / 0.3
     requests = _object(bench.get("requests"), f"{where}requests")
     successful = requests.get("successful") if isinstance(requests.get("successful"), list) else []
     per_iteration = distribution(metrics, "output_tokens_per_iteration", where=where)
     pooled = _pooled_tokens_per_iteration(successful)
-    strategy = _object(_object(bench.get("config"), f"{where}config").get("strategy"), f"{where}config.strategy")
+    settings = "config" if bench.get("config") is not None else "args"  # guidellm 0.2 / 0.3: args
+    strategy = _object(_object(bench.get(settings), f"{where}{settings}").get("strategy"),
+                       f"{where}{settings}.strategy")
     output_tokens = _object(_object(metrics.get("output_token_count"), "").get("successful"), "")
     return {
         "source": "guidellm",

@@ -2,8 +2,9 @@
 as ``probe`` and the imports.
 
 Formats: a Prometheus exposition (a ``/metrics`` dump of vLLM, SGLang, llama.cpp or TGI: name tables in
-:mod:`specledger.probe.engines`), an SSE capture of an OpenAI-compatible (or TGI) stream, a ``vllm bench
-serve`` result (JSON or JSON Lines) and a guidellm JSON report. The result lists the engine and version
+:mod:`specledger.probe.engines`), an SSE capture of an OpenAI-compatible (or TGI) stream, a non-streamed
+OpenAI-compatible reply (one JSON object with ``choices``), a ``vllm bench serve`` result (JSON or JSON Lines)
+and a guidellm JSON report. The result lists the engine and version
 where the file states them, the spec-decode figures with their definitions, latency summaries, tokens per
 stream chunk, and one ``unread`` line for each thing that could not be read, with why. A file that is none
 of these raises :class:`SpecLedgerError` (one line, exit 2).
@@ -31,7 +32,7 @@ from specledger.probe.histograms import counter_rates, latency_histogram_summari
 from specledger.probe.metrics import response_timings_figures, response_timings_totals
 from specledger.probe.prometheus import EMPTY_SNAPSHOT, metric_families, parse_prometheus_text
 from specledger.probe.spec_figures import DUMP_WARNING, spec_decode_figures
-from specledger.probe.sse import StreamChunk, interpret_event, parse_sse
+from specledger.probe.sse import SSEEvent, StreamChunk, interpret_event, parse_sse
 from specledger.probe.vllm_bench import parse_vllm_bench_text
 
 DEFINITIONS = {
@@ -72,13 +73,14 @@ def _json_object(text: str) -> dict[str, Any] | None:
 
 
 def sniff(text: str) -> str:
-    """``"guidellm"``, ``"vllm-bench"``, ``"sse"`` or ``"prometheus"`` (the Prometheus parser has the last
-    word: text that is none of these fails there)."""
+    """``"guidellm"``, ``"completion"`` (a non-streamed reply: a JSON object with ``choices``), ``"vllm-bench"``,
+    ``"sse"`` or ``"prometheus"`` (the Prometheus parser has the last word: text that is none of these fails
+    there)."""
     stripped = text.lstrip("\ufeff \t\r\n")
     if stripped.startswith("{"):
         whole = _json_object(stripped)
         if whole is not None:
-            return "guidellm" if "benchmarks" in whole else "vllm-bench"
+            return "guidellm" if "benchmarks" in whole else "completion" if "choices" in whole else "vllm-bench"
         if _json_object(stripped.splitlines()[0]) is not None:
             return "vllm-bench"  # JSON Lines
         raise SpecLedgerError("the file starts like JSON but is not JSON nor JSON Lines; is it complete?")
@@ -206,7 +208,21 @@ def _last(values: list[Any]) -> Any:
 
 
 def inspect_sse(text: str) -> dict[str, Any]:
-    chunks = [interpret_event(e) for e in parse_sse(text)]
+    """An SSE capture: its events as stream chunks, read by :func:`inspect_chunks`."""
+    return inspect_chunks([interpret_event(e) for e in parse_sse(text)], "sse")
+
+
+def inspect_completion(text: str) -> dict[str, Any]:
+    """A non-streamed reply (``"stream": false``): the one object read as one chunk by :func:`inspect_chunks`
+    (``choices[0].message`` in place of the delta; its ``usage``, llama.cpp's ``timings``, vLLM's and SGLang's
+    per-request figures as in a stream)."""
+    return inspect_chunks([interpret_event(SSEEvent(data=text))], "completion")
+
+
+def inspect_chunks(chunks: list[StreamChunk], fmt: str) -> dict[str, Any]:
+    """What the chunks of a capture (``fmt`` "sse") or of a non-streamed reply ("completion") hold: text and
+    tokens, llama.cpp's last ``timings`` per response, the per-request speculation figures, one ``unread``
+    line per thing that could not be read."""
     unread = [f"event {i + 1}: {c.error}" for i, c in enumerate(chunks) if c.kind == "error"]
     token_chunks = [c for c in chunks if c.generated]
     usage = [c.usage["completion_tokens"] for c in chunks
@@ -223,7 +239,7 @@ def inspect_sse(text: str) -> dict[str, Any]:
         "answer_chars": sum(len(c.text) for c in chunks),
         "reasoning_chars": sum(len(c.reasoning) for c in chunks),
         "completion_tokens": sum(usage) if usage else None,
-        "mean_tokens_per_chunk": sum(usage) / len(token_chunks) if usage and token_chunks else None,
+        "mean_tokens_per_chunk": sum(usage) / len(token_chunks) if usage and token_chunks and fmt == "sse" else None,
         "models": sorted({c.model for c in chunks if c.model}),
     }
     totals = response_timings_totals(timings)
@@ -235,9 +251,11 @@ def inspect_sse(text: str) -> dict[str, Any]:
         stream.update({f"per_request_{k}": per_request[k] for k in ("responses", *KEYS) if per_request[k] is not None})
     if not usage:
         unread.append("no usage.completion_tokens: tokens per chunk unknown (send stream_options.include_usage)")
-    unread.append("an SSE capture has no arrival times: TTFT, TPOT and ITL need a live probe")
+    unread.append("an SSE capture has no arrival times: TTFT, TPOT and ITL need a live probe" if fmt == "sse" else
+                  "a non-streamed reply has no chunks and no arrival times: tokens per chunk, TTFT, TPOT and ITL "
+                  "need a streamed one")
     engine = "llama.cpp" if timings else (specs[0]["source"] if specs else None)
-    return {"format": "sse", "engine": engine, "version": ", ".join(fingerprints) or None, "stream": stream,
+    return {"format": fmt, "engine": engine, "version": ", ".join(fingerprints) or None, "stream": stream,
             "response_timings": totals, "per_request_spec": per_request,
             "spec_decode": response_timings_figures(timings), "unread": unread}
 
@@ -298,8 +316,8 @@ def inspect_guidellm(text: str) -> dict[str, Any]:
             "records": parse_guidellm(obj, "guidellm report"), "unread": []}
 
 
-READERS = {"prometheus": inspect_prometheus, "sse": inspect_sse, "vllm-bench": inspect_vllm_bench,
-           "guidellm": inspect_guidellm}
+READERS = {"prometheus": inspect_prometheus, "sse": inspect_sse, "completion": inspect_completion,
+           "vllm-bench": inspect_vllm_bench, "guidellm": inspect_guidellm}
 
 
 def inspect_file(path: str | Path) -> dict[str, Any]:
@@ -312,5 +330,5 @@ def inspect_file(path: str | Path) -> dict[str, Any]:
     return {"file": str(path), **found, "definitions": DEFINITIONS}
 
 
-__all__ = ["DEFINITIONS", "counter_rows", "engine_scalars", "inspect_file", "read_text", "sniff",
+__all__ = ["DEFINITIONS", "counter_rows", "engine_scalars", "inspect_chunks", "inspect_file", "read_text", "sniff",
            "split_responses"]

@@ -39,10 +39,17 @@ from specledger.probe.workload import ProbeWorkload
 Progress = Callable[[str], None]
 
 
-def reserve_s(budget_s: float, loads: Sequence[int]) -> float:
-    """What the race leaves of the budget: the report's reserve, and ``run``'s share for the load points when
-    there are loads > 1 (:data:`~specledger.mainjob.plan.LOAD_POINTS_SHARE`)."""
-    return REPORT_RESERVE_S + (LOAD_POINTS_SHARE * budget_s if any(x > 1 for x in loads) else 0.0)
+#: the load points' share of a probe's budget with ``--loads A..B``: locating a change within 2x takes up to
+#: log2(B/A) points, each a start of every configuration kept (a launched engine starts again per load)
+LOCATE_LOADS_SHARE = 0.4
+
+
+def reserve_s(budget_s: float, loads: Sequence[int], locate: bool = False) -> float:
+    """What the race leaves of the budget: the report's reserve, and the load points' share when there are
+    loads > 1 (``run``'s :data:`~specledger.mainjob.plan.LOAD_POINTS_SHARE`; :data:`LOCATE_LOADS_SHARE` when the
+    loads between the ends are bisected)."""
+    share = LOCATE_LOADS_SHARE if locate else LOAD_POINTS_SHARE
+    return REPORT_RESERVE_S + (share * budget_s if any(x > 1 for x in loads) else 0.0)
 
 
 def _at_load_one(config: LoadConfig, items: Sequence[PromptItem], loads: Sequence[int]) -> LoadConfig:
@@ -137,7 +144,7 @@ def race_launch(template: str, specs: Sequence[Spec], loads: Sequence[int], conf
 
     order = [s.name for s in run_order(specs)]
     state, log = race_parts(workload, order, order[0], name_of, runner, decide, budget_s, folder / RACE_DIR,
-                            reserve_s=reserve_s(budget_s, loads), progress=progress)
+                            reserve_s=reserve_s(budget_s, loads, locate), progress=progress)
     keep = survivors(log.final, name_of, order[0])
     at_loads = _load_points(keep, loads, workload, RaceFolder(folder / RACE_DIR), runner, state.merged(),
                             locate=locate, deadline=log.started + budget_s - REPORT_RESERVE_S, progress=progress)
@@ -182,7 +189,7 @@ def race_endpoints(url: str, baseline: str, config: LoadConfig, baseline_config:
     if fixed["gamma"] is None and (first := RaceFolder(folder).read_part(0, "probe")) is not None:  # resumed
         fixed["gamma"] = str(gamma_label(first.points[0].full["probe"].get("spec_decode"), None))
     state, log = race_parts(workload, ["baseline", "probe"], "baseline", name_of, runner, decide, budget_s, folder,
-                            reserve_s=reserve_s(budget_s, loads), progress=progress)
+                            reserve_s=reserve_s(budget_s, loads, locate), progress=progress)
     at_loads = _load_points(["baseline", "probe"], loads, workload, RaceFolder(folder), runner, state.merged(),
                             locate=locate, deadline=log.started + budget_s - REPORT_RESERVE_S, progress=progress)
     runs = _combine(state.merged(), at_loads)

@@ -33,7 +33,9 @@ or an error object for malformed JSON -- never an exception. Engine additions re
   chunk of its own (``python/sglang/srt/entrypoints/openai/protocol.py``, ``SpecTokensDetails``);
 * the response ``id`` (``chatcmpl-...``), so a capture of several responses splits into responses;
 * TGI's native ``/generate_stream`` events, ``{"token": {"text": ...}, "details": ...}``
-  (``router/src/lib.rs``, ``StreamResponse``).
+  (``router/src/lib.rs``, ``StreamResponse``), the last one's ``details.generated_tokens`` as the usage;
+* a non-streamed reply (``stream: false``) read as one chunk: ``choices[0].message`` in place of the delta
+  (content, reasoning), with the same ``usage``, ``timings`` and per-request figures.
 """
 
 from __future__ import annotations
@@ -212,7 +214,7 @@ def interpret_event(event: SSEEvent) -> StreamChunk:
     }
     choices = obj.get("choices")
     if choices is None and isinstance(obj.get("token"), dict):
-        return _tgi_token(obj["token"], usage, extras)
+        return _tgi_token(obj["token"], usage, extras, obj.get("details"))
     if choices is None or choices == []:
         if usage:
             return StreamChunk(kind="usage", usage=usage, **extras)
@@ -223,9 +225,10 @@ def interpret_event(event: SSEEvent) -> StreamChunk:
     text = choice.get("text")
     reasoning: Any = ""
     if text is None:
-        delta = choice.get("delta")
+        key = "delta" if "delta" in choice or "message" not in choice else "message"  # message: a whole reply
+        delta = choice.get(key)
         if delta is not None and not isinstance(delta, dict):
-            return _error("'choices[0].delta' in stream chunk is not an object")
+            return _error(f"'choices[0].{key}' in stream chunk is not an object")
         delta = delta or {}
         text = delta.get("content")
         reasoning = _reasoning(delta)
@@ -267,12 +270,20 @@ def engine_spec_stats(obj: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _tgi_token(token: dict[str, Any], usage: dict[str, Any] | None, extras: dict[str, Any]) -> StreamChunk:
-    """TGI ``/generate_stream``: one token per event; special tokens carry no text."""
+def _tgi_token(token: dict[str, Any], usage: dict[str, Any] | None, extras: dict[str, Any],
+               details: Any = None) -> StreamChunk:
+    """TGI ``/generate_stream``: one token per event; special tokens carry no text; the last event's
+    ``details`` (``StreamDetails``) gives the finish reason and the response's ``generated_tokens``, read as
+    ``usage.completion_tokens`` (TGI sends no usage), so tokens per chunk and the token count are TGI's own."""
     text = token.get("text")
     if not isinstance(text, str):
         return _error("TGI stream 'token.text' is not a string")
-    return StreamChunk(kind="delta", text="" if token.get("special") is True else text, usage=usage, **extras)
+    details = details if isinstance(details, dict) else {}
+    count, finish = details.get("generated_tokens"), details.get("finish_reason")
+    if usage is None and isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+        usage = {"completion_tokens": count}
+    return StreamChunk(kind="delta", text="" if token.get("special") is True else text, usage=usage,
+                       finish_reason=finish if isinstance(finish, str) else None, **extras)
 
 
 class OpenAIStreamDecoder:

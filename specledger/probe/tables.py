@@ -19,6 +19,7 @@ NO_METRICS_REASON = "not measured (--no-metrics or no /metrics)"
 #: what ``import`` and ``inspect`` say they found
 FORMAT_NAMES = {VLLM_BENCH_KIND: "vllm bench serve result", GUIDELLM_KIND: "guidellm report",
                 "prometheus": "Prometheus /metrics dump", "sse": "SSE stream capture",
+                "completion": "non-streamed reply",
                 "vllm-bench": "vllm bench serve result"}
 Rows = list[tuple[str, str]]
 

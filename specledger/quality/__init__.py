@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from specledger.errors import SpecLedgerError
 from specledger.workloads import WorkloadItem
+from specledger.workloads.context_buckets import split_key
 
 from .calls import bfcl_score, tool_call_score
 from .code import pass_at_1, run_tests
@@ -40,6 +41,7 @@ METRIC_NAMES: dict[str, str] = {
     "dialogue": "none (no automatic metric; ROUGE-L F1 vs reference answer as a weak proxy where one exists)",
     "summary": "ROUGE-L F1",
     "math": "exact answer",
+    "long": "ROUGE-L F1 vs reference (best of the gold answers)",
     "random": "none (random-token control)",
 }
 
@@ -50,8 +52,8 @@ def metric_name(item: WorkloadItem) -> str | None:
     """The metric :func:`score` applies to this particular item, or None when it returns None."""
     if item.meta.get("quality") == "not assessed":  # user JSONL item without a usable reference
         return None
-    category, reference = item.category, item.reference
-    if category in ("code", "code-edit", "summary", "math"):
+    category, reference = split_key(item.category)[0], item.reference
+    if category in ("code", "code-edit", "summary", "math", "long"):
         return METRIC_NAMES[category]
     if category == "extraction":
         if isinstance(reference, dict):
@@ -130,7 +132,7 @@ def score(item: WorkloadItem, output_text: str, timeout_s: float = 5.0) -> float
     """
     if item.meta.get("quality") == "not assessed":
         return None
-    category = item.category
+    category = split_key(item.category)[0]  # a context bucket's decision key ("long@2-4k") scores as its category
     if category in ("code", "code-edit"):
         reference = _require_reference(item, ("test", "entry_point"), "{'prompt', 'test', 'entry_point'}")
         if reference.get("mode", "complete") != "full" and not isinstance(reference.get("prompt"), str):
@@ -144,6 +146,9 @@ def score(item: WorkloadItem, output_text: str, timeout_s: float = 5.0) -> float
         return math_score(item.reference, output_text)
     if category == "summary":
         return rouge_l_f1(output_text, _require_text(item))
+    if category == "long":
+        golds = item.reference if isinstance(item.reference, list) else [_require_text(item)]
+        return max(rouge_l_f1(output_text, str(g)) for g in golds)
     if category == "extraction":
         if item.reference is None:
             return None

@@ -37,16 +37,26 @@ def _fmt_bytes(x: Any) -> str:
 def render_html(summary: dict[str, Any], title: str = "") -> str:
     """The self-contained report page: plotly.js inlined once, every figure drawn from ``summary``.
 
-    Layout: the answer first (one row per category at its leading load, :func:`specledger.report.view.answer_rows`;
-    then the schedule, its engine configs folded), one section per category (its verdicts at every load
-    and its own small figures, :mod:`specledger.report.category_plots`), then every detail table
-    collapsed in a ``<details>``, then the side experiments."""
+    Layout: the answer first (one row per category at its leading load, :func:`specledger.report.view.answer_rows`,
+    and the one setting for all the traffic, :func:`~specledger.report.view.mix_rows`; then the schedule, its
+    engine configs folded), one section per category (its verdicts at every load and its own small figures,
+    :mod:`specledger.report.category_plots`), then every detail table collapsed in a ``<details>``, then the side
+    experiments."""
     import jinja2
     from plotly.offline import get_plotlyjs
 
     from specledger.report.category_plots import CATEGORY_FIGURES, category_figure_divs
     from specledger.report.plots import experiment_figure_divs, figure_divs
-    from specledger.report.view import answer_rows, category_sections, ci_level, snippets, solo_load_of
+    from specledger.report.view import (
+        SIMULATED_INTERVAL,
+        answer_rows,
+        category_sections,
+        ci_level,
+        ci_name,
+        mix_rows,
+        snippets,
+        solo_load_of,
+    )
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("specledger.report", "."),
@@ -79,13 +89,17 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
         generated=summary["generated"],
         meta_line=meta_line,
         weights_note=weights_note,
+        disturbance=summary.get("disturbance") or {},
         slo=summary["slo"],
         loads=summary.get("loads") or [],
         simulated_loads=summary.get("simulated_loads") or [],
         multi_t=len({float(v.get("temperature") or 0.0) for v in verdicts}) > 1,
         answer=answer,
+        mix=mix_rows(summary),
         answer_loads=sorted({r["load"] for r in answer}),
         ci_level=ci_level(summary.get("slo") or {}),
+        ci_name=ci_name(summary.get("slo") or {}),
+        simulated_interval=SIMULATED_INTERVAL,
         sections=category_sections(summary),
         race=summary.get("race"),
         snippets=snippets,

@@ -1,6 +1,8 @@
 """The small figures of one category's section: a handful of series each, from ``summary.json`` only.
 
-- S vs γ: one line per drafter (measured, 95% CI bars), dotted its predicted curve (fitted costs);
+- S vs γ: one line per drafter (measured, with the decisions' interval over its n prompts as bars: the same
+  figure the verdicts and tables show), dotted the forecast model's curve (in sample; the self-check holds each γ
+  out of the same model);
 - S vs load (the crossover): one line per setting, solid over measured loads, dashed with open markers
   over simulated ones, the S = 1 line marking where speculation stops paying, and each change of the decision
   marked: a band over the measured loads around it, a dotted line where the engine configs switch;
@@ -84,17 +86,35 @@ def _chains(summary: dict[str, Any], key: tuple[str, float]) -> dict[str, list[d
     return {d: sorted(v, key=lambda s: s["gamma"]) for d, v in out.items()}
 
 
+def _cis(rows: Sequence[dict[str, Any]]) -> list[tuple[Any, Any]]:
+    """Each row's interval: its ``ci`` / ``speedup_ci`` ((None, None) where it has none)."""
+    return [tuple(r.get("ci") or r.get("speedup_ci") or (None, None)) for r in rows]
+
+
 def _error_bars(rows: Sequence[dict[str, Any]], y: Sequence[float]) -> dict[str, Any]:
     """Asymmetric error bars from each row's ``ci`` / ``speedup_ci`` (0 where a bound is missing)."""
-    cis = [r.get("ci") or r.get("speedup_ci") or (None, None) for r in rows]
+    cis = _cis(rows)
     return {"type": "data", "symmetric": False, "thickness": 1, "width": 3,
             "array": [(c[1] - v) if c[1] is not None else 0 for c, v in zip(cis, y)],
             "arrayminus": [(v - c[0]) if c[0] is not None else 0 for c, v in zip(cis, y)]}
 
 
+def _interval_hover(rows: Sequence[dict[str, Any]], n_key: str) -> list[str]:
+    """Per row, what the hover says of its interval: "[1.30–2.24], n = 8 prompts" ("no interval" where it is
+    unbounded), so a point without a bar is never read as an exact one."""
+    out = []
+    for (lo, hi), r in zip(_cis(rows), rows):
+        iv = f"[{lo:.2f}–{hi:.2f}]" if lo is not None and hi is not None else "no interval"
+        out.append(f"{iv}, n = {r.get(n_key)} prompts" if r.get(n_key) else iv)
+    return out
+
+
 def speedup_vs_gamma(summary: dict[str, Any], key: tuple[str, float], colours: dict[str, str]) -> Figure | None:
-    """Measured S per γ, one line per drafter with its 95% CI; dotted: predicted from the fitted costs,
+    """Measured S per γ, one line per drafter with the decisions' interval (``customdata``: the interval and its n
+    of prompts, as the hover says); dotted: the forecast model's S(γ), in sample on the prompts measured with plain,
     over the measured γ and two past them (and the predicted best γ)."""
+    from specledger.report.view import ci_level
+
     chains = {d: [s for s in rows if s.get("speedup") is not None] for d, rows in _chains(summary, key).items()}
     chains = {d: rows for d, rows in chains.items() if rows}
     if not chains:
@@ -104,8 +124,8 @@ def speedup_vs_gamma(summary: dict[str, Any], key: tuple[str, float], colours: d
         y = [s["speedup"] for s in rows]
         data.append({"type": "scatter", "x": [s["gamma"] for s in rows], "y": y, "mode": "lines+markers",
                      "name": drafter, "legendgroup": drafter, "line": {"color": colours.get(drafter)},
-                     "error_y": _error_bars(rows, y),
-                     "hovertemplate": f"{drafter} γ=%{{x}}: S %{{y:.3f}}<extra></extra>"})
+                     "error_y": _error_bars(rows, y), "customdata": _interval_hover(rows, "paired_prompts"),
+                     "hovertemplate": f"{drafter} γ=%{{x}}: S %{{y:.3f}} %{{customdata}}<extra></extra>"})
     for opt in summary.get("optimal_gamma") or []:
         d = str(opt.get("drafter"))
         if cat_key(opt) != key or d not in chains or not opt.get("curve"):
@@ -113,13 +133,15 @@ def speedup_vs_gamma(summary: dict[str, Any], key: tuple[str, float], colours: d
         best = opt.get("predicted_best_gamma")
         top = max(max(s["gamma"] for s in chains[d]) + 2, best if isinstance(best, int) else 0)
         curve = [p for p in opt["curve"] if p.get("speedup") is not None and p["gamma"] <= top]
+        on = f", {opt['prompts']} prompts" if opt.get("prompts") else ""
         data.append({"type": "scatter", "x": [p["gamma"] for p in curve], "y": [p["speedup"] for p in curve],
                      "mode": "lines", "line": {"dash": "dot", "color": colours.get(d), "width": 1},
-                     "name": f"{d} predicted", "legendgroup": d, "showlegend": False,
-                     "hovertemplate": f"{d} predicted γ=%{{x}}: S %{{y:.3f}}<extra></extra>"})
+                     "name": f"{d} forecast (in sample{on})", "legendgroup": d, "showlegend": False,
+                     "hovertemplate": f"{d} forecast model, in sample{on}, γ=%{{x}}: S %{{y:.3f}}<extra></extra>"})
     line, label = _unity()
-    return _figure(data, "S vs γ (95% CI; dotted: predicted)", "γ", "speed-up S", xaxis={"dtick": 1},
-                   shapes=[line], annotations=[label])
+    level = ci_level(summary.get("slo") or {})
+    return _figure(data, f"S vs γ ({level} % CI over n prompts; dotted: forecast, in sample)", "γ", "speed-up S",
+                   xaxis={"dtick": 1}, shapes=[line], annotations=[label])
 
 
 def el_vs_gamma(summary: dict[str, Any], key: tuple[str, float], colours: dict[str, str]) -> Figure | None:
@@ -182,6 +204,8 @@ def acceptance(summary: dict[str, Any], key: tuple[str, float], colours: dict[st
 def crossover(summary: dict[str, Any], key: tuple[str, float], colours: dict[str, str]) -> Figure | None:
     """S vs load per setting: solid over measured loads, dashed (open markers) over simulated ones, the
     dashed part starting at the last measured point; None when the category was decided at one load only."""
+    from specledger.report.view import ci_level
+
     curves = crossover_points(summary, key)
     loads = sorted({p["load"] for pts in curves.values() for p in pts})
     if len(loads) < 2:
@@ -203,8 +227,9 @@ def crossover(summary: dict[str, Any], key: tuple[str, float], colours: dict[str
                 "legendgroup": name, "showlegend": show, "line": {"color": colours.get(drafter), "dash": dash},
                 "marker": {"symbol": [f"{symbol}-open" if p["simulated"] else symbol for p in part], "size": 8},
                 "error_y": _error_bars(part, y),
-                "customdata": ["simulated" if p["simulated"] else "measured" for p in part],
-                "hovertemplate": f"{name} at load %{{x}} (%{{customdata}}): S %{{y:.3f}}<extra></extra>"})
+                "customdata": [("simulated, the simulator's interval " if p["simulated"] else "measured ") + h
+                               for p, h in zip(part, _interval_hover(part, "n"))],
+                "hovertemplate": f"{name} at load %{{x}}: S %{{y:.3f}} (%{{customdata}})<extra></extra>"})
     line, label = _unity(right=False)
     shapes, notes = [line], [label]
     sim_loads = sorted({p["load"] for pts in curves.values() for p in pts if p["simulated"]})
@@ -217,7 +242,9 @@ def crossover(summary: dict[str, Any], key: tuple[str, float], colours: dict[str
         notes.append({"x": math.log10(at), "xref": "x", "y": 1, "yref": "paper", "text": "simulated →",
                       "showarrow": False, "xanchor": "left", "yanchor": "top", "font": {"size": 10, "color": PLAIN}})
     marks, labels = crossover_marks(summary, key)
-    return _figure(data, "S vs load (dashed, open: simulated)", "load (concurrent requests)", "speed-up S",
+    level = ci_level(summary.get("slo") or {})
+    return _figure(data, f"S vs load ({level} % CI; dashed, open: simulated)", "load (concurrent requests)",
+                   "speed-up S",
                    xaxis={"type": "log", "tickvals": loads, "ticktext": [str(x) for x in loads]},
                    shapes=shapes + marks, annotations=notes + labels)
 

@@ -36,12 +36,30 @@ def decision_text(v: dict[str, Any]) -> str:
     return {"no-decision": "no decision", "control": "control"}.get(str(d), "off")
 
 
+def interval_text(lo: Any, hi: Any) -> str:
+    """"[1.30–2.24]", or "[no interval]" where a bound is missing (the confidence sequence is unbounded below 4
+    prompts)."""
+    ok = all(isinstance(x, (int, float)) and math.isfinite(x) for x in (lo, hi))
+    return f"[{lo:.2f}–{hi:.2f}]" if ok else "[no interval]"
+
+
 def speedup_text(v: dict[str, Any]) -> str:
+    """"S 1.71 [1.30–2.24] n=8": S with its interval and the prompts it rests on (a verdict's ``prompts``); the
+    point alone where no prompts are counted (a control, an interval given whole)."""
     s = v.get("speedup")
     if not isinstance(s, (int, float)):
         return "S –"
     lo, hi = (v.get("speedup_ci") or [None, None])[:2]
-    return f"S {s:.2f}" + (f" [{_num(lo)}–{_num(hi)}]" if lo is not None and hi is not None else "")
+    n = v.get("prompts")
+    if not n:
+        return f"S {s:.2f}" + (f" {interval_text(lo, hi)}" if lo is not None and hi is not None else "")
+    return f"S {s:.2f} {interval_text(lo, hi)} n={n}"
+
+
+def comparison_text(c: dict[str, Any]) -> str:
+    """"suffix γ=4 / ngram γ=2 1.540 [1.23–1.93] n=8 (a faster)": one paired ratio of a verdict."""
+    lo, hi = (c.get("ci") or [None, None])[:2]
+    return f"{c['a']} / {c['b']} {_num(c.get('ratio'), 3)} {interval_text(lo, hi)} n={c.get('n')} ({c.get('verdict')})"
 
 
 def status_text(v: dict[str, Any]) -> str:
@@ -53,13 +71,13 @@ def status_text(v: dict[str, Any]) -> str:
 
 
 def category_line(v: dict[str, Any], width: int) -> str:
-    """One line: category, decision, S [90 % CI], E[L], resolved or open, and the one reason."""
+    """One line: category, decision, S [CI], E[L], resolved or open, and the one reason."""
     el = v.get("mean_committed")
     why = v.get("headline") or v.get("reason") or ""
     if v.get("slo_out_of_reach"):
         why += f"; {v['slo_out_of_reach'].split(';')[0]}"
     status = status_text(v)
-    return (f"  {v['category']:<{width}} {decision_text(v):<22} {speedup_text(v):<20} E[L] {_num(el):<5} "
+    return (f"  {v['category']:<{width}} {decision_text(v):<22} {speedup_text(v):<25} E[L] {_num(el):<5} "
             + (f"{status}: " if status else "") + why)
 
 
@@ -127,10 +145,14 @@ def answer_lines(summary: dict[str, Any]) -> list[str]:
         head += (f" — budget {race.get('budget_s', 0):.0f} s, {len(race.get('rounds') or [])} race rounds, "
                  f"{len(race.get('dropped') or [])} settings dropped ({race.get('stopped') or 'stopped'})")
     lines.append(head)
+    if (summary.get("disturbance") or {}).get("line"):  # specledger.mainjob.disturbance: quiet, or how disturbed
+        lines.append(summary["disturbance"]["line"])
     resolved = [v for v in here if v.get("resolved") and v.get("decision") != "control"]
     decidable = [v for v in here if v.get("decision") != "control"]
-    lines.append(f"answer at load {load} (measured; S = speed-up vs plain, 90 % CI; E[L] = tokens per round): "
-                 f"{len(resolved)} of {len(decidable)} decisions resolved")
+    from specledger.report.view import ci_name
+
+    lines.append(f"answer at load {load} (measured; S = speed-up vs plain [{ci_name(summary.get('slo') or {})}] "
+                 f"n=prompts; E[L] = tokens per round): {len(resolved)} of {len(decidable)} decisions resolved")
     width = max([len(str(v["category"])) for v in verdicts] + [8])
     for t in temps:
         for v in [v for v in here if float(v["temperature"]) == t]:
@@ -138,6 +160,12 @@ def answer_lines(summary: dict[str, Any]) -> list[str]:
             lines.append(line if len(temps) == 1 else line.replace(f"  {v['category']}", f"  {v['category']} T={t:g}",
                                                                    1))
     lines += mix_lines(summary.get("mix") or [], width)
+    from specledger.gates.context_schedule import context_line
+
+    for entry in summary.get("context_schedules") or []:
+        lines.append(context_line(entry))
+        if entry.get("engine_note"):
+            lines.append(f"    {entry['engine_note']}")
     loads = sorted({int(v.get("load") or 1) for v in verdicts})
     if len(loads) > 1:
         lines.append("schedule (load → setting; sim = simulated):")
@@ -145,14 +173,7 @@ def answer_lines(summary: dict[str, Any]) -> list[str]:
     if any(s.get("vllm") for s in summary.get("schedules") or []):
         lines.append("paste-ready engine configs (vLLM, TensorRT-LLM, SGLang, llama.cpp): summary.json "
                      "`schedules`, and the report's first screen")
-    check = summary.get("prediction_check") or {}
-    if check.get("n"):
-        line = (f"forecast self-check (leave one γ out, {check['n']} settings): median |error| "
-                f"{100 * check['median_abs_error']:.1f} %, P90 {100 * check['p90_abs_error']:.1f} %")
-        noise = check.get("machine_noise")
-        if noise:
-            line += (f"; plain step P10/P50/P90 {noise['p10_ms']:.1f}/{noise['p50_ms']:.1f}/{noise['p90_ms']:.1f} ms"
-                     + (" (busy machine: speed figures unreliable)" if noise.get("busy") else ""))
+    if (line := self_check_line(summary.get("prediction_check") or {})) is not None:
         lines.append(line)
     bw = meta.get("bandwidth") or {}
     if bw.get("bandwidth"):
@@ -192,10 +213,14 @@ def _pred(s: dict[str, Any]) -> str:
 def print_summary(summary: dict[str, Any], console: Console | None = None) -> None:
     """Compact table (one row per setting: S with CI, E[L], tok/s, round ms, gates) and the verdicts."""
     console = console or Console()
+    from specledger.report.view import ci_name
+
+    name = ci_name(summary.get("slo") or {})
     table = Table(title="specledger: speculative decoding ledger", show_lines=False, header_style="bold")
     for col, justify in (
         ("setting", "left"),
-        ("S [95% CI]", "right"),
+        (f"S [{name}]", "right"),
+        ("n", "right"),
         ("pred S (e2e)", "right"),
         ("E[L]", "right"),
         ("tok/s", "right"),
@@ -209,6 +234,7 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
             b["label"],
             "1 (ref)",
             "",
+            "",
             _f(b["rounds"]["el_full"]),
             _f(b["totals"]["tokens_per_s"], 1),
             _f(b["rounds"]["t_round_ms"]),
@@ -216,17 +242,16 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
             "",
         )
     for s in summary.get("scenarios", []):
-        lo, hi = s.get("speedup_ci") or (None, None)
         t0 = s.get("t0_ms")
         el = s["rounds"]["el_full"]
         gates = " ".join(
             _STATUS.get(s.get("gates", {}).get(g, {}).get("status", ""), "?")
             for g in ("correctness", "quality", "latency", "capacity")
         )
-        speed = "n/a" if s.get("speedup") is None else f"{s['speedup']:.3f} [{_f(lo, 2)}, {_f(hi, 2)}]"
         table.add_row(
             s["label"],
-            speed,
+            _ci(s, "[no interval]"),
+            str(s.get("paired_prompts") or ""),
             _pred(s),
             _f(el),
             _f(s["totals"]["tokens_per_s"], 1),
@@ -236,20 +261,23 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
         )
     if table.row_count:  # a probe at loads > 1 only has no solo rows
         console.print(table)
-        console.print("[dim]pred S: the end-to-end performance model (prefill and boundary rounds included), fitted "
-                      "without that γ; * in sample (the drafter ran one γ only)[/]")
+        console.print(f"[dim]S: {escape(name)}, n prompts paired with plain; pred S: the end-to-end forecast model "
+                      "(prefill and boundary rounds included; the self-check's and the S-vs-γ curves'), fitted without "
+                      "that γ; * in sample (the drafter ran one γ only)[/]")
     console.print(
         "[dim]gates: C correctness, Q quality, L latency, Cap capacity (✓ pass, ✗ fail, – not assessed)[/]"
     )
     loads = summary.get("loads") or [1]
     several = len(loads) + len(summary.get("simulated_loads") or []) > 1 or loads != [1]
-    for v in summary.get("verdicts", []):
+    for v in [*summary.get("verdicts", []), *summary.get("mix", [])]:  # the categories', then the traffic's as one
         head = (f"deploy {v['drafter']} γ={v['gamma']}" if v["decision"] == "deploy"
                 else "control" if v["decision"] == "control" else "off")
         colour = "green" if v["decision"] == "deploy" else "yellow"
         at = f" load {v.get('load') or 1}" + (" (simulated)" if v.get("simulated") else "") if several else ""
         console.print(f"[bold]{v['category']} T={v['temperature']:g}{at}[/]: [{colour}]{head}[/] — "
                       f"{escape(v['reason'])}")
+        for c in v.get("comparisons") or []:
+            console.print(f"    paired {comparison_text(c)}", markup=False, highlight=False)
     print_load_gates(summary, console)
     schedules = summary.get("schedules", [])
     if schedules:
@@ -265,17 +293,25 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
     print_prediction_check(summary.get("prediction_check") or {}, console)
 
 
-def print_prediction_check(check: dict[str, Any], console: Console) -> None:
-    """One line: the run's leave-one-γ-out forecast error, with the machine's noise beside it."""
+def self_check_line(check: dict[str, Any]) -> str | None:
+    """The run's forecast self-check in one line: the end-to-end forecast model (the one behind the report's S-vs-γ
+    curves and the tables' pred S) with each γ held out, its error against the measured S, and the machine's noise
+    beside it; None when nothing was held out."""
     if not check.get("n"):
-        return
-    line = (f"forecast self-check (leave one γ out, {check['n']} settings): median |error| "
-            f"{100 * check['median_abs_error']:.1f} %, P90 {100 * check['p90_abs_error']:.1f} %")
+        return None
+    line = (f"forecast self-check (end-to-end forecast model, each γ held out, {check['n']} settings): median "
+            f"|error| {100 * check['median_abs_error']:.1f} %, P90 {100 * check['p90_abs_error']:.1f} %")
     noise = check.get("machine_noise")
     if noise:
-        line += (f"; machine noise: plain step P10/P50/P90 {noise['p10_ms']:.1f}/{noise['p50_ms']:.1f}/"
-                 f"{noise['p90_ms']:.1f} ms" + (" (busy: speed figures unreliable)" if noise["busy"] else ""))
-    console.print(line, highlight=False)
+        line += (f"; plain step P10/P50/P90 {noise['p10_ms']:.1f}/{noise['p50_ms']:.1f}/{noise['p90_ms']:.1f} ms"
+                 + (" (busy machine: speed figures unreliable)" if noise.get("busy") else ""))
+    return line
+
+
+def print_prediction_check(check: dict[str, Any], console: Console) -> None:
+    """:func:`self_check_line`, printed."""
+    if (line := self_check_line(check)) is not None:
+        console.print(line, highlight=False)
 
 
 def print_load_gates(summary: dict[str, Any], console: Console) -> None:
@@ -283,25 +319,33 @@ def print_load_gates(summary: dict[str, Any], console: Console) -> None:
     rows = summary.get("load_scenarios") or []
     if not rows:
         return
+    from specledger.report.view import SIMULATED_INTERVAL, ci_name
+
     table = Table(title="at loads > 1 (continuous batching, closed loop)", header_style="bold")
-    for col in ("setting", "S [95% CI]", "C Q L Cap", "failed gates (evidence in the report)"):
+    for col in ("setting", f"S [{ci_name(summary.get('slo') or {})}; simulated: *]", "n", "C Q L Cap",
+                "failed gates (evidence in the report)"):
         table.add_column(col)
     for s in rows:
-        lo, hi = s.get("speedup_ci") or (None, None)
         gates = " ".join(_STATUS.get(s["gates"][g]["status"], "?")
                          for g in ("correctness", "quality", "latency", "capacity"))
-        speed = "n/a" if s.get("speedup") is None else f"{s['speedup']:.3f} [{_f(lo)}, {_f(hi)}]"
+        speed = _ci(s, "[no interval]") + ("*" if s.get("simulated") and s.get("speedup") is not None else "")
         failed = "; ".join(f"{g}: {s['gates'][g]['evidence']}" for g in ("correctness", "quality", "latency",
                                                                              "capacity")
                            if s["gates"][g]["status"] == "fail")
-        table.add_row(s["label"], speed, gates, escape(failed[:160]))
+        table.add_row(s["label"], speed, str(s.get("paired_prompts") or ""), gates, escape(failed[:160]))
     console.print(table)
+    if any(s.get("simulated") for s in rows):
+        console.print(f"[dim]* {SIMULATED_INTERVAL}[/]")
 
 
-def _ci(row: dict[str, Any]) -> str:
+def _ci(row: dict[str, Any], missing: str = "") -> str:
+    """"1.708 [1.30, 2.24]": a row's S (3 digits) and its interval; "n/a" without S; S and ``missing`` without an
+    interval."""
     lo, hi = row.get("speedup_ci") or (None, None)
     speed = _f(row.get("speedup"), 3)
-    return speed if lo is None or hi is None else f"{speed} [{_f(lo)}, {_f(hi)}]"
+    if row.get("speedup") is None:
+        return speed
+    return f"{speed} {missing}".rstrip() if lo is None or hi is None else f"{speed} [{_f(lo)}, {_f(hi)}]"
 
 
 def _same(row: dict[str, Any]) -> str:
@@ -312,175 +356,4 @@ def _same(row: dict[str, Any]) -> str:
     return f"[{colour}]{c['identical']}/{c['of']}[/]"
 
 
-def print_experiments(summary: dict[str, Any], console: Console | None = None) -> None:
-    """Tables of the side experiments in ``summary["experiments"]`` (quantization four-way, policies,
-    serving with its deploy table)."""
-    console = console or Console()
-    experiments = summary.get("experiments") or {}
-    q = experiments.get("quantization")
-    if q:
-        picks = q.get("drafters") or {}
-        drafters = ", ".join(f"{t} {p['label']}" for t, p in picks.items()) or f"{q['drafter']} γ={q['gamma']}"
-        table = Table(title=f"quantization four-way ({drafters}, {len(q['prompts'])} prompts)", header_style="bold")
-        for col in ("setting", "tok/s", "S vs fp32 plain [95% CI]", "E[L]", "identical to verifier", "task score"):
-            table.add_column(col, justify="left" if col == "setting" else "right")
-        for r in q["settings"]:
-            table.add_row(r["setting"], _f(r["tokens_per_s"], 1), _ci(r), _f(r["el_full"]) if r["speculative"] else "1",
-                          _same(r), _f(r.get("quality_mean"), 3))
-        console.print(table)
-        for line in q.get("statements", []):
-            console.print(f"  {line}")
-    p = experiments.get("policies")
-    if p:
-        table = Table(title=f"speculation-length policies ({p['drafter']}, {len(p['prompts'])} prompts)",
-                      header_style="bold")
-        for col in ("setting", "tok/s", "S [95% CI]", "mean γ", "E[L]", "accept", "identical"):
-            table.add_column(col, justify="left" if col == "setting" else "right")
-        for r in p["settings"]:
-            table.add_row(r["setting"], _f(r["tokens_per_s"], 1), _ci(r), _f(r["mean_gamma"]), _f(r["el_full"]),
-                          _f(r["acceptance_rate"], 3), _same(r))
-        console.print(table)
-        if p.get("goodput_vs_best_static"):
-            console.print(f"  {p['goodput_vs_best_static']['statement']}")
-    if experiments.get("serving"):
-        print_serving(experiments["serving"], console)
-    if experiments.get("probe") or experiments.get("vllm_bench") or experiments.get("guidellm"):
-        print_endpoint_figures(experiments, console)
-
-
-def _bytes(x: Any) -> str:
-    if x is None:
-        return "n/a"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(x) >= size:
-            return f"{x / size:.1f} {unit}"
-    return f"{x:.0f} B"
-
-
-def _load(row: dict[str, Any]) -> str:
-    """Compact load label: c=4 (concurrency), 2 req/s (Poisson rate), ctx 1024 (context length)."""
-    kind, load = row.get("kind"), row.get("load")
-    where = f" {row['source']} c={row.get('concurrency')}" if kind == "context" and row.get("source") else ""
-    return {"concurrency": f"c={load}", "rate": f"{load:g} req/s" if isinstance(load, (int, float)) else str(load),
-            "context": f"ctx {load}{where}"}.get(kind, f"{kind} {load}")
-
-
-def _q(point: dict[str, Any], key: str, q: str, digits: int = 1) -> str:
-    return _f((point.get(key) or {}).get(q), digits)
-
-
-def print_serving(serving: dict[str, Any], console: Console) -> None:
-    """The serving experiment: one row per (load, setting), the crossover per drafter, the memory
-    ledger and the per-load deploy table with the best drafter's batch-size schedule."""
-    points = [*serving.get("concurrency", []), *serving.get("rate", []), *serving.get("context", [])]
-    reps = serving.get("repeats") or 1
-    table = Table(title=f"serving under load ({len(serving.get('prompts', []))} prompts, "
-                        f"{serving.get('max_tokens')} tokens each"
-                        + (f", {reps} repeats, S with 95% interval)" if reps > 1 else ")"), header_style="bold")
-    for col in ("load", "setting", "tok/s", "S", "TTFT P50", "TPOT P50", "chunk ITL P99", "stall ms",
-                "tok/chunk", "batch", "preempt"):
-        table.add_column(col, justify="left" if col in ("load", "setting") else "right")
-    for p in points:
-        colour = "" if p.get("speedup") is None or p["drafter"] == "none" else (
-            "green" if p["speedup"] > 1 else "red")
-        speed = _f(p.get("speedup"), 3)
-        if p.get("speedup_ci") and p["drafter"] != "none":
-            speed += f" [{_f(p['speedup_ci'][0], 2)}, {_f(p['speedup_ci'][1], 2)}]"
-        table.add_row(_load(p), p.get("setting", p["drafter"]), _f(p["throughput_tok_s"], 1),
-                      f"[{colour}]{speed}[/]" if colour else speed, _q(p, "ttft_ms", "p50"), _q(p, "tpot_ms", "p50", 2),
-                      _q(p, "itl_chunk_ms", "p99"), _f(p.get("longest_stall_ms"), 1),
-                      _f((p.get("tokens_per_chunk") or {}).get("mean")), _f(p.get("mean_batch")),
-                      str(p.get("preemptions", 0)))
-    console.print(table)
-    for kind, by_setting in (serving.get("crossover") or {}).items():
-        parts = [f"{name}: {'< 1 from ' + str(c) if c is not None else 'never below 1'}"
-                 for name, c in by_setting.items()]
-        console.print(f"  crossover ({kind}): " + "; ".join(parts))
-    for r in serving.get("context_crossover") or []:
-        c = r["crossover_concurrency"]
-        by = ", ".join(f"c={k}: {_f(v, 2)}" for k, v in r["speedup_by_concurrency"].items())
-        console.print(f"  crossover at ctx {r['length']} ({r['source']}) {r['setting']}: "
-                      f"{'< 1 from c=' + str(c) if c is not None else 'never below 1'} ({by})")
-    ledger = Table(title="memory ledger: candidate KV", header_style="bold")
-    for col in ("load", "setting", "B", "γ", "predicted B·γ·m_KV", "engine peak", "rel. diff", "slot cache"):
-        ledger.add_column(col, justify="left" if col in ("load", "setting") else "right")
-    for p in points:
-        m = p.get("memory")
-        if m:
-            rel = m.get("relative_difference")
-            ledger.add_row(_load(p), p.get("setting", ""), str(m.get("batch", "")),
-                           str(m.get("gamma", "")), _bytes(m["predicted_candidate_kv_bytes"]),
-                           _bytes(m["engine_peak_candidate_kv_bytes"]),
-                           "n/a" if rel is None else f"{100 * rel:+.1f}%", _bytes(m["static_slot_cache_bytes"]))
-    if ledger.rows:
-        console.print(ledger)
-    print_policy_vs_static(serving, console)
-    print_deploy_table(serving, console)
-
-
-def print_policy_vs_static(serving: dict[str, Any], console: Console) -> None:
-    """Each dynamic policy / the best static choice (plain or a static γ) in hindsight, per load."""
-    rows = serving.get("policy_vs_static") or []
-    if not rows:
-        return
-    table = Table(title="dynamic γ policies vs the best static γ in hindsight (same load, same requests)",
-                  header_style="bold")
-    for col in ("load", "policy", "best static", "ratio", "95% interval", "at least as good?"):
-        table.add_column(col, justify="right" if col in ("ratio", "95% interval") else "left")
-    for r in rows:
-        ci = f"[{_f(r['ci'][0], 3)}, {_f(r['ci'][1], 3)}]" if r.get("ci") else "n/a (1 run)"
-        table.add_row(_load(r), r["policy"], r["best_static"], _f(r.get("ratio"), 3), ci,
-                      "[green]yes[/]" if r["at_least_as_good"] else "[red]no[/]")
-    console.print(table)
-
-
-def print_deploy_table(serving: dict[str, Any], console: Console) -> None:
-    """Per load: deploy <drafter γ> or off; then the best drafter's {concurrency: γ} and engine configs."""
-    table = Table(title="deploy table: what to run at each load", header_style="bold")
-    for col in ("load", "decision", "γ", "best candidate", "its S", "tok/s"):
-        table.add_column(col, justify="left" if col in ("load", "decision", "best candidate") else "right")
-    for r in serving.get("deploy_table", []):
-        on = r["decision"] == "deploy"
-        table.add_row(_load(r), f"[green]deploy {r['drafter']}[/]" if on else "[yellow]off[/]",
-                      str(r["gamma"]) if on else "off", r.get("best_candidate") or "n/a", _f(r.get("speedup"), 3),
-                      _f(r.get("throughput_tok_s"), 1))
-    console.print(table)
-    d = serving.get("deploy") or {}
-    if d.get("best_drafter"):
-        schedule = ", ".join(f"{c}: {k}" for c, k in d["gamma_by_concurrency"].items())
-        console.print(f"  best drafter overall: {d['best_drafter']} γ={d['gamma']}; γ by concurrency {{{schedule}}}")
-        vllm = d.get("vllm") or {}
-        if vllm.get("speculative_config"):
-            console.print(f"  vLLM: --speculative-config '{json.dumps(vllm['speculative_config'])}'", soft_wrap=True,
-                          markup=False)
-        if vllm.get("note"):
-            console.print(f"  [dim]{escape(vllm['note'])}[/]")
-        console.print(f"  [dim]SGLang: {escape(d.get('sglang_note', ''))}[/]")
-
-
-def print_endpoint_figures(experiments: dict[str, Any], console: Console) -> None:
-    """Endpoint figures of ``specledger probe`` / ``import-vllm-bench``: one row per endpoint (client-side
-    throughput and latency, server-side acceptance from /metrics) and the server-wide warnings."""
-    views = list((experiments.get("probe") or {}).get("endpoints") or [])
-    for key, role in (("vllm_bench", "vllm bench"), ("guidellm", "guidellm")):
-        if experiments.get(key):
-            views.append({"role": role, "url": experiments[key].get("source_file"), **experiments[key]})
-    table = Table(title="endpoint figures (client-side timings, server-wide acceptance)", header_style="bold")
-    for col in ("endpoint", "tok/s", "TTFT P99", "TPOT P50", "chunk ITL P99", "E[L] reported", "E[L] 1+ΣPr(K≥i)",
-                "a_i"):
-        table.add_column(col, justify="left" if col in ("endpoint", "a_i") else "right")
-    for v in views:
-        s, led = v.get("summary") or {}, v.get("acceptance_ledger") or {}
-        table.add_row(f"{v.get('role')} {v.get('url') or ''}", _f(s.get("output_throughput_tok_s"), 1),
-                      _f((s.get("ttft_ms") or {}).get("p99"), 1), _f((s.get("tpot_ms") or {}).get("p50")),
-                      _f((s.get("chunk_itl_ms") or {}).get("p99"), 1), _f(led.get("el_reported"), 3),
-                      _f(led.get("el_from_per_position"), 3),
-                      " ".join(_f(a, 2) for a in led.get("conditional_a") or []) or "n/a")
-    console.print(table)
-    notes = [w for v in views for w in v.get("warnings") or []] + [v["note"] for v in views[-1:] if v.get("note")]
-    for note in dict.fromkeys(notes):
-        console.print(f"  [dim]{escape(note)}[/]")
-
-
-__all__ = ["answer_lines", "category_line", "print_answer", "print_deploy_table", "print_experiments",
-           "print_summary", "schedule_lines"]
+__all__ = ["answer_lines", "category_line", "print_answer", "print_summary", "schedule_lines"]

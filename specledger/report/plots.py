@@ -22,6 +22,8 @@ LAYOUT = {
 
 
 def predicted_vs_measured(summary: dict) -> go.Figure:
+    """Measured S against the round ledger's T0·E[L]/E[T_round] per setting (the reconciliation's decomposition,
+    not a forecast: the forecast model's figures are the S-vs-γ curves and the self-check)."""
     pts = [
         s
         for s in summary["scenarios"]
@@ -38,7 +40,7 @@ def predicted_vs_measured(summary: dict) -> go.Figure:
             mode="markers",
             text=[s["label"] for s in pts],
             name="scenarios",
-            hovertemplate="%{text}<br>predicted %{x:.3f}<br>measured %{y:.3f}<extra></extra>",
+            hovertemplate="%{text}<br>round ledger %{x:.3f}<br>measured %{y:.3f}<extra></extra>",
         )
     )
     if xs:
@@ -49,8 +51,8 @@ def predicted_vs_measured(summary: dict) -> go.Figure:
             )
         )
     fig.update_layout(
-        title="Measured vs predicted speed-up (T0·E[L]/E[T_round])",
-        xaxis_title="predicted S",
+        title="Measured S vs the round ledger's T0·E[L]/E[T_round] (full rounds; not the forecast model)",
+        xaxis_title="round-ledger S (measured E[L] and round time)",
         yaxis_title="measured S",
         **LAYOUT,
     )
@@ -177,7 +179,8 @@ def _ci_arrays(rows: list[dict]) -> tuple[list[float], list[float]]:
 
 
 def policy_speedups(policies: dict) -> go.Figure:
-    """Speed-up vs plain with 95% CI per static γ and per dynamic policy (one bar each)."""
+    """Speed-up vs plain with its 95% prompt-bootstrap CI (a side experiment, no decision) per static γ and per
+    dynamic policy (one bar each)."""
     fig = go.Figure()
     for i, kind in enumerate(("static", "policy")):
         rows = [r for r in policies["settings"] if r["kind"] == kind and r["speedup"] is not None]
@@ -197,7 +200,7 @@ def policy_speedups(policies: dict) -> go.Figure:
         )
     fig.add_hline(y=1.0, line_dash="dash", line_color="grey", annotation_text="plain")
     fig.update_layout(
-        title=f"Speed-up vs plain per speculation-length policy ({policies.get('drafter', '')}; 95% CI)",
+        title=f"Speed-up vs plain per speculation-length policy ({policies.get('drafter', '')}; 95% bootstrap CI)",
         yaxis_title="speed-up vs plain",
         **LAYOUT,
     )
@@ -231,7 +234,7 @@ def quantization_speedups(quant: dict) -> go.Figure:
             )
         )
     fig.add_hline(y=1.0, line_dash="dash", line_color="grey", annotation_text="fp32 plain")
-    fig.update_layout(title="Quantization four-way: speed-up vs fp32 plain (95% CI)",
+    fig.update_layout(title="Quantization four-way: speed-up vs fp32 plain (95% bootstrap CI)",
                       yaxis_title="speed-up", **LAYOUT)
     return fig
 

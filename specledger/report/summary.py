@@ -2,8 +2,8 @@
 that runs the steps in order, each a layer below this one.
 
 1. The main job's records (:func:`specledger.records.main_records`) are analysed per scenario
-   (:func:`specledger.analysis.run.analyze_run`: ledger figures, bootstrap CIs, reconciliation, the
-   run's cost model per drafter, optimal γ).
+   (:func:`specledger.analysis.run.analyze_run`: ledger figures, S with the decisions' own interval, the
+   round ledger's reconciliation, the run's cost model per drafter, optimal γ).
 2. The prediction check (:func:`specledger.predict.check.run_prediction_check`: leave one γ out) and
    the end-to-end model's speed-up of every measured setting.
 3. The four gates per scenario (:mod:`specledger.gates`) and the verdicts at load 1, then at every
@@ -33,15 +33,18 @@ from specledger.gates import (
     verdicts,
     with_measured_margin,
 )
+from specledger.gates.context_schedule import context_schedules
 from specledger.gates.load_verdicts import analyze_loads
 from specledger.gates.mix import mix_decisions
 from specledger.gates.schedule import schedules
 from specledger.gates.solo import gate_scenarios
+from specledger.mainjob.disturbance import run_finding
 from specledger.predict.check import run_prediction_check, scenario_predictions, usable
 from specledger.predict.replay import run_forecast_inputs
 from specledger.probe.engine_command import check_engine_command, llama_flags_at_hand
 from specledger.provenance import provenance
 from specledger.records import RequestRecord, main_records
+from specledger.report.view import interval_spec
 from specledger.rundir import EXPERIMENT_FILES, TRACE_NAME, RunDir, json_safe, summary_meta
 
 SCHEMA = "specledger.summary/1"
@@ -105,7 +108,7 @@ def summarize(
     chains = _chains(records)
     inputs = forecast_inputs if forecast_inputs is not None else run_forecast_inputs(chains, meta)
     surface, replay = inputs  # the run's verify surface; exact replay of greedy rounds
-    analysis = analyze_run(records, n_resamples=n_resamples, seed=seed, surface=surface, replay=replay)
+    analysis = analyze_run(records, alpha=slo.decision_alpha, surface=surface, replay=replay)
     check = run_prediction_check(chains, meta, inputs=inputs)
     predicted = scenario_predictions(chains, check, meta, inputs=inputs)
     groups = group_scenarios(records)
@@ -126,7 +129,7 @@ def summarize(
     solo_load = measured_load(meta)
     decided = [{**v, "load": solo_load, "simulated": False}
                for v in verdicts(analysis["scenarios"], slo, controls, plain_gates, solo_load)]
-    at_loads = analyze_loads(all_records, meta, slo, controls, n_resamples=n_resamples, seed=seed)
+    at_loads = analyze_loads(all_records, meta, slo, controls)
     decided += at_loads["verdicts"]
     loads = sorted({solo_load, *at_loads["loads"]}) if records else at_loads["loads"]
     # loads beyond what ran here: the simulator, priced by this run (specledger.gates.simulated_loads)
@@ -142,6 +145,7 @@ def summarize(
         sim_loads = sorted({int(v["load"]) for v in sim["verdicts"]})  # none when nothing could be simulated
     check_target_load(slo, loads, sim_loads)
     launch = meta.get("launch") if isinstance(meta.get("launch"), dict) else None
+    disturbance = run_finding(all_records) or meta.get("disturbance")  # the run's prompts, or probe's seconds
     summary = json_safe(
         {
             "schema": SCHEMA,
@@ -149,13 +153,18 @@ def summarize(
             "provenance": provenance(),
             "meta": summary_meta(meta),
             "slo": slo.to_dict(),
+            "intervals": interval_spec(slo.to_dict()),  # how every S and ratio below is estimated, at what level
             "requests": len(records),
             "experiment_requests": len(all_records) - len(records),
             "experiments": dict(experiments or {}),
             "verdicts": decided,
             # one setting for the traffic as a whole, by the same rule (specledger.gates.mix)
             "mix": mix_decisions(analysis["scenarios"], slo, meta.get("traffic_counts"), meta.get("traffic_mix")),
+            # a category decided per context bucket, read as one schedule in context (specledger.gates.context_schedule)
+            **({"context_schedules": cs} if (cs := context_schedules(decided)) else {}),
             **({"race": meta["race"]} if isinstance(meta.get("race"), dict) else {}),  # the main job's race
+            # was the machine disturbed while measuring (specledger.mainjob.disturbance)
+            **({"disturbance": disturbance} if isinstance(disturbance, dict) else {}),
             # probe --launch: the engine's counters reconciled per configuration, and how it was launched
             **({"launch": launch, "engine_counters": meta.get("engine_counters")} if launch else {}),
             "schedules": [{k: v for k, v in sch.items() if k != "cells"}

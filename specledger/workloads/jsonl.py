@@ -159,6 +159,13 @@ def fold_warnings(warnings: Sequence[str]) -> list[str]:
     return out
 
 
+def workload_warning(path: str | Path | None, message: str) -> str:
+    """One workload warning as ``run`` and ``probe`` print it: ``workload PATH: <message>`` (a message that
+    already starts with the path stays as it is)."""
+    where = str(path or "")
+    return message if where and message.startswith(where) else f"workload {where}: {message}".replace(" :", ":")
+
+
 def _refuse(path: Path, problems: list[tuple[int, str]]) -> None:
     """One line: the first malformed line and what is wrong, and how many others there are."""
     number, what = problems[0]

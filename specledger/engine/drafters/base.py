@@ -102,6 +102,14 @@ class Drafter:
     def end(self, prompt: list[int], output: list[int]) -> None:
         """The request finished with ``output``. Cross-request state may learn from it."""
 
+    def checkpoint(self) -> Any:
+        """The cross-request state as it stands, for :meth:`rewind` (None: this drafter keeps none)."""
+        return None
+
+    def rewind(self, checkpoint: Any) -> None:
+        """Back to a :meth:`checkpoint`'s cross-request state: a prompt measured again (a disturbed machine,
+        :mod:`specledger.mainjob.disturbance`) must not meet its own first answer."""
+
     def fork(self) -> Drafter:
         """A drafter for another request running at the same time as this one's (see the module
         invariants). Default: a deep copy, right for drafters whose state is all per-request;

@@ -384,6 +384,20 @@ class SuffixDrafter(Drafter):
             shared.version += 1
         self._reset_request()
 
+    def checkpoint(self) -> list[list[list[int]]]:
+        """The cross-request window's entries (its sequences are never changed in place: a cheap copy)."""
+        return list(self._global.history)
+
+    def rewind(self, checkpoint: list[list[list[int]]]) -> None:
+        """The cross-request trie rebuilt from a :meth:`checkpoint`'s window, in place (forks share it)."""
+        shared = self._global
+        shared.root, shared.history = TrieNode(), deque(checkpoint)
+        for entry in shared.history:
+            for sequence in entry:
+                insert_sequence(shared.root, sequence, self.max_depth)
+        shared.version += 1
+        self._reset_request()
+
     @property
     def request_trie(self) -> TrieNode:
         """Root of the per-request trie (over the indexed context)."""

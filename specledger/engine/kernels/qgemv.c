@@ -230,14 +230,21 @@ static inline __attribute__((always_inline)) void qgroup(const int kind, const u
             for (int j = 0; j < MM; j++) {
                 size_t at = (size_t)(m0 + j) * kb + b;
                 const int32_t *xq = (const int32_t *)(a.qx + (size_t)(m0 + j) * K + (size_t)b * 32);
-                __m256i is = _mm256_set1_epi32(cm * a.si[at]);
-                for (int g = 0; g < 8; g++) {
-                    __m256i xv = _mm256_set1_epi32(xq[g]), t;
-                    if (kind == KIND_Q8_0)  /* |w| * (x * sign(w)): no int16 saturation (128 * 127 * 2 < 32768) */
-                        t = _mm256_maddubs_epi16(_mm256_sign_epi8(w[g], w[g]), _mm256_sign_epi8(xv, w[g]));
-                    else
-                        t = _mm256_maddubs_epi16(w[g], xv);
-                    is = _mm256_add_epi32(is, _mm256_madd_epi16(t, ones));
+                __m256i is;
+                if (kind == KIND_Q8_0) {
+                    is = _mm256_setzero_si256();
+                    for (int g = 0; g < 8; g++) {  /* |w| * (x * sign(w)): no int16 saturation (128 * 127 * 2 < 32768) */
+                        __m256i xv = _mm256_set1_epi32(xq[g]);
+                        __m256i t = _mm256_maddubs_epi16(_mm256_sign_epi8(w[g], w[g]), _mm256_sign_epi8(xv, w[g]));
+                        is = _mm256_add_epi32(is, _mm256_madd_epi16(t, ones));
+                    }
+                } else {  /* 4-bit q: each int16 lane of a maddubs is q*x + q'*x', |.| <= 2 * 15 * 127 = 3810, so the 8
+                           * of a block sum exactly in int16 (<= 30480 < 32768): one widening madd a block, not 8 */
+                    __m256i s16 = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(xq[0]));
+                    for (int g = 1; g < 8; g++)
+                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[g], _mm256_set1_epi32(xq[g])));
+                    is = _mm256_madd_epi16(s16, ones);
+                    if (kind == KIND_Q4_0) is = _mm256_add_epi32(is, _mm256_set1_epi32(cm * a.si[at]));
                 }
                 __m256 dd = _mm256_mul_ps(d, _mm256_set1_ps(a.dx[at]));
                 acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), dd, acc[j]);
