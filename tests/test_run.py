@@ -168,6 +168,12 @@ def test_a_category_spanning_context_buckets_is_decided_per_bucket(tmp_path):
     assert mix["weights"] == pytest.approx({"chat": 1 / 5, "doc@<1k": 2 / 5, "doc@1-2k": 2 / 5})
     (context,) = summary["context_schedules"]
     assert context["category"] == "doc" and [b["bucket"] for b in context["buckets"]] == ["<1k", "1-2k"]
+    # each bucket forecast without any of its own records, from the other bucket and the run's cost surface
+    from specledger.predict.context_forecast import leave_one_bucket_out
+
+    check = leave_one_bucket_out(records, json.loads((out / "run.json").read_text()))
+    assert {r["category"] for r in check["rows"]} == {"doc@<1k", "doc@1-2k"}
+    assert check["n"] == 2 and all(r["predicted_speedup"] > 0 and r["measured_speedup"] > 0 for r in check["rows"])
 
 
 def test_context_schedule_names_where_speculation_stops_paying():
