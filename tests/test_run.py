@@ -193,3 +193,15 @@ def test_context_schedule_names_where_speculation_stops_paying():
     # an open decision on either side of the edge locates nothing
     (entry,) = context_schedules([v("<1k", "deploy"), v("1-2k", "off", resolved=False)])
     assert entry["stops_at_tokens"] is None and entry["engine_note"] is None
+
+
+def test_initial_seconds_prices_prefill_once_and_every_setting_at_its_context():
+    from specledger.mainjob.plan import initial_seconds
+
+    surface = {"points": [{"batch": 1, "rows": r, "context": c, "seconds": s * (1 + 0.5 * (r - 1))}
+                          for c, s in ((256, 0.01), (4096, 0.04)) for r in (1, 2, 3)]}
+    plan = RunPlan(drafters=["ngram"], gammas=[2, 4], temperatures=[0.0], max_tokens=10)
+    # one prompt of 1000 tokens: prefill 1000 x 0.005 s (the marginal row at the shortest context), then plain and
+    # two settings, 10 tokens each, at the one-row step nearest its context (256: 0.01 s)
+    assert initial_seconds(plan, surface, [("c", 1000)]) == pytest.approx(1000 * 0.005 + 3 * 10 * 0.01)
+    assert initial_seconds(plan, surface, [("c", 4000)]) == pytest.approx(4000 * 0.005 + 3 * 10 * 0.04)

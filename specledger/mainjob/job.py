@@ -46,6 +46,7 @@ from specledger.mainjob.plan import (
     Job,
     RunPlan,
     check_budget,
+    initial_seconds,
     job_groups,
     plan_config,
     plan_jobs,
@@ -218,6 +219,12 @@ def run(
     meta = _start_meta(rd, plan, engine, workload, warnings, drafters.info, resume, progress)
     if plan.budget_s is not None:
         check_budget(plan, meta[SURFACE_KEY], time.monotonic() - started, sorted({it.category for it in items}))
+        need = initial_seconds(plan, meta[SURFACE_KEY], [(it.category, len(workload.encoded[it.id]))
+                                                         for it in items if it.id in workload.encoded])
+        if on_warning and time.monotonic() - started + need + REPORT_RESERVE_S > plan.budget_s:
+            on_warning(f"warning: the initial prompts alone need about {need:.0f} s here (prefill and every "
+                       f"setting's output), more than --budget {plan.budget_s:g}s leaves: the run will overrun it; "
+                       "raise --budget or give fewer or shorter prompts")
     rd.write_meta(meta)
     if resume:
         _repair(rd)

@@ -241,6 +241,30 @@ def survivor_settings(decisions: Sequence[dict[str, Any]], plan: RunPlan) -> lis
     return [("none", 0)] + sorted(keep, key=lambda k: order.index(k) if k in order else len(order))
 
 
+def _surface_at(surface: dict[str, Any], context: int) -> tuple[float, float]:
+    """(one-row step, marginal seconds per extra row) at the measured context nearest ``context``."""
+    points = [p for p in surface.get("points") or [] if int(p.get("batch", 1) or 1) == 1]
+    if not points:
+        return 0.01, 0.0
+    nearest = min({int(p["context"]) for p in points}, key=lambda c: abs(c - context))
+    at = {int(p["rows"]): float(p["seconds"]) for p in points if int(p["context"]) == nearest}
+    one, top = at.get(1, min(at.values())), max(at)
+    return one, (at[top] - one) / (top - 1) if top > 1 else 0.0
+
+
+def initial_seconds(plan: RunPlan, surface: dict[str, Any], prompts: Sequence[tuple[str, int]]) -> float:
+    """An estimate of the initial prompts' time: per (category, prompt tokens n), one prefill, shared by the
+    prompt's settings (n rows at the surface's marginal row cost at its shortest context: a prefill's linears),
+    and every setting's output at the one-row step at that context; draft passes come on top. On the AVX2 EPYC a
+    prefill measured 0.5x (512 tokens) to 0.85x (4,096 tokens) this price."""
+    settings = 1 + sum(len(plan.gammas_for(d)) * len(plan.tree_budgets) for d in plan.drafters)
+    per_row, total = _surface_at(surface, 0)[1], 0.0
+    for category, n in prompts:
+        total += n * per_row + settings * plan.max_tokens_for(category) * _surface_at(surface, n)[0] \
+            * len(plan.temperatures)
+    return total
+
+
 def check_budget(plan: RunPlan, surface: dict[str, Any], spent_s: float, categories: Sequence[str] = ()) -> None:
     """One-line error when ``plan.budget_s`` cannot hold what one prompt needs: the time already spent on
     start-up plus one prompt of every setting, priced at the measured 1-row step (a lower bound: draft
