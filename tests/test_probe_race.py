@@ -228,3 +228,27 @@ def test_located_load_points_bisect_where_s_crosses_1(workload: Path) -> None:
     assert [p.load for p in runs["ngram"].points] == [4, 8, 16] and ran[:2] == [("off", 16), ("ngram", 16)]
     fixed = _load_points(["off", "ngram"], [1, 4], w, RaceFolder(None), runner, merged)
     assert [p.load for p in fixed["off"].points] == [4]
+
+
+def test_an_endpoint_workload_spanning_context_buckets_is_decided_per_bucket(tmp_path: Path) -> None:
+    """As ``run``: a category whose prompts fall in two context buckets (characters / 4 without a tokenizer) is
+    decided per bucket; a category in one keeps its name."""
+    doc = "The committee met on Tuesday and agreed the budget. " * 120  # 6,240 characters: about 1.5k tokens
+    lines = [{"id": f"s{i}", "messages": [{"role": "user", "content": f"Summarise: {doc[:800 + 40 * i]}"}],
+              "category": "docs"} for i in range(3)]
+    lines += [{"id": f"l{i}", "messages": [{"role": "user", "content": f"Summarise: {doc[: 5000 + 40 * i]}"}],
+               "category": "docs"} for i in range(3)]
+    lines += [{"id": f"q{i}", "messages": [{"role": "user", "content": f"Say hi {i}"}], "category": "chat"}
+              for i in range(3)]
+    workload = tmp_path / "long.jsonl"
+    workload.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    spec_cfg = FakeServerConfig(delays_s=(0.002,), chunk_pattern=(1, 3, 2, 4), response_tokens=12, crlf_every=0)
+    base_cfg = FakeServerConfig(delays_s=(0.002,), chunk_pattern=(1,), response_tokens=12, gamma=0, crlf_every=0)
+    with FakeServer(spec_cfg) as spec, FakeServer(base_cfg) as base:
+        res = CliRunner().invoke(cli_app, ["probe", spec.url, "--baseline", base.url, "--workload", str(workload),
+                                           "--max-tokens", "12", "--chat", "--budget", "30s",
+                                           "--out", str(tmp_path / "run")])
+    assert res.exit_code == 0, (res.output, res.exception)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert {v["category"] for v in summary["verdicts"] if v.get("load", 1) == 1} == {"docs@<1k", "docs@1-2k", "chat"}
+    assert {v.get("context_bucket") for v in summary["verdicts"]} == {"<1k", "1-2k", None}

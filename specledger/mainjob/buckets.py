@@ -32,6 +32,12 @@ def buckets_with(lengths: Sequence[int], n: int) -> list[str]:
     return [b for b in BUCKETS if counts[b] >= max(1, n)]
 
 
+def nearest(bucket: str, buckets: Sequence[str]) -> str:
+    """``bucket`` if it is one of ``buckets``, else the one of them nearest in length order (a prompt whose own
+    bucket holds too few prompts to be decided joins its neighbour)."""
+    return min(buckets, key=lambda b: abs(BUCKETS.index(b) - BUCKETS.index(bucket)))
+
+
 def bucketed_item(item: Any, bucket: str) -> Any:
     """A copy of ``item`` whose category is its bucket's decision key (``"long@2-4k"``)."""
     return replace(item, category=bucket_key(split_key(item.category)[0], bucket),
@@ -42,7 +48,8 @@ def split_initial(items: Sequence[Any], candidates: dict[str, Sequence[Any]], le
                   n: int, keep_all: bool = False) -> tuple[list[Any], dict[str, list[str]]]:
     """(initial items, {category: its buckets}) for the bucketed categories among ``candidates``
     (category -> its items in sampling order): ``n`` prompts per bucket, the first of each in order (with
-    ``keep_all``: every candidate, in its bucket); the other categories' ``items`` are kept as they are.
+    ``keep_all``: every candidate, in its bucket or, where that holds fewer than ``n``, the nearest that does);
+    the other categories' ``items`` are kept as they are.
     ``length_of`` gives a prompt's token count, None when it does not fit the prompt budget."""
     bucketed: dict[str, list[str]] = {}
     chosen: dict[str, list[Any]] = {}
@@ -52,7 +59,8 @@ def split_initial(items: Sequence[Any], candidates: dict[str, Sequence[Any]], le
         if len(buckets) < 2:
             continue
         bucketed[category] = buckets
-        chosen[category] = [bucketed_item(it, bucket_of(length)) for it, length in sized] if keep_all else \
+        chosen[category] = [bucketed_item(it, nearest(bucket_of(length), buckets)) for it, length in sized] \
+            if keep_all else \
             [bucketed_item(it, b) for b in buckets for it in [it for it, length in sized if bucket_of(length) == b][:n]]
     out = [it for it in items if it.category not in bucketed]
     for category in bucketed:

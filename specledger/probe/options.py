@@ -16,7 +16,7 @@ from specledger.probe.fetch import parse_headers
 from specledger.probe.loadgen import LoadConfig, Tokenizer
 from specledger.probe.outputs import check_new_run_dir
 from specledger.probe.records import check_label
-from specledger.probe.workload import ProbeWorkload, select_workload
+from specledger.probe.workload import ProbeWorkload, select_workload, split_by_context
 
 #: closed-loop concurrency when neither --concurrency nor --rate is given
 DEFAULT_CONCURRENCY = 4
@@ -155,8 +155,8 @@ def plan_probe(o: ProbeOptions) -> ProbePlan:
         check_target_load(slo, loads)
     if o.out is not None:
         check_new_run_dir(o.out)
-    workload = select_workload(o.workload, o.categories, o.n, o.seed)
     tokenizer = load_tokenizer(o.tokenizer)
+    workload = split_by_context(select_workload(o.workload, o.categories, o.n, o.seed), tokenizer)
     concurrency = DEFAULT_CONCURRENCY if o.concurrency is None and o.rate is None else o.concurrency
     plan = ProbePlan(o, specs, loads, label, headers, slo, workload, tokenizer, concurrency,
                      locate_loads=is_load_range(o.loads))

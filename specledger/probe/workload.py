@@ -157,6 +157,37 @@ def workload_from_categories(categories: Sequence[str], n: int, seed: int = 0) -
     return workload
 
 
+#: characters per token where no tokenizer is given (English prose and code with a BPE vocabulary: 3.5-4.5)
+CHARS_PER_TOKEN = 4.0
+
+
+def prompt_tokens(entry: WorkloadItem, tokenizer: Any = None) -> int:
+    """A prompt's length in tokens: the tokenizer's count of its text, else characters / :data:`CHARS_PER_TOKEN`
+    (an estimate; the buckets' edges are powers of two, so a ~10 % error moves few prompts)."""
+    if tokenizer is not None:
+        encoded = tokenizer(entry.text)
+        return encoded if isinstance(encoded, int) else len(encoded)
+    return int(len(entry.text) / CHARS_PER_TOKEN)
+
+
+def split_by_context(workload: ProbeWorkload, tokenizer: Any = None, n: int = 2) -> ProbeWorkload:
+    """The workload with every category whose prompts fall in two or more context buckets (at least ``n`` prompts
+    in each) split into them (``"docs@2-4k"``), as ``run`` decides (:mod:`specledger.mainjob.buckets`); the items
+    re-interleaved by the new categories."""
+    from specledger.mainjob.buckets import split_initial
+
+    entries = list(workload.entries.values())
+    by_category: dict[str, list[WorkloadItem]] = {}
+    for e in entries:
+        by_category.setdefault(e.category, []).append(e)
+    split, bucketed = split_initial(entries, by_category, lambda e: prompt_tokens(e, tokenizer), n, keep_all=True)
+    if not bucketed:
+        return workload
+    workload.entries = {e.id: e for e in split}
+    workload.items = interleave_by_category(workload.items, workload.category_of)
+    return workload
+
+
 def select_workload(workload: Path | None, categories: str | None, n: int, seed: int) -> ProbeWorkload:
     """--workload JSONL, else --categories (built-in, scored), else the built-in prompts."""
     if workload is not None:
@@ -174,6 +205,7 @@ __all__ = [
     "ProbeWorkload",
     "interleave_by_category",
     "select_workload",
+    "split_by_context",
     "workload_from_categories",
     "workload_from_jsonl",
     "workload_from_prompts",
