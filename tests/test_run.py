@@ -205,3 +205,20 @@ def test_initial_seconds_prices_prefill_once_and_every_setting_at_its_context():
     # two settings, 10 tokens each, at the one-row step nearest its context (256: 0.01 s)
     assert initial_seconds(plan, surface, [("c", 1000)]) == pytest.approx(1000 * 0.005 + 3 * 10 * 0.01)
     assert initial_seconds(plan, surface, [("c", 4000)]) == pytest.approx(4000 * 0.005 + 3 * 10 * 0.04)
+
+
+def test_a_setting_the_race_dropped_is_neither_chosen_nor_a_rival_unless_every_one_was():
+    from specledger.report.summary import race_drops, still_racing, story
+
+    meta = {"race": {"dropped": [{"category": "code", "temperature": 0.0, "label": "ngram γ=2", "after_prompts": 6,
+                                  "why": "more than the margin slower than suffix γ=4"},
+                                 {"category": "chat", "temperature": 0.0, "label": "ngram γ=2", "after_prompts": 4,
+                                  "why": "slower than plain"}]}}
+    scenarios = [{"category": c, "temperature": 0.0, "drafter": d, "gamma": g}
+                 for c, d, g in (("code", "ngram", 2), ("code", "suffix", 4), ("chat", "ngram", 2))]
+    drops = race_drops(meta)
+    kept = still_racing(scenarios, drops)
+    assert [(s["category"], s["drafter"]) for s in kept] == [("code", "suffix"), ("chat", "ngram")]
+    assert story({"category": "code", "temperature": 0.0}, drops) == {"race_dropped": [
+        {"setting": "ngram γ=2", "after_prompts": 6, "why": "more than the margin slower than suffix γ=4"}]}
+    assert story({"category": "math", "temperature": 0.0}, drops) == {}

@@ -135,8 +135,12 @@ def _open(base: dict[str, Any], focus: dict[str, Any], others: Sequence[dict[str
                 f"{slo.min_ci_low:g}")
     elif rivals:
         x, v = min(rivals, key=lambda p: _lo(p[1]))
+        why = (f"{setting_name(x)} could still be more than {100 * margin:.0f} % faster"
+               if not _within_margin(focus, x, ivs, pair, margin)
+               else f"the two are within {100 * margin:.0f} % of each other; whether either pays against plain "
+                    "is still open")  # a rival for paying, not for speed
         head = (f"{setting_name(focus)} vs {setting_name(x)}: paired ratio {v.ratio:.3f} [{_fmt_ci(v)}] after "
-                f"{v.n} prompts; {setting_name(x)} could still be more than {100 * margin:.0f} % faster")
+                f"{v.n} prompts; {why}")
     else:
         head = f"{lead} could be above or below 1 after {il.n} prompts"
     names = [setting_name(focus), *(setting_name(x) for x, _ in rivals)]

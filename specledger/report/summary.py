@@ -38,6 +38,7 @@ from specledger.gates.load_verdicts import analyze_loads
 from specledger.gates.mix import mix_decisions
 from specledger.gates.schedule import schedules
 from specledger.gates.solo import gate_scenarios
+from specledger.gates.verdict_rules import setting_name
 from specledger.mainjob.disturbance import run_finding
 from specledger.predict.check import run_prediction_check, scenario_predictions, usable
 from specledger.predict.replay import run_forecast_inputs
@@ -85,6 +86,34 @@ def _run_memory(meta: dict[str, Any]) -> float | None:
     return None
 
 
+def race_drops(meta: dict[str, Any]) -> dict[tuple[str, float], list[dict[str, Any]]]:
+    """The race's dropped settings per (category, temperature), as its log recorded them (``run.json`` ``race``)."""
+    out: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for d in (meta.get("race") or {}).get("dropped") or []:
+        out.setdefault((str(d.get("category")), float(d.get("temperature") or 0.0)), []).append(d)
+    return out
+
+
+def still_racing(scenarios: list[dict[str, Any]], drops: dict[tuple[str, float], list[dict[str, Any]]]
+                 ) -> list[dict[str, Any]]:
+    """The scenarios the load-1 decision chooses among: a setting the race dropped stays out (its drop held at
+    every look, :mod:`specledger.analysis.sequential`), unless the race dropped every setting of its category."""
+    def key(s: dict[str, Any]) -> tuple[str, float]:
+        return str(s["category"]), float(s["temperature"])
+
+    dropped = {(key(s), setting_name(s)) for s in scenarios
+               if setting_name(s) in {d["label"] for d in drops.get(key(s), [])}}
+    left = {key(s) for s in scenarios if (key(s), setting_name(s)) not in dropped}
+    return [s for s in scenarios if key(s) not in left or (key(s), setting_name(s)) not in dropped]
+
+
+def story(verdict: dict[str, Any], drops: dict[tuple[str, float], list[dict[str, Any]]]) -> dict[str, Any]:
+    """The race's own record of the category's dropped settings, told with its decision: ``race_dropped``."""
+    these = drops.get((str(verdict.get("category")), float(verdict.get("temperature") or 0.0))) or []
+    return {"race_dropped": [{"setting": d["label"], "after_prompts": d.get("after_prompts"), "why": d.get("why")}
+                             for d in these]} if these else {}
+
+
 def summarize(
     records: Sequence[RequestRecord],
     meta: dict[str, Any] | None = None,
@@ -127,8 +156,9 @@ def summarize(
     # points (``specledger run --loads``) add a verdict per load > 1 (specledger.gates.load_verdicts)
     controls = control_repetition(records)
     solo_load = measured_load(meta)
-    decided = [{**v, "load": solo_load, "simulated": False}
-               for v in verdicts(analysis["scenarios"], slo, controls, plain_gates, solo_load)]
+    drops = race_drops(meta)
+    decided = [{**v, "load": solo_load, "simulated": False, **story(v, drops)}
+               for v in verdicts(still_racing(analysis["scenarios"], drops), slo, controls, plain_gates, solo_load)]
     at_loads = analyze_loads(all_records, meta, slo, controls)
     decided += at_loads["verdicts"]
     loads = sorted({solo_load, *at_loads["loads"]}) if records else at_loads["loads"]
