@@ -83,7 +83,7 @@ def budget_floor_s(plan: RunPlan) -> tuple[float, str]:
     start-up (:func:`specledger.mainjob.plan.check_budget`) prices the measured step."""
     from specledger.mainjob.plan import REPORT_RESERVE_S
 
-    settings = 1 + sum(len(plan.gammas_for(d)) * len(plan.tree_budgets) for d in plan.drafters)
+    settings = plan.settings_per_prompt
     tokens = plan.max_tokens  # the categories' own (longer) budgets left out: a lower bound
     one_prompt = settings * tokens * STEP_FLOOR_S * len(plan.temperatures)
     need = START_UP_FLOOR_S + one_prompt + REPORT_RESERVE_S

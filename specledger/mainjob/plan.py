@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specledger.errors import SpecLedgerError, require
+from specledger.workloads.context_buckets import split_key
 
 DEFAULT_CATEGORIES = ("code", "code-edit", "extraction", "agent", "dialogue", "summary", "math", "random")
 #: drafters of ``make run`` (the default preset): the model-free ones, which pay on this CPU. layerskip (S about
@@ -103,8 +104,13 @@ class RunPlan:
         file's prompts (they are the user's traffic)."""
         if self.workload_file:
             return 1 << 30
-        long = category.partition("@")[0] == "long"
+        long = split_key(category)[0] == "long"
         return max(self.max_prompt_tokens, LONG_MAX_PROMPT_TOKENS) if long else self.max_prompt_tokens
+
+    @property
+    def settings_per_prompt(self) -> int:
+        """Requests each prompt gets per temperature: plain, then every drafter x γ x tree budget."""
+        return 1 + sum(len(self.gammas_for(d)) * len(self.tree_budgets) for d in self.drafters)
 
     def gammas_for(self, drafter: str) -> list[int]:
         neural = drafter in ("layerskip", "quant-self", "model", "head")
@@ -257,7 +263,7 @@ def initial_seconds(plan: RunPlan, surface: dict[str, Any], prompts: Sequence[tu
     prompt's settings (n rows at the surface's marginal row cost at its shortest context: a prefill's linears),
     and every setting's output at the one-row step at that context; draft passes come on top. On the AVX2 EPYC a
     prefill measured 0.5x (512 tokens) to 0.85x (4,096 tokens) this price."""
-    settings = 1 + sum(len(plan.gammas_for(d)) * len(plan.tree_budgets) for d in plan.drafters)
+    settings = plan.settings_per_prompt
     per_row, total = _surface_at(surface, 0)[1], 0.0
     for category, n in prompts:
         total += n * per_row + settings * plan.max_tokens_for(category) * _surface_at(surface, n)[0] \
@@ -271,7 +277,7 @@ def check_budget(plan: RunPlan, surface: dict[str, Any], spent_s: float, categor
     passes and prefill come on top), plus :data:`REPORT_RESERVE_S`."""
     steps = [float(p["seconds"]) for p in surface.get("points") or [] if int(p.get("rows", 0)) == 1]
     step = min(steps) if steps else 0.01
-    settings = 1 + sum(len(plan.gammas_for(d)) * len(plan.tree_budgets) for d in plan.drafters)
+    settings = plan.settings_per_prompt
     tokens = max(plan.max_tokens_for(c) for c in categories) if categories else plan.max_tokens
     one_prompt = settings * tokens * step * len(plan.temperatures)
     need = spent_s + one_prompt + REPORT_RESERVE_S

@@ -46,14 +46,10 @@ def load_items(plan: RunPlan, vocab_size: int):
 def traffic_counts(plan: RunPlan) -> dict[str, int]:
     """Requests per category of the workload, the mix's default shares (:func:`specledger.gates.mix.mix_weights`):
     a workload file's lines per category, else ``n_per_category`` for every built-in category."""
-    if not plan.workload_file:
+    file = file_items(plan)
+    if file is None:
         return {c: plan.n_per_category for c in plan.categories}
-    from specledger.workloads.jsonl import load_jsonl
-
-    counts: dict[str, int] = {}
-    for it in load_jsonl(plan.workload_file)[0]:
-        counts[it.category] = counts.get(it.category, 0) + 1
-    return counts
+    return {c: len(items) for c, items in file.items()}
 
 
 class PromptPool:
@@ -134,14 +130,14 @@ class Workload:
         self.skipped: list[str] = []
         #: categories decided per context bucket, and their buckets (:mod:`specledger.mainjob.buckets`)
         self.bucketed: dict[str, list[str]] = {}
-        self._lengths: dict[str, list[int]] = {}
+        self._ids: dict[str, list[int]] = {}  # item id -> its prompt's token ids, encoded once
 
     def _tokens(self, item: Any) -> list[int]:
         from specledger.workloads import encode_item
 
-        if item.id not in self._lengths:
-            self._lengths[item.id] = encode_item(self.engine.loaded, item)
-        return self._lengths[item.id]
+        if item.id not in self._ids:
+            self._ids[item.id] = encode_item(self.engine.loaded, item)
+        return self._ids[item.id]
 
     def fits(self, item: Any, length: int) -> bool:
         """Whether a prompt of ``length`` tokens fits the prompt budget and the context with its output."""

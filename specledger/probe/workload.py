@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specledger.errors import SpecLedgerError
-from specledger.probe.loadgen import PromptItem
+from specledger.probe.loadgen import PromptItem, _count_tokens
 from specledger.workloads import WorkloadItem, load_jsonl
 
 BUILTIN_CATEGORY = "builtin"
@@ -165,8 +165,7 @@ def prompt_tokens(entry: WorkloadItem, tokenizer: Any = None) -> int:
     """A prompt's length in tokens: the tokenizer's count of its text, else characters / :data:`CHARS_PER_TOKEN`
     (an estimate; the buckets' edges are powers of two, so a ~10 % error moves few prompts)."""
     if tokenizer is not None:
-        encoded = tokenizer(entry.text)
-        return encoded if isinstance(encoded, int) else len(encoded)
+        return _count_tokens(tokenizer, entry.text)
     return int(len(entry.text) / CHARS_PER_TOKEN)
 
 

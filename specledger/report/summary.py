@@ -101,10 +101,11 @@ def still_racing(scenarios: list[dict[str, Any]], drops: dict[tuple[str, float],
     def key(s: dict[str, Any]) -> tuple[str, float]:
         return str(s["category"]), float(s["temperature"])
 
-    dropped = {(key(s), setting_name(s)) for s in scenarios
-               if setting_name(s) in {d["label"] for d in drops.get(key(s), [])}}
-    left = {key(s) for s in scenarios if (key(s), setting_name(s)) not in dropped}
-    return [s for s in scenarios if key(s) not in left or (key(s), setting_name(s)) not in dropped]
+    def dropped(s: dict[str, Any]) -> bool:
+        return any(d["label"] == setting_name(s) for d in drops.get(key(s), []))
+
+    kept = {key(s) for s in scenarios if not dropped(s)}
+    return [s for s in scenarios if not dropped(s) or key(s) not in kept]
 
 
 def story(verdict: dict[str, Any], drops: dict[tuple[str, float], list[dict[str, Any]]]) -> dict[str, Any]:
@@ -191,7 +192,7 @@ def summarize(
             # one setting for the traffic as a whole, by the same rule (specledger.gates.mix)
             "mix": mix_decisions(analysis["scenarios"], slo, meta.get("traffic_counts"), meta.get("traffic_mix")),
             # a category decided per context bucket, read as one schedule in context (specledger.gates.context_schedule)
-            **({"context_schedules": cs} if (cs := context_schedules(decided)) else {}),
+            **({"context_schedules": cs} if (cs := context_schedules(decided, solo_load)) else {}),
             **({"race": meta["race"]} if isinstance(meta.get("race"), dict) else {}),  # the main job's race
             # was the machine disturbed while measuring (specledger.mainjob.disturbance)
             **({"disturbance": disturbance} if isinstance(disturbance, dict) else {}),
