@@ -215,9 +215,9 @@ def _print_workload_warnings(plan: ProbePlan) -> None:
 def _probe(o: ProbeOptions) -> None:
     """The verb, while a :class:`~specledger.mainjob.disturbance.ProbeWatch` reads the machine every second (a
     local endpoint's server counted as ours): its finding goes into the answer and summary.json."""
-    from specledger.mainjob.disturbance import ProbeWatch, local_servers
+    from specledger.mainjob.disturbance import ProbeWatch, local_servers, watching
 
-    with ProbeWatch(local_servers([o.url, o.baseline])) as watch:
+    with ProbeWatch(local_servers([o.url, o.baseline]) if watching() else set()) as watch:  # no /proc scan when off
         _probe_watched(o, watch)
 
 

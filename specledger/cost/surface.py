@@ -91,6 +91,11 @@ def doublings(x: float, lo: float, hi: float) -> float:
     return 0.0
 
 
+def _pow(a: Any, p: float) -> Any:
+    """``a ** p``, skipped for p = 1 (the plain linear reads on every lookup: ``a ** 1`` is ``a`` exactly)."""
+    return a if p == 1 else a ** p
+
+
 def along(axis: Sequence[float], x: float, values: np.ndarray, dists: np.ndarray,
           offset: float = 0.0, power: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Read rows of ``values`` (one per measured ``axis`` coordinate, ascending) at ``x``, straight lines
@@ -109,18 +114,19 @@ def along(axis: Sequence[float], x: float, values: np.ndarray, dists: np.ndarray
     elif x >= axis[-1]:
         v, d = values[-1], dists[-1]
         if x > axis[-1] and n >= 2:
-            slope = np.maximum((values[-1] ** power - values[-2] ** power) / (axis[-1] ** power - axis[-2] ** power),
-                               0.0)
-            v = np.where(slope > 0, (values[-1] ** power + slope * (x ** power - axis[-1] ** power)) ** (1 / power), v)
+            slope = np.maximum((_pow(values[-1], power) - _pow(values[-2], power))
+                               / (_pow(axis[-1], power) - _pow(axis[-2], power)), 0.0)
+            v = np.where(slope > 0, _pow(_pow(values[-1], power) + slope * (_pow(x, power) - _pow(axis[-1], power)),
+                                         1 / power), v)
             d = np.maximum(d, dists[-2])
     else:
         j = bisect.bisect_right(axis, x)
-        u = (x ** power - axis[j - 1] ** power) / (axis[j] ** power - axis[j - 1] ** power)
+        u = (_pow(x, power) - _pow(axis[j - 1], power)) / (_pow(axis[j], power) - _pow(axis[j - 1], power))
         if u == 0.0:
             v, d = values[j - 1], dists[j - 1]
         else:
             lo, hi = values[j - 1], values[j]
-            mean = (lo ** power + u * (hi ** power - lo ** power)) ** (1 / power)
+            mean = _pow(_pow(lo, power) + u * (_pow(hi, power) - _pow(lo, power)), 1 / power)
             v = np.where(lo == hi, lo, mean)  # exact where the two are equal (p-th power and root need not be)
             d = np.maximum(dists[j - 1], dists[j])
     return v, d + doublings(x + offset, axis[0] + offset, axis[-1] + offset)

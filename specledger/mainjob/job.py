@@ -207,7 +207,7 @@ def run(
     rd = RunDir(run_dir)
     items, warnings = load_items(plan, engine.model.config.vocab_size)
     workload = Workload(plan, engine)
-    items = workload.split_by_context(items, context_candidates(plan))
+    items = workload.split_by_context(items, context_candidates(plan, workload.file))
     workload.register(items)
     _report_warnings(plan, warnings, workload.skipped, on_warning)
     room = engine.max_context - plan.max_tokens - 1
@@ -222,7 +222,7 @@ def run(
         need = initial_seconds(plan, meta[SURFACE_KEY], [(it.category, len(workload.encoded[it.id]))
                                                          for it in items if it.id in workload.encoded])
         if on_warning and time.monotonic() - started + need + REPORT_RESERVE_S > plan.budget_s:
-            on_warning(f"warning: the initial prompts alone need about {need:.0f} s here (prefill and every "
+            on_warning(f"the initial prompts alone need about {need:.0f} s here (prefill and every "
                        f"setting's output), more than --budget {plan.budget_s:g}s leaves: the run will overrun it; "
                        "raise --budget or give fewer or shorter prompts")
     rd.write_meta(meta)
@@ -296,7 +296,7 @@ def _start_meta(rd: RunDir, plan: RunPlan, engine: TargetEngine, workload: Workl
         "workload_warnings": warnings,
         # the one recommendation for all the traffic (specledger.gates.mix): --mix, else the workload's shares
         "traffic_mix": plan.mix,
-        "traffic_counts": traffic_counts(plan),
+        "traffic_counts": traffic_counts(plan, workload.file, workload.decision_key),
         "skipped_prompts": workload.skipped,
         "prompts": workload.facts(),
     }
@@ -346,7 +346,7 @@ def _race(rd: RunDir, plan: RunPlan, workload: Workload, execute: Executor, done
 
     log = RaceLog(budget_s=float(plan.budget_s), started=started)
     by_id = workload.by_id
-    pool = PromptPool(plan, set(by_id) | used, workload.bucket)
+    pool = PromptPool(plan, set(by_id) | used, workload.bucket, workload.file)
     settings = [Setting(d, g, b) for d in plan.drafters for g in plan.gammas_for(d) for b in plan.tree_budgets]
     counter = {"n": 0}
 

@@ -9,11 +9,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from specledger.engine.protocol import TargetEngine
-from specledger.mainjob.buckets import BUCKETED_BUILTIN, CANDIDATES, bucketed_item, split_initial
+from specledger.mainjob.buckets import BUCKETED_BUILTIN, CANDIDATES, bucketed_item, nearest, split_initial
 from specledger.mainjob.plan import RunPlan
 from specledger.records import EXPERIMENT_KEY
 from specledger.rundir import RunDir
-from specledger.workloads.context_buckets import bucket_of, split_key
+from specledger.workloads.context_buckets import bucket_key, bucket_of, split_key
 
 
 def done_keys(run: RunDir) -> set[tuple[str, str, int, float, int]]:
@@ -43,13 +43,21 @@ def load_items(plan: RunPlan, vocab_size: int):
     return items, warnings
 
 
-def traffic_counts(plan: RunPlan) -> dict[str, int]:
+def traffic_counts(plan: RunPlan, file: dict[str, list[Any]] | None = None,
+                   key_of: Callable[[Any], str] | None = None) -> dict[str, int]:
     """Requests per category of the workload, the mix's default shares (:func:`specledger.gates.mix.mix_weights`):
-    a workload file's lines per category, else ``n_per_category`` for every built-in category."""
-    file = file_items(plan)
+    a workload file's lines per category (``file``: :func:`file_items`, read here when not given; ``key_of``: a
+    line's decision key, its context bucket's where its category is split), else ``n_per_category`` for every
+    built-in category."""
+    file = file if file is not None else file_items(plan)
     if file is None:
         return {c: plan.n_per_category for c in plan.categories}
-    return {c: len(items) for c, items in file.items()}
+    counts: dict[str, int] = {}
+    for c, items in file.items():
+        for it in items:
+            key = key_of(it) if key_of is not None else c
+            counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 class PromptPool:
@@ -58,11 +66,12 @@ class PromptPool:
     bucket's decision key (``"long@2-4k"``) draws its category's prompts that fall in that bucket (``bucket_of``:
     a prompt's bucket, None when it does not fit)."""
 
-    def __init__(self, plan: RunPlan, used: set[str], bucket_of: Callable[[Any], str | None] | None = None) -> None:
+    def __init__(self, plan: RunPlan, used: set[str], bucket_of: Callable[[Any], str | None] | None = None,
+                 file: dict[str, list[Any]] | None = None) -> None:
         self.plan, self.used, self.bucket_of = plan, used, bucket_of
         self._cache: dict[str, list[Any]] = {}
         self._asked: dict[str, int] = {}
-        self._file = file_items(plan)
+        self._file = file if file is not None else file_items(plan)
 
     def _bundled(self, category: str, k: int, wanted: Callable[[Any], bool]) -> list[Any]:
         """The category's items in their seeded order, loaded once and extended while fewer than ``k`` unused ones
@@ -106,13 +115,13 @@ def file_items(plan: RunPlan) -> dict[str, list[Any]] | None:
     return out
 
 
-def context_candidates(plan: RunPlan) -> dict[str, list[Any]]:
+def context_candidates(plan: RunPlan, file: dict[str, list[Any]] | None = None) -> dict[str, list[Any]]:
     """Per text category, the prompts whose lengths decide whether it is split by context bucket: a workload file's
     lines, or the first :data:`~specledger.mainjob.buckets.CANDIDATES` of a built-in category's order (only those
     of :data:`~specledger.mainjob.buckets.BUCKETED_BUILTIN`: the others' prompts are short by design)."""
     if not plan.context_buckets:
         return {}
-    if (file := file_items(plan)) is not None:
+    if (file := file if file is not None else file_items(plan)) is not None:
         return file
     from specledger.workloads.catalog import load_category
 
@@ -128,6 +137,8 @@ class Workload:
         self.encoded: dict[str, list[int]] = {}
         self.by_id: dict[str, Any] = {}
         self.skipped: list[str] = []
+        #: the workload file's items per category, read once for the run (None without a file)
+        self.file = file_items(plan)
         #: categories decided per context bucket, and their buckets (:mod:`specledger.mainjob.buckets`)
         self.bucketed: dict[str, list[str]] = {}
         self._ids: dict[str, list[int]] = {}  # item id -> its prompt's token ids, encoded once
@@ -158,6 +169,13 @@ class Workload:
         n = len(self._tokens(item))
         return n if self.fits(item, n) else None
 
+    def decision_key(self, item: Any) -> str:
+        """The category ``item`` is decided in: its context bucket's key where its category is split (a bucket
+        with too few prompts joins the nearest decided one), else its own."""
+        category = split_key(item.category)[0]
+        bucket = self.bucket(item) if category in self.bucketed else None
+        return item.category if bucket is None else bucket_key(category, nearest(bucket, self.bucketed[category]))
+
     def bucket(self, item: Any) -> str | None:
         """The context bucket of a prompt that fits, else None."""
         n = self.length(item)
@@ -178,8 +196,8 @@ class Workload:
             if not self.fits(it, len(tokens)):
                 self.skipped.append(self.why_not(it, len(tokens)))
                 continue
-            if split_key(it.category)[0] in self.bucketed and split_key(it.category)[1] is None:
-                it = bucketed_item(it, bucket_of(len(tokens)))
+            if (key := self.decision_key(it)) != it.category:
+                it = bucketed_item(it, split_key(key)[1])
             self.encoded[it.id], self.by_id[it.id] = tokens, it
             ids.append(it.id)
         return ids

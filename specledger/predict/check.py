@@ -192,11 +192,15 @@ def leave_one_gamma_out(records: Iterable[RequestRecord], max_tokens: int | None
 def run_prediction_check(records: Iterable[RequestRecord], meta: dict[str, Any] | None = None,
                          inputs: tuple[Any, Any] | None = None) -> dict[str, Any]:
     """:func:`leave_one_gamma_out` of a run directory's records, with the run's max_tokens from ``run.json``."""
+    return leave_one_gamma_out(records, run_max_tokens(meta), meta, inputs=inputs)
+
+
+def run_max_tokens(meta: dict[str, Any] | None) -> int | None:
+    """The run's one output budget from ``run.json``, or None where budgets differ by category (every request then
+    keeps its own)."""
     config = (meta or {}).get("config") or {}
     max_tokens = config.get("max_tokens")
-    if config.get("category_max_tokens"):  # budgets differ by category: every request keeps its own
-        max_tokens = None
-    return leave_one_gamma_out(records, max_tokens if isinstance(max_tokens, int) else None, meta, inputs=inputs)
+    return max_tokens if isinstance(max_tokens, int) and not config.get("category_max_tokens") else None
 
 
 def scenario_predictions(records: Iterable[RequestRecord], check: dict[str, Any],

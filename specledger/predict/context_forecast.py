@@ -24,7 +24,7 @@ from typing import Any
 
 from specledger.cost.costmodel import fit_cost_model
 from specledger.predict.acceptance import AcceptanceModel, RequestChain
-from specledger.predict.check import measured_speedup, summarize_errors, usable
+from specledger.predict.check import _pid, measured_speedup, run_max_tokens, summarize_errors, usable
 from specledger.predict.predict import predict_category
 from specledger.predict.replay import run_forecast_inputs
 from specledger.records import RequestRecord
@@ -46,7 +46,7 @@ def _held_chains(held: str, drafter: str, plain: Sequence[RequestRecord], max_to
     """Chains for the held-out prompts with no counts of their own (the forecast falls back to the pooled
     acceptance of the other buckets): only their prompt and output lengths."""
     return [RequestChain(category=held, drafter=drafter, chain=[], fill=[], prompt_tokens=r.prompt_tokens,
-                         output_tokens=r.output_tokens, prompt_id=r.prompt_id or r.request_id,
+                         output_tokens=r.output_tokens, prompt_id=_pid(r),
                          stop_reason=r.stop_reason, max_tokens=max_tokens) for r in plain]
 
 
@@ -57,7 +57,7 @@ def forecast_bucket(records: Sequence[RequestRecord], held: str, surface: Any, m
     base = split_key(held)[0]
     train = [r for r in records if r.category != held]
     test = [r for r in records if r.category == held]
-    plain = {r.prompt_id: r for r in test if r.drafter == "none"}
+    plain = {_pid(r): r for r in test if r.drafter == "none"}
     if not train or not plain:
         return []
     cost = fit_cost_model(train, source=f"fitted without {held}", n_boot=0, surface=surface)
@@ -67,10 +67,10 @@ def forecast_bucket(records: Sequence[RequestRecord], held: str, surface: Any, m
                        and r.gamma > 0 and not r.tree_budget})
     rows = []
     for drafter, gamma in settings:
-        spec = [r for r in test if r.drafter == drafter and r.gamma == gamma and r.prompt_id in plain]
+        spec = [r for r in test if r.drafter == drafter and r.gamma == gamma and _pid(r) in plain]
         if not spec or not acc.requests(held, drafter):
             continue
-        base_plain = [plain[r.prompt_id] for r in spec]
+        base_plain = [plain[_pid(r)] for r in spec]
         pred = predict_category(cost, acc, held, drafter, gamma, chains=_held_chains(held, drafter, base_plain,
                                                                                      max_tokens), n_boot=0)
         measured = measured_speedup(spec, base_plain)
@@ -88,9 +88,9 @@ def leave_one_bucket_out(records: Iterable[RequestRecord], meta: dict[str, Any] 
     absolute relative error."""
     recs = usable(records)
     surface, _ = run_forecast_inputs(recs, meta)
-    max_tokens = ((meta or {}).get("config") or {}).get("max_tokens")
+    max_tokens = run_max_tokens(meta)
     rows = [row for keys in bucketed_categories(recs).values() for held in keys
-            for row in forecast_bucket(recs, held, surface, max_tokens if isinstance(max_tokens, int) else None)]
+            for row in forecast_bucket(recs, held, surface, max_tokens)]
     return {"rows": rows, **summarize_errors(rows),
             "method": "leave one context bucket out: acceptance pooled from the category's other buckets, cost from "
                       "the model fitted without it on the run's cost surface, at the held-out prompts' lengths"}

@@ -1,6 +1,7 @@
 """The answer on the console: one line per category, the schedule, the forecast self-check (<= 40 lines for
-the default run). The full tables follow only with ``--verbose`` (:func:`print_summary`, :func:`print_experiments`:
-the tables of ``specledger run``, ``sweep`` and ``report --verbose``).
+the default run). The full tables follow only with ``--verbose`` (:func:`print_summary`, and the side
+experiments' tables in :mod:`specledger.report.console_experiments`: those of ``specledger run``, ``sweep`` and
+``report --verbose``).
 
 Line per category (at load 1, or the SLO's target load)::
 
@@ -346,14 +347,6 @@ def _ci(row: dict[str, Any], missing: str = "") -> str:
     if row.get("speedup") is None:
         return speed
     return f"{speed} {missing}".rstrip() if lo is None or hi is None else f"{speed} [{_f(lo)}, {_f(hi)}]"
-
-
-def _same(row: dict[str, Any]) -> str:
-    c = row.get("correctness")
-    if not c:
-        return "ref"
-    colour = "green" if c["all_identical"] else "red"
-    return f"[{colour}]{c['identical']}/{c['of']}[/]"
 
 
 __all__ = ["answer_lines", "category_line", "print_answer", "print_summary", "schedule_lines"]

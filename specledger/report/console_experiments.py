@@ -10,7 +10,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from specledger.report.console import _ci, _f, _same
+from specledger.report.console import _ci, _f
+
+
+def _same(row: dict[str, Any]) -> str:
+    c = row.get("correctness")
+    if not c:
+        return "ref"
+    colour = "green" if c["all_identical"] else "red"
+    return f"[{colour}]{c['identical']}/{c['of']}[/]"
 
 
 def print_experiments(summary: dict[str, Any], console: Console | None = None) -> None:

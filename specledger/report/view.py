@@ -108,10 +108,15 @@ def ci_level(slo: dict[str, Any]) -> int:
     """The level of the verdicts' S intervals in percent: the paired ``1 − decision_alpha`` confidence sequences
     (:func:`specledger.analysis.sequential.interval_level`) where the SLO has that key, else the 95 % bootstrap of
     runs before it."""
+    return round(100 * _level(slo))
+
+
+def _level(slo: dict[str, Any]) -> float:
+    """1 − decision_alpha (:func:`specledger.analysis.sequential.interval_level`), else 0.95."""
     from specledger.analysis.sequential import interval_level
 
     alpha = slo.get("decision_alpha")
-    return round(100 * interval_level(float(alpha))) if isinstance(alpha, (int, float)) else 95
+    return interval_level(float(alpha)) if isinstance(alpha, (int, float)) else 0.95
 
 
 def ci_name(slo: dict[str, Any]) -> str:
@@ -123,10 +128,7 @@ def ci_name(slo: dict[str, Any]) -> str:
 def interval_spec(slo: dict[str, Any]) -> dict[str, Any]:
     """summary.json's ``intervals``: the level (1 − decision_alpha), the method, what n counts, and the simulated
     loads' other estimator."""
-    from specledger.analysis.sequential import interval_level
-
-    alpha = slo.get("decision_alpha")
-    return {"level": interval_level(float(alpha)) if isinstance(alpha, (int, float)) else 0.95,
+    return {"level": _level(slo),
             "method": INTERVAL_METHOD,
             "n": "prompts: each figure's own (a verdict's prompts, a comparison's n, a scenario's paired_prompts)",
             "simulated": f"simulated loads: {SIMULATED_INTERVAL}"}
