@@ -137,8 +137,8 @@ def _open(base: dict[str, Any], focus: dict[str, Any], others: Sequence[dict[str
         x, v = min(rivals, key=lambda p: _lo(p[1]))
         why = (f"{setting_name(x)} could still be more than {100 * margin:.0f} % faster"
                if not _within_margin(focus, x, ivs, pair, margin)
-               else f"the two are within {100 * margin:.0f} % of each other; whether either pays against plain "
-                    "is still open")  # a rival for paying, not for speed
+               else f"{setting_name(x)} cannot be more than {100 * margin:.0f} % faster, but whether either pays "
+                    "against plain is still open")  # a rival for paying, not for speed
         head = (f"{setting_name(focus)} vs {setting_name(x)}: paired ratio {v.ratio:.3f} [{_fmt_ci(v)}] after "
                 f"{v.n} prompts; {why}")
     else:
