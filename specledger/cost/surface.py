@@ -204,7 +204,9 @@ class CostSurface:
        A straight line in b (the rule before) prices the knee between a launch-bound batch 1 and a
        work-bound batch 64 too high (issue 48: the H200 file's held-back batches 4 and 16 at context 4096,
        21.6 % at the median, all high); the H200 batches 4 and 16 measured at context 512, read from 1 and
-       64: 11.8 % median / 49.4 % worst straight, 6.3 % / 26.9 % by this rule (tests/test_cost_surface.py).
+       64: 11.8 % median / 49.4 % worst straight, 6.3 % / 26.9 % by this rule against the raw medians (no
+       rows-monotone price can beat 24.2 % there), 1.8 % / 8.5 % against the held-out lines' isotonic fit
+       (tests/test_cost_surface.py).
        This is a weighted power mean of the two measured values, so it lies between them and stays
        non-decreasing in rows. Beyond the largest measured batch the same curve continues (its slope in
        T^2 per knot clipped at >= 0; it tends to G · b, work proportional to the batch); below the smallest,
