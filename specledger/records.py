@@ -194,8 +194,13 @@ def load_records(records: Iterable[RequestRecord]) -> list[RequestRecord]:
     return [r for r in records if r.extra.get(EXPERIMENT_KEY) == LOAD_EXPERIMENT]
 
 
+#: the drafter name plain decoding's records carry (no drafter); the one spelling below :mod:`specledger.engine`,
+#: whose drafter catalog (:data:`specledger.engine.drafters.catalog.PLAIN`) names it so
+PLAIN_DRAFTER = "none"
+
+
 def setting_label(drafter: str, gamma: GammaSpec, tree_budget: int = 0) -> str:
     """A setting's label: ``plain`` (drafter ``none`` or γ 0), ``ngram γ=4``, ``ngram γ=4 tree=16``."""
-    if drafter == "none" or gamma == 0:
+    if drafter == PLAIN_DRAFTER or gamma == 0:
         return "plain"
     return f"{drafter} γ={gamma}" + (f" tree={tree_budget}" if tree_budget else "")

@@ -103,8 +103,7 @@ def one_race(data: dict[str, np.ndarray], r: int, slo: SLO = SLO(), initial: int
     log = race(RaceLog(budget_s=math.inf), math.inf, decide, more, run, [A, B], lambda _c: handed[0],
                max_per_category=max_per_category, clock=lambda: 0.0)
     (v,) = log.final
-    return Outcome(v["resolution"] if v["resolved"] else "open", v.get("setting") if v["decision"] == "deploy"
-                   else None, handed[0])
+    return Outcome(v.resolution if v.resolved else "open", v.setting if v.deploys else None, handed[0])
 
 
 def races(s_a: float, s_b: float, n: int, seed: int, sd_s: float = SD_S, sd_pair: float = SD_PAIR) -> list[Outcome]:

@@ -496,8 +496,8 @@ def _given_intervals(monkeypatch, vs_plain, pair):
     import importlib
 
     module = importlib.import_module("specledger.gates.verdicts")  # the package exports a function so named
-    monkeypatch.setattr(module, "_interval_vs_plain", lambda s, alpha: vs_plain[id(s)])
-    monkeypatch.setattr(module, "_compare", lambda a, b, ia, ib, alpha: pair[(id(a), id(b))])
+    monkeypatch.setattr(module, "interval_vs_plain", lambda s, alpha: vs_plain[id(s)])
+    monkeypatch.setattr(module, "compare_settings", lambda a, b, ia, ib, alpha: pair[(id(a), id(b))])
     return module
 
 

@@ -201,19 +201,21 @@ def test_probe_bisects_where_s_crosses_1_per_category(monkeypatch):
 
 def test_the_report_marks_each_crossover_on_s_vs_load():
     from specledger.report.category_plots import crossover_marks
+    from specledger.report.summary_model import Summary
 
     def v(load, decision):
         return {"category": "code", "temperature": 0.0, "load": load, "decision": decision, "drafter": "ngram",
                 "gamma": 2}
 
     summary = {"verdicts": [v(1, "deploy"), v(2, "deploy"), v(4, "deploy"), v(8, "off"), v(16, "off")]}
-    shapes, notes = crossover_marks(summary, ("code", 0.0))
+    shapes, notes = crossover_marks(Summary.read(summary), ("code", 0.0))
     band, line = shapes
     assert (band["type"], band["x0"], band["x1"]) == ("rect", 4, 8) and line["x0"] == 5  # configs switch at 5
     assert [n["text"] for n in notes] == ["crossover 4–8"]
     summary = {"verdicts": [v(1, "deploy"), v(16, "off")]}
-    assert crossover_marks(summary, ("code", 0.0))[1][0]["text"] == "crossover 1–16 (not located within 2×)"
-    assert crossover_marks({"verdicts": [v(1, "off"), v(16, "off")]}, ("code", 0.0)) == ([], [])
+    assert crossover_marks(Summary.read(summary), ("code", 0.0))[1][0]["text"] == \
+        "crossover 1–16 (not located within 2×)"
+    assert crossover_marks(Summary.read({"verdicts": [v(1, "off"), v(16, "off")]}), ("code", 0.0)) == ([], [])
 
 
 def test_decision_keys_change_with_the_decision_or_s_against_1():

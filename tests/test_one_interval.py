@@ -23,6 +23,8 @@ from specledger.gates.verdicts import setting_name, verdicts
 from specledger.mainjob.job import RunPlan, run
 from specledger.report.build import build_report, render_html
 from specledger.report.console import answer_lines, category_line, print_summary
+from specledger.report.summary_model import Summary
+from specledger.report.summary_verdicts import VerdictEntry
 from specledger.report.view import slug, verdict_row
 from tests.conftest import char_engine
 
@@ -261,11 +263,12 @@ def test_a_deploy_shown_faster_through_another_setting_says_why_in_words(built):
     assert through["setting"] == "suffix γ=4" and through["bound"] > slo.min_ci_low and through["level"] == 0.9
     assert through["text"].startswith(f"its own interval [{lo:.2f}–{hi:.2f}] is not above 1; faster than plain "
                                       "shown through suffix γ=4: S ≥ ")
-    line = category_line({**v, "load": 1}, 10)
+    line = category_line(VerdictEntry.model_validate({**v, "load": 1}), 10)
     assert f"S {v['speedup']:.2f} [{lo:.2f}–{hi:.2f}] n=4 " in line and through["text"] in line
     summary, _ = built  # the report's answer row says it beside the interval, not only in the (cut) reason
     shown = copy.deepcopy(summary)
     shown["verdicts"] = [{**v, "load": 1, "simulated": False}]
-    assert verdict_row(shown["verdicts"][0], shown, 1)["ci_note"] == through["text"]
+    typed = Summary.read(shown)
+    assert verdict_row(typed.verdicts[0], typed, 1)["ci_note"] == through["text"]
     (row,) = [r for r in _rows(render_html(shown), "answer-table") if r.startswith("dialogue |")]
     assert f"{v['speedup']:.2f} [{lo:.2f}–{hi:.2f}]n = 4 prompts{through['text']}" in row

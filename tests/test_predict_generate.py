@@ -7,7 +7,7 @@ from conftest import tiny_model
 from specledger.engine.decode import Engine
 from specledger.engine.drafters.registry import make_drafter
 from specledger.engine.sampling import SamplingParams
-from specledger.predict.compare import compare_plain_spec, decode_speed, end_to_end_speed
+from specledger.mainjob.compare import compare_plain_spec, decode_speed, end_to_end_speed
 
 
 def test_compare_plain_spec_shape_and_fresh_cross_request_drafters():

@@ -30,9 +30,11 @@ class FakeJob:
             out.append({"category": cat, "temperature": 0.0, "decision": "deploy", "resolved": done,
                         "setting": "ngram γ=4", "headline": f"{cat} open",
                         "contenders": [] if done else ["ngram γ=4", "suffix γ=4"],
-                        "comparisons": [{"b": "ngram γ=2", "ratio": 1.2, "ci": [1.1, 1.3], "verdict": "a faster"},
-                                        {"b": "layerskip γ=2", "ratio": 2.0, "ci": [1.8, 2.2], "verdict": "a faster"},
-                                        {"b": "suffix γ=4", "ratio": 1.01, "ci": [0.95, 1.07], "verdict": "open"}]})
+                        "comparisons": [{"a": "ngram γ=4", "b": b, "ratio": r, "ci": ci, "n": self.count[cat],
+                                         "verdict": verdict} for b, r, ci, verdict in (
+                                            ("ngram γ=2", 1.2, [1.1, 1.3], "a faster"),
+                                            ("layerskip γ=2", 2.0, [1.8, 2.2], "a faster"),
+                                            ("suffix γ=4", 1.01, [0.95, 1.07], "open"))]})
         return out
 
     def more(self, cat: str, k: int) -> list[str]:

@@ -21,6 +21,7 @@ from synthetic import plain_rounds, request_from_rounds, spec_rounds
 from specledger.records import RequestRecord
 from specledger.report.build import build_report, render_html
 from specledger.report.category_plots import category_figures, figure_html
+from specledger.report.summary_model import Summary
 from specledger.report.view import answer_rows, first_sentence, shorten
 from specledger.rundir import append_records, write_json_atomic
 
@@ -120,7 +121,7 @@ def _old(summary: dict[str, Any]) -> dict[str, Any]:
 
 def test_answer_has_one_row_per_category_at_load_1_or_the_target_load(built):
     summary, _ = built
-    rows = answer_rows(summary)
+    rows = answer_rows(Summary.read(summary))
     assert [r["category"] for r in rows] == list(dict.fromkeys(v["category"] for v in summary["verdicts"]))
     assert len(rows) == len(CATEGORIES) and {r["load"] for r in rows} == {1}
     by = {r["category"]: r for r in rows}
@@ -132,7 +133,7 @@ def test_answer_has_one_row_per_category_at_load_1_or_the_target_load(built):
         assert r["headline"] and r["status"] and r["el"] is not None
     targeted = copy.deepcopy(summary)
     targeted["slo"]["target_load"] = 64
-    rows = answer_rows(targeted)
+    rows = answer_rows(Summary.read(targeted))
     assert {r["load"] for r in rows} == {64} and all(r["simulated"] for r in rows)
 
 
@@ -189,13 +190,13 @@ def test_two_temperatures_get_a_column_and_a_section_each(built):
     s["verdicts"] += [{**v, "temperature": 0.7} for v in summary["verdicts"] if v["category"] == "code"]
     html = render_html(s)
     assert "<th>T</th>" in html and 'id="cat-code-T0"' in html and 'id="cat-code-T0.7"' in html
-    assert len(answer_rows(s)) == len(CATEGORIES) + 1
+    assert len(answer_rows(Summary.read(s))) == len(CATEGORIES) + 1
 
 
 def test_a_summary_from_before_the_new_keys_still_renders(built):
     summary, _ = built
     old = _old(summary)
-    rows = {r["category"]: r for r in answer_rows(old)}
+    rows = {r["category"]: r for r in answer_rows(Summary.read(old))}
     code = next(v for v in old["verdicts"] if v["category"] == "code" and v["load"] == 1)
     assert rows["code"]["headline"] == first_sentence(code["reason"])
     assert rows["code"]["status"] == "resolved" and rows["code"]["el"] is not None  # E[L] from the solo scenario
@@ -262,7 +263,7 @@ def test_page_leads_with_the_answer_and_collapses_every_detail_table(built):
 
 def test_category_figures_hold_a_handful_of_series_and_mark_simulated_loads(built):
     summary, _ = built
-    figs = category_figures(summary)
+    figs = category_figures(Summary.read(summary))
     assert {k.rsplit("-", 1)[1] for k in figs} == {"speedup", "crossover", "el", "rounds", "acceptance"}
     for div_id, fig in figs.items():
         shown = [t for t in fig["data"] if t.get("showlegend", True)]

@@ -208,6 +208,7 @@ def test_initial_seconds_prices_prefill_once_and_every_setting_at_its_context():
 
 
 def test_a_setting_the_race_dropped_is_neither_chosen_nor_a_rival_unless_every_one_was():
+    from specledger.gates.decision import RaceDrop, Verdict
     from specledger.report.summary import race_drops, still_racing, story
 
     meta = {"race": {"dropped": [{"category": "code", "temperature": 0.0, "label": "ngram γ=2", "after_prompts": 6,
@@ -219,6 +220,6 @@ def test_a_setting_the_race_dropped_is_neither_chosen_nor_a_rival_unless_every_o
     drops = race_drops(meta)
     kept = still_racing(scenarios, drops)
     assert [(s["category"], s["drafter"]) for s in kept] == [("code", "suffix"), ("chat", "ngram")]
-    assert story({"category": "code", "temperature": 0.0}, drops) == {"race_dropped": [
-        {"setting": "ngram γ=2", "after_prompts": 6, "why": "more than the margin slower than suffix γ=4"}]}
-    assert story({"category": "math", "temperature": 0.0}, drops) == {}
+    assert story(Verdict("code", 0.0), drops) == [
+        RaceDrop("ngram γ=2", 6, "more than the margin slower than suffix γ=4")]
+    assert story(Verdict("math", 0.0), drops) is None

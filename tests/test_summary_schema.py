@@ -1,5 +1,6 @@
-"""summary.json as an interface: its JSON Schema (specledger/schemas/summary.schema.json) holds for a real
-run's file, rejects broken ones, documents every top-level key; the file carries its provenance, keeps the
+"""summary.json as an interface: its JSON Schema (specledger/schemas/summary.schema.json) is generated from the
+summary's types (specledger.report.summary_model, scripts/gen_summary_schema.py), holds for a real run's file and
+the golden one, rejects broken ones, documents every top-level key; the file carries its provenance, keeps the
 prompts' token ids in run.json only, and is written one row per line (compact, same value)."""
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from specledger.analysis.metrics import quantile_sketch
 from specledger.mainjob.job import RunPlan, run
 from specledger.provenance import PACKAGE_DIR, git_state, provenance
 from specledger.report.build import build_report
+from specledger.report.summary_model import Summary, summary_schema_text
 from specledger.rundir import SUMMARY_NAME, dumps_json, summary_meta
 from tests.conftest import char_engine
 from tests.test_summary_golden import WORKLOAD
 
 SCHEMA_PATH = PACKAGE_DIR / "schemas" / "summary.schema.json"
+GOLDEN = Path(__file__).parent / "data" / "golden_run_summary.json"
 
 
 @pytest.fixture(scope="module")
@@ -55,17 +58,43 @@ def _errors(schema: dict, doc: dict) -> list[str]:
     return [f"{list(e.absolute_path)}: {e.message}" for e in jsonschema.Draft202012Validator(schema).iter_errors(doc)]
 
 
+def test_the_schema_file_is_the_one_the_types_generate():
+    assert SCHEMA_PATH.read_text(encoding="utf-8") == summary_schema_text(), \
+        "summary.schema.json is generated: run `.venv/bin/python scripts/gen_summary_schema.py`"
+
+
 def test_a_real_summary_validates(schema, summary):
     assert summary["verdicts"] and summary["scenarios"] and summary["load_scenarios"]  # every section is exercised
     assert {v["load"] for v in summary["verdicts"]} == {1, 2, 4}
     assert _errors(schema, summary) == []
+    typed = Summary.read(summary)  # the report's reading of it
+    assert [v.decision for v in typed.verdicts] == [v["decision"] for v in summary["verdicts"]]
+
+
+def test_the_golden_summary_validates(schema):
+    """The golden run's summary (tests/test_summary_golden.py), with the two keys that test leaves out of it (not a
+    function of the run) put back."""
+    golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    assert _errors(schema, {**golden, "generated": "2025-01-01T00:00:00+00:00", "provenance": provenance()}) == []
+
+
+def test_the_files_verdict_mirrors_the_gates_verdict():
+    """The schema's verdict (specledger.report.summary_verdicts.VerdictEntry) has every field of the gates' Verdict,
+    so a key the rule writes is documented and read."""
+    from dataclasses import fields
+
+    from specledger.gates.decision import Verdict
+    from specledger.report.summary_verdicts import VerdictEntry
+
+    assert {f.name for f in fields(Verdict)} <= set(VerdictEntry.model_fields)
 
 
 def test_every_top_level_key_and_verdict_key_is_documented(schema, summary):
     props = schema["properties"]
     assert set(summary) <= set(props), f"undocumented top-level keys: {sorted(set(summary) - set(props))}"
     assert all(p.get("description") or "$ref" in p for p in props.values())
-    verdict_props = schema["$defs"]["verdict"]["properties"]
+    verdict_def = props["verdicts"]["items"]["$ref"].removeprefix("#/$defs/")
+    verdict_props = schema["$defs"][verdict_def]["properties"]
     seen = {k for v in summary["verdicts"] for k in v}
     assert seen <= set(verdict_props), f"undocumented verdict keys: {sorted(seen - set(verdict_props))}"
     assert all(p.get("description") or "$ref" in p for p in verdict_props.values())

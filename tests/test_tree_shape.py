@@ -17,7 +17,7 @@ from specledger.engine.tree import DraftTree
 from specledger.engine.tree_shape import StaticTreeShape, restrict_to_shape
 from specledger.errors import SpecLedgerError
 from specledger.ledger.trees import width_per_depth
-from specledger.predict.tree_shape_spec import tree_shape_from_spec
+from specledger.mainjob.tree_shape_spec import tree_shape_from_spec
 from tests.conftest import exact_tokens_2_3, tiny_model
 
 DRAFTERS = ["ngram", "suffix", "layerskip", "model"]

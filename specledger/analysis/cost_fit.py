@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
 from specledger.cost.costmodel import CostModel, Part
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.ledger.speedup import best_gamma
 from specledger.records import RoundRecord
 
@@ -32,7 +33,27 @@ FORMS = {
 }
 
 
-def _part_row(form: str, part: Part | None, y: Sequence[float], fitted: Sequence[float]) -> dict[str, Any]:
+class PartRowDict(TypedDict):
+    """One part of the cost model scored on the rounds it prices: its form, coefficients (seconds per unit of each
+    term), R² and RMS of its prices against the measured times, and how many rounds."""
+
+    form: str
+    coef: dict[str, float]
+    r2: float | None
+    rms_ms: float | None
+    n_obs: int
+
+
+class CostDescriptionDict(TypedDict):
+    """One drafter's verify, draft and other parts under the run's cost model."""
+
+    drafter: str
+    verify: PartRowDict
+    draft: PartRowDict
+    other: PartRowDict
+
+
+def _part_row(form: str, part: Part | None, y: Sequence[float], fitted: Sequence[float]) -> PartRowDict:
     """One table row: form, coefficients (s per unit), R² and RMS of ``fitted`` against ``y``, observations."""
     yv, fv = np.asarray(y, dtype=float), np.asarray(fitted, dtype=float)
     ss_tot = float(np.sum((yv - yv.mean()) ** 2)) if yv.size else 0.0
@@ -46,7 +67,7 @@ def _part_row(form: str, part: Part | None, y: Sequence[float], fitted: Sequence
     }
 
 
-def describe_cost(cost: CostModel, drafter: str, rounds: Sequence[RoundRecord]) -> dict[str, Any]:
+def describe_cost(cost: CostModel, drafter: str, rounds: Sequence[RoundRecord]) -> CostDescriptionDict:
     """{verify, draft, other} rows of ``drafter`` under the run's cost model, scored on its solo rounds."""
     solo = [rd for rd in rounds if rd.batch_size <= 1]
     verify = _part_row(FORMS["surface" if cost.surface is not None else "linear"], cost.forward,
@@ -54,7 +75,8 @@ def describe_cost(cost: CostModel, drafter: str, rounds: Sequence[RoundRecord]) 
     asked = [rd for rd in solo if int(rd.gamma) > 0]
     draft = _part_row(FORMS["draft"], cost.draft.get(drafter), [rd.t_draft for rd in asked],
                       [cost.draft_s(drafter, int(rd.gamma), rd.context_len) for rd in asked])
-    other = _part_row(FORMS["other"], cost.other.get(drafter) or cost.other.get("none"), [rd.t_other for rd in solo],
+    other = _part_row(FORMS["other"], cost.other.get(drafter) or cost.other.get(PLAIN.name),
+                      [rd.t_other for rd in solo],
                       [cost.other_s(1, drafter, rd.committed, rd.context_len) for rd in solo])
     return {"drafter": drafter, "verify": verify, "draft": draft, "other": other}
 

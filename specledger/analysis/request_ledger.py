@@ -3,20 +3,39 @@ decode of the same prompt. Pure: records in, a JSON-ready dict out (times in ms)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from specledger.analysis.metrics import round_stats
 from specledger.ledger.speedup import speedup_or_nan
-from specledger.records import RequestRecord
+from specledger.records import GammaSpec, RequestRecord
+
+# "E[L]" is no identifier: the always-present keys in the functional form
+_RequestLedgerKeys = TypedDict("_RequestLedgerKeys", {
+    "drafter": str, "gamma": GammaSpec, "output_tokens": int, "stop_reason": str, "rounds": int,
+    "truncated_rounds": int, "E[L]": float, "conditional_acceptance": list[float | None], "k_histogram": list[int],
+    "t_draft_ms": float, "t_verify_ms": float, "t_other_ms": float, "t_round_ms": float, "ttft_ms": float,
+    "tokens_per_s": float | None})
 
 
-def request_ledger(spec: RequestRecord, plain: RequestRecord | None = None) -> dict[str, Any]:
+class RequestLedgerDict(_RequestLedgerKeys, total=False):
+    """One request's ledger (E[L] of its full rounds, a_j, K histogram, the mean round split in ms); against a
+    plain decode of the same prompt also plain's tokens/s, its step time T0, the predicted and measured
+    speed-ups and whether the outputs are identical."""
+
+    plain_tokens_per_s: float
+    T0_ms: float
+    predicted_speedup: float | None
+    speedup: float
+    identical_to_plain: bool
+
+
+def request_ledger(spec: RequestRecord, plain: RequestRecord | None = None) -> RequestLedgerDict:
     """E[L], the conditional acceptances a_j, the mean round-time split and the K histogram of ``spec``;
     with ``plain`` also the speed-up, measured as (committed tokens / time of ``spec``) / (the same
     of ``plain``), and the predicted one, the ledger's S = T0 · E[L] / mean round time
     (:func:`specledger.ledger.speedup.speedup_or_nan`; T0: plain's mean step time)."""
     st = round_stats([spec])
-    out: dict[str, Any] = {
+    out: RequestLedgerDict = {
         "drafter": spec.drafter,
         "gamma": spec.gamma,
         "output_tokens": spec.output_tokens,

@@ -157,7 +157,7 @@ def optimal_gamma(
     measured = {(s["category"], s["temperature"], s["drafter"], s["gamma"]): s["speedup"] for s in scenarios}
     out = []
     for (cat, temp, drafter), keys in by_drafter.items():
-        base = groups.get(ScenarioKey(cat, temp, "none", 0))
+        base = groups.get(baseline_key(keys[0]))
         forecast = curves.get((cat, float(temp), drafter))
         if not base or not forecast or not forecast["curve"]:
             continue

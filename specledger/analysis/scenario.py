@@ -1,7 +1,7 @@
 """Scenarios: which requests are compared with which.
 
 A scenario is (category, temperature, drafter, gamma). Its baseline is the plain-decoding
-scenario (drafter ``"none"``) of the same category and temperature, and the comparison is
+scenario (drafter :data:`BASELINE_DRAFTER`) of the same category and temperature, and the comparison is
 *paired*: only prompts (``prompt_id``) present on both sides count.
 """
 
@@ -11,10 +11,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.records import GammaSpec, RequestRecord
 from specledger.workloads.context_buckets import decision_order
 
-BASELINE_DRAFTER = "none"
+BASELINE_DRAFTER = PLAIN.name
 
 
 @dataclass(frozen=True)

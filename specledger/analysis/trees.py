@@ -16,12 +16,67 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
 from specledger.analysis.scenario import ScenarioKey
 from specledger.records import RequestRecord, RoundRecord
+
+
+class TreeRoundStatsDict(TypedDict, total=False):
+    """E[L], mean shape, acceptance by depth and by rank over full proposing rounds (only ``rounds`` = 0 when
+    there are none)."""
+
+    rounds: int
+    el: float  # observed: accepted path + bonus token
+    accepted_path_mean: float
+    nodes_mean: float
+    depth_mean: float
+    widths_mean: list[float]  # nodes per depth
+    acceptance_by_depth: list[float | None]  # a_d, conditional on reaching depth d − 1
+    acceptance_by_rank: list[float]  # Sequoia's positional p_i
+    rank_tries: list[int]
+    t_verify_ms_mean: float
+
+
+class VerifyCostDict(TypedDict):
+    """Measured verify time by rows: the median at one row, the extra cost of a row, and the medians per rows."""
+
+    one_row_ms: float
+    ms_per_row: float
+    rounds: int
+    median_ms_by_rows: dict[int, float]
+
+
+class TreeGridRowDict(TreeRoundStatsDict, total=False):
+    """One (depth = γ, node budget) scenario: measured E[L], S and shape beside the DP's best tree for it."""
+
+    gamma: int
+    depth: int
+    tree_budget: int
+    nodes: int
+    label: str
+    speedup: float | None
+    dp_el: float
+    dp_widths: list[int]
+    dp_depth: int
+    dp_speedup: float  # S with the DP's E[L] in place of the measured
+
+
+class TreeAnalysisDict(TypedDict):
+    """One (category, temperature, drafter)'s trees: pooled acceptance, verify cost per row, the grid of
+    scenarios and the best of them measured and as the DP predicts (a few keys of their rows)."""
+
+    category: str
+    temperature: float
+    drafter: str
+    acceptance_by_rank: list[float]
+    pooled: TreeRoundStatsDict
+    verify_cost: VerifyCostDict | None
+    grid: list[TreeGridRowDict]
+    best_measured: TreeGridRowDict | None
+    best_predicted: TreeGridRowDict | None
 
 
 def round_tree(rd: RoundRecord) -> tuple[list[int], list[int]]:
@@ -31,7 +86,7 @@ def round_tree(rd: RoundRecord) -> tuple[list[int], list[int]]:
     return list(range(-1, rd.proposed - 1)), list(range(rd.accepted))
 
 
-def tree_round_stats(rounds: Sequence[RoundRecord], max_rank: int = 8) -> dict[str, Any]:
+def tree_round_stats(rounds: Sequence[RoundRecord], max_rank: int = 8) -> TreeRoundStatsDict:
     """E[L], mean shape, acceptance by depth and by rank over full (not truncated) proposing rounds."""
     full = [rd for rd in rounds if not rd.truncated and rd.proposed > 0]
     if not full:
@@ -84,7 +139,7 @@ def tree_round_stats(rounds: Sequence[RoundRecord], max_rank: int = 8) -> dict[s
     }
 
 
-def verify_cost_per_row(rounds: Sequence[RoundRecord]) -> dict[str, Any] | None:
+def verify_cost_per_row(rounds: Sequence[RoundRecord]) -> VerifyCostDict | None:
     """Measured verify time by rows over solo rounds (rows = verified nodes + 1): the median per row count, and
     the extra cost of a node read off those medians, (median at the most rows - median at 1 row) / (rows - 1).
     A description of what was measured, not a cost model: forecasts price rows with the run's one cost model."""
@@ -99,13 +154,14 @@ def verify_cost_per_row(rounds: Sequence[RoundRecord]) -> dict[str, Any] | None:
             "median_ms_by_rows": table}
 
 
-def _positional(stats: dict[str, Any]) -> list[float]:
+def _positional(stats: TreeRoundStatsDict) -> list[float]:
     p = [max(0.0, min(1.0, float(x))) for x in stats.get("acceptance_by_rank", [])]
     total = sum(p)
     return [x / total for x in p] if total > 1.0 else p
 
 
-def analyze_trees(groups: dict[ScenarioKey, list[RequestRecord]], scenarios: Sequence[dict]) -> list[dict[str, Any]]:
+def analyze_trees(groups: dict[ScenarioKey, list[RequestRecord]], scenarios: Sequence[dict]
+                  ) -> list[TreeAnalysisDict]:
     """Per (category, temperature, drafter) that ran at least one tree budget: every (depth = γ, node
     budget) scenario's measured E[L], S, shape and acceptance beside the DP's predicted best shape and
     E[L] for the same budget and depth, fed with the group's measured acceptance by rank; the verify
@@ -117,20 +173,20 @@ def analyze_trees(groups: dict[ScenarioKey, list[RequestRecord]], scenarios: Seq
     for key in groups:
         if not key.is_baseline and isinstance(key.gamma, int):
             by_series[(key.category, key.temperature, key.drafter)].append(key)
-    out = []
+    out: list[TreeAnalysisDict] = []
     for (cat, temp, drafter), keys in by_series.items():
         if not any(k.tree_budget for k in keys):
             continue
         tree_rounds = [rd for k in keys if k.tree_budget for r in groups[k] for rd in r.rounds]
         pooled = tree_round_stats(tree_rounds)
         positional = _positional(pooled)
-        rows = []
+        rows: list[TreeGridRowDict] = []
         for k in sorted(keys, key=lambda k: (k.gamma, k.tree_budget)):
             rounds = [rd for r in groups[k] for rd in r.rounds]
             st = tree_round_stats(rounds)
             nodes = k.tree_budget or int(k.gamma)
-            row: dict[str, Any] = {"gamma": k.gamma, "depth": k.gamma, "tree_budget": k.tree_budget, "nodes": nodes,
-                                   "label": k.label, "speedup": speedup.get(k.label), **st}
+            row: TreeGridRowDict = {"gamma": k.gamma, "depth": k.gamma, "tree_budget": k.tree_budget, "nodes": nodes,
+                                    "label": k.label, "speedup": speedup.get(k.label), **st}
             if positional and sum(positional) > 0 and nodes <= 256:
                 best = best_tree(positional, nodes, max_depth=int(k.gamma))
                 row["dp_el"] = best.expected_length

@@ -10,24 +10,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from specledger.bench.serving_metrics import context_position, load_group, setting_label
+from specledger.bench.serving_types import DeployConfigsDict, DeployRowDict, ServingPointDict, ServingSweepDict
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.gates.engine_configs import batch_ranges, engine_configs
 
 
-def deploy_table(result: dict[str, Any]) -> list[dict[str, Any]]:
+def deploy_table(result: ServingSweepDict) -> list[DeployRowDict]:
     """Per load level (every concurrency, rate and context point): the setting with the highest
     throughput if its speed-up over plain at that load is > 1 -- and, with repeats, the lower end
     of its 95% interval too -- else "off" (plain decoding)."""
-    rows = []
+    rows: list[DeployRowDict] = []
     for kind in ("concurrency", "rate", "context"):
-        loads: dict[Any, list[dict]] = {}
+        loads: dict[tuple, list[ServingPointDict]] = {}
         for p in result.get(kind, []):
             loads.setdefault(load_group(p), []).append(p)
         for group, pts in loads.items():
             load = group[1]
-            spec = [p for p in pts if p["drafter"] != "none" and p.get("speedup") is not None]
+            spec = [p for p in pts if p["drafter"] != PLAIN.name and p.get("speedup") is not None]
             best = max(spec, key=lambda p: p["throughput_tok_s"], default=None)
             ci = best.get("speedup_ci") if best is not None else None
             on = best is not None and best["speedup"] > 1.0 and (ci is None or ci[0] > 1.0)
@@ -43,23 +44,23 @@ def deploy_table(result: dict[str, Any]) -> list[dict[str, Any]]:
                 "speedup_ci": ci,
                 "best_candidate": best["setting"] if best else None,
                 "throughput_tok_s": best["throughput_tok_s"] if on else
-                next((p["throughput_tok_s"] for p in pts if p["drafter"] == "none"), None),
+                next((p["throughput_tok_s"] for p in pts if p["drafter"] == PLAIN.name), None),
             })
     return rows
 
 
-def best_overall(points: Sequence[dict[str, Any]]) -> tuple[str, int] | None:
+def best_overall(points: Sequence[ServingPointDict]) -> tuple[str, int] | None:
     """The (drafter, gamma) with the highest geometric-mean speed-up over the given points."""
     by: dict[tuple[str, int], list[float]] = {}
     for p in points:
-        if p["drafter"] != "none" and isinstance(p["gamma"], int) and p.get("speedup"):  # static gammas only:
+        if p["drafter"] != PLAIN.name and isinstance(p["gamma"], int) and p.get("speedup"):  # static gammas only:
             by.setdefault((p["drafter"], p["gamma"]), []).append(p["speedup"])  # a config needs a number
     if not by:
         return None
     return max(by, key=lambda k: math.fsum(math.log(s) for s in by[k]) / len(by[k]))
 
 
-def gamma_by_concurrency(points: Sequence[dict[str, Any]], drafter: str, gamma: int) -> dict[int, int]:
+def gamma_by_concurrency(points: Sequence[ServingPointDict], drafter: str, gamma: int) -> dict[int, int]:
     """{concurrency: gamma if this drafter's speed-up there is > 1 else 0} (a batch-size schedule)."""
     return {int(p["load"]): (gamma if p.get("speedup") is not None and p["speedup"] > 1.0 else 0)
             for p in sorted(points, key=lambda p: p["load"]) if p["drafter"] == drafter and p["gamma"] == gamma}
@@ -73,7 +74,7 @@ def batch_size_ranges(schedule: dict[int, int]) -> list[list[int]]:
     return batch_ranges(schedule) if schedule else []
 
 
-def deploy_configs(result: dict[str, Any]) -> dict[str, Any]:
+def deploy_configs(result: ServingSweepDict) -> DeployConfigsDict:
     """Paste-ready settings for the best drafter overall (:func:`best_overall` over the concurrency
     points): its {concurrency: gamma or 0} schedule and every engine's config from
     :func:`specledger.gates.engine_configs.engine_configs` (``vllm`` keeps its ``note``; ``trtllm``,
@@ -81,8 +82,9 @@ def deploy_configs(result: dict[str, Any]) -> dict[str, Any]:
     an SGLang note. JSON turns the schedule's integer keys into strings."""
     conc = result.get("concurrency", [])
     best = best_overall(conc)
-    out: dict[str, Any] = {"best_drafter": None, "gamma": None, "gamma_by_concurrency": {}, "vllm": None,
-                           "trtllm": None, "sglang": None, "llama_cpp": None, "sglang_note": "", "configs_note": ""}
+    out: DeployConfigsDict = {"best_drafter": None, "gamma": None, "gamma_by_concurrency": {}, "vllm": None,
+                              "trtllm": None, "sglang": None, "llama_cpp": None, "sglang_note": "",
+                              "configs_note": ""}
     if best is None:
         return out
     drafter, gamma = best

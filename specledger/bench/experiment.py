@@ -10,18 +10,64 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
+from specledger.engine.drafters.catalog import PLAIN, model_free_names
 from specledger.engine.protocol import TargetEngine
 from specledger.errors import SpecLedgerError, require
 from specledger.records import EXPERIMENT_KEY, RequestRecord
 from specledger.rundir import RunDir
 
-MODEL_FREE_DRAFTERS = ("ngram", "suffix")  # cheap to build; fresh instance per setting (no shared state)
+MODEL_FREE_DRAFTERS = model_free_names()  # cheap to build; fresh instance per setting (no shared state)
 
 Progress = Callable[[int, int, str], None]
+
+
+class IdenticalDict(TypedDict):
+    """How many prompts' outputs equal the reference's token for token, of those both ran."""
+
+    identical: int
+    of: int
+    all_identical: bool
+    differing_prompts: list[str]
+
+
+class SettingFiguresDict(TypedDict):
+    """One setting's figures against its baseline: tokens/s from totals, the paired speed-up over the prompts both
+    ran with its bootstrap 95 % interval, and the round ledger (E[L] of full rounds, per-round means)."""
+
+    requests: int
+    tokens: int
+    seconds: float
+    tokens_per_s: float
+    speedup: float
+    speedup_ci: list[float | None]  # None where unbounded (a reference's own S = 1)
+    el_full: float
+    acceptance_rate: float
+    mean_gamma: float
+    mean_proposed: float
+    t_round_ms: float
+    rounds: int
+
+
+class ExperimentHeaderDict(TypedDict):
+    """The first keys of every side experiment's JSON; ``created`` local time, ISO 8601."""
+
+    experiment: str
+    created: str
+    model: str
+    dtype: str
+
+
+class GreedyPromptFieldsDict(TypedDict):
+    """What a side experiment ran: greedy (``temperature`` 0), on which prompts and categories, which skipped."""
+
+    temperature: float
+    prompts: list[str]
+    categories: list[str]
+    skipped_prompts: Sequence[str]
 
 
 @dataclass(frozen=True)
@@ -66,7 +112,7 @@ def drafter_factory(name: str, engine: TargetEngine, layers: str | None = None, 
     drafters hold no cross-request state and are built once (layerskip calibrates once)."""
     from specledger.engine.drafters.registry import make_drafter
 
-    if name in MODEL_FREE_DRAFTERS or name == "none":
+    if name in MODEL_FREE_DRAFTERS or name == PLAIN.name:
         return lambda: make_drafter(name, engine)
     built = make_drafter(name, engine, layers=layers, draft_path=draft_path)
     return lambda: built
@@ -85,7 +131,7 @@ def tag(rec: RequestRecord, prompt: Prompt, experiment: str, setting: str, **ext
     return rec
 
 
-def identical(spec: Sequence[RequestRecord], ref: Sequence[RequestRecord]) -> dict[str, Any]:
+def identical(spec: Sequence[RequestRecord], ref: Sequence[RequestRecord]) -> IdenticalDict:
     """Prompts whose output token ids equal the reference's (paired by prompt id)."""
     want = {r.prompt_id: r.token_ids for r in ref}
     same = [r.prompt_id for r in spec if want.get(r.prompt_id) == r.token_ids]
@@ -95,7 +141,7 @@ def identical(spec: Sequence[RequestRecord], ref: Sequence[RequestRecord]) -> di
 
 
 def setting_figures(records: Sequence[RequestRecord], baseline: Sequence[RequestRecord],
-                    n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
+                    n_resamples: int = 1000, seed: int = 0) -> SettingFiguresDict:
     """Tokens/s from totals, the paired speed-up vs ``baseline`` with a bootstrap CI, and the round ledger:
     S = (Σtok/Σt)_setting / (Σtok/Σt)_baseline over the prompts both ran; mean γ asked per round."""
     from specledger.analysis.metrics import all_rounds, round_stats, totals
@@ -134,13 +180,13 @@ def quality_scores(records: Sequence[RequestRecord], prompt_ids: Sequence[str]) 
     return [by_id.get(p) for p in prompt_ids]
 
 
-def experiment_header(experiment: str, engine: TargetEngine) -> dict[str, Any]:
+def experiment_header(experiment: str, engine: TargetEngine) -> ExperimentHeaderDict:
     """The first keys of every side experiment's JSON: which experiment, when, on which model."""
     return {"experiment": experiment, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "model": engine.name,
             "dtype": engine.dtype}
 
 
-def greedy_prompt_fields(prompts: Sequence[Prompt], skipped: Sequence[str]) -> dict[str, Any]:
+def greedy_prompt_fields(prompts: Sequence[Prompt], skipped: Sequence[str]) -> GreedyPromptFieldsDict:
     """The keys on what a side experiment ran: greedy (T = 0), on which prompts and categories, which skipped."""
     return {"temperature": 0.0, "prompts": [p.id for p in prompts], "categories": sorted({p.category for p in prompts}),
             "skipped_prompts": skipped}

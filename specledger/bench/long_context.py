@@ -4,9 +4,12 @@ sentence: a control, not a workload)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specledger.errors import require
+
+if TYPE_CHECKING:
+    from specledger.workloads import WorkloadItem
 
 CONTEXT_SOURCES = ("xsum", "agent", "padding")
 
@@ -24,7 +27,7 @@ def _agent_transcripts(n: int, seed: int) -> list[str]:
     from specledger.workloads import load_category
 
     items = load_category("agent", max(40, n * 40), seed=seed)
-    longest: dict[str, Any] = {}
+    longest: dict[str, WorkloadItem] = {}
     for it in items:
         conv = it.meta.get("conversation", it.id)
         if conv not in longest or len(it.messages or []) > len(longest[conv].messages or []):

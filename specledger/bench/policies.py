@@ -22,10 +22,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from specledger.bench.experiment import (
+    ExperimentHeaderDict,
+    GreedyPromptFieldsDict,
+    IdenticalDict,
     Progress,
+    SettingFiguresDict,
     check_fresh,
     drafter_factory,
     encode_prompts,
@@ -35,14 +39,63 @@ from specledger.bench.experiment import (
     setting_figures,
     tag,
 )
+from specledger.engine.drafters.catalog import NGRAM, PLAIN
 from specledger.engine.interleave import SideBySide
-from specledger.engine.protocol import TargetEngine
+from specledger.engine.protocol import StreamArgs, TargetEngine
 from specledger.errors import require
 from specledger.records import GammaSpec, RequestRecord
 from specledger.rundir import POLICIES_JSON, RunDir, json_safe
 
 POLICY_EXPERIMENT = "policies"
 DYNAMIC = ("heuristic", "ema", "batch", "goodput")
+
+
+class PolicySettingDict(SettingFiguresDict):
+    """One row of the table: plain, a static γ (a tree's too) or a policy, against plain decoding."""
+
+    setting: str
+    kind: str  # "plain", "static", "tree" or "policy"
+    gamma: int | str  # a policy's name for a policy
+    tree_budget: int  # 0: chains
+    correctness: IdenticalDict | None  # outputs identical to plain's (None: plain itself)
+
+
+class GoodputVsStaticDict(TypedDict):
+    """The goodput policy against the best static γ in hindsight: both S with their 95 % intervals, whether they
+    overlap, the direct paired ratio and one sentence."""
+
+    best_static: str
+    best_static_gamma: int | str
+    best_static_speedup: float
+    best_static_ci: list[float | None]
+    goodput_speedup: float
+    goodput_ci: list[float | None]
+    ci_overlap: bool | None
+    goodput_not_below_point: bool
+    goodput_at_least_best_within_noise: bool
+    ratio_to_best_static: float
+    ratio_ci: list[float | None]
+    statement: str
+
+
+class GoodputLearnedDict(TypedDict):
+    """What the goodput policy learned over the experiment."""
+
+    cost_line_s: tuple[float, float] | None  # (c0, c1) of its round time T(γ) = c0 + c1·γ, seconds
+    acceptance: float  # its first-position acceptance estimate
+
+
+class PoliciesDocDict(ExperimentHeaderDict, GreedyPromptFieldsDict):
+    """``policies.json``."""
+
+    drafter: str
+    static_gammas: list[int]
+    tree_budgets: list[int]
+    policies: list[str]
+    max_tokens: int
+    settings: list[PolicySettingDict]
+    goodput_vs_best_static: GoodputVsStaticDict | None
+    goodput_learned: GoodputLearnedDict | None
 
 
 def setting_name(gamma: GammaSpec) -> str:
@@ -59,8 +112,8 @@ def intervals_overlap(a: Sequence[float | None], b: Sequence[float | None]) -> b
     return max(a[0], b[0]) <= min(a[1], b[1])
 
 
-def compare_to_best_static(settings: Sequence[dict], records: dict[str, list[RequestRecord]],
-                           n_resamples: int = 1000, seed: int = 0) -> dict[str, Any] | None:
+def compare_to_best_static(settings: Sequence[PolicySettingDict], records: dict[str, list[RequestRecord]],
+                           n_resamples: int = 1000, seed: int = 0) -> GoodputVsStaticDict | None:
     """Goodput vs the best static γ in hindsight: CI overlap, the direct paired ratio and one sentence."""
     statics = [s for s in settings if s["kind"] == "static" and s["speedup"] is not None]
     goodput = next((s for s in settings if s["setting"] == "goodput"), None)
@@ -105,7 +158,7 @@ def compare_to_best_static(settings: Sequence[dict], records: dict[str, list[Req
 def run_policies(
     engine: TargetEngine,
     items: Sequence[Any],
-    drafter: str = "ngram",
+    drafter: str = NGRAM.name,
     static_gammas: Sequence[int] = (1, 2, 4, 6, 8),
     policies: Sequence[str] = ("heuristic", "ema", "goodput"),
     max_tokens: int = 96,
@@ -116,14 +169,14 @@ def run_policies(
     layers: str | None = None,
     draft_path: str | None = None,
     tree_budgets: Sequence[int] = (),
-) -> dict[str, Any]:
+) -> PoliciesDocDict:
     """Plain, every static γ (with every token-tree budget N > 0 of ``tree_budgets`` too: a setting
     "γ=g tree=N", depth <= g) and every policy per prompt (interleaved); traces tagged
     ``extra.experiment = "policies"`` go to ``out_dir/traces.jsonl``, the table to ``policies.json``."""
     from specledger.engine.policy import make_policy
     from specledger.engine.sampling import SamplingParams
 
-    require(drafter != "none", "the policy comparison needs a drafter; use --drafter ngram (default)")
+    require(drafter != PLAIN.name, "the policy comparison needs a drafter; use --drafter ngram (default)")
     require(all(isinstance(g, int) and g >= 1 for g in static_gammas), "static gammas must be integers >= 1")
     require(len(set(static_gammas)) == len(static_gammas), "static gammas must be distinct")
     for p in policies:
@@ -135,7 +188,7 @@ def run_policies(
     prompts, skipped = encode_prompts(engine, items, max_tokens)
 
     make = drafter_factory(drafter, engine, layers, draft_path)
-    plain = drafter_factory("none", engine)
+    plain = drafter_factory(PLAIN.name, engine)
     instances = {p: make_policy(p) for p in policies}  # one per experiment: learning carries over
     settings: list[tuple[str, str, Any, Any]] = [("plain", "plain", plain, 0)]
     settings += [(setting_name(g), "static", make, g) for g in static_gammas]
@@ -159,8 +212,8 @@ def run_policies(
         if progress:
             progress(done, total, f"policies {p.category}: {len(settings)} settings side by side")
         records = side_by_side.run([
-            (engine, p.ids, dict(drafter=factory(), gamma=gamma, params=params, max_tokens=max_tokens,
-                                 request_id=f"policies|{p.id}|{name}", tree_budget=budget_of.get(name, 0)))
+            (engine, p.ids, StreamArgs(drafter=factory(), gamma=gamma, params=params, max_tokens=max_tokens,
+                                       request_id=f"policies|{p.id}|{name}", tree_budget=budget_of.get(name, 0)))
             for name, _, factory, gamma in settings])
         for (name, kind, _, _), rec in zip(settings, records):
             tag(rec, p, POLICY_EXPERIMENT, name, kind=kind)
@@ -171,22 +224,22 @@ def run_policies(
         progress(done, total, "policies done")
 
     base = by_setting["plain"]
-    rows = []
+    rows: list[PolicySettingDict] = []
     for name, kind, _, gamma in settings:
-        row = {"setting": name, "kind": kind, "gamma": gamma if isinstance(gamma, int) else name,
-               "tree_budget": budget_of.get(name, 0),
-               **setting_figures(by_setting[name], base, n_resamples, seed)}
-        row["correctness"] = identical(by_setting[name], base) if kind != "plain" else None
+        row: PolicySettingDict = {
+            "setting": name, "kind": kind, "gamma": gamma if isinstance(gamma, int) else name,
+            "tree_budget": budget_of.get(name, 0), **setting_figures(by_setting[name], base, n_resamples, seed),
+            "correctness": identical(by_setting[name], base) if kind != "plain" else None}
         if kind == "plain":
             row["speedup"], row["speedup_ci"] = 1.0, [None, None]
         rows.append(row)
     rows = json_safe(rows)  # NaN -> None, as in the JSON file
     best = compare_to_best_static(rows, by_setting, n_resamples, seed)
-    learned = None
+    learned: GoodputLearnedDict | None = None
     if "goodput" in instances:
         gp = instances["goodput"]
         learned = {"cost_line_s": gp.cost_line(), "acceptance": gp.acceptance()}
-    result = {
+    result: PoliciesDocDict = {
         **experiment_header(POLICY_EXPERIMENT, engine),
         "drafter": drafter,
         "static_gammas": list(static_gammas),

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -51,8 +51,9 @@ from specledger.bench.experiment import (
     setting_figures,
     tag,
 )
+from specledger.engine.drafters.catalog import NGRAM, PLAIN, QUANT_SELF, SUFFIX
 from specledger.engine.interleave import SideBySide
-from specledger.engine.protocol import TargetEngine
+from specledger.engine.protocol import StreamArgs, TargetEngine
 from specledger.errors import require
 from specledger.records import RequestRecord
 from specledger.rundir import QUANT_JSON, RunDir
@@ -139,7 +140,38 @@ SETTINGS = settings_for("int8")  # (key, label, target, speculative)
 VERIFIER = verifiers_for("int8")
 
 
-def round_terms(spec: Sequence[RequestRecord], plain: Sequence[RequestRecord], weight_bytes: int) -> dict[str, Any]:
+class RoundTermsDict(TypedDict, total=False):
+    """Why a speculative setting gains what it gains over its own plain decoding, term by term (means over rounds;
+    empty without rounds on either side)."""
+
+    t_step_ms: float  # plain decoding's round (one token)
+    t_draft_ms: float
+    t_verify_ms: float
+    t_other_ms: float
+    verify_rows: float  # rows of a verify pass: proposed + 1
+    tokens_per_round: float
+    verify_premium: float  # t_verify / t_step
+    draft_share: float  # t_draft / t_step
+    predicted_speedup_vs_own_plain: float
+    weight_bytes: int
+    bytes_per_verified_row: float
+
+
+class _SelectionKeys(TypedDict):
+    prompts: list[str]
+    candidates: list[str]
+    rule: str
+
+
+class SelectionDict(_SelectionKeys, total=False):
+    """How each target's drafter was picked: on which prompts, among which candidates, by which rule; measured
+    (several candidates and selection prompts): each candidate's committed tokens/s per target and the picks."""
+
+    tokens_per_s: dict[str, dict[str, float]]
+    picks: dict[str, str]
+
+
+def round_terms(spec: Sequence[RequestRecord], plain: Sequence[RequestRecord], weight_bytes: int) -> RoundTermsDict:
     """Why a speculative setting gains what it gains over its own plain decoding, term by term (means over rounds):
 
     S_spec/plain ~= L / ((t_draft + t_verify + t_other) / t_step), t_step = plain's mean round (one token), L the
@@ -166,7 +198,7 @@ def round_terms(spec: Sequence[RequestRecord], plain: Sequence[RequestRecord], w
 
 
 def drafter_note(drafter: str) -> str:
-    if drafter == "quant-self":
+    if drafter == QUANT_SELF.name:
         return ("quant-self drafts with an int8 copy of the target; on the int8 target that copy is the "
                 "target itself, so the combined setting pays a full target step per candidate for 100% "
                 "acceptance. The four-way defaults to ngram for this reason.")
@@ -289,7 +321,7 @@ def _warm_up(runs: Sequence[tuple[Any, Callable[[], Any], int]], prompt: Prompt,
 
 
 #: the four-way's default candidates: each target's best of these speculates (picked on prompts of their own)
-DEFAULT_CANDIDATES: tuple[tuple[str, int], ...] = (("ngram", 2), ("ngram", 4), ("suffix", 2), ("suffix", 4))
+DEFAULT_CANDIDATES: tuple[tuple[str, int], ...] = ((NGRAM.name, 2), (NGRAM.name, 4), (SUFFIX.name, 2), (SUFFIX.name, 4))
 
 
 def candidate_label(drafter: str, gamma: int) -> str:
@@ -318,7 +350,7 @@ def split_for_selection(prompts: Sequence[Prompt]) -> tuple[list[Prompt], list[P
 
 def pick_drafters(engines: dict[str, TargetEngine], makers: dict[str, dict[str, Callable[[], Any]]],
                   candidates: Sequence[tuple[str, int]], prompts: Sequence[Prompt], max_tokens: int, params: Any,
-                  out: Path, progress: Progress | None = None) -> tuple[dict[str, tuple[str, int]], dict[str, Any]]:
+                  out: Path, progress: Progress | None = None) -> tuple[dict[str, tuple[str, int]], SelectionDict]:
     """Each target's best candidate by committed tokens / second (totals over ``prompts``, the candidates side by
     side per prompt, one round of each in turn): ({target: (drafter, gamma)}, the selection's figures). With one
     candidate, or no selection prompt, the first candidate, unmeasured."""
@@ -337,8 +369,9 @@ def pick_drafters(engines: dict[str, TargetEngine], makers: dict[str, dict[str, 
                 progress(done, total, f"quant4: {target}'s drafter, {len(cands)} side by side")
             done += len(cands)
             records = side_by_side.run([
-                (eng, p.ids, dict(drafter=makers[target][c[0]](), gamma=c[1], params=params, max_tokens=max_tokens,
-                                  request_id=f"quant4|select|{p.id}|{target}|{c[0]}:{c[1]}")) for c in cands])
+                (eng, p.ids, StreamArgs(drafter=makers[target][c[0]](), gamma=c[1], params=params,
+                                        max_tokens=max_tokens,
+                                        request_id=f"quant4|select|{p.id}|{target}|{c[0]}:{c[1]}")) for c in cands])
             for c, rec in zip(cands, records):
                 tag(rec, p, QUANT_EXPERIMENT, f"select-{target}", target=target, drafter=c[0], gamma=c[1])
                 totals[c][0] += rec.output_tokens
@@ -356,7 +389,7 @@ def pick_drafters(engines: dict[str, TargetEngine], makers: dict[str, dict[str, 
 def run_quantization(
     engine: TargetEngine,
     items: Sequence[Any],
-    drafter: str = "ngram",
+    drafter: str = NGRAM.name,
     gamma: int = 4,
     max_tokens: int = 96,
     out_dir: str | Path = ".",
@@ -379,7 +412,7 @@ def run_quantization(
     cands = list(candidates) if candidates else [(drafter, gamma)]
     for d, g in cands:
         require(isinstance(g, int) and g >= 1, f"--gamma must be an integer >= 1, got {g!r}")
-        require(d != "none", "the four-way needs a drafter; use --drafter ngram (default)")
+        require(d != PLAIN.name, "the four-way needs a drafter; use --drafter ngram (default)")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     check_fresh(out, QUANT_EXPERIMENT)
@@ -392,7 +425,7 @@ def run_quantization(
     params = SamplingParams(temperature=0.0, seed=seed)
     picks, picked = pick_drafters(engines, makers, cands, selection, max_tokens, params, out, progress)
     settings = settings_for(qn)
-    plain = drafter_factory("none", engine)
+    plain = drafter_factory(PLAIN.name, engine)
     runs = {key: (engines[target], makers[target][picks[target][0]] if spec else plain,
                   picks[target][1] if spec else 0)
             for key, _, target, spec in settings}
@@ -405,8 +438,8 @@ def run_quantization(
         if progress:
             progress(done, total, f"quant4 {p.category}: {len(settings)} settings side by side")
         records = side_by_side.run([
-            (runs[key][0], p.ids, dict(drafter=runs[key][1](), gamma=runs[key][2], params=params,
-                                       max_tokens=max_tokens, request_id=f"quant4|{p.id}|{key}"))
+            (runs[key][0], p.ids, StreamArgs(drafter=runs[key][1](), gamma=runs[key][2], params=params,
+                                             max_tokens=max_tokens, request_id=f"quant4|{p.id}|{key}"))
             for key, *_ in settings])
         for (key, _, target, _), rec in zip(settings, records):
             tag(rec, p, QUANT_EXPERIMENT, key, target=target)

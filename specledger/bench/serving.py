@@ -32,7 +32,9 @@ from specledger.bench.serving_metrics import (
     setting_label,
     speedup_over,
 )
+from specledger.bench.serving_types import ServingDocDict, ServingPointDict, ServingSweepDict
 from specledger.engine.batch import BatchEngine, BatchRequest
+from specledger.engine.drafters.catalog import LAYERSKIP, NGRAM, PLAIN, SUFFIX, check_drafter
 from specledger.engine.protocol import TargetEngine
 from specledger.errors import require
 from specledger.load_points import poisson_arrivals
@@ -41,6 +43,7 @@ from specledger.rundir import SERVING_JSON, RunDir
 
 if TYPE_CHECKING:
     from specledger.engine.model import Transformer
+    from specledger.engine.policy import AcceptanceChain
 
 
 def run_point(
@@ -55,9 +58,9 @@ def run_point(
     kv_budget_tokens: int | None = None,
     eos: Sequence[int] = (),
     seed: int = 0,
-    policy_state: dict[str, Any] | None = None,
+    policy_state: dict[str, AcceptanceChain] | None = None,
     params: Any = None,
-) -> tuple[list[RequestRecord], dict[str, Any]]:
+) -> tuple[list[RequestRecord], ServingPointDict]:
     """One load point: the same prompts through a fresh BatchEngine (closed loop at ``concurrency``
     or Poisson ``rate`` req/s). ``policy_state`` (a dict kept by the caller) carries what a
     goodput policy learned -- its acceptance chain -- from one point to the next, as in a
@@ -112,7 +115,9 @@ def interleave_categories(prompts: Sequence[Any]) -> list[Any]:
 
 
 Progress = Callable[[int, int, str], None]
-OnPoint = Callable[[dict[str, Any], list[RequestRecord]], None]
+#: one repeat of a point: its figures and its request records
+PointRun = tuple[ServingPointDict, list[RequestRecord]]
+OnPoint = Callable[[ServingPointDict, list[RequestRecord]], None]
 
 
 def _warm_up(model: Transformer, prompts: Sequence[list[int]], factories: Sequence[tuple[Callable[[], Any], int]],
@@ -140,7 +145,7 @@ def run_serving_sweep(
     repeats: int = 1,
     context_concurrencies: Sequence[int] | None = None,
     context_sources: Sequence[str] = ("xsum",),
-) -> dict[str, Any]:
+) -> ServingSweepDict:
     """Plain vs each (drafter, gamma) at every concurrency (and Poisson rate), then vs context length.
 
     ``engine`` is a solo :class:`Engine` built from a LoadedModel (its model and tokenizer are
@@ -159,29 +164,29 @@ def run_serving_sweep(
 
     model = engine.model
     eos = sorted(engine.eos_token_ids)
-    settings = [("none", 0)] + list(drafters)
-    layers_cache: dict[str, Any] = {}
+    settings = [(PLAIN.name, 0)] + list(drafters)
+    layers_cache: dict[str, str] = {}
 
     def factory(name: str) -> Callable[[], Any]:
-        if name == "layerskip" and "layers" not in layers_cache:
-            layers_cache["layers"] = ",".join(map(str, make_drafter("layerskip", engine).layers))
+        if name == LAYERSKIP.name and "layers" not in layers_cache:
+            layers_cache["layers"] = ",".join(map(str, make_drafter(LAYERSKIP.name, engine).layers))
         return lambda: make_drafter(name, engine, layers=layers_cache.get("layers"))
 
     require(repeats >= 1, "--repeats must be >= 1")
-    policy_states: dict[tuple[str, Any], dict[str, Any]] = {}  # per setting: what its policy learned so far
+    policy_states: dict[tuple[str, GammaSpec], dict[str, AcceptanceChain]] = {}  # what each setting's policy learned
     ctx_concs = list(context_concurrencies or [context_concurrency])
     grid = [(src, c, n) for src in context_sources for c in ctx_concs for n in context_lengths]
     total = (len(concurrencies) + len(rates) + len(grid)) * len(settings) * repeats
     done = 0
 
     def sweep(loads: Sequence[Any], kind: str, prompt_sets: Callable[[Any], tuple[list[list[int]], list[str]]]
-              ) -> list[dict]:
+              ) -> list[ServingPointDict]:
         nonlocal done
-        points = []
+        points: list[ServingPointDict] = []
         for k, spec in enumerate(loads):
             source, conc_at, load = spec if kind == "context" else (None, None, spec)
             ps, ids = prompt_sets(spec)
-            runs: dict[tuple[str, Any], list[tuple[dict, list[RequestRecord]]]] = {s: [] for s in settings}
+            runs: dict[tuple[str, GammaSpec], list[PointRun]] = {s: [] for s in settings}
             for rep in range(repeats):
                 # rotate the order per load and repeat so that a slow phase of the machine does not
                 # always hit one setting; every setting of a repeat serves the same requests
@@ -200,14 +205,14 @@ def run_serving_sweep(
                         r.extra["repeat"] = rep
                     runs[(name, g)].append((m, records))
                     done += 1
-            base = runs[("none", 0)]
+            base = runs[(PLAIN.name, 0)]
             for name, g in settings:
                 m, records = pool_repeats(runs[(name, g)])
                 m.update({"kind": kind, "load": load, "drafter": name, "gamma": g, "setting": setting_label(name, g)})
                 if kind == "context":
                     m.update({"source": source, "concurrency": conc_at})
                 m.update(speedup_over(runs[(name, g)], base))
-                if name != "none" and isinstance(g, int) and g:
+                if name != PLAIN.name and isinstance(g, int) and g:
                     m["memory"] = memory_ledger(model, m["peak_batch"] or 1, g, m["peak_candidate_tokens"],
                                                 m["slot_capacity"], slots=m["slots"], draft=m.get("draft_memory"))
                 points.append(m)
@@ -226,7 +231,7 @@ def run_serving_sweep(
 
     if warmup:
         _warm_up(model, prompts, [(factory(name), g) for name, g in settings], eos)
-    result: dict[str, Any] = {"concurrency": [], "rate": [], "context": [], "crossover": {}}
+    result: ServingSweepDict = {"concurrency": [], "rate": [], "context": [], "crossover": {}}
     result["concurrency"] = sweep(concurrencies, "concurrency", lambda c: repeat(max(2 * c, 4)))
     if rates:
         result["rate"] = sweep(rates, "rate", lambda r: repeat(16))
@@ -258,7 +263,6 @@ def check_serving_settings(drafters: Sequence[tuple[str, int | str]], concurrenc
                            context_sources: Sequence[str]) -> None:
     """The serving experiment's settings, checked before any model is loaded; a bad one is a
     SpecLedgerError naming its flag (context lengths are checked against the model in :func:`run_serving`)."""
-    from specledger.engine.drafters.registry import DRAFTERS
     from specledger.engine.policy import POLICIES
 
     require(bool(concurrencies) and all(isinstance(c, int) and c >= 1 for c in concurrencies),
@@ -269,8 +273,7 @@ def check_serving_settings(drafters: Sequence[tuple[str, int | str]], concurrenc
     require(len(set(drafters)) == len(drafters), "--serving-drafters lists a setting twice; give each "
                                                  "drafter:gamma once")
     for name, g in drafters:
-        require(name in DRAFTERS and name != "none",
-                f"unknown drafter {name!r} in --serving-drafters; choose from {', '.join(DRAFTERS[1:])}")
+        check_drafter(name, " in --serving-drafters")
         require((isinstance(g, int) and g >= 1) or (g in POLICIES and g != "static"),
                 f"gamma of {name} must be an integer >= 1 or a policy name, e.g. {name}:4 or {name}:goodput")
     require(all(isinstance(c, int) and c >= 1 for c in context_concurrencies),
@@ -282,7 +285,7 @@ def check_serving_settings(drafters: Sequence[tuple[str, int | str]], concurrenc
 def run_serving(
     engine: TargetEngine,
     items: Sequence[Any],
-    drafters: Sequence[tuple[str, int]] = (("ngram", 4), ("suffix", 4)),
+    drafters: Sequence[tuple[str, int]] = ((NGRAM.name, 4), (SUFFIX.name, 4)),
     concurrencies: Sequence[int] = (1, 2, 4, 8, 16),
     rates: Sequence[float] = (),
     context_lengths: Sequence[int] = (),
@@ -295,7 +298,7 @@ def run_serving(
     repeats: int = 1,
     context_concurrencies: Sequence[int] | None = None,
     context_sources: Sequence[str] = ("xsum",),
-) -> dict[str, Any]:
+) -> ServingDocDict:
     """The serving experiment into a run directory: every request's record (tagged
     ``extra.experiment = "serving"``) appended to ``traces.jsonl`` as its point finishes, the
     curves, crossovers, memory ledger and deploy table to ``serving.json`` (atomic)."""
@@ -318,7 +321,7 @@ def run_serving(
     prompts, skipped = encode_prompts(engine, items, max_tokens)
     prompts = interleave_categories(prompts)  # a closed-loop point serves the first max(2c, 4): mix them
 
-    def keep(point: dict[str, Any], records: list[RequestRecord]) -> None:
+    def keep(point: ServingPointDict, records: list[RequestRecord]) -> None:
         for i, rec in enumerate(records):
             p = prompts[int(rec.prompt_id)] if rec.prompt_id.isdigit() else None
             rec.prompt_id = p.id if p else rec.prompt_id
@@ -333,7 +336,7 @@ def run_serving(
                                rates, context_lengths, context_concurrency, progress=progress, on_point=keep,
                                warmup=warmup, seed=seed, repeats=repeats,
                                context_concurrencies=context_concurrencies, context_sources=context_sources)
-    doc = {
+    doc: ServingDocDict = {
         **experiment_header(SERVING_EXPERIMENT, engine),
         "drafters": [setting_label(n, g) for n, g in drafters],
         "concurrencies": list(concurrencies),

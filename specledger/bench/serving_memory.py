@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from specledger.bench.serving_types import DraftLedgerDict, DraftMemoryDict, MemoryLedgerDict
     from specledger.engine.model import Transformer
 
 
@@ -73,7 +74,7 @@ def draft_kv_shape(drafter: Any) -> Any:
 
 
 def memory_ledger(model: Transformer, batch: int, gamma: int, engine_peak_candidates: int, slot_capacity: int,
-                  slots: int | None = None, draft: dict[str, Any] | None = None) -> dict:
+                  slots: int | None = None, draft: DraftMemoryDict | None = None) -> MemoryLedgerDict:
     """Predicted candidate KV (B * gamma * m_KV) vs the engine's peak reserved candidates, bytes.
 
     ``batch`` is the batch size at the peak (B), ``slots`` the engine's sequence slots (default B):
@@ -99,8 +100,8 @@ def memory_ledger(model: Transformer, batch: int, gamma: int, engine_peak_candid
     } | _draft_ledger(batch, gamma, predicted, actual, draft)
 
 
-def _draft_ledger(batch: int, gamma: int, cand_predicted: int, cand_actual: int, draft: dict[str, Any] | None
-                  ) -> dict[str, Any]:
+def _draft_ledger(batch: int, gamma: int, cand_predicted: int, cand_actual: int, draft: DraftMemoryDict | None
+                  ) -> DraftLedgerDict:
     if not draft:
         return {}
     weights = int(draft.get("weight_bytes") or 0)

@@ -11,11 +11,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from specledger.analysis.metrics import latency_stats
+from specledger.bench.serving_types import (
+    ContextCrossoverDict,
+    ContextPositionDict,
+    PolicyVsStaticDict,
+    RepeatDict,
+    ServingPointDict,
+    SpeedupDict,
+)
 from specledger.engine.batch import BatchEngine
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.records import RequestRecord, setting_label
 
 
-def point_metrics(records: Sequence[RequestRecord], wall_s: float, engine: BatchEngine) -> dict[str, Any]:
+def point_metrics(records: Sequence[RequestRecord], wall_s: float, engine: BatchEngine) -> ServingPointDict:
     tokens = sum(r.output_tokens for r in records)
     lat = latency_stats(records)
     steps = engine.steps
@@ -48,7 +57,7 @@ def _el(records: Sequence[RequestRecord]) -> float:
     return sum(rd.committed for rd in full) / len(full) if full else math.nan
 
 
-def crossover(points: Sequence[dict[str, Any]], key: str = "load") -> Any:
+def crossover(points: Sequence[ServingPointDict], key: str = "load") -> float | None:
     """The lowest load whose speed-up (throughput ratio vs plain at that load) is below 1, or None."""
     for p in sorted(points, key=lambda p: p[key]):
         if p.get("speedup") is not None and p["speedup"] < 1.0:
@@ -56,7 +65,7 @@ def crossover(points: Sequence[dict[str, Any]], key: str = "load") -> Any:
     return None
 
 
-def load_group(p: dict[str, Any]) -> tuple:
+def load_group(p: ServingPointDict) -> tuple:
     """What a point is compared within: its kind and load, and for a context point also its source
     and concurrency (a context grid has several points per length)."""
     if p.get("kind") == "context":
@@ -64,20 +73,21 @@ def load_group(p: dict[str, Any]) -> tuple:
     return (p["kind"], p["load"])
 
 
-def context_position(p: dict[str, Any]) -> dict[str, Any]:
+def context_position(p: ServingPointDict) -> ContextPositionDict:
     """A context point's source and concurrency (empty for other kinds)."""
     return {"source": p.get("source"), "concurrency": p.get("concurrency")} if p.get("kind") == "context" else {}
 
 
-def context_crossover(points: Sequence[dict[str, Any]], drafters: Sequence[tuple[str, Any]]) -> list[dict[str, Any]]:
+def context_crossover(points: Sequence[ServingPointDict], drafters: Sequence[tuple[str, Any]]
+                      ) -> list[ContextCrossoverDict]:
     """How the crossover moves with context length: for every source and length of a context grid,
     each drafter's concurrency crossover (the lowest concurrency with speed-up < 1; None = never
     below 1 over the concurrencies measured) and its speed-up at each concurrency."""
-    rows = []
+    rows: list[ContextCrossoverDict] = []
     keys = sorted({(p.get("source"), p["load"]) for p in points}, key=lambda k: (str(k[0]), k[1]))
     for source, length in keys:
         for name, g in drafters:
-            pts = [{**p, "load": p["concurrency"]} for p in points if p.get("source") == source
+            pts: list[ServingPointDict] = [{**p, "load": p["concurrency"]} for p in points if p.get("source") == source
                    and p["load"] == length and p["drafter"] == name and p["gamma"] == g]
             if pts:
                 rows.append({"source": source, "length": length, "setting": setting_label(name, g),
@@ -87,14 +97,16 @@ def context_crossover(points: Sequence[dict[str, Any]], drafters: Sequence[tuple
     return rows
 
 
-def pool_repeats(runs: Sequence[tuple[dict[str, Any], list[RequestRecord]]]) -> tuple[dict[str, Any], list]:
+def pool_repeats(runs: Sequence[tuple[ServingPointDict, list[RequestRecord]]]
+                 ) -> tuple[ServingPointDict, list[RequestRecord]]:
     """One point from its repeats: totals summed (throughput = Σ tokens / Σ wall), latency
     percentiles over every request of every repeat, step means averaged, peaks maxed, preemptions
     summed; ``repeats`` keeps each repeat's tokens, wall and throughput."""
     ms = [m for m, _ in runs]
     records = [r for _, recs in runs for r in recs]
+    m: ServingPointDict
     if len(ms) == 1:
-        m = dict(ms[0])
+        m = ms[0].copy()
     else:
         tokens, wall = sum(m["tokens"] for m in ms), sum(m["wall_s"] for m in ms)
         lat = latency_stats(records)
@@ -113,7 +125,8 @@ def pool_repeats(runs: Sequence[tuple[dict[str, Any], list[RequestRecord]]]) -> 
     return m, records
 
 
-def paired_repeat_ratios(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]
+def paired_repeat_ratios(a: Sequence[RepeatDict] | Sequence[ServingPointDict],
+                         b: Sequence[RepeatDict] | Sequence[ServingPointDict]
                          ) -> tuple[list[float], list[float] | None]:
     """Per-repeat throughput ratios a_r / b_r (repeat r of both served the same requests) and their
     95% t-interval (None with fewer than two)."""
@@ -124,8 +137,8 @@ def paired_repeat_ratios(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]
     return ratios, ([low, high] if math.isfinite(low) else None)
 
 
-def speedup_over(runs: Sequence[tuple[dict[str, Any], Any]], base: Sequence[tuple[dict[str, Any], Any]]
-                 ) -> dict[str, Any]:
+def speedup_over(runs: Sequence[tuple[ServingPointDict, Any]], base: Sequence[tuple[ServingPointDict, Any]]
+                 ) -> SpeedupDict:
     """Speed-up of a setting over plain at the same load: pooled throughput ratio, the per-repeat
     paired ratios (repeat r of both served the same requests) and their 95% t-interval."""
     tok = sum(m["tokens"] for m, _ in runs)
@@ -137,7 +150,7 @@ def speedup_over(runs: Sequence[tuple[dict[str, Any], Any]], base: Sequence[tupl
     return {"speedup": point, "speedup_repeats": ratios, "speedup_ci": ci}
 
 
-def policy_vs_static(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def policy_vs_static(points: Sequence[ServingPointDict]) -> list[PolicyVsStaticDict]:
     """Each dynamic policy against the best static choice in hindsight at the same load.
 
     Candidates: plain decoding (γ = 0) and every static γ of the policy's drafter; "best" = the
@@ -146,15 +159,15 @@ def policy_vs_static(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     interval reaches 1 (within noise) or the point ratio is >= 1; with one repeat only the point
     ratio decides and ``ci`` is None. Picking the best of several noisy statics flatters it, so
     this is a conservative test of the policy."""
-    rows = []
-    by_load: dict[tuple, list[dict]] = {}
+    rows: list[PolicyVsStaticDict] = []
+    by_load: dict[tuple, list[ServingPointDict]] = {}
     for p in points:
         by_load.setdefault(load_group(p), []).append(p)
     for group, pts in by_load.items():
         kind, load = group[0], group[1]
         for pol in (p for p in pts if isinstance(p["gamma"], str)):
-            statics = [p for p in pts if p["drafter"] == "none" or (p["drafter"] == pol["drafter"]
-                                                                    and isinstance(p["gamma"], int))]
+            statics = [p for p in pts if p["drafter"] == PLAIN.name or (p["drafter"] == pol["drafter"]
+                                                                        and isinstance(p["gamma"], int))]
             if not statics:
                 continue
             best = max(statics, key=lambda p: p["throughput_tok_s"])

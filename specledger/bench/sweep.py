@@ -7,10 +7,66 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
+from specledger.engine.drafters.catalog import NGRAM, check_drafter
 from specledger.engine.protocol import TargetEngine
 from specledger.errors import SpecLedgerError, require
+
+
+class SweepServingConfigDict(TypedDict):
+    """run.json ``sweep.serving``: the serving experiment's settings as asked."""
+
+    concurrencies: list[int]
+    rates: list[float]  # Poisson request rates, req/s
+    contexts: list[int]  # context lengths, tokens
+    drafters: list[str]  # "drafter:γ"
+    max_tokens: int
+    repeats: int
+    context_concurrencies: list[int]
+    context_sources: list[str]
+
+
+class _SweepConfigKeys(TypedDict):
+    experiment: str
+    categories: list[str]
+    n: int  # prompts per category
+    max_tokens: int
+    drafter: str
+    gamma: int
+    quant_drafters: list[str]  # "drafter:γ" candidates of the four-way
+    gammas: list[int]  # the policies experiment's static γ's
+    tree_budgets: list[int]
+    policies: list[str]
+    seed: int
+    workload_file: str | None
+
+
+class SweepConfigDict(_SweepConfigKeys, total=False):
+    """run.json ``sweep``: what ``specledger sweep`` was asked; ``serving`` when the serving experiment runs."""
+
+    serving: SweepServingConfigDict
+
+
+class SideExperimentSettingsDict(TypedDict, total=False):
+    """The side experiments' settings (``specledger run --full``; a key given overrides the default's)."""
+
+    categories: list[str]
+    n: int  # prompts per category
+    max_tokens: int
+    drafter: str  # the policies experiment's drafter
+    gamma: int
+    quant_drafters: str  # the four-way's candidates, "drafter:γ,..."
+    static_gammas: list[int]
+    policies: list[str]
+    concurrencies: list[int]
+    serving_drafters: str  # "drafter:γ,..." (γ may name a policy)
+    serving_max_tokens: int
+    repeats: int
+    contexts: list[int]  # context lengths, tokens
+    context_to_limit: bool  # add the longest context the model takes
+    context_concurrencies: list[int]
+    context_sources: list[str]
 
 
 def parse_csv(text: str, cast: Any = str) -> list:
@@ -46,13 +102,10 @@ def parse_drafter_gammas(text: str) -> list[tuple[str, int | str]]:
 
 def parse_quant_candidates(text: str) -> list[tuple[str, int]]:
     """``"ngram:2,suffix:4"`` -> [("ngram", 2), ("suffix", 4)]: the four-way's drafter candidates (static γ only)."""
-    from specledger.engine.drafters.registry import DRAFTERS
-
     out = []
     for name, g in parse_drafter_gammas(text):
         require(isinstance(g, int) and g >= 1, f"--quant-drafters takes static gammas >= 1 (e.g. ngram:4), not {g!r}")
-        require(name in DRAFTERS and name != "none",
-                f"unknown drafter {name!r} in --quant-drafters; choose from {', '.join(DRAFTERS[1:])}")
+        check_drafter(name, " in --quant-drafters")
         out.append((name, int(g)))
     return list(dict.fromkeys(out))
 
@@ -66,7 +119,7 @@ def load_sweep_items(categories: list[str], n: int, seed: int, workload: Path | 
     return run_items(categories, n, seed, str(workload) if workload else None, vocab_size)
 
 
-def write_meta(run_dir: Path, engine: TargetEngine, config: dict[str, Any], warnings: list[str]) -> None:
+def write_meta(run_dir: Path, engine: TargetEngine, config: SweepConfigDict, warnings: list[str]) -> None:
     """``run.json`` for a fresh sweep directory; an existing one (a main run's) is left untouched."""
     from specledger.engine.device import machine_info
     from specledger.rundir import RunDir
@@ -89,8 +142,8 @@ def write_meta(run_dir: Path, engine: TargetEngine, config: dict[str, Any], warn
 
 
 # ``specledger run --full`` runs the side experiments too, with these settings, into the same directory.
-FULL_SIDE_EXPERIMENTS: dict[str, Any] = {
-    "categories": ["code-edit", "dialogue"], "n": 4, "max_tokens": 96, "drafter": "ngram", "gamma": 4,
+FULL_SIDE_EXPERIMENTS: SideExperimentSettingsDict = {
+    "categories": ["code-edit", "dialogue"], "n": 4, "max_tokens": 96, "drafter": NGRAM.name, "gamma": 4,
     "quant_drafters": "ngram:2,ngram:4,suffix:2,suffix:4",
     "static_gammas": [1, 2, 4, 6, 8], "policies": ["heuristic", "ema", "batch", "goodput"],
     "concurrencies": [1, 2, 4, 8, 16, 32], "serving_drafters": "ngram:4,suffix:4,ngram:goodput",
@@ -100,7 +153,7 @@ FULL_SIDE_EXPERIMENTS: dict[str, Any] = {
 
 
 def run_side_experiments(engine: TargetEngine, run_dir: Path, seed: int, progress: Any, warn: Any,
-                         settings: dict[str, Any] | None = None) -> list[str]:
+                         settings: SideExperimentSettingsDict | None = None) -> list[str]:
     """Quantization four-way, γ policies and serving (concurrency, context up to the model's limit)
     into ``run_dir``; an experiment whose JSON is already there is skipped (``--resume``), one that
     an interrupted run left half-written is skipped with a warning. Returns the experiments run."""
@@ -110,7 +163,7 @@ def run_side_experiments(engine: TargetEngine, run_dir: Path, seed: int, progres
     from specledger.bench.serving import SERVING_EXPERIMENT, run_serving
     from specledger.rundir import POLICIES_JSON, QUANT_JSON, SERVING_JSON
 
-    cfg = {**FULL_SIDE_EXPERIMENTS, **(settings or {})}
+    cfg: SideExperimentSettingsDict = {**FULL_SIDE_EXPERIMENTS, **(settings or {})}
     items, warnings = load_sweep_items(cfg["categories"], cfg["n"], seed, None, engine.model.config.vocab_size)
     for w in warnings:
         warn(w)

@@ -11,37 +11,34 @@ from pathlib import Path
 from typing import Any
 
 from specledger.bench.sweep import (
+    SweepConfigDict,
     load_sweep_items,
     parse_csv,
     parse_drafter_gammas,
     parse_quant_candidates,
     write_meta,
 )
+from specledger.command_options import TargetOptions
+from specledger.engine.drafters.catalog import NGRAM, check_drafter
 from specledger.errors import require
 
 EXPERIMENTS = ("quant4", "policies", "serving", "all")
 
 
 @dataclass
-class SweepOptions:
+class SweepOptions(TargetOptions):
     """The options of ``specledger sweep`` as typed; see the verb's help for each."""
 
     experiment: str = "all"
     categories: str = "code-edit,dialogue"
     n: int = 2
     max_tokens: int = 96
-    drafter: str = "ngram"
+    drafter: str = NGRAM.name
     gamma: int = 4
     quant_drafters: str = "ngram:2,ngram:4,suffix:2,suffix:4"
     gammas: str = "1,2,4,6,8"
     tree_budgets: str = "0"
     policies: str = "heuristic,ema,goodput"
-    out: Path | None = None
-    workload: Path | None = None
-    target: str | None = None
-    dtype: str = "auto"
-    layers: str | None = None
-    draft: str | None = None
     concurrencies: str = "1,2,4,8,16"
     rates: str = ""
     contexts: str = ""
@@ -50,7 +47,6 @@ class SweepOptions:
     serving_drafters: str = "ngram:4,suffix:4"
     serving_max_tokens: int = 48
     repeats: int = 3
-    seed: int = 0
     resamples: int = 1000
 
     @property
@@ -76,12 +72,10 @@ def check_sweep_options(opts: SweepOptions) -> _Parsed:
     """Every option parsed and checked before a model loads (one-line errors)."""
     from specledger.bench.policies import DYNAMIC
     from specledger.bench.serving import check_serving_settings
-    from specledger.engine.drafters.registry import DRAFTERS
 
     require(opts.experiment in EXPERIMENTS,
             f"unknown --experiment {opts.experiment!r}; use one of {', '.join(EXPERIMENTS)}")
-    require(opts.drafter in DRAFTERS and opts.drafter != "none",
-            f"unknown drafter {opts.drafter!r}; choose from {', '.join(DRAFTERS[1:])}")
+    check_drafter(opts.drafter)
     require(opts.max_tokens >= 1, "--max-tokens must be >= 1")
     static = parse_csv(opts.gammas, int)
     names = parse_csv(opts.policies)
@@ -99,13 +93,14 @@ def check_sweep_options(opts: SweepOptions) -> _Parsed:
     return parsed
 
 
-def sweep_config(opts: SweepOptions, parsed: _Parsed) -> dict[str, Any]:
+def sweep_config(opts: SweepOptions, parsed: _Parsed) -> SweepConfigDict:
     """run.json ``sweep``: what was asked."""
-    config = {"experiment": opts.experiment, "categories": parse_csv(opts.categories), "n": opts.n,
-              "max_tokens": opts.max_tokens, "drafter": opts.drafter, "gamma": opts.gamma,
-              "quant_drafters": [f"{d}:{g}" for d, g in parsed.quant_candidates], "gammas": parsed.static,
-              "tree_budgets": parsed.budgets, "policies": parsed.names, "seed": opts.seed,
-              "workload_file": str(opts.workload) if opts.workload else None}
+    config: SweepConfigDict = {
+        "experiment": opts.experiment, "categories": parse_csv(opts.categories), "n": opts.n,
+        "max_tokens": opts.max_tokens, "drafter": opts.drafter, "gamma": opts.gamma,
+        "quant_drafters": [f"{d}:{g}" for d, g in parsed.quant_candidates], "gammas": parsed.static,
+        "tree_budgets": parsed.budgets, "policies": parsed.names, "seed": opts.seed,
+        "workload_file": str(opts.workload) if opts.workload else None}
     if opts.serving:
         config["serving"] = {"concurrencies": parsed.conc_levels, "rates": parsed.rate_levels,
                              "contexts": parsed.context_levels,

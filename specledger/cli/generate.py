@@ -11,9 +11,10 @@ from typing import Annotated
 import typer
 
 from specledger.engine.choices import DTYPE_HELP
+from specledger.engine.drafters.catalog import HEAD, MODEL, NGRAM, choices_help
 
 _TARGET_HELP = "GGUF file or HF model dir (default: bundled SmolLM2-135M)."
-_DRAFT_HELP = "Draft model path for --drafter model; a .safetensors head file for head."
+_DRAFT_HELP = f"Draft model path for --drafter {MODEL.name}; a .safetensors head file for {HEAD.name}."
 _DEVICE_HELP = "cpu, or cuda[:N] on a machine with an NVIDIA GPU (dtype auto = bfloat16 there)."
 
 
@@ -37,7 +38,7 @@ def _write(text: str) -> None:
 def generate(
     prompt: Annotated[str, typer.Option("--prompt", "-p", help="The user message (or raw text with --raw).")],
     drafter: Annotated[str, typer.Option(
-        help="none | ngram | suffix | layerskip | quant-self | model | head")] = "ngram",
+        help=choices_help())] = NGRAM.name,
     gamma: Annotated[int, typer.Option(help="Candidates per round (0 = plain decoding); a tree's depth limit.")] = 4,
     tree_budget: Annotated[int, typer.Option(help="Token-tree nodes per round (0 = a chain of gamma).")] = 0,
     tree_shape: Annotated[str, typer.Option(help="Tree rounds propose: dynamic (EAGLE-2 best-first) | dp (the DP's "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from specledger.probe.documents import EndpointReport, Speedup
 from specledger.probe.endpoint_loads import LoadPoint, without_results
+from specledger.probe.launch_runs import SpecRun
 from specledger.probe.safe_text import safe
 from specledger.probe.tables import (
     LAUNCH_COLUMNS,
@@ -26,6 +29,7 @@ from specledger.probe.tables import (
     ratio_rows,
     report_table,
 )
+from specledger.records import GammaSpec
 from specledger.rundir import HTML_NAME, META_NAME, PROBE_JSON, TRACE_NAME
 
 
@@ -36,7 +40,7 @@ def make_console() -> Console:
 
 
 def render_report(
-    console: Console, title: str, columns: dict[str, dict[str, Any]], ratios: dict | None
+    console: Console, title: str, columns: Mapping[str, EndpointReport], ratios: Speedup | None
 ) -> None:
     """One table with a column per endpoint, speed-up rows for a baseline, warnings below. Every title,
     name and value is escaped (:func:`~specledger.probe.safe_text.safe`): they may come from a server."""
@@ -111,7 +115,8 @@ def print_run_report(console: Console, out: Path, summary: dict[str, Any] | None
     console.print(f"report: {safe(out / HTML_NAME)} (rebuild with `specledger report {safe(out)}`)")
 
 
-def render_launch_table(console: Console, runs: dict[str, Any], gammas: dict[str, Any]) -> None:
+def render_launch_table(console: Console, runs: Mapping[str, SpecRun], gammas: Mapping[str, GammaSpec | None]
+                        ) -> None:
     """``probe --launch``: one row per (configuration, load) (:func:`specledger.probe.tables.launch_rows`)."""
     table = Table(title="specledger probe --launch: every configuration at every load (closed loop)")
     for col in LAUNCH_COLUMNS:
@@ -121,7 +126,7 @@ def render_launch_table(console: Console, runs: dict[str, Any], gammas: dict[str
     console.print(table)
 
 
-def show_launch(runs: dict[str, Any], summary: dict[str, Any], out: Path, as_json: bool,
+def show_launch(runs: Mapping[str, SpecRun], summary: dict[str, Any], out: Path, as_json: bool,
                 verbose: bool = False) -> None:
     """``--json``: the summary's verdicts, schedules, engine counters; else the answer (one line per category,
     the schedule), the engine's own paste-ready command per configuration deployed, each configuration's

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from specledger.cli.run_flow import run_main_job
+from specledger.engine.drafters.catalog import HEAD, MODEL, choices_help
 from specledger.mainjob.options import RunOptions
 
 
@@ -25,7 +26,7 @@ def run(
         help="Comma-separated categories: code, code-edit, extraction, agent, dialogue, summary, math, random, and "
              "long (long documents, decided per context bucket; not in the default).")] = None,
     drafters: Annotated[str | None, typer.Option(help="Comma-separated drafters "
-                                                      "(ngram,suffix,layerskip,quant-self,model,head).")] = None,
+                                                      f"({choices_help(',', plain=False)}).")] = None,
     gammas: Annotated[str | None, typer.Option(help="Comma-separated gammas, e.g. 1,2,4,8.")] = None,
     tree_budgets: Annotated[str | None, typer.Option(help="Comma-separated token-tree node budgets per round, "
                                                         "0 = chain, e.g. 0,8,16 (a tree's depth <= gamma).")] = None,
@@ -48,8 +49,8 @@ def run(
     device: Annotated[str, typer.Option(help="cpu, or cuda[:N] on a machine with an NVIDIA GPU (dtype auto = "
                                              "bfloat16 there).")] = "cpu",
     layers: Annotated[str | None, typer.Option(help="layerskip layers (default: calibrate).")] = None,
-    draft: Annotated[str | None, typer.Option(help="Draft model path for the 'model' drafter; a .safetensors "
-                                                   "head file for 'head'.")] = None,
+    draft: Annotated[str | None, typer.Option(help=f"Draft model path for the {MODEL.name!r} drafter; a "
+                                                   f".safetensors head file for {HEAD.name!r}.")] = None,
     loads: Annotated[str | None, typer.Option(help="Concurrencies, e.g. 1,4,16: every setting also runs under "
                                                    "continuous batching at each load > 1; a range 1..16 measures "
                                                    "both ends, then bisects in powers of two where the decision "

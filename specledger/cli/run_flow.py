@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specledger.cli.interrupt import note_resume
 from specledger.errors import SpecLedgerError
 from specledger.gates.slo import load_slo
 from specledger.mainjob.options import RunOptions, check_inputs, parse_budget, plan_from_options
-
-if TYPE_CHECKING:
-    from specledger.engine.protocol import TargetEngine
 
 
 def run_main_job(opts: RunOptions) -> None:
@@ -25,6 +21,7 @@ def run_main_job(opts: RunOptions) -> None:
     from rich.markup import escape
 
     from specledger.bench.progress import live_progress
+    from specledger.mainjob.job import record_bandwidth
     from specledger.mainjob.job import run as run_plan
     from specledger.report.build import build_report
     from specledger.report.console import print_answer
@@ -78,18 +75,3 @@ def load_target(console: Any, target: str | None, dtype: str, device: str) -> An
     with console.status("loading the target model (first use converts the GGUF once, ~30 s)"):
         return build_engine(target, dtype) if device == "cpu" else build_engine(target, dtype, device)
 
-
-def record_bandwidth(run_dir: Path, engine: TargetEngine) -> None:
-    """run.json ``bandwidth``: plain decoding's achieved bandwidth over the main job's plain requests against
-    this machine's read bandwidth measured now (:func:`specledger.engine.bandwidth.plain_decode_bandwidth`)."""
-    from specledger.engine.bandwidth import plain_decode_bandwidth
-    from specledger.records import main_records
-    from specledger.rundir import RunDir
-
-    rd = RunDir(run_dir)
-    plain = [r for r in main_records(rd.records()) if r.drafter == "none"]
-    meta = rd.meta()
-    figures = plain_decode_bandwidth(engine.model, plain, device=engine.device)
-    if figures:
-        meta["bandwidth"] = figures
-    rd.write_meta(meta)

@@ -9,11 +9,12 @@ import typer
 
 from specledger.engine.build import weights_line
 from specledger.engine.choices import DTYPE_HELP
+from specledger.engine.drafters.catalog import HEAD, MODEL, NGRAM, choices_help
 from specledger.errors import SpecLedgerError
 from specledger.serve.drain import DEFAULT_SHUTDOWN_GRACE_S
 
 _TARGET_HELP = "GGUF file or HF model dir (default: bundled SmolLM2-135M)."
-_DRAFT_HELP = "Draft model path for --drafter model; a .safetensors head file for head."
+_DRAFT_HELP = f"Draft model path for --drafter {MODEL.name}; a .safetensors head file for {HEAD.name}."
 _DEVICE_HELP = "cpu, or cuda[:N] on a machine with an NVIDIA GPU (dtype auto = bfloat16 there)."
 
 
@@ -22,7 +23,7 @@ def serve(
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     target: Annotated[str | None, typer.Option(help=_TARGET_HELP)] = None,
     drafter: Annotated[str, typer.Option(
-        help="none | ngram | suffix | layerskip | quant-self | model | head")] = "ngram",
+        help=choices_help())] = NGRAM.name,
     gamma: Annotated[str, typer.Option(help="Candidates per round (integer, 0 = plain) or 'heuristic'.")] = "4",
     tree_budget: Annotated[int, typer.Option(help="Token-tree nodes per round (0 = chains; depth <= gamma).")] = 0,
     layers: Annotated[str | None, typer.Option(help="layerskip layers, e.g. 12 or 0-7,26-29.")] = None,

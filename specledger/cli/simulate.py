@@ -8,11 +8,13 @@ from typing import Annotated, Any
 
 import typer
 
+from specledger.engine.drafters.catalog import NGRAM
+
 
 def simulate(
     from_: Annotated[Path, typer.Option("--from", help="Run directory whose traces give acceptance chains and "
                                                        "request sizes (a serving sweep, `run`, ...).")],
-    drafter: Annotated[str, typer.Option(help="Drafter whose measured chains to use.")] = "ngram",
+    drafter: Annotated[str, typer.Option(help="Drafter whose measured chains to use.")] = NGRAM.name,
     gamma: Annotated[str, typer.Option(help="Static gamma(s) and/or policies: 4 | 1,2,4,goodput "
                                             "(plain decoding is always simulated beside them).")] = "4",
     concurrency: Annotated[str, typer.Option(help="Closed-loop concurrency levels, e.g. 1,4,16: clients in "

@@ -13,6 +13,7 @@ import typer
 
 from specledger.bench.sweep_run import SweepOptions, run_sweep
 from specledger.engine.choices import DTYPE_HELP
+from specledger.engine.drafters.catalog import HEAD, MODEL, NGRAM, QUANT_SELF, drafter_names
 
 
 def sweep(
@@ -20,8 +21,9 @@ def sweep(
     categories: Annotated[str, typer.Option(help="Comma-separated categories.")] = "code-edit,dialogue",
     n: Annotated[int, typer.Option("--n", help="Prompts per category.")] = 2,
     max_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 96,
-    drafter: Annotated[str, typer.Option(help="Drafter for both experiments (ngram, suffix, layerskip, ...); "
-                                              "quant-self is degenerate on an int8 target.")] = "ngram",
+    drafter: Annotated[str, typer.Option(help=f"Drafter for both experiments ({', '.join(drafter_names()[:3])}, "
+                                              f"...); {QUANT_SELF.name} is degenerate on an int8 target.")]
+    = NGRAM.name,
     gamma: Annotated[int, typer.Option(help="Static gamma of the policies' reference setting.")] = 4,
     quant_drafters: Annotated[str, typer.Option(
         help="quant4: drafter:gamma candidates; each target speculates with its best, picked on prompts held apart "
@@ -37,8 +39,8 @@ def sweep(
     = None,
     dtype: Annotated[str, typer.Option(help=DTYPE_HELP)] = "auto",
     layers: Annotated[str | None, typer.Option(help="layerskip layers (default: calibrate).")] = None,
-    draft: Annotated[str | None, typer.Option(help="Draft model path for the 'model' drafter; a .safetensors "
-                                                   "head file for 'head'.")] = None,
+    draft: Annotated[str | None, typer.Option(help=f"Draft model path for the {MODEL.name!r} drafter; a "
+                                                   f".safetensors head file for {HEAD.name!r}.")] = None,
     concurrencies: Annotated[str, typer.Option(help="serving: closed-loop concurrency levels.")] = "1,2,4,8,16",
     rates: Annotated[str, typer.Option(help="serving: Poisson arrival rates in req/s (default: none).")] = "",
     contexts: Annotated[str, typer.Option(help="serving: context lengths in tokens, e.g. 256,1024,4096 "

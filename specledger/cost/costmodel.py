@@ -43,9 +43,10 @@ from scipy.optimize import nnls
 
 from specledger.cost.levels import fit_row_levels, levelled
 from specledger.cost.pricer import step_s_each
+from specledger.cost.serialized import CostModelDict, PartDict
 from specledger.cost.surface import CostSurface
 from specledger.errors import SpecLedgerError
-from specledger.records import RequestRecord, RoundRecord
+from specledger.records import PLAIN_DRAFTER, RequestRecord, RoundRecord
 
 FORWARD_TERMS = ("1", "spec", "rows", "batch", "ctx", "rows_ctx")
 SURFACE_TERMS = ("surface",)  # T_s = s · Σ(R, B, c) when a measured surface prices the forward
@@ -118,12 +119,12 @@ class Part:
         var = float(v @ np.asarray(self.cov) @ v)
         return math.sqrt(max(var, 0.0))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> PartDict:
         return {"terms": list(self.terms), "coef": list(self.coef), "cov": self.cov, "rms_s": self.rms_s,
                 "n_obs": self.n_obs}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Part:
+    def from_dict(cls, d: PartDict) -> Part:
         return cls(list(d["terms"]), [float(c) for c in d["coef"]], d.get("cov"), d.get("rms_s"),
                    int(d.get("n_obs", 0)))
 
@@ -269,19 +270,19 @@ class CostModel:
 
     def draft_s(self, drafter: str, gamma: int, context: float = 0.0) -> float:
         """One request's drafting time in one round asking ``gamma`` candidates (0 when gamma = 0)."""
-        if gamma <= 0 or drafter in ("none", ""):
+        if gamma <= 0 or drafter in (PLAIN_DRAFTER, ""):
             return 0.0
         part = self.draft.get(drafter)
         return part.value(draft_features(gamma, context)) if part else 0.0
 
-    def other_s(self, batch: int = 1, drafter: str = "none", committed: float = 1.0,
+    def other_s(self, batch: int = 1, drafter: str = PLAIN_DRAFTER, committed: float = 1.0,
                 context: float = 0.0, output: float = 0.0) -> float:
         """Per-round overhead (sampling, acceptance, cache and stop checks, detokenisation). A serving fit
         measured it per batched step (:attr:`overhead`, o0 + o1·B); else ``batch`` times the per-request
         overhead of the solo rounds."""
         if self.overhead is not None:
             return self.overhead.value({"1": 1.0, "B": float(batch)})
-        part = self.other.get(drafter) or self.other.get("none")
+        part = self.other.get(drafter) or self.other.get(PLAIN_DRAFTER)
         per = part.value(other_features(committed, context, output)) if part else 0.0
         return max(int(batch), 1) * per
 
@@ -314,7 +315,7 @@ class CostModel:
                          self.prefill_ratios, self.row_levels)
 
     # -- persistence ---------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> CostModelDict:
         return {
             "kind": KIND,
             "source": self.source,
@@ -339,7 +340,7 @@ class CostModel:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> CostModel:
+    def from_dict(cls, d: CostModelDict) -> CostModel:
         try:
             return cls(
                 source=str(d.get("source", "")),
@@ -411,7 +412,7 @@ def fit_prefill_begin(records: Sequence[RequestRecord], n_boot: int = 30) -> tup
     bootstrap over prompts, so a prompt's plain and speculative requests are resampled together)
     rather than T_p from plain requests alone and T_b from their clipped residuals: the clip
     max(·, 0) biases T_b upward whenever T_p is noisy, and plain requests are a minority of a run."""
-    drafters = sorted({r.drafter for r in records if r.drafter != "none"})
+    drafters = sorted({r.drafter for r in records if r.drafter != PLAIN_DRAFTER})
     begin_cols = [(d, t, f"begin[{d}]:{t}") for d in drafters for t in BEGIN_TERMS]
     terms = [*PREFILL_TERMS, *(name for _, _, name in begin_cols)]
     rows = []
@@ -463,7 +464,7 @@ def fit_cost_model(records: Iterable[RequestRecord], source: str = "", n_boot: i
                           lambda rd, r: forward_features(rd.proposed + 1, 1, rd.context_len),
                           lambda rd: rd.t_verify, n_boot) or Part.zero(FORWARD_TERMS)
     begin: dict[str, Part] = {}
-    if any(r.drafter == "none" for r in records):
+    if any(r.drafter == PLAIN_DRAFTER for r in records):
         prefill, begin = fit_prefill_begin(records, n_boot)
     else:  # no plain request: T_p and T_b are not separable; the prefill takes all, begin the clipped rest
         prefill = fit_part(PREFILL_TERMS, [prefill_features(r.prompt_tokens) for r in records],
@@ -478,7 +479,7 @@ def fit_cost_model(records: Iterable[RequestRecord], source: str = "", n_boot: i
                     lambda rd: rd.t_other, n_boot)
         if o is not None:
             other[d] = o
-        if d == "none":
+        if d == PLAIN_DRAFTER:
             continue
         dr = _fit_by(recs, DRAFT_TERMS, lambda rd: int(rd.gamma) > 0,
                      lambda rd, r: draft_features(rd.gamma, rd.context_len), lambda rd: rd.t_draft, n_boot)

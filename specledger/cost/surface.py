@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from specledger.cost.serialized import CostSurfaceDict, ImportLineDict, SurfacePointDict
 from specledger.errors import SpecLedgerError
 from specledger.rundir import read_json, write_json_atomic
 
@@ -346,11 +347,12 @@ class CostSurface:
         return tuple(self._contexts)
 
     # ------------------------------------------------------------------ files
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": KIND, "source": self.source, "meta": self.meta, "points": [asdict(p) for p in self.points]}
+    def to_dict(self) -> CostSurfaceDict:
+        return {"kind": KIND, "source": self.source, "meta": self.meta,
+                "points": [SurfacePointDict(**asdict(p)) for p in self.points]}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "cost surface") -> CostSurface:
+    def from_dict(cls, d: CostSurfaceDict, where: str = "cost surface") -> CostSurface:
         if not isinstance(d, dict) or d.get("kind") != KIND or not isinstance(d.get("points"), list):
             raise SpecLedgerError(f"{where} is not a cost surface (kind {KIND!r} with a points list); "
                                   "write one with `specledger calibrate --out FILE`")
@@ -415,7 +417,7 @@ class CostSurface:
         """The import format, one line per measured (raw) point, newline-terminated."""
         lines = []
         for p in self.points:
-            obj: dict[str, Any] = {"batch": p.batch, "q": p.rows, "ctx": p.context, "ms": p.seconds * 1e3}
+            obj: ImportLineDict = {"batch": p.batch, "q": p.rows, "ctx": p.context, "ms": p.seconds * 1e3}
             if p.repeats != 1:
                 obj["repeats"] = p.repeats
             lines.append(json.dumps(obj))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
@@ -112,8 +112,20 @@ def decode_line(model: Transformer, context: float, tokens_per_s: float, machine
     return describe(decode_bytes_per_token(model, context), tokens_per_s, machine_bytes_per_s, kv, context)
 
 
+class PlainBandwidthDict(TypedDict, total=False):
+    """Plain decoding's achieved bandwidth beside this machine's read bandwidth (empty without a timed round)."""
+
+    plain_decode_tokens_per_s: float
+    plain_decode_GB_per_s: float
+    bytes_per_token: float  # weights + the KV at ``mean_context``
+    kv_read_bytes_per_token: float
+    mean_context: float  # tokens
+    machine_read_GB_per_s: float
+    bandwidth: str  # the line :func:`decode_line` writes
+
+
 def plain_decode_bandwidth(model: Transformer, plain: Sequence[Any], device: str | torch.device = "cpu"
-                           ) -> dict[str, Any]:
+                           ) -> PlainBandwidthDict:
     """Plain decoding's achieved bandwidth over ``plain`` (records of plain decoding): decode tok/s over its
     one-token rounds (the prefill left out) x bytes per token (weights + the KV at the mean context,
     :func:`request_bytes_per_token`), beside this machine's read bandwidth measured now. Empty without a

@@ -26,7 +26,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
@@ -44,6 +44,7 @@ from specledger.cost.costmodel import (
     prefill_features,
 )
 from specledger.cost.surface import CostSurface, SurfacePoint
+from specledger.engine.drafters.catalog import PLAIN, model_free_names
 from specledger.rundir import write_text_atomic
 
 if TYPE_CHECKING:
@@ -81,13 +82,24 @@ def grid_size(contexts: Sequence[int]) -> int:
     return len(ROWS) * len(contexts) + len(BATCHES) * len(PER_REQUEST_ROWS) * len(contexts) + len(PROMPTS)
 
 
+class CalibrationPointsDict(TypedDict, total=False):
+    """The measured grid, each point's ``seconds`` beside its coordinates: solo forwards (``rows``, ``batch`` 1,
+    ``context``), batched forwards (``rows`` in all), prefills (``prompt_tokens``) and per model-free drafter its
+    proposals (``gamma``, ``context``)."""
+
+    solo: list[dict[str, float]]
+    batched: list[dict[str, float]]
+    prefill: list[dict[str, float]]
+    draft: dict[str, list[dict[str, float]]]
+
+
 def measure(
     model: Transformer,
     contexts: Sequence[int] = CONTEXTS,
     repeats: int = 3,
     device: str = "cpu",
     progress: Callable[[str], None] | None = None,
-) -> dict[str, list[dict[str, float]]]:
+) -> CalibrationPointsDict:
     """Time the grid (see module docstring); returns the raw points in seconds."""
     cfg = model.config
     max_rows = max(max(ROWS), max(BATCHES) * max(PER_REQUEST_ROWS))
@@ -95,7 +107,7 @@ def measure(
     prompts = [p for p in PROMPTS if p < cfg.max_seq_len] or [max(cfg.max_seq_len // 2, 1)]
     timed = _timer(device)
     tok = lambda n: [(7 * i + 3) % cfg.vocab_size for i in range(n)]  # noqa: E731
-    points: dict[str, list[dict[str, float]]] = {"solo": [], "batched": [], "prefill": []}
+    points: CalibrationPointsDict = {"solo": [], "batched": [], "prefill": []}
     step = progress or (lambda _msg: None)
     with torch.inference_mode():
         cap = min(cfg.max_seq_len, max(contexts) + max_rows + 1)
@@ -134,7 +146,7 @@ def measure_drafters(vocab_size: int, contexts: Sequence[int], repeats: int = 5)
     params = SamplingParams()
     rng = torch.Generator().manual_seed(0)
     timed = _timer("cpu")
-    for name in ("ngram", "suffix"):
+    for name in model_free_names():
         try:
             d = make_drafter(name, None)
         except Exception:  # noqa: BLE001 - a drafter that needs an engine is simply not calibrated here
@@ -151,7 +163,7 @@ def measure_drafters(vocab_size: int, contexts: Sequence[int], repeats: int = 5)
     return out
 
 
-def fit_points(points: dict[str, Any], source: str) -> CostModel:
+def fit_points(points: CalibrationPointsDict, source: str) -> CostModel:
     """The cost model of measured grid points (same forms as a run's fit)."""
     fwd = [(forward_features(p["rows"], p["batch"], p["context"]), p["seconds"])
            for p in points["solo"] + points["batched"]]
@@ -163,12 +175,12 @@ def fit_points(points: dict[str, Any], source: str) -> CostModel:
     for name, pts in points.get("draft", {}).items():
         draft[name] = fit_part(DRAFT_TERMS, [draft_features(p["gamma"], p["context"]) for p in pts],
                                [p["seconds"] for p in pts], n_boot=30)
-    return CostModel(source, forward, prefill, draft, {"none": Part.zero(OTHER_TERMS)},
+    return CostModel(source, forward, prefill, draft, {PLAIN.name: Part.zero(OTHER_TERMS)},
                      {k: Part.zero(BEGIN_TERMS) for k in draft},
                      {"points": points, "other": "not measured by calibrate (0); a run's traces fit it"})
 
 
-def surface_from_points(points: dict[str, Any] | Sequence[dict[str, float]], source: str) -> CostSurface:
+def surface_from_points(points: CalibrationPointsDict | Sequence[dict[str, float]], source: str) -> CostSurface:
     """The measured forwards of a calibration as a :class:`CostSurface`: ``points`` is :func:`measure`'s
     dict (its ``solo`` and ``batched`` lists) or a list of ``{"rows", "batch", "context", "seconds"}`` with
     ``rows`` the step's total rows (batch x rows per request), as :func:`measure` records them."""

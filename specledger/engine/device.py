@@ -16,20 +16,32 @@ from __future__ import annotations
 import os
 import platform
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
 from specledger.errors import SpecLedgerError
 
 if TYPE_CHECKING:
+    from specledger.engine.kernels import KernelsInfoDict
     from specledger.engine.model import Transformer
 
 CUDA_FIX = ("use --device cpu, or run on a machine with an NVIDIA GPU and a CUDA build of torch "
             "(pip install torch==2.13.0 from PyTorch's CUDA wheel index)")
 
 
-def machine_info() -> dict[str, Any]:
+class MachineInfoDict(TypedDict):
+    """The host a run measured on (``run.json`` ``machine``)."""
+
+    platform: str
+    processor: str
+    cpus: int | None
+    torch: str  # torch's version
+    torch_threads: int
+    kernels: KernelsInfoDict
+
+
+def machine_info() -> MachineInfoDict:
     """The host a run measured on, for its ``run.json``: platform, processor, CPUs, torch and its threads, and
     whether the native CPU kernels or the torch fallback ran (:func:`specledger.engine.kernels.describe`)."""
     from specledger.engine import kernels

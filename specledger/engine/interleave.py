@@ -27,7 +27,11 @@ from specledger.engine.request import PrefillProgress
 from specledger.records import RequestRecord, RoundRecord
 
 if TYPE_CHECKING:
-    from specledger.engine.protocol import TargetEngine
+    from specledger.engine.protocol import StreamArgs, TargetEngine
+    from specledger.engine.request import Prefilled
+
+    #: one request run side by side: (its engine, its prompt ids, its ``stream`` keyword arguments)
+    SideRequest = tuple[TargetEngine, Sequence[int], StreamArgs]
 
 #: prompt positions per prefill pass of requests run side by side (``Engine.stream(prefill_chunk=...)``): a pass
 #: of ~0.1 s on a 2-core CPU for SmolLM2-135M, a turn of the robin well under a second. Measured (826- and
@@ -117,23 +121,23 @@ class SideBySide:
     it cancels in their paired ratios instead of landing on one setting alone."""
 
     def __init__(self, share_prefill: bool = True) -> None:
-        self._twins: dict[tuple[int, int], Any] = {}
+        self._twins: dict[tuple[int, int], TargetEngine] = {}
         self.share_prefill = share_prefill
 
-    def twin(self, engine: TargetEngine, slot: int) -> Any:
+    def twin(self, engine: TargetEngine, slot: int) -> TargetEngine:
         key = (id(engine), slot)
         if key not in self._twins:
             self._twins[key] = engine if slot == 0 else engine.sibling()
         return self._twins[key]
 
-    def shared_prefills(self, requests: Sequence[tuple[Any, Sequence[int], dict[str, Any]]]) -> list[Any]:
+    def shared_prefills(self, requests: Sequence[SideRequest]) -> list[Prefilled | None]:
         """Per request, the :class:`~specledger.engine.request.Prefilled` it shares with the others of its engine
         and prompt (None: it prefills alone, e.g. the only request on its prompt)."""
         groups: dict[tuple[int, tuple[int, ...]], list[int]] = {}
         for i, (engine, ids, kwargs) in enumerate(requests):
-            if self.share_prefill and hasattr(engine, "prefill") and "prefilled" not in kwargs:
+            if self.share_prefill and "prefilled" not in kwargs:
                 groups.setdefault((id(engine), tuple(int(t) for t in ids)), []).append(i)
-        shared: list[Any] = [None] * len(requests)
+        shared: list[Prefilled | None] = [None] * len(requests)
         for (_, ids), members in groups.items():
             if len(members) < 2:
                 continue
@@ -145,7 +149,7 @@ class SideBySide:
                 shared[i] = done
         return shared
 
-    def run(self, requests: Sequence[tuple[Any, Sequence[int], dict[str, Any]]]) -> list[RequestRecord]:
+    def run(self, requests: Sequence[SideRequest]) -> list[RequestRecord]:
         """``requests``: (engine, prompt ids, ``stream`` keyword arguments) per request; their records in order.
         Requests that share a prefill (see the class doc) start from it; the others' prefills run in
         :data:`PREFILL_CHUNK` passes (unless the arguments say otherwise), a group of one too, so every record
@@ -155,9 +159,8 @@ class SideBySide:
         for (engine, ids, kwargs), prefilled in zip(requests, self.shared_prefills(requests)):
             slot = slots[id(engine)] = slots.get(id(engine), -1) + 1
             twin = self.twin(engine, slot)
-            kwargs = {"prefill_chunk": PREFILL_CHUNK, **kwargs}
+            args: StreamArgs = {"prefill_chunk": PREFILL_CHUNK, **kwargs}
             if prefilled is not None:
-                kwargs["prefilled"] = prefilled
-            starters.append(lambda clock, twin=twin, ids=list(ids), kwargs=kwargs: twin.stream(ids, clock=clock,
-                                                                                                 **kwargs))
+                args["prefilled"] = prefilled
+            starters.append(lambda clock, twin=twin, ids=list(ids), args=args: twin.stream(ids, clock=clock, **args))
         return run_interleaved(starters)

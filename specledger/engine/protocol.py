@@ -10,8 +10,9 @@ ask no more of it than this; the continuous-batching engine is built over its ``
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
+from specledger.engine.sampling import SamplingParams
 from specledger.records import GammaSpec
 
 if TYPE_CHECKING:
@@ -21,10 +22,25 @@ if TYPE_CHECKING:
     from specledger.engine.loader import LoadedModel
     from specledger.engine.model import Transformer
     from specledger.engine.policy import GammaPolicy
-    from specledger.engine.protocol import TargetEngine
-    from specledger.engine.request import Emitted
-    from specledger.engine.sampling import SamplingParams
+    from specledger.engine.request import Emitted, Prefilled, PrefillProgress
     from specledger.records import RequestRecord, RoundRecord
+
+
+class StreamArgs(TypedDict, total=False):
+    """The keyword arguments of :meth:`TargetEngine.stream` after the prompt; an absent key takes its default."""
+
+    drafter: Drafter | None
+    gamma: GammaSpec | GammaPolicy
+    params: SamplingParams
+    max_tokens: int
+    stop: Sequence[str]
+    request_id: str | None
+    ignore_eos: bool
+    tree_budget: int  # > 0: each round verifies a token tree of at most this many nodes
+    clock: Callable[[], float] | None  # the request's time base, seconds
+    prefill_chunk: int  # > 0: prompt positions per prefill pass
+    prefilled: Prefilled | None
+    chunk_text: bool
 
 
 class TargetEngine(Protocol):
@@ -52,15 +68,25 @@ class TargetEngine(Protocol):
         prompt_ids: Sequence[int],
         drafter: Drafter | None = None,
         gamma: GammaSpec | GammaPolicy = 0,
-        params: SamplingParams = ...,
+        params: SamplingParams = SamplingParams(),
         max_tokens: int = 128,
         stop: Sequence[str] = (),
         request_id: str | None = None,
         ignore_eos: bool = False,
         tree_budget: int = 0,
         clock: Callable[[], float] | None = None,
-    ) -> Iterator[Emitted | RoundRecord | RequestRecord]:
-        """``Emitted`` chunks and ``RoundRecord`` s as they happen, then the final ``RequestRecord``."""
+        prefill_chunk: int = 0,
+        prefilled: Prefilled | None = None,
+        chunk_text: bool = True,
+    ) -> Iterator[Emitted | PrefillProgress | RoundRecord | RequestRecord]:
+        """``Emitted`` chunks, ``PrefillProgress`` between prefill passes (``prefill_chunk`` > 0) and
+        ``RoundRecord`` s as they happen, then the final ``RequestRecord``; ``prefilled``: this prompt's
+        prefill, already run (:meth:`prefill`); ``chunk_text``: each chunk carries its text delta."""
+        ...
+
+    def prefill(self, prompt_ids: Sequence[int], max_tokens: int, want_hidden: bool = False) -> Prefilled:
+        """Run the prompt's prefill once into this engine's cache, timed: what requests of this prompt share
+        (``stream(prefilled=)``)."""
         ...
 
     def generate(self, prompt_ids: Sequence[int], **kwargs: Any) -> RequestRecord:
@@ -68,4 +94,4 @@ class TargetEngine(Protocol):
         ...
 
 
-__all__ = ["TargetEngine"]
+__all__ = ["StreamArgs", "TargetEngine"]

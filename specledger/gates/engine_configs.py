@@ -39,6 +39,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from specledger.engine.drafters import catalog
+from specledger.engine.drafters.catalog import HEAD, MODEL, NGRAM, PLAIN, SUFFIX, EngineMethod
 from specledger.errors import SpecLedgerError
 from specledger.gates.engine_validators import (  # noqa: F401  (re-exported: the validators' one home is there)
     LLAMA_CPP_SPEC_TYPES,
@@ -62,8 +64,12 @@ DRAFT_PLACEHOLDER = "DRAFT_MODEL_PATH"
 
 Schedule = Mapping[int, "tuple[str, Any] | None"]
 
-_NO_ENGINE = {"layerskip": "layer-skip (early-exit) self-drafting",
-              "quant-self": "the target's own int8 copy as the draft (specledger's in-process quantisation)"}
+
+def _method(drafter: str, engine: str) -> EngineMethod:
+    """``drafter``'s method in ``engine`` (a key of :data:`WRITERS`) from its catalog entry; an unknown
+    drafter (a probe label) has none and no reason to state."""
+    spec = catalog.find(drafter)
+    return spec.serving.of(engine) if spec is not None else EngineMethod()
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,7 @@ def _int(x: Any) -> bool:
 
 def pick_drafter(schedule: Schedule, prefer_load: int | None = None) -> str | None:
     """The deployment's one drafter: the preferred load's if it deploys one, else the lowest load's."""
-    on = {int(c): s for c, s in schedule.items() if s and s[0] and s[0] != "none" and s[1]}
+    on = {int(c): s for c, s in schedule.items() if s and s[0] and s[0] != PLAIN.name and s[1]}
     if prefer_load is not None and prefer_load in on:
         return on[prefer_load][0]
     return on[min(on)][0] if on else None
@@ -134,26 +140,25 @@ def batch_ranges(k_by_load: Mapping[int, int], max_load: int | None = None) -> l
 def vllm_config(drafter: str, ranges: list[list[int]], details: DrafterDetails) -> tuple[dict | None, str]:
     """The value of ``vllm serve --speculative-config`` (or None) and its note; ``num_speculative_tokens``
     is the largest k."""
-    if drafter in _NO_ENGINE:
-        return None, f"vLLM has no speculative method for {drafter} ({_NO_ENGINE[drafter]}); no vLLM config."
+    way = _method(drafter, "vllm")
+    if way.lacking:
+        return None, f"vLLM has no speculative method for {drafter} ({way.lacking}); no vLLM config."
+    if way.method is None:
+        return None, f"no vLLM method for drafter {drafter!r}."
     top = max(k for _, _, k in ranges)
-    cfg: dict[str, Any] = {"num_speculative_tokens": top}
+    cfg: dict[str, Any] = {"num_speculative_tokens": top, "method": way.name_for(details.eagle3)}
     note = ""
-    if drafter == "ngram":
-        cfg.update(method="ngram", prompt_lookup_max=details.ngram_max, prompt_lookup_min=details.ngram_min)
-    elif drafter == "suffix":
-        cfg["method"] = "suffix"
+    if drafter == NGRAM.name:
+        cfg.update(prompt_lookup_max=details.ngram_max, prompt_lookup_min=details.ngram_min)
+    elif drafter == SUFFIX.name:
         note = "vLLM suffix decoding needs arctic-inference and treats num_speculative_tokens as a cap. "
-    elif drafter == "model":
-        cfg.update(method="draft_model", model=details.model or DRAFT_PLACEHOLDER)
-    elif drafter == "head":
-        cfg.update(method="eagle3" if details.eagle3 else "eagle", model=details.model or DRAFT_PLACEHOLDER)
+    else:  # a draft model or head: its checkpoint
+        cfg["model"] = details.model or DRAFT_PLACEHOLDER
+    if drafter == HEAD.name:
         note = ("the head maps to vLLM's EAGLE: point model at an EAGLE checkpoint for this target "
                 "(specledger's head file is not in vLLM's format). ")
         if details.tree_budget:
             note += f"vLLM drafts a chain of {top} here, not the measured {details.tree_budget}-node tree. "
-    else:
-        return None, f"no vLLM method for drafter {drafter!r}."
     if cfg.get("model") == DRAFT_PLACEHOLDER:
         note += f"Replace {DRAFT_PLACEHOLDER}. "
     cfg["num_speculative_tokens_per_batch_size"] = [list(r) for r in ranges]
@@ -168,10 +173,9 @@ def vllm_config(drafter: str, ranges: list[list[int]], details: DrafterDetails) 
 def trtllm_config(drafter: str, ranges: list[list[int]], details: DrafterDetails) -> tuple[dict | None, str]:
     """TensorRT-LLM ``speculative_config`` (``extra_llm_api_options``) with ``draft_len_schedule``
     ``{range end: k}`` (+ key 1), or None when the schedule's largest k is not at the smallest batch."""
-    types = {"ngram": "NGram", "model": "DraftTarget", "head": "Eagle3"}
-    if drafter not in types:
-        why = _NO_ENGINE.get(drafter, "Arctic-style suffix trees" if drafter == "suffix" else drafter)
-        return None, f"TensorRT-LLM has no drafter for {drafter} ({why}); no TensorRT-LLM config."
+    way = _method(drafter, "trtllm")
+    if way.method is None:
+        return None, f"TensorRT-LLM has no drafter for {drafter} ({way.lacking or drafter}); no TensorRT-LLM config."
     top = max(k for _, _, k in ranges)
     if ranges[0][2] != top:
         return None, (f"TensorRT-LLM needs the largest draft length at the smallest batch (draft_len_schedule["
@@ -180,16 +184,16 @@ def trtllm_config(drafter: str, ranges: list[list[int]], details: DrafterDetails
     last_on = max(i for i, r in enumerate(ranges) if r[2])
     sched = {1: ranges[0][2]}
     sched.update({end: k for _, end, k in ranges[: last_on + 1]})
-    cfg: dict[str, Any] = {"decoding_type": types[drafter], "max_draft_len": top, "draft_len_schedule": sched}
+    cfg: dict[str, Any] = {"decoding_type": way.method, "max_draft_len": top, "draft_len_schedule": sched}
     note = ("draft_len_schedule keys are upper ends (batch <= key), 0 above the largest "
             "(older releases read them as lower thresholds: check yours). ")
-    if drafter == "ngram":
+    if drafter == NGRAM.name:
         cfg["max_matching_ngram_size"] = details.ngram_max
     else:
         cfg["speculative_model"] = details.model or DRAFT_PLACEHOLDER
         if cfg["speculative_model"] == DRAFT_PLACEHOLDER:
             note += f"Replace {DRAFT_PLACEHOLDER}. "
-    if drafter == "head":
+    if drafter == HEAD.name:
         note += "Eagle3 needs an EAGLE-3 checkpoint for this target (specledger's head file is not one)."
     return cfg, note.strip()
 
@@ -207,24 +211,24 @@ def _fixed_gamma(ranges: list[list[int]]) -> tuple[int, int]:
 
 def sglang_flags(drafter: str, ranges: list[list[int]], details: DrafterDetails) -> tuple[list[str] | None, str]:
     """SGLang launch flags (fixed draft length per server) and the ``--max-running-requests`` cap advice."""
-    if drafter in _NO_ENGINE or drafter == "suffix":
-        why = _NO_ENGINE.get(drafter, "suffix-tree drafting")
-        return None, f"SGLang has no algorithm for {drafter} ({why}); no SGLang flags."
+    way = _method(drafter, "sglang")
+    if way.lacking:
+        return None, f"SGLang has no algorithm for {drafter} ({way.lacking}); no SGLang flags."
     gamma, cap = _fixed_gamma(ranges)
-    if drafter == "ngram":
-        flags = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(gamma + 1),
+    algo = way.name_for(details.eagle3)
+    if algo is None:
+        return None, f"no SGLang algorithm for drafter {drafter!r}."
+    if drafter == NGRAM.name:
+        flags = ["--speculative-algorithm", algo, "--speculative-num-draft-tokens", str(gamma + 1),
                  "--speculative-ngram-max-bfs-breadth", "1",
                  "--speculative-ngram-min-match-window-size", str(details.ngram_min),
                  "--speculative-ngram-max-match-window-size", str(details.ngram_max)]
-    elif drafter in ("model", "head"):
-        algo = "STANDALONE" if drafter == "model" else ("EAGLE3" if details.eagle3 else "EAGLE")
-        topk = details.tree_topk if drafter == "head" and details.tree_budget and details.tree_topk else 1
+    else:  # a draft model or head
+        topk = details.tree_topk if drafter == HEAD.name and details.tree_budget and details.tree_topk else 1
         tokens = details.tree_budget + 1 if topk > 1 else gamma + 1
         flags = ["--speculative-algorithm", algo, "--speculative-draft-model-path", details.model or DRAFT_PLACEHOLDER,
                  "--speculative-num-steps", str(gamma), "--speculative-eagle-topk", str(topk),
                  "--speculative-num-draft-tokens", str(tokens)]
-    else:
-        return None, f"no SGLang algorithm for drafter {drafter!r}."
     note = f"draft length fixed per server (γ={gamma}; the draft-token count includes the last verified token). "
     if cap:
         flags += ["--max-running-requests", str(cap)]
@@ -240,22 +244,22 @@ def llama_cpp_flags(drafter: str, ranges: list[list[int]], details: DrafterDetai
     """``llama-server`` flags (module docstring): ngram-simple, a GGUF draft model (draft-simple) or an
     EAGLE-3 GGUF head (draft-eagle3); one draft length per server, ``--parallel`` capping the on-loads."""
     gamma, cap = _fixed_gamma(ranges)
-    if drafter == "ngram":
-        flags = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(details.ngram_max),
+    way = _method(drafter, "llama_cpp")
+    if way.method is None:
+        why = way.lacking or drafter
+        return None, f"llama.cpp llama-server has no drafter for {drafter} ({why}); no llama.cpp flags."
+    if drafter == NGRAM.name:
+        flags = ["--spec-type", way.method, "--spec-ngram-simple-size-n", str(details.ngram_max),
                  "--spec-ngram-simple-size-m", str(gamma)]
         note = (f"ngram-simple matches one n-gram length "
                 f"(specledger's backs off {details.ngram_max}→{details.ngram_min}); --spec-ngram-simple-size-m is "
                 "its draft length. ")
-    elif drafter in ("model", "head"):
-        kind = "draft-simple" if drafter == "model" else "draft-eagle3"
-        flags = ["--spec-type", kind, "-md", details.model or DRAFT_PLACEHOLDER, "--spec-draft-n-max", str(gamma),
+    else:  # a draft model or head
+        flags = ["--spec-type", way.method, "-md", details.model or DRAFT_PLACEHOLDER, "--spec-draft-n-max", str(gamma),
                  "--spec-draft-n-min", "0"]
-        note = ("-md takes a GGUF draft model with the target's vocabulary. " if drafter == "model" else
+        note = ("-md takes a GGUF draft model with the target's vocabulary. " if drafter == MODEL.name else
                 "the head maps to llama.cpp's draft-eagle3: -md takes an EAGLE-3 GGUF for this target "
                 "(specledger's head file is not one). ")
-    else:
-        why = _NO_ENGINE.get(drafter, {"suffix": "suffix-tree drafting"}.get(drafter, drafter))
-        return None, f"llama.cpp llama-server has no drafter for {drafter} ({why}); no llama.cpp flags."
     flags += ["--parallel", str(cap)] if cap else []
     note += f"Draft length fixed per server (γ={gamma})"
     note += f"; --parallel {cap} keeps it to loads 1–{cap}, where speculation paid." if cap else "."

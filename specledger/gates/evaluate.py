@@ -4,11 +4,11 @@ points' gates are :mod:`specledger.gates.load_verdicts`'."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+from specledger.gates.candidates import Candidate
 from specledger.gates.capacity import capacity_gate
 from specledger.gates.correctness import correctness_gate
-from specledger.gates.latency import latency_gate
+from specledger.gates.latency import LatencyFigures, latency_gate
 from specledger.gates.quality import quality_gate
 from specledger.gates.result import GateResult
 from specledger.gates.slo import SLO
@@ -16,8 +16,8 @@ from specledger.records import RequestRecord
 
 
 def evaluate_gates(
-    scenario: dict[str, Any], spec: Sequence[RequestRecord], base: Sequence[RequestRecord], slo: SLO = SLO(),
-    plain_latency: dict[str, Any] | None = None,
+    scenario: Candidate, spec: Sequence[RequestRecord], base: Sequence[RequestRecord], slo: SLO = SLO(),
+    plain_latency: LatencyFigures | None = None,
 ) -> dict[str, GateResult]:
     """All four gates of one scenario (``scenario`` is an :func:`~specledger.analysis.analyze_scenario` dict);
     ``plain_latency``: plain decoding's latency dict on the same prompts, against which a latency limit that

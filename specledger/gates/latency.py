@@ -7,11 +7,27 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TypedDict
 
+from specledger.engine.drafters.catalog import PLAIN, model_free_names
 from specledger.gates.result import FAIL, NOT_ASSESSED, PASS, GateResult
 from specledger.gates.slo import SLO
 from specledger.records import RequestRecord
+
+#: one sample's figures (:func:`specledger.analysis.stats.distribution`): n, mean, p50, p95, p99, max; None: no sample
+Distribution = dict[str, float | int | None]
+
+
+class LatencyFigures(TypedDict, total=False):
+    """The latency figures a gate reads, in ms (:func:`specledger.analysis.metrics.latency_stats`; a simulated
+    load gives only the ones it models)."""
+
+    ttft_ms: Distribution
+    tpot_ms: Distribution
+    itl_token_ms: Distribution  # per token (zero gaps inside a chunk count)
+    itl_chunk_ms: Distribution  # per chunk: what a streaming client waits between updates
+    longest_stall_ms: float | None
+    ttft_pooled: int  # plain's TTFT taken over its whole same-prefill family: requests (:func:`pool_prefill_ttft`)
 
 
 def _judge(checks: list[tuple[str, float | None, float]], margin: float = 0.0,
@@ -45,7 +61,7 @@ def _judge(checks: list[tuple[str, float | None, float]], margin: float = 0.0,
     return GateResult("latency", FAIL if over else PASS, ", ".join(parts), flips)
 
 
-def _figures(latency: dict[str, Any], load_point: bool) -> list[tuple[str, float | None]]:
+def _figures(latency: LatencyFigures, load_point: bool) -> list[tuple[str, float | None]]:
     """(check name, ms) of a latency dict (:func:`specledger.analysis.metrics.latency_stats`)."""
     out = [("TTFT P99", latency["ttft_ms"]["p99"]), ("TPOT P50", latency["tpot_ms"]["p50"])]
     if load_point:
@@ -60,7 +76,7 @@ def _limits(slo: SLO) -> dict[str, float]:
             "ITL P99": slo.itl_p99_ms, "token-ITL P99": slo.itl_p99_ms, "stall": slo.stall_ms}
 
 
-def _gate(latency: dict[str, Any], slo: SLO, plain: dict[str, Any] | None, load_point: bool,
+def _gate(latency: LatencyFigures, slo: SLO, plain: LatencyFigures | None, load_point: bool,
           same_prefill: bool = False) -> GateResult:
     """``same_prefill``: the setting prefills exactly as plain does (:data:`SAME_PREFILL_DRAFTERS`), so its TTFT
     is plain's prefill plus the machine's noise. It is judged on plain's figure where plain misses the TTFT limit
@@ -76,14 +92,14 @@ def _gate(latency: dict[str, Any], slo: SLO, plain: dict[str, Any] | None, load_
     return _judge([(n, v, lim[n]) for n, v in figures], slo.margin, base)
 
 
-def latency_gate(latency: dict[str, Any], slo: SLO = SLO(), plain: dict[str, Any] | None = None,
+def latency_gate(latency: LatencyFigures, slo: SLO = SLO(), plain: LatencyFigures | None = None,
                  drafter: str | None = None) -> GateResult:
     """TTFT P99, TPOT P50, chunk ITL P99 and longest stall (ms) against the SLO; where ``plain`` (plain
     decoding's latency dict at the same load) misses a limit too, against plain's figure (:func:`_judge`)."""
     return _gate(latency, slo, plain, False, drafter is not None and drafter in SAME_PREFILL_DRAFTERS)
 
 
-def load_latency_gate(latency: dict[str, Any], slo: SLO = SLO(), plain: dict[str, Any] | None = None,
+def load_latency_gate(latency: LatencyFigures, slo: SLO = SLO(), plain: LatencyFigures | None = None,
                       drafter: str | None = None) -> GateResult:
     """At a load > 1: TTFT P99, TPOT P50 and P99, token-ITL P99 and the longest stall (ms) against the SLO
     (against plain's figure where plain misses a limit too)."""
@@ -91,10 +107,10 @@ def load_latency_gate(latency: dict[str, Any], slo: SLO = SLO(), plain: dict[str
 
 
 #: drafters whose requests prefill exactly as plain decoding does (no draft model or draft KV to fill)
-SAME_PREFILL_DRAFTERS = frozenset({"none", "ngram", "suffix"})
+SAME_PREFILL_DRAFTERS = frozenset({PLAIN.name, *model_free_names()})
 
 
-def pool_prefill_ttft(plain: dict[str, Any], records: Sequence[RequestRecord]) -> dict[str, Any]:
+def pool_prefill_ttft(plain: LatencyFigures, records: Sequence[RequestRecord]) -> LatencyFigures:
     """Plain's load-1 latency dict with its TTFT distribution taken over every request of ``records`` (one
     category and temperature) whose drafter prefills as plain does (:data:`SAME_PREFILL_DRAFTERS`), marked
     ``ttft_pooled``. Their first token is plain's first token after plain's prefill, so each of them is a sample
@@ -103,7 +119,7 @@ def pool_prefill_ttft(plain: dict[str, Any], records: Sequence[RequestRecord]) -
     from specledger.analysis.metrics import MS
     from specledger.analysis.stats import distribution
 
-    ttft = [r.ttft for r in records if (r.drafter or "none") in SAME_PREFILL_DRAFTERS and r.ttft and r.ttft > 0]
+    ttft = [r.ttft for r in records if (r.drafter or PLAIN.name) in SAME_PREFILL_DRAFTERS and r.ttft and r.ttft > 0]
     if not ttft or not plain:
         return plain
     return {**plain, "ttft_ms": distribution(ttft, MS), "ttft_pooled": len(ttft)}
@@ -116,7 +132,7 @@ def ttft_drift(records: Sequence[RequestRecord], quantile: float = 0.9) -> float
     None when no prompt was decoded three times or more."""
     by_prompt: dict[tuple[str, float], list[float]] = defaultdict(list)
     for r in records:
-        if (r.drafter or "none") in SAME_PREFILL_DRAFTERS and r.ttft and r.ttft > 0:
+        if (r.drafter or PLAIN.name) in SAME_PREFILL_DRAFTERS and r.ttft and r.ttft > 0:
             by_prompt[(r.prompt_id, float(r.temperature))].append(r.ttft)
     dev = []
     for times in by_prompt.values():

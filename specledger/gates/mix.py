@@ -19,11 +19,12 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from specledger.analysis.paired import RatioInterval, stratified_ratio
 from specledger.errors import SpecLedgerError
-from specledger.gates.result import FAIL, GATES, NOT_ASSESSED, PASS
+from specledger.gates.candidates import Candidate, Gates, PairedTotals, PromptBlocks, PromptTotals
+from specledger.gates.decision import DecisionGroup, MixSetting, VerdictDict
+from specledger.gates.result import FAIL, GATES, NOT_ASSESSED, PASS, GateOutcome
 from specledger.gates.slo import SLO
 from specledger.gates.verdict_rules import CONTROL_CATEGORIES, setting_name
 from specledger.gates.verdicts import decide_group
@@ -90,14 +91,18 @@ def mix_weights(categories: Sequence[str], counts: Mapping[str, float] | None = 
     return {c: v / total for c, v in raw.items()}
 
 
-def _block(pp: Mapping[str, Any], prefix: str = "") -> dict[str, tuple[float, float]]:
-    """prompt -> (tokens, seconds) of a per-prompt block (``base_`` for plain's side of it)."""
-    ids = list(pp.get("prompts") or [])
-    return dict(zip(ids, zip(pp.get(f"{prefix}tokens") or [], pp.get(f"{prefix}seconds") or [])))
+def _block(pp: PromptTotals) -> dict[str, tuple[float, float]]:
+    """prompt -> (tokens, seconds) of a per-prompt block."""
+    return dict(zip(pp.get("prompts") or [], zip(pp.get("tokens") or [], pp.get("seconds") or [])))
 
 
-def _strata(a: Mapping[str, Mapping[str, tuple[float, float]]], b: Mapping[str, Mapping[str, tuple[float, float]]],
-            weights: Mapping[str, float]) -> list[tuple[float, list[list[float]]]]:
+def _plain_block(pp: PairedTotals) -> dict[str, tuple[float, float]]:
+    """prompt -> (tokens, seconds) of plain's side of a setting's per-prompt block."""
+    return _block({"prompts": pp.get("prompts") or [], "tokens": pp.get("base_tokens") or [],
+                   "seconds": pp.get("base_seconds") or []})
+
+
+def _strata(a: PromptBlocks, b: PromptBlocks, weights: Mapping[str, float]) -> list[tuple[float, list[list[float]]]]:
     """Per category of positive weight: (w_c, [tok_a, t_a, tok_b, t_b] on the prompts both sides ran)."""
     out = []
     for cat, w in weights.items():
@@ -110,36 +115,39 @@ def _strata(a: Mapping[str, Mapping[str, tuple[float, float]]], b: Mapping[str, 
     return out
 
 
-def _ratio(a: Mapping[str, Any], b: Mapping[str, Any], weights: Mapping[str, float], alpha: float) -> RatioInterval:
+def _ratio(a: PromptBlocks, b: PromptBlocks, weights: Mapping[str, float], alpha: float) -> RatioInterval:
     """S_mix(a) / S_mix(b) (or S_mix(a) against plain when ``b`` is plain's blocks), stratified."""
     return stratified_ratio(_strata(a, b, weights), (1, -1, -1, 1), alpha)
 
 
-def _mix_gates(per_cat: Mapping[str, Mapping[str, Any]], weights: Mapping[str, float]) -> dict[str, dict[str, Any]]:
+def _mix_gates(per_cat: Mapping[str, Candidate], weights: Mapping[str, float]) -> Gates:
     """A setting's gates on the mix: fail when it fails in a category of positive share, pass when it passes in
     every one, else not assessed; the evidence names the categories."""
-    out = {}
+    out: Gates = {}
     for name in GATES:
-        rows = {c: (s.get("gates") or {}).get(name) or {} for c, s in per_cat.items() if weights.get(c, 0) > 0}
+        rows: dict[str, GateOutcome] = {c: (s.get("gates") or {}).get(name) or {} for c, s in per_cat.items()
+                                        if weights.get(c, 0) > 0}
         failed = [c for c, g in rows.items() if g.get("status") == FAIL]
         status = FAIL if failed else PASS if rows and all(g.get("status") == PASS for g in rows.values()) \
             else NOT_ASSESSED
         evidence = ("; ".join(f"{c}: {rows[c].get('evidence', '')}" for c in failed) if failed
                     else f"{status} in every category" if status == PASS else "not assessed in some category")
         marginal = sorted({m for g in rows.values() for m in g.get("marginal") or []})
-        out[name] = {"status": status, "evidence": evidence, **({"marginal": marginal} if marginal else {})}
+        out[name] = {"status": status, "evidence": evidence}
+        if marginal:
+            out[name]["marginal"] = marginal
     return out
 
 
-def _mix_scenario(label: str, per_cat: Mapping[str, Mapping[str, Any]], weights: Mapping[str, float],
-                  alpha: float) -> dict[str, Any] | None:
+def _mix_scenario(label: str, per_cat: Mapping[str, Candidate], weights: Mapping[str, float],
+                  alpha: float) -> Candidate | None:
     """One setting over the mix: its blocks per category (vs plain, and its own), S_mix and its gates; None
     when it was not measured against plain in every category of positive share."""
     if any(weights[c] > 0 and not ((per_cat.get(c) or {}).get("per_prompt") or {}).get("prompts") for c in weights):
         return None
     first = next(iter(per_cat.values()))
     spec = {c: _block(s["per_prompt"]) for c, s in per_cat.items()}
-    plain = {c: _block(s["per_prompt"], "base_") for c, s in per_cat.items()}
+    plain = {c: _plain_block(s["per_prompt"]) for c, s in per_cat.items()}
     own = {c: _block(s["per_prompt"].get("own") or s["per_prompt"]) for c, s in per_cat.items()}
     iv = _ratio(spec, plain, weights, alpha)
     if not math.isfinite(iv.ratio):
@@ -153,13 +161,13 @@ def _mix_scenario(label: str, per_cat: Mapping[str, Mapping[str, Any]], weights:
             "mix_vs_plain": iv, "per_category_speedup": {c: s.get("speedup") for c, s in per_cat.items()}}
 
 
-def mix_decisions(scenarios: Sequence[Mapping[str, Any]], slo: SLO = SLO(),
+def mix_decisions(scenarios: Sequence[Candidate], slo: SLO = SLO(),
                   counts: Mapping[str, float] | None = None,
-                  given: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
+                  given: Mapping[str, float] | None = None) -> list[VerdictDict]:
     """The mix's decision per temperature from the load-1 scenarios (each with ``per_prompt`` and ``gates``),
     as :func:`~specledger.gates.verdicts.decide_group` writes a category's, with ``category`` = "all traffic",
     ``weights`` (the shares used) and, per setting, its S on the mix and in each category (``settings``)."""
-    by_t: dict[float, dict[str, dict[str, Mapping[str, Any]]]] = defaultdict(lambda: defaultdict(dict))
+    by_t: dict[float, dict[str, dict[str, Candidate]]] = defaultdict(lambda: defaultdict(dict))
     for s in scenarios:
         if s.get("category") in CONTROL_CATEGORIES or not s.get("per_prompt"):
             continue
@@ -174,23 +182,18 @@ def mix_decisions(scenarios: Sequence[Mapping[str, Any]], slo: SLO = SLO(),
                  if (m := _mix_scenario(label, per_cat, weights, slo.decision_alpha)) is not None]
         if not items:
             continue
-        base = {"category": MIX_CATEGORY, "temperature": temp, "resolved": True, "tied_with": [],
-                "equivalent_to": [], "comparisons": [], "prompts_needed": None, "contenders": [],
-                "slo_out_of_reach": None}
-
-        def vs_plain(s: Mapping[str, Any], alpha: float) -> RatioInterval:
+        def vs_plain(s: Candidate, alpha: float) -> RatioInterval:
             return s["mix_vs_plain"]
 
-        def compare(a: Mapping[str, Any], b: Mapping[str, Any], _ia: Any, _ib: Any, alpha: float,
+        def compare(a: Candidate, b: Candidate, _ia: RatioInterval, _ib: RatioInterval, alpha: float,
                     weights: Mapping[str, float] = weights) -> RatioInterval:
             return _ratio(a["mix_blocks"]["own"], b["mix_blocks"]["own"], weights, alpha)
 
-        entry = decide_group(items, slo, base, vs_plain=vs_plain, compare=compare)
-        entry["weights"] = weights
-        entry["settings"] = [{"setting": s["label"], "speedup": s["speedup"], "speedup_ci": s["speedup_ci"],
-                              "prompts": s["paired_prompts"], "per_category": s["per_category_speedup"]}
-                             for s in items]
-        out.append(entry)
+        verdict = decide_group(items, slo, DecisionGroup(MIX_CATEGORY, temp), vs_plain=vs_plain, compare=compare)
+        verdict.weights = weights
+        verdict.settings = [MixSetting(s["label"], s["speedup"], (s["mix_vs_plain"].lo, s["mix_vs_plain"].hi),
+                                       s["paired_prompts"], s["per_category_speedup"]) for s in items]
+        out.append(verdict.to_dict())
     return out
 
 

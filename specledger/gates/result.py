@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from typing import TypedDict
 
 PASS, FAIL, NOT_ASSESSED = "pass", "fail", "not assessed"
 GATES = ("correctness", "quality", "latency", "capacity")
+
+
+class GateOutcome(TypedDict, total=False):
+    """One gate's outcome as a dict (:meth:`GateResult.to_dict`; a hand-built one may leave keys out)."""
+
+    name: str
+    status: str  # PASS | FAIL | NOT_ASSESSED
+    evidence: str
+    marginal: list[str]  # the checks within the SLO's margin of their limit
 
 
 @dataclass(frozen=True)
@@ -16,7 +26,5 @@ class GateResult:
     #: the checks whose figure lies within ``SLO.margin`` of its limit and could flip the outcome on a rerun
     marginal: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, object]:
-        d = asdict(self)
-        d["marginal"] = list(self.marginal)
-        return d
+    def to_dict(self) -> GateOutcome:
+        return {"name": self.name, "status": self.status, "evidence": self.evidence, "marginal": list(self.marginal)}

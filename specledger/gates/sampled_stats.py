@@ -29,7 +29,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 #: samples per side of one prompt in the correctness check
 DEFAULT_SAMPLES = 300
@@ -151,9 +151,20 @@ def t_power(n: int, level: float, d: float = D_REF) -> float:
     return float(norm.sf(norm.isf(level / 2) - abs(d) * math.sqrt(n)))
 
 
+class SampledTest(TypedDict):
+    """The sampled correctness test's outcome (:func:`sampled_test`)."""
+
+    status: str  # "pass" | "fail" | "not assessed"
+    p_min: float | None  # the smallest p-value of its tests (None: no test)
+    power: float  # the smaller of the two tests' powers against d = D_REF and w = W_REF (0.8 = 80 %)
+    tests: int  # tests run
+    n: int  # smallest per-side sample
+    evidence: str  # one line
+
+
 def sampled_test(
     spec: Sequence[Any], base: Sequence[Any], alpha: float = 0.01, max_position: int = DEFAULT_TOKENS - 1
-) -> dict[str, Any]:
+) -> SampledTest:
     """The correctness test over every prompt sampled ≥ 2 times on both sides: the log-probability test
     (:func:`logprob_test`, at alpha/2, when the records are scored) and the position tables (at
     alpha/2 shared by Bonferroni; all of alpha when there is no log-probability test).

@@ -21,34 +21,78 @@ import json
 import shlex
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
+from specledger.gates.decision import Verdict, VerdictDict, as_verdict
 from specledger.gates.engine_configs import DrafterDetails, engine_configs, pick_drafter
 
+#: a verdict cell as given: the object, or its dict form (``summary.json``, hand-built)
+Cell = Verdict | VerdictDict
 
-def _setting(v: dict[str, Any]) -> str:
-    if v.get("decision") != "deploy":
+
+class ScheduleDecision(TypedDict):
+    """One load's decision in a schedule (:func:`decisions`)."""
+
+    load: int
+    decision: str  # the verdict's
+    setting: str  # "ngram γ=4", or "off" where it does not deploy
+    drafter: str | None  # None where it does not deploy
+    gamma: int | str | None  # None where it does not deploy
+    simulated: bool
+    engine_gamma: int  # the k the engine configs run there: 0 where off or another drafter decided
+
+
+#: a change of setting between adjacent loads (:func:`crossovers`); "from" is a keyword, hence this form
+Crossover = TypedDict("Crossover", {
+    "between": list[int],  # [a, b]: the loads around it
+    "from": str, "to": str,  # the settings
+    "located": bool,  # b <= 2·a
+    "configs_switch_at": int,  # a + 1: the engine configs' rule
+    "simulated": bool,  # either side simulated
+})
+
+
+class LoadSchedule(TypedDict):
+    """One (category, temperature)'s decisions over the loads, as a schedule (:func:`schedules`)."""
+
+    category: str
+    temperature: float
+    cells: list[Cell]  # the verdicts, load-sorted
+    control: bool  # a control category: never deployed
+    text: str  # :func:`schedule_text`
+    at_target: Cell | None  # the verdict at the target load
+    vllm: dict[str, Any] | None  # the engines' own config documents (engine_configs): None where not runnable
+    trtllm: dict[str, Any] | None
+    sglang: list[str] | None  # launch flags
+    llama_cpp: list[str] | None
+    ranges: list[list[int]] | None  # [[start, end, γ]]
+    note: str  # another drafter at some loads
+    configs_note: str  # the engines' notes
+    drafter: str | None  # the deployment's one drafter (None when off)
+    gamma: int  # the draft length a one-γ server runs (0 when off)
+    decisions: list[ScheduleDecision]
+    versions: dict[str, str] | None  # engine -> the version each config's schema follows
+    crossovers: list[Crossover]
+
+
+def _setting(v: Verdict) -> str:
+    if not v.deploys:
         return "off"
-    return f"{v['drafter']} γ={v.get('gamma')}" if v.get("drafter") else str(v.get("setting"))
+    return f"{v.drafter} γ={v.gamma}" if v.drafter else str(v.setting)
 
 
-def _load(v: dict[str, Any]) -> int:
-    return int(v.get("load") or 1)
-
-
-def decisions(cells: Sequence[dict[str, Any]], deployed: dict[int, int] | None = None) -> list[dict[str, Any]]:
+def decisions(cells: Sequence[Cell], deployed: dict[int, int] | None = None) -> list[ScheduleDecision]:
     """The per-load decisions as keys, load-sorted: ``load``, ``decision`` (the verdict's), ``setting``
     ("ngram γ=4" or "off"), ``drafter`` and ``gamma`` (None when not deployed), ``simulated`` and
     ``engine_gamma`` (the k the engine configs run there: 0 where off or another drafter decided)."""
-    return [{"load": _load(v), "decision": v.get("decision"), "setting": _setting(v),
-             "drafter": v.get("drafter") if v.get("decision") == "deploy" else None,
-             "gamma": v.get("gamma") if v.get("decision") == "deploy" else None,
-             "simulated": bool(v.get("simulated")), "engine_gamma": (deployed or {}).get(_load(v), 0)}
-            for v in cells]
+    return [{"load": v.load_or_solo, "decision": v.decision, "setting": _setting(v),
+             "drafter": v.drafter if v.deploys else None, "gamma": v.gamma if v.deploys else None,
+             "simulated": bool(v.simulated), "engine_gamma": (deployed or {}).get(v.load_or_solo, 0)}
+            for v in map(as_verdict, cells)]
 
 
-def schedules(verdicts: Sequence[dict[str, Any]], target_load: int | None = None,
-              llama_flags: frozenset[str] | None = None) -> list[dict[str, Any]]:
+def schedules(verdicts: Sequence[Cell], target_load: int | None = None,
+              llama_flags: frozenset[str] | None = None) -> list[LoadSchedule]:
     """One schedule per (category, temperature): ``cells`` (load-sorted verdict entries), ``text``,
     ``at_target`` (the entry at ``target_load``, if given), ``drafter`` / ``gamma`` (the deployment's one
     drafter and the draft length a one-γ server runs; None / 0 when off), ``decisions`` (:func:`decisions`),
@@ -59,31 +103,32 @@ def schedules(verdicts: Sequence[dict[str, Any]], target_load: int | None = None
     each config's schema follows), ``note`` (another drafter at some loads) and ``configs_note`` (the
     engines' notes: what is missing, what to replace). ``llama_flags``: what the llama-server at hand
     offers (:func:`specledger.gates.engine_configs.engine_configs`)."""
-    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
-    for v in verdicts:
-        groups[(v["category"], v["temperature"])].append(v)
+    groups: dict[tuple[str, float], list[tuple[Verdict, Cell]]] = defaultdict(list)
+    for cell in verdicts:
+        v = as_verdict(cell)
+        groups[(v.category, v.temperature)].append((v, cell))
     out = []
-    for (cat, temp), cells in groups.items():
-        cells = sorted(cells, key=_load)
-        control = any(v.get("decision") == "control" for v in cells)
-        anchor = next((v for v in cells if target_load is not None and _load(v) == target_load), None)
-        plan = {_load(v): ((v["drafter"], v["gamma"]) if v.get("decision") == "deploy" and v.get("drafter")
-                           else None) for v in cells}
+    for (cat, temp), pairs in groups.items():
+        pairs = sorted(pairs, key=lambda p: p[0].load_or_solo)
+        typed, cells = [v for v, _ in pairs], [c for _, c in pairs]
+        control = any(v.is_control for v in typed)
+        anchor = next((c for v, c in pairs if target_load is not None and v.load_or_solo == target_load), None)
+        plan = {v.load_or_solo: ((v.drafter, v.gamma) if v.deploys and v.drafter else None) for v in typed}
         drafter = pick_drafter(plan, target_load)
-        entry: dict[str, Any] = {"category": cat, "temperature": temp, "cells": cells, "control": control,
-                                 "text": "control, never deployed" if control else schedule_text(cells),
-                                 "at_target": anchor, "vllm": None, "trtllm": None, "sglang": None,
-                                 "llama_cpp": None, "ranges": None, "note": "", "configs_note": "",
-                                 "drafter": None, "gamma": 0, "decisions": decisions(cells), "versions": None,
-                                 "crossovers": [] if control else crossovers(cells)}
+        entry: LoadSchedule = {"category": cat, "temperature": temp, "cells": cells, "control": control,
+                               "text": "control, never deployed" if control else schedule_text(typed),
+                               "at_target": anchor, "vllm": None, "trtllm": None, "sglang": None,
+                               "llama_cpp": None, "ranges": None, "note": "", "configs_note": "",
+                               "drafter": None, "gamma": 0, "decisions": decisions(typed), "versions": None,
+                               "crossovers": [] if control else crossovers(typed)}
         if not control:
-            budget = max((int(v.get("tree_budget") or 0) for v in cells if v.get("drafter") == drafter), default=0)
-            cfg = engine_configs(plan, drafter=drafter, details=DrafterDetails(tree_budget=budget),
+            # a verdict names no tree budget (its ``setting`` text does): the configs are for chains
+            cfg = engine_configs(plan, drafter=drafter, details=DrafterDetails(tree_budget=0),
                                  llama_flags=llama_flags)
-            switched = sorted({v["drafter"] for v in cells if plan[_load(v)] and v["drafter"] != drafter})
+            switched = sorted({v.drafter for v in typed if plan[v.load_or_solo] and v.drafter != drafter})
             entry.update({k: cfg[k] for k in ("vllm", "trtllm", "sglang", "llama_cpp", "ranges", "versions")},
                          drafter=cfg["drafter"] if cfg["gamma"] else None, gamma=cfg["gamma"],
-                         decisions=decisions(cells, cfg["gamma_by_load"]),
+                         decisions=decisions(typed, cfg["gamma_by_load"]),
                          configs_note=cfg["note"],
                          note=(f"the schedule also uses {', '.join(switched)} at some loads; one drafter per "
                                f"deployment, so those loads are off here" if switched else ""))
@@ -95,10 +140,10 @@ def _span(loads: Sequence[int]) -> str:
     return f"{loads[0]}" if len(loads) == 1 else f"{loads[0]}–{loads[-1]}"
 
 
-def _run_text(setting: str, cells: Sequence[dict[str, Any]], last: bool, alone: bool) -> str:
+def _run_text(setting: str, cells: Sequence[Verdict], last: bool, alone: bool) -> str:
     """One run of equal settings: its measured loads, then its simulated ones marked "(sim)"."""
-    real = [int(v.get("load") or 1) for v in cells if not v.get("simulated")]
-    sim = [int(v.get("load") or 1) for v in cells if v.get("simulated")]
+    real = [v.load_or_solo for v in cells if not v.simulated]
+    sim = [v.load_or_solo for v in cells if v.simulated]
     if setting == "off" and last and not alone:
         first = real[0] if real else sim[0]
         return f"off from {first}" + (" (sim)" if not real else f" (measured to {real[-1]}, simulated from {sim[0]})"
@@ -107,30 +152,32 @@ def _run_text(setting: str, cells: Sequence[dict[str, Any]], last: bool, alone: 
     return f"{setting} at {' and '.join(parts)}"
 
 
-def switches(cells: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
+def switches(cells: Sequence[Cell]) -> list[tuple[int, int]]:
     """Where the setting changes between two measured (or simulated) loads with loads between them that
     nothing measured: (a, b), the last load of one setting and the first of the next (cells sorted by load)."""
+    typed = [as_verdict(c) for c in cells]
     out = []
-    for v, w in zip(cells, cells[1:]):
-        a, b = _load(v), _load(w)
+    for v, w in zip(typed, typed[1:]):
+        a, b = v.load_or_solo, w.load_or_solo
         if _setting(v) != _setting(w) and b > a + 1:
             out.append((a, b))
     return out
 
 
-def crossovers(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def crossovers(cells: Sequence[Cell]) -> list[Crossover]:
     """Every change of setting between adjacent loads (cells sorted by load), as keys: ``between`` [a, b] (the
     loads around it), ``from`` / ``to`` (the settings), ``located`` (b <= 2·a), ``configs_switch_at`` (a + 1, the
     engine configs' rule) and ``simulated`` (either side simulated)."""
     from specledger.load_bisect import is_located
 
-    return [{"between": [_load(v), _load(w)], "from": _setting(v), "to": _setting(w),
-             "located": is_located(_load(v), _load(w)), "configs_switch_at": _load(v) + 1,
-             "simulated": bool(v.get("simulated") or w.get("simulated"))}
-            for v, w in zip(cells, cells[1:]) if _setting(v) != _setting(w)]
+    typed = [as_verdict(c) for c in cells]
+    return [{"between": [v.load_or_solo, w.load_or_solo], "from": _setting(v), "to": _setting(w),
+             "located": is_located(v.load_or_solo, w.load_or_solo), "configs_switch_at": v.load_or_solo + 1,
+             "simulated": bool(v.simulated or w.simulated)}
+            for v, w in zip(typed, typed[1:]) if _setting(v) != _setting(w)]
 
 
-def switch_text(cells: Sequence[dict[str, Any]]) -> str:
+def switch_text(cells: Sequence[Cell]) -> str:
     """" (between 4 and 8: configs switch at 5)": where each change was bracketed, whether within 2×
     (:func:`specledger.load_bisect.is_located`; otherwise "not located within 2×"), and the batch size where
     the configs switch: the engine configs' rule (:mod:`specledger.gates.engine_configs`: a measured load decides
@@ -146,12 +193,12 @@ def switch_text(cells: Sequence[dict[str, Any]]) -> str:
     return f" ({'; '.join(parts)})"
 
 
-def schedule_text(cells: Sequence[dict[str, Any]]) -> str:
+def schedule_text(cells: Sequence[Cell]) -> str:
     """"ngram γ=4 at 1–4, ngram γ=2 at 16, off from 64 (sim)": runs of equal settings merged (cells
     sorted by load), loads the simulator decided marked "(sim)"; then where each change lies between the loads
     measured and where the configs switch (:func:`switch_text`)."""
-    runs: list[tuple[str, list[dict[str, Any]]]] = []
-    for v in cells:
+    runs: list[tuple[str, list[Verdict]]] = []
+    for v in map(as_verdict, cells):
         s = _setting(v)
         if runs and runs[-1][0] == s:
             runs[-1][1].append(v)
@@ -161,7 +208,7 @@ def schedule_text(cells: Sequence[dict[str, Any]]) -> str:
     return text + switch_text(cells)
 
 
-def snippet(schedule: dict[str, Any], kind: str) -> str:
+def snippet(schedule: LoadSchedule, kind: str) -> str:
     """The paste-ready text of ``schedule[kind]``: ``--speculative-config '<JSON>'`` for ``"vllm"`` (the
     ``vllm serve`` argument), JSON for ``"trtllm"`` (its ``--extra_llm_api_options`` content), the flags
     joined for ``"sglang"`` / ``"llama_cpp"``; a comment where there is nothing to deploy."""

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from specledger.analysis.metrics import MS
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.gates import (
     FAIL,
     GATES,
@@ -44,8 +45,12 @@ from specledger.gates import (
     GateResult,
     kv_capacity,
     load_latency_gate,
-    verdicts,
 )
+from specledger.gates.candidates import Candidate, Gates
+from specledger.gates.decision import SimulationError, VerdictDict
+from specledger.gates.latency import LatencyFigures
+from specledger.gates.result import GateOutcome
+from specledger.gates.verdicts import decide
 from specledger.records import RequestRecord, setting_label
 from specledger.simulate.run_loads import SimPoint, sim_speedup
 
@@ -56,7 +61,7 @@ def _pct(values: np.ndarray, q: float) -> float | None:
     return float(np.percentile(values, q) * MS) if values.size else None
 
 
-def sim_latency(p: SimPoint, mask: np.ndarray) -> dict[str, Any]:
+def sim_latency(p: SimPoint, mask: np.ndarray) -> LatencyFigures:
     """The latency figures :func:`~specledger.gates.load_latency_gate` reads, from the masked requests (ms)."""
     tpots = p.tpot_s[mask]
     tpots = tpots[~np.isnan(tpots)]
@@ -76,7 +81,7 @@ def sim_goodput(p: SimPoint, mask: np.ndarray, slo: SLO) -> tuple[float | None, 
     return (n_met / p.wall_s if p.wall_s > 0 else None), n_met, int(mask.sum())
 
 
-def carried_gate(name: str, measured: Sequence[tuple[int, dict[str, str]]]) -> GateResult:
+def carried_gate(name: str, measured: Sequence[tuple[int, GateOutcome]]) -> GateResult:
     """Correctness / quality at a simulated load from the same setting's gates at the measured loads."""
     failed = [(load, g) for load, g in measured if g.get("status") == FAIL]
     if failed:
@@ -109,30 +114,30 @@ def sim_capacity_gate(p: SimPoint, plain: SimPoint, mask: np.ndarray, plain_mask
     return GateResult("capacity", status, "; ".join(parts))
 
 
-def error_note(errors: Mapping[str, float], validated_at: Sequence[int]) -> dict[str, Any]:
+def error_note(errors: Mapping[str, float], validated_at: Sequence[int]) -> SimulationError:
     """``simulation_error`` of a simulated entry: the largest |error| per figure at the measured loads."""
     if not validated_at or "speedup" not in errors:
-        return {"validated_at": list(validated_at), "errors": dict(errors), "text": NOT_VALIDATED}
+        return SimulationError(tuple(validated_at), dict(errors), NOT_VALIDATED)
     names = {"speedup": "speed-up", "throughput_tok_s": "throughput", "ttft_p50_ms": "TTFT P50",
              "tpot_p50_ms": "TPOT P50", "itl_p99_ms": "ITL P99"}
     parts = ", ".join(f"{names[k]} ±{100 * v:.0f} %" for k, v in errors.items() if k in names)
-    return {"validated_at": list(validated_at), "errors": dict(errors),
-            "text": f"simulator vs measured at load{'s' if len(validated_at) > 1 else ''} "
-                    f"{', '.join(map(str, validated_at))}: {parts}"}
+    return SimulationError(tuple(validated_at), dict(errors),
+                           f"simulator vs measured at load{'s' if len(validated_at) > 1 else ''} "
+                           f"{', '.join(map(str, validated_at))}: {parts}")
 
 
 def simulated_scenarios(points: Sequence[SimPoint], categories: Mapping[str, str], solo: Sequence[RequestRecord],
-                        measured_gates: Mapping[tuple, Sequence[tuple[int, dict[str, dict[str, str]]]]],
+                        measured_gates: Mapping[tuple, Sequence[tuple[int, Gates]]],
                         meta: Mapping[str, Any], slo: SLO, speedup_error: float | None,
-                        n_resamples: int = 1000, seed: int = 0) -> list[dict[str, Any]]:
+                        n_resamples: int = 1000, seed: int = 0) -> list[Candidate]:
     """One scenario dict per (category, temperature, load, setting) of the simulated ``points`` (plain left
     out), with ``gates`` and the widened interval. ``categories``: prompt id -> category; ``measured_gates``:
     (category, temperature, drafter, gamma) -> [(load, gates)] at the measured loads."""
-    plain = {(p.temperature, p.load): p for p in points if p.drafter == "none"}
-    out = []
+    plain = {(p.temperature, p.load): p for p in points if p.drafter == PLAIN.name}
+    out: list[Candidate] = []
     for p in points:
         base = plain.get((p.temperature, p.load))
-        if p.drafter == "none" or base is None:
+        if p.drafter == PLAIN.name or base is None:
             continue
         for cat in sorted({categories.get(pid, "") for pid in p.prompt_ids}):
             prompts = {pid for pid in p.prompt_ids if categories.get(pid, "") == cat}
@@ -159,7 +164,7 @@ def simulated_scenarios(points: Sequence[SimPoint], categories: Mapping[str, str
     return out
 
 
-def _sim_latency_gate(latency: dict[str, Any], slo: SLO) -> GateResult:
+def _sim_latency_gate(latency: LatencyFigures, slo: SLO) -> GateResult:
     g = load_latency_gate(latency, slo)
     return GateResult("latency", g.status, f"simulated: {g.evidence} (token-ITL P99 of the whole point)")
 
@@ -168,7 +173,7 @@ def plain_latency(points: Sequence[SimPoint], categories: Mapping[str, str], slo
     """Plain decoding's simulated latency gate per (category, temperature, load)."""
     out = {}
     for p in points:
-        if p.drafter != "none":
+        if p.drafter != PLAIN.name:
             continue
         for cat in sorted({categories.get(pid, "") for pid in p.prompt_ids}):
             mask = p.select({pid for pid in p.prompt_ids if categories.get(pid, "") == cat})
@@ -176,8 +181,8 @@ def plain_latency(points: Sequence[SimPoint], categories: Mapping[str, str], slo
     return out
 
 
-def simulated_verdicts(scenarios: Sequence[dict[str, Any]], slo: SLO, controls: dict | None,
-                       note: dict[str, Any], plain: Mapping[tuple, GateResult] | None = None) -> list[dict[str, Any]]:
+def simulated_verdicts(scenarios: Sequence[Candidate], slo: SLO, controls: Mapping[tuple[str, float], float] | None,
+                       note: SimulationError, plain: Mapping[tuple, GateResult] | None = None) -> list[VerdictDict]:
     """:func:`specledger.gates.verdicts` per simulated load, each entry labelled ``simulated`` with ``note``
     (:func:`error_note`) as ``simulation_error``; the reason says it was simulated and how well validated,
     and, where ``plain`` (:func:`plain_latency`) misses the latency SLO too, that the load needs capacity."""
@@ -186,19 +191,20 @@ def simulated_verdicts(scenarios: Sequence[dict[str, Any]], slo: SLO, controls: 
     for load in sorted({s["load"] for s in scenarios}):
         at = [s for s in scenarios if s["load"] == load]
         here = {(c, t): g for (c, t, ld), g in plain.items() if ld == load}
-        for v in verdicts(at, slo, controls, here, load):
-            if note["text"] == NOT_VALIDATED and v["decision"] == "off":
-                best = max((s for s in at if s["category"] == v["category"] and s["temperature"] == v["temperature"]
+        for v in decide(at, slo, controls, here, load):
+            if note.text == NOT_VALIDATED and v.is_off:
+                best = max((s for s in at if s["category"] == v.category and s["temperature"] == v.temperature
                             and s["speedup"] is not None), key=lambda s: s["speedup"], default=None)
                 top = (f" (best: {setting_label(best['drafter'], best['gamma'])}, simulated S = {best['speedup']:.2f})"
                        if best else "")
-                v["reason"] = ("Off: simulated, and the simulator was not validated at any measured load > 1, so its "
-                               f"speed-up has no interval{top}; measure a load > 1 too (e.g. --loads 1,16) "
-                               "to validate it.")
-                v["resolved"] = False
-            elif v["decision"] != "control":
-                v["reason"] += f" Simulated at load {load}; {note['text']}."
-            out.append({**v, "load": load, "simulated": True, "simulation_error": note})
+                v.reason = ("Off: simulated, and the simulator was not validated at any measured load > 1, so its "
+                            f"speed-up has no interval{top}; measure a load > 1 too (e.g. --loads 1,16) "
+                            "to validate it.")
+                v.resolved = False
+            elif not v.is_control:
+                v.reason += f" Simulated at load {load}; {note.text}."
+            v.load, v.simulated, v.simulation_error = load, True, note
+            out.append(v.to_dict())
     return out
 
 

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
 
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.errors import SpecLedgerError
 from specledger.gates import SLO
+from specledger.gates.candidates import Candidate, Gates
+from specledger.gates.decision import SimulationErrorDict, VerdictDict
 from specledger.gates.simulated import error_note, plain_latency, simulated_scenarios, simulated_verdicts
 from specledger.load_points import interleaved, requests_at
 from specledger.records import EXPERIMENT_KEY, RequestRecord, load_records
@@ -27,6 +30,27 @@ from specledger.records import EXPERIMENT_KEY, RequestRecord, load_records
 MIN_REQUESTS = 256
 #: ... unless the run has so many points that this budget is reached first (then fewer repeats, at least one)
 BUDGET_REQUESTS = 4000
+
+
+class SimulationDoc(TypedDict, total=False):
+    """``summary.json`` ``simulation``: what was simulated, priced by what, and how well it was validated."""
+
+    loads: list[int]  # the simulated loads
+    min_requests: int  # requests behind every simulated point
+    note: str  # why nothing was simulated (only then)
+    cost_source: str  # the cost model that priced the simulation
+    validation: list[dict[str, Any]]  # simulator vs measured per measured point (simulate.run_loads.validation)
+    errors: dict[str, SimulationErrorDict]  # per temperature (as text): the largest errors found
+    requests: int  # simulated requests in all
+    seconds: float  # wall time the simulation took, s
+
+
+class SimulatedLoads(TypedDict):
+    """The simulated loads of a run (:func:`simulated_loads`)."""
+
+    verdicts: list[VerdictDict]  # each with ``load``, ``simulated: true`` and ``simulation_error``
+    scenarios: list[Candidate]  # every setting at every simulated load, with its gates
+    simulation: SimulationDoc
 
 
 def _index(r: RequestRecord) -> int:
@@ -57,7 +81,7 @@ def point_orders(solo: Sequence[RequestRecord], measured: dict[tuple[float, int,
     orders = {(t, load): [r.prompt_id for r in recs] for (t, load, setting), recs in measured.items()
               if setting == "plain"}
     for t in sorted({float(r.temperature) for r in solo}):
-        plain = [r for r in solo if r.drafter == "none" and float(r.temperature) == t]
+        plain = [r for r in solo if r.drafter == PLAIN.name and float(r.temperature) == t]
         ids = list(dict.fromkeys(r.prompt_id for r in plain))
         base = interleaved(ids, {r.prompt_id: r.category for r in plain})
         for load in sim_loads:
@@ -75,8 +99,9 @@ def run_pricer(solo: Sequence[RequestRecord], surface: Any) -> Any:
                           n_boot=0, surface=surface)
 
 
-def _history(scenarios: Sequence[dict[str, Any]]) -> dict[tuple, list[tuple[int, dict[str, Any]]]]:
-    out: dict[tuple, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+def _history(scenarios: Sequence[Candidate]) -> dict[tuple, list[tuple[int, Gates]]]:
+    """(category, temperature, drafter, γ) -> [(load, gates)] of the measured scenarios."""
+    out: dict[tuple, list[tuple[int, Gates]]] = defaultdict(list)
     for s in scenarios:
         if not s.get("simulated") and s.get("gates"):
             out[(s["category"], float(s["temperature"]), s["drafter"], s["gamma"])].append((int(s.get("load") or 1),
@@ -85,16 +110,16 @@ def _history(scenarios: Sequence[dict[str, Any]]) -> dict[tuple, list[tuple[int,
 
 
 def simulated_loads(records: Sequence[RequestRecord], meta: dict[str, Any], slo: SLO, sim_loads: Sequence[int],
-                    measured_scenarios: Sequence[dict[str, Any]], controls: dict | None, surface: Any,
-                    n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
+                    measured_scenarios: Sequence[Candidate], controls: Mapping[tuple[str, float], float] | None,
+                    surface: Any, n_resamples: int = 1000, seed: int = 0) -> SimulatedLoads:
     """``{"verdicts", "scenarios", "simulation"}`` of the simulated loads (see the module docstring);
     ``measured_scenarios``: every measured scenario with its gates (load 1 and the load points)."""
     from specledger.simulate.run_loads import settings_of, simulate_points, validation, worst_errors
 
     start = time.perf_counter()
     solo = solo_chains(records)
-    doc: dict[str, Any] = {"loads": sorted(set(sim_loads)), "min_requests": MIN_REQUESTS}
-    if not any(r.rounds for r in solo if r.drafter != "none"):
+    doc: SimulationDoc = {"loads": sorted(set(sim_loads)), "min_requests": MIN_REQUESTS}
+    if not any(r.rounds for r in solo if r.drafter != PLAIN.name):
         return {"verdicts": [], "scenarios": [], "simulation": {**doc, "note": "not simulated: the run has no solo "
                                                                                "speculative rounds to replay"}}
     try:
@@ -109,13 +134,15 @@ def simulated_loads(records: Sequence[RequestRecord], meta: dict[str, Any], slo:
     rows = validation(points, measured)
     categories = {r.prompt_id: r.category for r in solo}
     history = _history(measured_scenarios)
-    scenarios, decided, notes = [], [], {}
+    scenarios: list[Candidate] = []
+    decided: list[VerdictDict] = []
+    notes: dict[str, SimulationErrorDict] = {}
     for t in sorted({p.temperature for p in points}):
         at = [p for p in points if p.temperature == t and p.load in set(sim_loads)]
         errors = worst_errors(rows, t)
         validated = sorted({row["load"] for row in rows if row["temperature"] == t})
         note = error_note(errors, validated)
-        notes[str(t)] = note
+        notes[str(t)] = note.to_dict()
         mine = simulated_scenarios(at, categories, solo, history, meta, slo, errors.get("speedup") if validated
                                    else None, n_resamples, seed)
         scenarios += mine

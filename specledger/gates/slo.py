@@ -47,7 +47,7 @@ class SLO:
     #: 95 % intervals)
     decision_alpha: float = 0.05
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, float | int | bool | None]:
         return asdict(self)
 
 

@@ -5,24 +5,25 @@ decisions are still open, without building the whole summary)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from specledger.analysis.scenario import ScenarioKey, baseline_key, group_scenarios
+from specledger.gates.candidates import Baseline, Candidate
+from specledger.gates.decision import VerdictDict
 from specledger.gates.evaluate import evaluate_gates
-from specledger.gates.latency import latency_gate, pool_prefill_ttft
+from specledger.gates.latency import LatencyFigures, latency_gate, pool_prefill_ttft
 from specledger.gates.result import GATES, GateResult
 from specledger.gates.slo import SLO
 from specledger.gates.verdicts import control_repetition, verdicts
 from specledger.records import RequestRecord, main_records
 
 
-def plain_latency_figures(baselines: Sequence[Mapping[str, Any]]) -> dict[tuple[str, float], dict[str, Any]]:
+def plain_latency_figures(baselines: Sequence[Baseline]) -> dict[tuple[str, float], LatencyFigures]:
     """Plain decoding's latency dict per (category, temperature) from analysed baselines."""
     return {(b["category"], float(b["temperature"])): b["latency"] for b in baselines if b.get("latency")}
 
 
-def gate_scenarios(scenarios: Sequence[dict[str, Any]], groups: Mapping[ScenarioKey, list[RequestRecord]],
-                   baselines: Sequence[Mapping[str, Any]], slo: SLO) -> dict[tuple[str, float], GateResult]:
+def gate_scenarios(scenarios: Sequence[Candidate], groups: Mapping[ScenarioKey, list[RequestRecord]],
+                   baselines: Sequence[Baseline], slo: SLO) -> dict[tuple[str, float], GateResult]:
     """Adds ``gates`` (as dicts) to every analysed load-1 scenario, each latency limit that plain decoding
     misses too judged against plain's figure; returns plain's own latency gate per (category, temperature).
     Plain's TTFT is pooled over its whole same-prefill family (:func:`~specledger.gates.latency.pool_prefill_ttft`)."""
@@ -39,7 +40,7 @@ def gate_scenarios(scenarios: Sequence[dict[str, Any]], groups: Mapping[Scenario
     return {k: latency_gate(v, slo) for k, v in plain.items()}
 
 
-def solo_decisions(records: Sequence[RequestRecord], slo: SLO = SLO(), load: int = 1) -> list[dict[str, Any]]:
+def solo_decisions(records: Sequence[RequestRecord], slo: SLO = SLO(), load: int = 1) -> list[VerdictDict]:
     """The verdicts of the main job's records as they stand (no forecasts, no load points): what racing
     reads to know which categories are open and which settings are out."""
     from specledger.analysis.run import analyze_baseline, analyze_scenario

@@ -1,41 +1,28 @@
-"""The verdict's rules, one setting or interval at a time: which gates block (:func:`_blocking`, with the
-SLO's margin: :func:`_marginally_blocked`), whether S pays against plain (:func:`_pays`), whether one
-setting is within the margin of another (:func:`_within_margin`) or proven faster than plain through one
-that pays (:func:`_proven_to_pay`), when requests are too thin to decide (:func:`_too_thin`), the tie rule's
-order (:func:`memory_key`), how many prompts would settle an open comparison, and the controls' repetition.
-:mod:`specledger.gates.verdicts` applies them to a group."""
+"""The verdict's settings and thresholds: a setting's name (:func:`setting_name`), the tie rule's order
+(:func:`memory_key`), when requests are too thin to decide (:func:`too_thin`), the controls and their repetition
+(:func:`control_repetition`), and how many prompts would separate two intervals (:func:`prompts_to_separate`).
+The paired tests live in :mod:`specledger.gates.paired_tests`, the gates that block in
+:mod:`specledger.gates.blocking`; :mod:`specledger.gates.verdicts` applies them to a group."""
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from specledger.analysis.paired import RatioInterval
-from specledger.analysis.sequential import cs_multiplier
-from specledger.gates.result import FAIL, GATES, NOT_ASSESSED
-from specledger.gates.slo import SLO
+from specledger.engine.drafters.catalog import memory_ranks
+from specledger.gates.candidates import Candidate
+from specledger.gates.paired_tests import MIN_EQUIVALENCE_PROMPTS, prompts_to_settle
 from specledger.records import RequestRecord
 
-#: fewest paired prompts behind an equivalence ("within the margin", "no practical gain"). The confidence sequence
-#: (:mod:`specledger.analysis.sequential`) already holds at every look and is unbounded below 4 prompts; its exactness
-#: at few prompts assumes normal per-prompt ratios, and 2-5 prompts are too few to show one odd prompt among them,
-#: so a claim that two figures are *close* waits for 6 (docs/decisions.md)
-MIN_EQUIVALENCE_PROMPTS = 6
 #: categories that are controls, never deployed: they show what the drafters do on input without structure
 CONTROL_CATEGORIES = frozenset({"random"})
 #: memory rank of a drafter's own state (weights, KV): model-free < shared weights < int8 copy < separate model
-DRAFTER_MEMORY_RANK = {"ngram": 0, "suffix": 1, "layerskip": 2, "head": 3, "quant-self": 4, "model": 5}
+DRAFTER_MEMORY_RANK = memory_ranks()
 #: below this many full speculative rounds per request (best setting) a category's rounds say nothing
 MIN_ROUNDS_PER_REQUEST = 2.0
 #: below this many output tokens per request (best setting) the time compared is mostly the prefill
 MIN_TOKENS_PER_REQUEST = 4.0
-
-
-def _blocking(gates: dict[str, dict[str, str]], slo: SLO) -> list[str]:
-    bad = {FAIL, NOT_ASSESSED} if slo.require_assessed else {FAIL}
-    return [name for name in GATES if gates.get(name, {}).get("status", NOT_ASSESSED) in bad]
 
 
 def repeated_ngram_fraction(token_ids: Sequence[int], n: int = 4) -> float | None:
@@ -61,28 +48,23 @@ def control_repetition(records: Sequence[RequestRecord], n: int = 4) -> dict[tup
     return {k: sum(v) / len(v) for k, v in acc.items()}
 
 
-def memory_key(s: Mapping[str, Any]) -> tuple:
+def memory_key(s: Candidate) -> tuple[int, float]:
     """The tie rule's order: cheaper drafter state first, then the smaller γ."""
     g = s["gamma"] if isinstance(s["gamma"], (int, float)) else math.inf
     return (DRAFTER_MEMORY_RANK.get(s["drafter"], 9), g)
 
 
-def setting_name(s: Mapping[str, Any]) -> str:
+def setting_name(s: Candidate) -> str:
+    """"ngram γ=4", with " tree=B" for a tree."""
     return f"{s['drafter']} γ={s['gamma']}" + (f" tree={s['tree_budget']}" if s.get("tree_budget") else "")
 
 
-def _fmt_ci(iv: RatioInterval) -> str:
-    if not (math.isfinite(iv.lo) and math.isfinite(iv.hi)):
-        return "no interval"
-    return f"{iv.lo:.2f}–{iv.hi:.2f}"
-
-
-def prompts_to_separate(a: dict[str, Any], b: dict[str, Any] | None = None, threshold: float = 1.0) -> int | None:
+def prompts_to_separate(a: Candidate, b: Candidate | None = None, threshold: float = 1.0) -> int | None:
     """Paired prompts that would make the intervals of ``a`` and ``b`` (or ``a`` and ``threshold``) stop
     overlapping, if the half-widths shrink as 1/sqrt(n) and the point estimates stay put."""
     n = max(int(a.get("paired_prompts") or 1), 1)
 
-    def half(s: dict[str, Any]) -> float | None:
+    def half(s: Candidate) -> float | None:
         lo, hi = s["speedup_ci"]
         return None if lo is None or hi is None else (hi - lo) / 2
 
@@ -101,47 +83,7 @@ def prompts_to_separate(a: dict[str, Any], b: dict[str, Any] | None = None, thre
     return max(n + 1, math.ceil(n * (width / gap) ** 2))
 
 
-def prompts_to_settle(iv: RatioInterval, margin: float, alpha: float = 0.05) -> int | None:
-    """Paired prompts that would settle an open ratio, if the per-prompt spread and the ratio stay put: the
-    smallest k with ``m_k · sd / √k`` below the room left (the interval excludes 1, or fits inside the margin),
-    where ``sd = half · √n / m_n`` is the spread behind the interval's log half-width now and ``m_k`` the
-    confidence sequence's multiplier (:func:`~specledger.analysis.sequential.cs_multiplier`; a fixed point, since
-    ``m_k`` moves slowly with k)."""
-    if iv.n < 2 or not (math.isfinite(iv.lo) and math.isfinite(iv.hi) and iv.ratio > 0 and iv.lo > 0):
-        return None
-    half = (math.log(iv.hi) - math.log(iv.lo)) / 2
-    room = max(abs(math.log(iv.ratio)), math.log(1 + margin) - abs(math.log(iv.ratio)))
-    now = cs_multiplier(iv.n, alpha)
-    if half <= 0 or room <= 0 or not math.isfinite(now):
-        return None
-    sd, k = half * math.sqrt(iv.n) / now, iv.n + 1
-    for _ in range(20):
-        m = cs_multiplier(k, alpha)
-        nxt = max(iv.n + 1, math.ceil((m * sd / room) ** 2)) if math.isfinite(m) else 2 * k
-        if nxt == k:
-            break
-        k = nxt
-    return k
-
-
-def _marginal(s: Mapping[str, Any], names: Sequence[str]) -> list[str]:
-    """'latency (TTFT P99)' for each gate in ``names`` whose outcome a rerun could flip."""
-    out = []
-    for name in names:
-        checks = s["gates"].get(name, {}).get("marginal") or []
-        if checks:
-            out.append(f"{name} ({', '.join(checks)})")
-    return out
-
-
-def _marginally_blocked(s: Mapping[str, Any], slo: SLO) -> list[str]:
-    """The blocking gates of ``s`` when every one of them fails only within the SLO's margin (else [])."""
-    blocked = _blocking(s["gates"], slo)
-    flips = _marginal(s, blocked)
-    return flips if blocked and len(flips) == len(blocked) else []
-
-
-def _per_request(s: Mapping[str, Any]) -> tuple[float | None, float | None]:
+def _per_request(s: Candidate) -> tuple[float | None, float | None]:
     """(full speculative rounds, output tokens) per request of a scenario; rounds None when the records
     carry no rounds at all (an endpoint probe reports tokens, not rounds)."""
     rounds, totals = s.get("rounds") or {}, s.get("totals") or {}
@@ -155,7 +97,7 @@ def _per_request(s: Mapping[str, Any]) -> tuple[float | None, float | None]:
     return float(full) / requests, tokens
 
 
-def _too_thin(measured: Sequence[Mapping[str, Any]]) -> str | None:
+def too_thin(measured: Sequence[Candidate]) -> str | None:
     """Why nothing can be decided from these requests (None when they are enough): even the best setting
     ran fewer than :data:`MIN_ROUNDS_PER_REQUEST` full speculative rounds per request, or its replies
     averaged fewer than :data:`MIN_TOKENS_PER_REQUEST` tokens (what is timed then is the prefill)."""
@@ -171,47 +113,6 @@ def _too_thin(measured: Sequence[Mapping[str, Any]]) -> str | None:
             "prompts as chat `messages` (an instruct model answers raw text with EOS) or raise --max-tokens")
 
 
-def _pays(iv: RatioInterval, slo: SLO) -> str:
-    """S against plain: "pays" (interval above min_ci_low), "no gain" (its upper bound below 1 + margin: it
-    cannot be worth more than the margin), "slower" (interval below 1), "open"."""
-    if iv.hi < 1.0:
-        return "slower"
-    if iv.hi < 1.0 + slo.equivalence_margin and _enough(iv):
-        return "no gain"
-    if iv.lo > slo.min_ci_low:
-        return "pays"
-    return "open"
-
-
-def _within_margin(x: Mapping[str, Any], y: Mapping[str, Any], ivs: Mapping[int, RatioInterval],
-                   pair: Mapping[tuple[int, int], RatioInterval], margin: float) -> bool:
-    """``y`` cannot be more than the margin faster than ``x``: paired, lo(S_x / S_y) > 1/(1+m); or through plain,
-    hi(S_y) / lo(S_x) < 1 + m (a setting that cannot beat plain by much cannot beat one that pays). Either on
-    enough prompts (:func:`_enough`)."""
-    xy = pair[(id(x), id(y))]
-    if _enough(xy) and _lo(xy) > 1.0 / (1.0 + margin):
-        return True
-    ix, iy = ivs[id(x)], ivs[id(y)]
-    return (_enough(ix) and _enough(iy) and _lo(ix) > 0 and math.isfinite(iy.hi)
-            and iy.hi / _lo(ix) < 1.0 + margin)
-
-
-def _enough(iv: RatioInterval) -> bool:
-    """Enough paired prompts for an equivalence (:data:`MIN_EQUIVALENCE_PROMPTS`); ``n`` 0 is an interval given
-    whole (a scenario without per-prompt totals, an import), taken as it is."""
-    return iv.n == 0 or iv.n >= MIN_EQUIVALENCE_PROMPTS
-
-
-def _lo(iv: RatioInterval) -> float:
-    return iv.lo if not math.isnan(iv.lo) else -math.inf
-
-
-def _proven_to_pay(x: dict[str, Any], paying: Sequence[dict[str, Any]], ivs: Mapping[int, RatioInterval],
-                   pair: Mapping[tuple[int, int], RatioInterval], slo: SLO) -> bool:
-    """``x`` is proven faster than plain: its own paired interval against plain pays, or, through a setting
-    ``y`` that pays, ``lo(S_y) · lo(S_x / S_y) > min_ci_low`` (each bound wrong at some look of the race with
-    probability at most α: the chained bound holds at 2α at worst). A setting the rule would pick for being
-    within the margin of the best is deployed only once it is shown to beat plain itself."""
-    if _pays(ivs[id(x)], slo) == "pays":
-        return True
-    return any(_lo(ivs[id(y)]) * _lo(pair[(id(x), id(y))]) > slo.min_ci_low for y in paying if y is not x)
+__all__ = ["CONTROL_CATEGORIES", "DRAFTER_MEMORY_RANK", "MIN_EQUIVALENCE_PROMPTS", "MIN_ROUNDS_PER_REQUEST",
+           "MIN_TOKENS_PER_REQUEST", "control_repetition", "memory_key", "prompts_to_separate", "prompts_to_settle",
+           "repeated_ngram_fraction", "setting_name", "too_thin"]

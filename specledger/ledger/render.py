@@ -7,6 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from specledger.ledger.report import MIB
+from specledger.ledger.report_types import (
+    AcceptanceSectionDict,
+    LedgerReportDict,
+    MemorySectionDict,
+    OptimalSectionDict,
+    QuantSectionDict,
+    ScenarioDict,
+    StepReadDict,
+    TreeSectionDict,
+)
 
 
 def widths_text(widths: list[int]) -> str:
@@ -27,7 +37,7 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 
 
-def render_report(report: dict[str, Any], console: Any) -> None:
+def render_report(report: LedgerReportDict, console: Any) -> None:
     """Print the report dict as rich tables."""
     base = report.get("base_ms")
     if report.get("acceptance") is not None:
@@ -46,7 +56,7 @@ def render_report(report: dict[str, Any], console: Any) -> None:
         _quant(report["quant"], console)
 
 
-def _acceptance(acc: dict[str, Any], base: float | None, console: Any) -> None:
+def _acceptance(acc: AcceptanceSectionDict, base: float | None, console: Any) -> None:
     from rich.table import Table
 
     console.print(f"[bold]Acceptance[/]: {acc['source']}")
@@ -75,7 +85,7 @@ def _acceptance(acc: dict[str, Any], base: float | None, console: Any) -> None:
     console.print(table)
 
 
-def _scenario(scenario: dict[str, Any], base: float | None, console: Any) -> None:
+def _scenario(scenario: ScenarioDict, base: float | None, console: Any) -> None:
     from rich.table import Table
 
     split = any("draft_ms" in row for row in scenario["rows"])
@@ -99,7 +109,7 @@ def _scenario(scenario: dict[str, Any], base: float | None, console: Any) -> Non
     console.print(table)
 
 
-def _side_by_side(report: dict[str, Any], console: Any) -> None:
+def _side_by_side(report: LedgerReportDict, console: Any) -> None:
     from rich.table import Table
 
     scenarios = report["scenarios"]
@@ -117,7 +127,7 @@ def _side_by_side(report: dict[str, Any], console: Any) -> None:
     console.print(table)
 
 
-def _optimal(opt: dict[str, Any], console: Any) -> None:
+def _optimal(opt: OptimalSectionDict, console: Any) -> None:
     from rich.table import Table
 
     best = opt["best"]
@@ -142,7 +152,7 @@ def _optimal(opt: dict[str, Any], console: Any) -> None:
     )
 
 
-def _tree(tree: dict[str, Any], console: Any) -> None:
+def _tree(tree: TreeSectionDict, console: Any) -> None:
     from rich.table import Table
 
     table = Table(title=f"depth vs width at {tree['budget']} candidate nodes")
@@ -158,7 +168,7 @@ def _tree(tree: dict[str, Any], console: Any) -> None:
     console.print("  p_i: " + ", ".join(_fmt(p, 4) for p in tree["positional"][:8]))
 
 
-def _memory(memory: dict[str, Any], console: Any) -> None:
+def _memory(memory: MemorySectionDict, console: Any) -> None:
     from rich.table import Table
 
     console.print(
@@ -184,7 +194,7 @@ def _memory(memory: dict[str, Any], console: Any) -> None:
         console.print("  " + step_read_text(memory["step_read"], memory["batch"], memory["kv_bytes_per_token"]))
 
 
-def step_read_text(read: dict[str, Any], batch: int, m_kv: int) -> str:
+def step_read_text(read: StepReadDict, batch: int, m_kv: int) -> str:
     """The bytes one step reads, as one line: 'each step reads B·c·m_KV = 4 × 4096 × 46080 B = 720.0 MiB of KV
     at context 4096 (+ 100.0 MiB weights = 820.0 MiB, KV 88 %)'."""
     text = (f"each step (plain or verify round) reads B·c·m_KV = {batch} × {read['context']} × {m_kv} B = "
@@ -196,7 +206,7 @@ def step_read_text(read: dict[str, Any], batch: int, m_kv: int) -> str:
     return text
 
 
-def _quant(quant: dict[str, Any], console: Any) -> None:
+def _quant(quant: QuantSectionDict, console: Any) -> None:
     from rich.table import Table
 
     table = Table(title="quantization × speculation: four measurements, one baseline")

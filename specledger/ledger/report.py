@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from specledger.errors import SpecLedgerError, require
 from specledger.ledger.acceptance import (
@@ -26,6 +25,16 @@ from specledger.ledger.acceptance import (
 )
 from specledger.ledger.fourway import compare_quant_and_spec
 from specledger.ledger.memory import kv_read_bytes, load_kv_shape, speculation_memory, step_read_bytes
+from specledger.ledger.report_types import (
+    AcceptanceSectionDict,
+    LedgerReportDict,
+    LedgerRowDict,
+    MemorySectionDict,
+    OptimalSectionDict,
+    QuantSectionDict,
+    StepReadDict,
+    TreeSectionDict,
+)
 from specledger.ledger.speedup import (
     CostModel,
     LedgerRow,
@@ -133,8 +142,8 @@ def _gammas_for(req: LedgerRequest, acc: _Acceptance | None) -> list[int]:
     return gammas
 
 
-def _row_dict(row: LedgerRow, model: CostModel | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def _row_dict(row: LedgerRow, model: CostModel | None = None) -> LedgerRowDict:
+    out: LedgerRowDict = {
         "gamma": row.gamma,
         "expected_length": row.expected_length,
         "round_ms": row.round_ms,
@@ -166,12 +175,12 @@ def _tree_positional(req: LedgerRequest) -> tuple[list[float], str]:
     return positional_from_sibling_conditionals(conditionals), text + "; p_i = c_i·Π_{j<i}(1−c_j)"
 
 
-def ledger_report(req: LedgerRequest) -> dict[str, Any]:
+def ledger_report(req: LedgerRequest) -> LedgerReportDict:
     """The whole ledger as a JSON-ready dict (acceptance, per-scenario rows, optimum, tree, memory)."""
     acc = _resolve_acceptance(req)
     _check_request(req, acc)
     gammas = _gammas_for(req, acc)
-    report: dict[str, Any] = {"gammas": gammas, "base_ms": req.base_ms}
+    report: LedgerReportDict = {"gammas": gammas, "base_ms": req.base_ms}
     if acc is not None:
         report["acceptance"] = _acceptance_section(req, acc, gammas)
         report["scenarios"] = [
@@ -225,7 +234,7 @@ def _check_request(req: LedgerRequest, acc: _Acceptance | None) -> None:
     )
 
 
-def _acceptance_section(req: LedgerRequest, acc: _Acceptance, gammas: list[int]) -> dict[str, Any]:
+def _acceptance_section(req: LedgerRequest, acc: _Acceptance, gammas: list[int]) -> AcceptanceSectionDict:
     """The acceptance source, its chain, survival and histogram, and E[L] per γ."""
     full = acc.chain[: max(gammas)] if gammas and req.acceptance is not None else acc.chain
     survival = survival_from_chain(full)
@@ -253,7 +262,7 @@ def _acceptance_section(req: LedgerRequest, acc: _Acceptance, gammas: list[int])
     }
 
 
-def _optimal_section(req: LedgerRequest, acc: _Acceptance, label: str, model: CostModel) -> dict[str, Any]:
+def _optimal_section(req: LedgerRequest, acc: _Acceptance, label: str, model: CostModel) -> OptimalSectionDict:
     """The speed-maximising γ of one scenario and the marginal table that finds it."""
     best = optimal_gamma(acc.chain, req.base_ms, model, req.max_gamma)
     return {
@@ -277,7 +286,7 @@ def _optimal_section(req: LedgerRequest, acc: _Acceptance, label: str, model: Co
     }
 
 
-def _tree_section(req: LedgerRequest) -> dict[str, Any]:
+def _tree_section(req: LedgerRequest) -> TreeSectionDict:
     """Depth against width at the node budget: chain, k-ary and the best tree."""
     require(req.tree_budget >= 1, f"--tree-budget {req.tree_budget} must be >= 1 node")
     positional, model_text = _tree_positional(req)
@@ -300,12 +309,12 @@ def _tree_section(req: LedgerRequest) -> dict[str, Any]:
     }
 
 
-def _memory_section(req: LedgerRequest, gammas: list[int]) -> dict[str, Any]:
+def _memory_section(req: LedgerRequest, gammas: list[int]) -> MemorySectionDict:
     """The extra target KV the candidates take per γ (and per tree of ``--tree-budget`` nodes: every node
     takes a slot), for one request and for the batch; with ``--context``, the KV every step reads."""
     require(req.batch >= 1, f"--batch {req.batch} must be >= 1")
     shape = load_kv_shape(req.kv, req.kv_bytes)
-    section = {
+    section: MemorySectionDict = {
         "model": req.kv,
         "layers": shape.layers,
         "kv_heads": shape.kv_heads,
@@ -340,19 +349,19 @@ def _memory_section(req: LedgerRequest, gammas: list[int]) -> dict[str, Any]:
     return section
 
 
-def _step_read(m_kv: int, context: int, batch: int, weight_bytes: float | None) -> dict[str, Any]:
+def _step_read(m_kv: int, context: int, batch: int, weight_bytes: float | None) -> StepReadDict:
     """What one step (a plain step or a verify round) reads at ``context``: the KV B·c·m_KV, and with the weights
     W the total W + B·c·m_KV and the KV's share of it (:func:`specledger.ledger.memory.step_read_bytes`)."""
     kv = kv_read_bytes(m_kv, context, batch)
-    out: dict[str, Any] = {"context": context, "kv_read_bytes_per_step": kv, "weight_bytes": weight_bytes,
-                           "read_bytes_per_step": None, "kv_share": None}
+    out: StepReadDict = {"context": context, "kv_read_bytes_per_step": kv, "weight_bytes": weight_bytes,
+                         "read_bytes_per_step": None, "kv_share": None}
     if weight_bytes is not None:
         total = step_read_bytes(weight_bytes, m_kv, context, batch)
         out.update(read_bytes_per_step=total, kv_share=kv / total if total > 0 else None)
     return out
 
 
-def _quant_section(req: LedgerRequest) -> dict[str, Any]:
+def _quant_section(req: LedgerRequest) -> QuantSectionDict:
     """The four-way quantization × speculation record: speed-ups against one baseline."""
     require(
         len(req.four_way) == 4, "--four-way takes four tokens/s: baseline,quant-only,spec-only,combined"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from specledger.errors import SpecLedgerError
 from specledger.ledger.acceptance import conditional_from_survival, expected_length_from_chain
@@ -20,6 +20,19 @@ NO_ROUNDS_NOTE = (
     "are n/a); acceptance figures come from the server's /metrics counters, which are server-wide"
 )
 VLLM_BENCH_NOTE = "vllm bench serve reports aggregates only: no per-request rounds, so no round-level ledger"
+
+
+class AcceptanceLedgerDict(TypedDict):
+    """A server's per-position rates read as the ledger reads acceptance (:func:`acceptance_ledger`); E[L] in
+    tokens per round, the bonus token counted."""
+
+    gamma: int | None  # positions the server reported; None without rates
+    per_position_rates: list[float]  # Pr(K >= i), i = 1..gamma
+    conditional_a: list[float]  # a_i = Pr(K >= i) / Pr(K >= i - 1)
+    el_from_per_position: float | None  # 1 + sum of the rates
+    el_reported: float | None  # the server's mean acceptance length (1 + accepted / drafts)
+    mean_accepted_per_draft: float | None
+    error: str | None  # why the rates could not be read, else None
 
 
 def per_position_mismatch(
@@ -58,7 +71,7 @@ def _finite(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def acceptance_ledger(spec: Mapping[str, Any] | None) -> dict[str, Any]:
+def acceptance_ledger(spec: Mapping[str, Any] | None) -> AcceptanceLedgerDict:
     """Per-position rates Pr(K ≥ i) -> conditional a_i and E[L] = 1 + Σ Pr(K ≥ i) (bonus token counted),
     next to the reported mean acceptance length (1 + accepted/drafts). Every figure None (no rates)
     without spec-decode figures."""
@@ -68,7 +81,7 @@ def acceptance_ledger(spec: Mapping[str, Any] | None) -> dict[str, Any]:
     rates = [v for v in map(_finite, numbers) if v is not None]
     reported = spec.get("mean_acceptance_length")
     reported = _finite(reported) if reported is not None else None
-    out: dict[str, Any] = {
+    out: AcceptanceLedgerDict = {
         "gamma": len(rates) or None,
         "per_position_rates": rates,
         "conditional_a": [],
@@ -89,4 +102,4 @@ def acceptance_ledger(spec: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-__all__ = ["NO_ROUNDS_NOTE", "VLLM_BENCH_NOTE", "acceptance_ledger", "per_position_mismatch"]
+__all__ = ["NO_ROUNDS_NOTE", "VLLM_BENCH_NOTE", "AcceptanceLedgerDict", "acceptance_ledger", "per_position_mismatch"]

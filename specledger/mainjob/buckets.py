@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from specledger.workloads.context_buckets import BUCKETS, bucket_key, bucket_of, split_key
+
+if TYPE_CHECKING:
+    from specledger.workloads.item import WorkloadItem
 
 #: built-in items looked at per category to find its buckets
 CANDIDATES = 64
@@ -38,21 +41,22 @@ def nearest(bucket: str, buckets: Sequence[str]) -> str:
     return min(buckets, key=lambda b: abs(BUCKETS.index(b) - BUCKETS.index(bucket)))
 
 
-def bucketed_item(item: Any, bucket: str) -> Any:
+def bucketed_item(item: WorkloadItem, bucket: str) -> WorkloadItem:
     """A copy of ``item`` whose category is its bucket's decision key (``"long@2-4k"``)."""
     return replace(item, category=bucket_key(split_key(item.category)[0], bucket),
                    meta={**item.meta, "context_bucket": bucket})
 
 
-def split_initial(items: Sequence[Any], candidates: dict[str, Sequence[Any]], length_of: Callable[[Any], int | None],
-                  n: int, keep_all: bool = False) -> tuple[list[Any], dict[str, list[str]]]:
+def split_initial(items: Sequence[WorkloadItem], candidates: dict[str, Sequence[WorkloadItem]],
+                  length_of: Callable[[WorkloadItem], int | None], n: int, keep_all: bool = False
+                  ) -> tuple[list[WorkloadItem], dict[str, list[str]]]:
     """(initial items, {category: its buckets}) for the bucketed categories among ``candidates``
     (category -> its items in sampling order): ``n`` prompts per bucket, the first of each in order (with
     ``keep_all``: every candidate, in its bucket or, where that holds fewer than ``n``, the nearest that does);
     the other categories' ``items`` are kept as they are.
     ``length_of`` gives a prompt's token count, None when it does not fit the prompt budget."""
     bucketed: dict[str, list[str]] = {}
-    chosen: dict[str, list[Any]] = {}
+    chosen: dict[str, list[WorkloadItem]] = {}
     for category, pool in candidates.items():
         sized = [(it, length) for it in pool if (length := length_of(it)) is not None]
         buckets = buckets_with([length for _, length in sized], n)

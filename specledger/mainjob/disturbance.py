@@ -31,6 +31,15 @@ re-measured already. A prompt not re-measured keeps its records, each marked ``e
 at full weight, and the answer's first lines say how many: nothing is dropped. ``probe`` (:class:`ProbeWatch`)
 judges each second of its loads and reports; it re-measures nothing (its requests run concurrently).
 
+**What a run does with a disturbed load point** (:class:`LoadWatch`, ``specledger run --loads``): each batched
+point (one setting at one load > 1 and temperature) is a window too, judged by the CPU signals alone (a batched
+step is no solo step: no step drift). A disturbed point is measured once more, its first records kept in the
+trace under ``extra.experiment = "disturbed"`` (out of the load records and every figure), at most once per
+point, and not while the last re-measure was itself disturbed (lasting; it resumes after a quiet point); no
+share cap (a load point decides a whole load). A re-measure is not promised to be quiet: the kept records carry
+their own window, and summary.json's ``disturbance.load_points`` says how many were disturbed, re-measured and
+quiet the second time.
+
 ``SPECLEDGER_DISTURBANCE=off`` turns the watch off (the test suite does, so a busy test machine does not change
 what a test runs). Torch-free; reads only ``/proc`` (elsewhere nothing is watched and nothing is said).
 """
@@ -40,12 +49,22 @@ from __future__ import annotations
 import os
 import statistics
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+
+from specledger.engine.drafters.catalog import PLAIN
+from specledger.mainjob.proc_readings import (
+    CpuTimes,
+    Reading,
+    descendants,
+    local_servers,
+    parse_pid_stat,
+    parse_proc_stat,
+    read,
+)
+from specledger.records import EXPERIMENT_KEY
 
 #: other processes' CPU plus steal, in cores averaged over a window, above which the window is disturbed
 OTHER_CORES_LIMIT = 0.1
@@ -75,25 +94,11 @@ REMEASURE_RULE = (f"a disturbed prompt is measured once more and its first recor
                   f"'{DISTURBED_EXPERIMENT}', out of the figures; not while the last re-measure was disturbed "
                   f"again (a lasting disturbance) nor beyond {100 * REMEASURE_SHARE:.0f} % of the prompts (at least "
                   "one); a prompt not re-measured keeps its records, marked, at full weight")
+LOAD_REMEASURE_RULE = (f"a disturbed load point is measured once more and its first records kept under experiment "
+                       f"'{DISTURBED_EXPERIMENT}', out of the figures; at most once per point, not while the last "
+                       "re-measure was disturbed again (a lasting disturbance); a point not re-measured keeps its "
+                       "records, marked")
 PROBE_RULE = "probe: each second of its loads judged, nothing re-measured (its requests run concurrently)"
-
-
-@dataclass(frozen=True)
-class CpuTimes:
-    """The ``cpu`` line of ``/proc/stat``, in ticks: everything, the busy part, the stolen part."""
-
-    total: int
-    busy: int
-    steal: int
-
-
-@dataclass(frozen=True)
-class Reading:
-    """One sample: when (``time.monotonic``), the machine's CPU times, and our watched processes' ticks by pid."""
-
-    wall: float
-    machine: CpuTimes
-    own: dict[int, int]
 
 
 @dataclass(frozen=True)
@@ -113,24 +118,7 @@ class Window:
         return {**out, "reasons": why, "disturbed": bool(why)}
 
 
-# ---- pure functions: parsing and the rule ----
-
-def parse_proc_stat(text: str) -> CpuTimes:
-    """The aggregate ``cpu`` line of ``/proc/stat``: user nice system idle iowait irq softirq steal (guest time
-    is inside user already)."""
-    for line in text.splitlines():
-        parts = line.split()
-        if parts and parts[0] == "cpu":
-            v = [int(x) for x in parts[1:9]] + [0] * max(0, 9 - len(parts))
-            return CpuTimes(total=sum(v[:8]), busy=v[0] + v[1] + v[2] + v[5] + v[6], steal=v[7])
-    raise ValueError("no aggregate cpu line in /proc/stat")
-
-
-def parse_pid_stat(text: str) -> tuple[int, int]:
-    """(parent pid, utime + stime ticks) of a ``/proc/PID/stat`` line (the command may hold spaces and parens)."""
-    fields = text[text.rindex(")") + 2:].split()
-    return int(fields[1]), int(fields[11]) + int(fields[12])
-
+# ---- pure functions: the rule (the readings: specledger.mainjob.proc_readings) ----
 
 def cpu_window(a: Reading, b: Reading, cpus: int) -> Window:
     """The CPU signals between two readings: other processes' and steal's cores (never below 0). Our processes'
@@ -186,101 +174,24 @@ def spread(values: Sequence[float]) -> dict[str, float] | None:
             "max": round(xs[-1], 3)}
 
 
-# ---- reading /proc ----
+# ---- the switch ----
 
 def watching() -> bool:
     """Whether the watch is on: ``/proc/stat`` readable and ``SPECLEDGER_DISTURBANCE`` not ``off``."""
     return os.environ.get(SWITCH, "").lower() != "off" and Path("/proc/stat").is_file()
 
 
-def _pid_stats() -> dict[int, tuple[int, int]]:
-    """(parent, ticks) of every process readable now."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                out[int(entry.name)] = parse_pid_stat((entry / "stat").read_text())
-            except (OSError, ValueError, IndexError):
-                continue
-    return out
-
-
-def descendants(roots: set[int], parents: dict[int, int]) -> set[int]:
-    """``roots`` and every process below them (``parents``: pid -> parent pid)."""
-    found, grew = set(roots), True
-    while grew:
-        more = {pid for pid, parent in parents.items() if parent in found and pid not in found}
-        found |= more
-        grew = bool(more)
-    return found
-
-
-def read(roots: set[int] | None = None) -> Reading:
-    """A reading now: the machine's CPU times and the ticks of this process (``roots`` None) or of ``roots``
-    and all their descendants (this process's children, a local server and its workers)."""
-    machine = parse_proc_stat(Path("/proc/stat").read_text())
-    if roots is None:
-        own = {os.getpid(): parse_pid_stat(Path("/proc/self/stat").read_text())[1]}
-    else:
-        stats = _pid_stats()
-        tree = descendants(roots, {pid: parent for pid, (parent, _) in stats.items()})
-        own = {pid: stats[pid][1] for pid in tree if pid in stats}
-    return Reading(time.monotonic(), machine, own)
-
-
-def listening_pids(port: int) -> set[int]:
-    """Processes (of those we may read) listening on TCP ``port``: ``/proc/net/tcp{,6}`` LISTEN sockets, then
-    the processes holding them."""
-    inodes = set()
-    for name in ("tcp", "tcp6"):
-        try:
-            lines = Path("/proc/net", name).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            parts = line.split()
-            if len(parts) > 9 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(f"socket:[{parts[9]}]")
-    pids = set()
-    for entry in Path("/proc").iterdir() if inodes else []:
-        if not entry.name.isdigit():
-            continue
-        try:
-            if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
-                pids.add(int(entry.name))
-        except OSError:
-            continue
-    return pids
-
-
-def local_servers(urls: Iterable[str | None]) -> set[int]:
-    """The processes serving the local ones of ``urls`` (localhost, 127.x, ::1, 0.0.0.0): their CPU is the
-    load being measured, not a disturbance."""
-    pids: set[int] = set()
-    for url in urls:
-        if not url:
-            continue
-        parts = urlsplit(url)
-        host = (parts.hostname or "").lower()
-        if host in ("localhost", "::1", "0.0.0.0") or host.startswith("127."):
-            pids |= listening_pids(parts.port or (443 if parts.scheme == "https" else 80))
-    return pids
-
-
-# ---- the run: one window per prompt's side-by-side group ----
+# ---- the run: one window per prompt's side-by-side group, one per load point ----
 
 @dataclass
-class RunWatch:
-    """The main job's watch (module doc): :meth:`start` before a prompt's group, :meth:`judge` after it,
-    :meth:`remeasure` says whether to measure it again. ``expected``: seconds of a 1-row forward at a context
-    (the run's cost surface); None leaves the step drift out. ``reader``: a reading now (tests pass their own)."""
+class Watch:
+    """What the run's watches share: the readings (``reader``: a reading now; tests pass their own), numbered
+    windows, re-measures counted, and whether the disturbance lasts (the last re-measure was disturbed again;
+    a quiet first measurement ends it)."""
 
-    expected: Callable[[int], float] | None = None
     cpus: int = field(default_factory=lambda: os.cpu_count() or 1)
     reader: Callable[[], Reading] | None = None
     on: bool = field(default_factory=watching)
-    ratios: list[float] = field(default_factory=list)
-    prompts: int = 0
     windows: int = 0
     remeasured: int = 0
     lasting: bool = False
@@ -288,35 +199,98 @@ class RunWatch:
     def start(self) -> Reading | None:
         return (self.reader or read)() if self.on else None
 
-    def judge(self, start: Reading | None, records: Sequence[Any], second: bool = False) -> dict[str, Any] | None:
-        """The window since ``start`` over a group's ``records`` (its plain request's steps give the drift): the
-        ``extra.disturbance`` entry, numbered (``window``), with ``remeasure`` 1 on a second measurement. Keeps the
-        plain ratio of a quiet window (a disturbed one would pull the run's own median) and counts the prompt."""
-        if start is None:
-            return None
-        w = cpu_window(start, (self.reader or read)(), self.cpus)
-        plain = next((r for r in records if r.drafter == "none"), None)
-        ratio = plain_step_ratio(plain.rounds, self.expected) if plain is not None and self.expected else None
-        w = Window(w.seconds, w.other_cores, w.steal_cores, step_drift(ratio, self.ratios))
+    def window(self, start: Reading) -> Window:
+        """The CPU signals since ``start`` (no step drift)."""
+        return cpu_window(start, (self.reader or read)(), self.cpus)
+
+    def entry(self, w: Window, second: bool, **marks: Any) -> dict[str, Any]:
+        """``w``'s ``extra.disturbance`` entry, numbered (``window``), ``remeasure`` 1 on a second measurement,
+        with ``marks``; a disturbed re-measure starts a lasting disturbance, a quiet first measurement ends it."""
         self.windows += 1
-        entry = {**w.to_dict(), "window": self.windows, "remeasure": int(second)}
-        if ratio is not None and not entry["disturbed"]:
-            self.ratios.append(ratio)
-        self.prompts += 0 if second else 1
+        entry = {**w.to_dict(), "window": self.windows, "remeasure": int(second), **marks}
         if second:
             self.lasting = entry["disturbed"]
         elif not entry["disturbed"]:
             self.lasting = False
         return entry
 
+    def may_remeasure(self, entry: dict[str, Any] | None) -> bool:
+        """A first measurement is measured again only when disturbed and the disturbance does not last."""
+        return bool(entry) and bool(entry["disturbed"]) and not self.lasting
+
+
+@dataclass
+class RunWatch(Watch):
+    """The main job's watch over prompts (module doc): :meth:`start` before a prompt's group, :meth:`judge` after
+    it, :meth:`remeasure` says whether to measure it again. ``expected``: seconds of a 1-row forward at a context
+    (the run's cost surface); None leaves the step drift out."""
+
+    expected: Callable[[int], float] | None = None
+    ratios: list[float] = field(default_factory=list)
+    prompts: int = 0
+
+    def judge(self, start: Reading | None, records: Sequence[Any], second: bool = False) -> dict[str, Any] | None:
+        """The window since ``start`` over a group's ``records`` (its plain request's steps give the drift): the
+        ``extra.disturbance`` entry (:meth:`Watch.entry`). Keeps the plain ratio of a quiet window (a disturbed
+        one would pull the run's own median) and counts the prompt."""
+        if start is None:
+            return None
+        w = self.window(start)
+        plain = next((r for r in records if r.drafter == PLAIN.name), None)
+        ratio = plain_step_ratio(plain.rounds, self.expected) if plain is not None and self.expected else None
+        entry = self.entry(Window(w.seconds, w.other_cores, w.steal_cores, step_drift(ratio, self.ratios)), second)
+        if ratio is not None and not entry["disturbed"]:
+            self.ratios.append(ratio)
+        self.prompts += 0 if second else 1
+        return entry
+
     def remeasure(self, entry: dict[str, Any] | None) -> bool:
         """Whether a first measurement with ``entry`` is measured again (the rule in the module doc)."""
-        if not entry or not entry["disturbed"] or self.lasting:
-            return False
-        if self.remeasured >= max(1.0, REMEASURE_SHARE * self.prompts):
+        if not self.may_remeasure(entry) or self.remeasured >= max(1.0, REMEASURE_SHARE * self.prompts):
             return False
         self.remeasured += 1
         return True
+
+
+@dataclass
+class LoadWatch(Watch):
+    """The load points' watch (module doc): one window per batched point, judged by the CPU signals alone."""
+
+    def judge(self, start: Reading | None, records: Sequence[Any], second: bool = False) -> dict[str, Any] | None:
+        """The window since ``start`` over one load point's ``records`` (tagged with their ``load``): the entry
+        (:meth:`Watch.entry`) marked ``load_point`` (the load)."""
+        if start is None:
+            return None
+        load = records[0].extra.get("load") if records else None
+        return self.entry(self.window(start), second, load_point=load)
+
+    def remeasure(self, entry: dict[str, Any] | None) -> bool:
+        """Whether a first measurement with ``entry`` is measured again: disturbed and not lasting (each point at
+        most once: a second measurement is never asked)."""
+        if not self.may_remeasure(entry):
+            return False
+        self.remeasured += 1
+        return True
+
+
+def watched(watch: RunWatch | LoadWatch, measure: Callable[[], list[Any]],
+            set_aside: Callable[[list[Any]], None]) -> list[Any]:
+    """``measure()`` once, watched; when ``watch.remeasure`` says so, the first records are marked (experiment
+    ``disturbed``, their entry) and handed to ``set_aside`` (to append to the trace), then measured once more.
+    Returns the kept records, each carrying its window's entry (none when the watch is off)."""
+    start = watch.start()
+    records = measure()
+    entry = watch.judge(start, records)
+    if watch.remeasure(entry):
+        for rec in records:
+            rec.extra.update({EXPERIMENT_KEY: DISTURBED_EXPERIMENT, EXTRA_KEY: entry})
+        set_aside(records)
+        start = watch.start()
+        records = measure()
+        entry = watch.judge(start, records, second=True)
+    for rec in records if entry else []:
+        rec.extra[EXTRA_KEY] = entry
+    return records
 
 
 # ---- probe: one reading a second in a thread ----
@@ -380,25 +354,57 @@ def window_finding(entries: Sequence[dict[str, Any]], unit: str, handling: str,
     return {**out, "line": finding_line(out)}
 
 
-def run_finding(records: Sequence[Any]) -> dict[str, Any] | None:
-    """A run's ``disturbance`` entry from its trace: one window per prompt's group (per job with ``--sequential``)
-    as it was first measured; how many were re-measured and came out quiet; None when no record was watched."""
-    first: dict[tuple[str, float, int], dict[str, Any]] = {}
-    again: dict[tuple[str, float, int], dict[str, Any]] = {}
+def _first_and_again(records: Sequence[Any], load_points: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The windows' entries of the prompts' groups (``load_points`` False) or of the load points (True, entries
+    marked ``load_point``) as first measured, and those of their re-measures; one entry per window."""
+    first: dict[tuple[Any, ...], dict[str, Any]] = {}
+    again: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in records:
         entry = r.extra.get(EXTRA_KEY)
-        if not isinstance(entry, dict) or "other_cores" not in entry:
+        if not isinstance(entry, dict) or "other_cores" not in entry or ("load_point" in entry) != load_points:
             continue
-        key = (r.prompt_id, float(r.temperature), int(entry.get("window") or 0))
+        who = (entry["load_point"], r.extra.get("setting")) if load_points else (r.prompt_id,)
+        key = (*who, float(r.temperature), int(entry.get("window") or 0))
         (again if entry.get("remeasure") else first).setdefault(key, entry)
+    return list(first.values()), list(again.values())
+
+
+def _measured_finding(records: Sequence[Any], load_points: bool) -> dict[str, Any] | None:
+    """:func:`window_finding` of the prompts or the load points as first measured, with how many were re-measured
+    and came out quiet; None when none was watched."""
+    first, again = _first_and_again(records, load_points)
     if not first:
         return None
-    quiet = sum(1 for e in again.values() if not e.get("disturbed"))
-    return window_finding(list(first.values()), "prompt", REMEASURE_RULE, len(again), quiet)
+    quiet = sum(1 for e in again if not e.get("disturbed"))
+    unit, handling = ("load point", LOAD_REMEASURE_RULE) if load_points else ("prompt", REMEASURE_RULE)
+    return window_finding(first, unit, handling, len(again), quiet)
+
+
+def run_finding(records: Sequence[Any]) -> dict[str, Any] | None:
+    """A run's ``disturbance`` entry from its trace: one window per prompt's group (per job with ``--sequential``)
+    as it was first measured, how many were re-measured and came out quiet, and the load points' own finding
+    under ``load_points`` (its clause in the ``line``); the load points' finding alone when no prompt was
+    watched; None when no record was watched."""
+    prompts, points = _measured_finding(records, False), _measured_finding(records, True)
+    if prompts is None or points is None:
+        return prompts or points
+    out = {**prompts, "load_points": points}
+    return {**out, "line": finding_line(out)}
 
 
 def finding_line(f: dict[str, Any]) -> str:
-    """One line for the answer and the report's first screen: quiet, or how much was disturbed and by what."""
+    """One line for the answer and the report's first screen: quiet, or how much was disturbed and by what; with
+    a clause on the load points (``f["load_points"]``) when some were disturbed."""
+    line = _window_line(f)
+    points = f.get("load_points") or {}
+    if points.get("disturbed"):
+        line += (f"; load points: {points['disturbed']} of {points['judged']} disturbed, {points['remeasured']} "
+                 f"re-measured ({points['remeasured_quiet']} quiet the second time)")
+    return line
+
+
+def _window_line(f: dict[str, Any]) -> str:
+    """:func:`finding_line` of one unit's windows."""
     unit = f["unit"]
     if not f.get("judged"):
         return f"machine: not judged (no {unit} measured for {MIN_WINDOW_S:g} s or more)"
@@ -410,18 +416,19 @@ def finding_line(f: dict[str, Any]) -> str:
         return f"machine: quiet while measuring ({signals})"
     line = (f"machine DISTURBED during {f['disturbed']} of {f['judged']} {unit}s ({100 * f['fraction']:.0f} %): "
             f"{signals}")
-    if unit == "prompt":
+    if unit in ("prompt", "load point"):
         kept = f["disturbed"] - f["remeasured_quiet"]
         line += (f"; {f['remeasured']} re-measured ({f['remeasured_quiet']} quiet the second time), "
-                 f"{kept} kept measured while disturbed: speed figures less reliable")
+                 f"{kept} kept measured while disturbed: "
+                 + ("speed figures" if unit == "prompt" else "load > 1 decisions") + " less reliable")
     else:
         line += "; the load generator's timings (and a local server's) less reliable"
     return line
 
 
 __all__ = [
-    "DISTURBED_EXPERIMENT", "EXTRA_KEY", "MIN_WINDOW_S", "OTHER_CORES_LIMIT", "REMEASURE_SHARE", "STEP_DRIFT_LIMIT",
-    "CpuTimes", "ProbeWatch", "Reading", "RunWatch", "Window", "cpu_window", "descendants", "finding_line",
-    "local_servers", "parse_pid_stat", "parse_proc_stat", "plain_step_ratio", "reasons", "run_finding",
-    "step_drift", "window_finding",
+    "DISTURBED_EXPERIMENT", "EXTRA_KEY", "LOAD_REMEASURE_RULE", "MIN_WINDOW_S", "OTHER_CORES_LIMIT", "REMEASURE_SHARE",
+    "STEP_DRIFT_LIMIT", "CpuTimes", "LoadWatch", "ProbeWatch", "Reading", "RunWatch", "Watch", "Window", "cpu_window",
+    "descendants", "finding_line", "local_servers", "parse_pid_stat", "parse_proc_stat", "plain_step_ratio",
+    "reasons", "run_finding", "step_drift", "watched", "window_finding",
 ]

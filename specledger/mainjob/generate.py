@@ -1,6 +1,6 @@
 """The work behind ``specledger generate`` (the command: :mod:`specledger.cli.generate`): decode one prompt with
 speculative decoding, then its round ledger (:mod:`specledger.analysis.request_ledger`) beside the warm, interleaved
-comparison with plain decoding (:mod:`specledger.predict.compare`) and plain decode's bandwidth."""
+comparison with plain decoding (:mod:`specledger.mainjob.compare`) and plain decode's bandwidth."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specledger.engine.drafters.catalog import NGRAM, PLAIN
 from specledger.errors import SpecLedgerError
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class GenerateOptions:
     """The options of ``specledger generate`` (see its help)."""
 
     prompt: str
-    drafter: str = "ngram"
+    drafter: str = NGRAM.name
     gamma: int = 4
     tree_budget: int = 0
     tree_shape: str = "dynamic"
@@ -85,7 +86,7 @@ class GenerateOptions:
 
     def check(self) -> None:
         """Reject bad options before the (slow) model load."""
-        from specledger.predict.tree_shape_spec import check_tree_shape
+        from specledger.mainjob.tree_shape_spec import check_tree_shape
 
         if self.gamma < 0:
             raise SpecLedgerError(f"--gamma must be >= 0, got {self.gamma}")
@@ -96,7 +97,7 @@ class GenerateOptions:
 
 def _compare(engine: TargetEngine, ids: Any, again: Callable[[], Any], o: GenerateOptions, kwargs: dict,
              tb: int) -> Any:
-    from specledger.predict.compare import compare_plain_spec
+    from specledger.mainjob.compare import compare_plain_spec
 
     return compare_plain_spec(engine, ids, again, o.drafter, o.gamma, kwargs, repeats=o.repeats, tree_budget=tb)
 
@@ -110,7 +111,7 @@ def run_generate(o: GenerateOptions, on_text: Callable[[str], None] | None = Non
     from specledger.engine.decode import Emitted
     from specledger.engine.drafters.registry import make_drafter
     from specledger.engine.sampling import SamplingParams
-    from specledger.predict.tree_shape_spec import tree_shape_from_spec
+    from specledger.mainjob.tree_shape_spec import tree_shape_from_spec
     from specledger.records import RequestRecord
     from specledger.rundir import append_records
 
@@ -118,7 +119,7 @@ def run_generate(o: GenerateOptions, on_text: Callable[[str], None] | None = Non
     params = SamplingParams(temperature=o.temperature, top_k=o.top_k, top_p=o.top_p, seed=o.seed)
     engine = build_engine(o.target, o.dtype) if o.device == "cpu" else build_engine(o.target, o.dtype, o.device)
     ids = engine.loaded.encode_prompt(o.prompt, chat=not o.raw)
-    tb = o.tree_budget if o.drafter != "none" else 0
+    tb = o.tree_budget if o.drafter != PLAIN.name else 0
     shape = tree_shape_from_spec(o.tree_shape, o.drafter) if tb else None
 
     def build(chosen: str | None = o.layers) -> Any:
@@ -129,7 +130,7 @@ def run_generate(o: GenerateOptions, on_text: Callable[[str], None] | None = Non
     d = build()
     kwargs = dict(max_tokens=o.max_tokens, params=params, stop=o.stop or [])
     record = None
-    gamma = o.gamma if o.drafter != "none" else 0
+    gamma = o.gamma if o.drafter != PLAIN.name else 0
     for ev in engine.stream(ids, drafter=d, gamma=gamma, tree_budget=tb, **kwargs):
         if isinstance(ev, Emitted) and on_text is not None:
             on_text(ev.text)
@@ -138,7 +139,7 @@ def run_generate(o: GenerateOptions, on_text: Callable[[str], None] | None = Non
     if on_text is not None:
         on_text("\n")  # the streamed text ends before the comparison starts
     plain, comparison = None, None
-    if o.compare and o.drafter != "none":  # warm both sides up, then interleave (specledger.predict.compare)
+    if o.compare and o.drafter != PLAIN.name:  # warm both sides up, then interleave (specledger.mainjob.compare)
         comparison = _compare(engine, ids, lambda: build(o.layers or layers_of(d)), o, kwargs, tb)
         record, plain = comparison.spec[-1], comparison.plain[-1]
     if o.trace is not None:

@@ -21,10 +21,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 from warnings import warn
 
-from specledger.engine.protocol import TargetEngine
+from specledger.engine.drafters.catalog import LAYERSKIP, PLAIN
+from specledger.engine.protocol import StreamArgs, TargetEngine
 from specledger.errors import SpecLedgerError, SpecLedgerWarning, require
 from specledger.mainjob.disturbance import DISTURBED_EXPERIMENT, RunWatch
 from specledger.mainjob.disturbance import EXTRA_KEY as DISTURBANCE_KEY
@@ -67,7 +68,21 @@ from specledger.mainjob.prompts import (
 from specledger.records import EXPERIMENT_KEY, setting_label
 from specledger.rundir import SURFACE_KEY, RunDir
 
+if TYPE_CHECKING:
+    from specledger.engine.drafters.base import Drafter
+    from specledger.engine.tree_shape import StaticTreeShape
+    from specledger.gates.decision import VerdictDict
+    from specledger.gates.slo import SLO
+    from specledger.mainjob.race import RaceLog, Setting
+
 Progress = Callable[[int, int, str], None]
+
+
+class DrafterInfo(TypedDict, total=False):
+    """``run.json``'s ``drafters``: what the run's drafters were built with."""
+
+    layerskip_layers: str | None  # the layers layerskip keeps ("0-7,26-29"): given, or calibrated once
+    tree_shape: dict[str, str]  # drafter -> where its static tree shape comes from (``--tree-shape`` not dynamic)
 
 
 def peak_rss_bytes() -> int:
@@ -85,20 +100,20 @@ class DrafterSet:
 
         self.plan, self.engine = plan, engine
         self.layers = plan.layers
-        self.info: dict[str, Any] = {}
-        if "layerskip" in plan.drafters and not self.layers:
-            self.layers = ",".join(map(str, make_drafter("layerskip", engine).layers))  # calibrate once
-        if "layerskip" in plan.drafters:
+        self.info: DrafterInfo = {}
+        if LAYERSKIP.name in plan.drafters and not self.layers:
+            self.layers = ",".join(map(str, make_drafter(LAYERSKIP.name, engine).layers))  # calibrate once
+        if LAYERSKIP.name in plan.drafters:
             self.info["layerskip_layers"] = self.layers
-        self._made: dict[tuple[str, int, float, int], Any] = {}
-        self._shapes: dict[str, Any] = {}
+        self._made: dict[tuple[str, int, float, int], Drafter] = {}
+        self._shapes: dict[str, StaticTreeShape | None] = {}
         if any(plan.tree_budgets) and plan.tree_shape != "dynamic":  # the DP's static shape, per drafter
-            from specledger.predict.tree_shape_spec import tree_shape_from_spec
+            from specledger.mainjob.tree_shape_spec import tree_shape_from_spec
 
             self._shapes = {d: tree_shape_from_spec(plan.tree_shape, d) for d in plan.drafters}
             self.info["tree_shape"] = {d: s.source for d, s in self._shapes.items()}
 
-    def for_job(self, job: Job) -> Any:
+    def for_job(self, job: Job) -> Drafter:
         from specledger.engine.drafters.registry import make_drafter
 
         key = (job.drafter, job.gamma, job.temperature, job.tree_budget)
@@ -122,11 +137,11 @@ class Executor:
         self.side_by_side = SideBySide()
         self.watch = watch or RunWatch()
 
-    def request(self, job: Job) -> tuple[TargetEngine, list[int], dict[str, Any]]:
+    def request(self, job: Job) -> tuple[TargetEngine, list[int], StreamArgs]:
         from specledger.engine.sampling import SamplingParams
 
         plan = self.plan
-        return self.engine, self.workload.encoded[job.prompt_id], dict(
+        return self.engine, self.workload.encoded[job.prompt_id], StreamArgs(
             drafter=self.drafters.for_job(job), gamma=job.gamma,
             params=SamplingParams(temperature=job.temperature, seed=plan.seed),
             max_tokens=plan.max_tokens_for(self.workload.by_id[job.prompt_id].category),
@@ -187,7 +202,7 @@ def run(
     resume: bool = False,
     progress: Progress | None = None,
     on_warning: Callable[[str], None] | None = None,
-    slo: Any = None,
+    slo: SLO | None = None,
     started: float | None = None,
     watch: RunWatch | None = None,
 ) -> Path:
@@ -276,7 +291,7 @@ def _report_warnings(plan: RunPlan, warnings: Sequence[str], skipped: Sequence[s
 
 
 def _start_meta(rd: RunDir, plan: RunPlan, engine: TargetEngine, workload: Workload, warnings: list[str],
-                drafter_info: dict[str, Any], resume: bool, progress: Progress | None) -> dict[str, Any]:
+                drafter_info: DrafterInfo, resume: bool, progress: Progress | None) -> dict[str, Any]:
     """run.json as the run starts (or continues): the plan, model, machine and prompts, checked against a
     resumed run's own, with the verify cost surface (measured now, or the resumed run's)."""
     from specledger.engine.device import machine_info
@@ -307,7 +322,7 @@ def _start_meta(rd: RunDir, plan: RunPlan, engine: TargetEngine, workload: Workl
     old: dict[str, Any] = {}
     if resume and rd.meta_path.exists():
         old = rd.meta(f"restart the run with another --out instead of --resume {run_dir}")
-        if plan_config(old.get("config")) != meta["config"]:
+        if plan_config(old.get("config")) != plan:
             raise SpecLedgerError(f"{run_dir} was started with another configuration; resume it without options")
         if (old.get("model"), str(old.get("dtype"))) != (meta.get("model"), str(meta.get("dtype"))):
             raise SpecLedgerError(f"{run_dir} was measured on {old.get('model')} ({old.get('dtype')}), not "
@@ -339,8 +354,8 @@ def _repair(rd: RunDir) -> None:
              "that request runs again", SpecLedgerWarning, stacklevel=3)
 
 
-def _race(rd: RunDir, plan: RunPlan, workload: Workload, execute: Executor, done: set, slo: Any, started: float,
-          progress: Progress | None, used: set[str], reserve_s: float) -> Any:
+def _race(rd: RunDir, plan: RunPlan, workload: Workload, execute: Executor, done: set, slo: SLO | None,
+          started: float, progress: Progress | None, used: set[str], reserve_s: float) -> RaceLog:
     """Race rounds until the budget (see :mod:`specledger.mainjob.race`); returns the race log."""
     from specledger.mainjob.race import RaceLog, Setting, decisions_so_far, race
 
@@ -350,7 +365,7 @@ def _race(rd: RunDir, plan: RunPlan, workload: Workload, execute: Executor, done
     settings = [Setting(d, g, b) for d in plan.drafters for g in plan.gammas_for(d) for b in plan.tree_budgets]
     counter = {"n": 0}
 
-    def decide() -> list[dict[str, Any]]:
+    def decide() -> list[VerdictDict]:
         return decisions_so_far(rd.records_so_far(), slo)
 
     def more(category: str, k: int) -> list[str]:
@@ -360,8 +375,9 @@ def _race(rd: RunDir, plan: RunPlan, workload: Workload, execute: Executor, done
             ids += workload.register(batch)
         return ids
 
-    def run_prompts(category: str, temperature: float, ids: list[str], keep: list[Any], with_plain: bool) -> None:
-        jobs = [j for pid in ids for j in [Job(pid, "none", 0, temperature)][: int(with_plain)]
+    def run_prompts(category: str, temperature: float, ids: list[str], keep: list[Setting], with_plain: bool
+                    ) -> None:
+        jobs = [j for pid in ids for j in [Job(pid, PLAIN.name, 0, temperature)][: int(with_plain)]
                 + [Job(pid, s.drafter, s.gamma, temperature, s.tree_budget) for s in keep]]
         jobs = [j for j in jobs if j.key not in done]
         if progress:
@@ -375,11 +391,27 @@ def _race(rd: RunDir, plan: RunPlan, workload: Workload, execute: Executor, done
     return race(log, deadline, decide, more, run_prompts, settings, prompts_so_far, step=plan.race_step)
 
 
+def record_bandwidth(run_dir: Path, engine: TargetEngine) -> None:
+    """run.json ``bandwidth``: plain decoding's achieved bandwidth over the main job's plain requests against
+    this machine's read bandwidth measured now (:func:`specledger.engine.bandwidth.plain_decode_bandwidth`)."""
+    from specledger.engine.bandwidth import plain_decode_bandwidth
+    from specledger.records import main_records
+
+    rd = RunDir(run_dir)
+    plain = [r for r in main_records(rd.records()) if r.drafter == PLAIN.name]
+    meta = rd.meta()
+    figures = plain_decode_bandwidth(engine.model, plain, device=engine.device)
+    if figures:
+        meta["bandwidth"] = figures
+    rd.write_meta(meta)
+
+
 __all__ = [
     "DEFAULT_BUDGET_S", "DEFAULT_CATEGORIES", "DEFAULT_DRAFTERS", "DEFAULT_INITIAL_PROMPTS", "DEFAULT_LOADS",
     "FULL_LOADS", "LOAD_POINTS_SHARE", "LOAD_POINT_SETTINGS", "MAX_SIDE_BY_SIDE", "QUALITY_MAX_TOKENS",
     "QUICK_BUDGET_S", "QUICK_LOADS", "REPORT_RESERVE_S", "RUN_SURFACE_REPEATS", "SIMULATED_LOADS", "DrafterSet",
     "Executor", "Job", "PromptPool", "RunPlan", "Workload", "check_budget", "done_keys", "job_groups",
-    "load_items", "measure_run_surface", "peak_rss_bytes", "plan_config", "plan_jobs", "preset", "run",
+    "load_items", "measure_run_surface", "peak_rss_bytes", "plan_config", "plan_jobs", "preset", "record_bandwidth",
+    "run",
     "surface_contexts", "survivor_settings",
 ]

@@ -18,6 +18,11 @@ appended together).
 ``--loads A..B`` (``plan.locate_loads``) measures both ends, then bisects in powers of two where the decisions
 so far change between adjacent measured loads (:mod:`specledger.load_bisect`, the planner the probe uses too),
 until each change is bracketed within 2× or the budget holds no further point.
+
+Each point is watched (:class:`specledger.mainjob.disturbance.LoadWatch`): its records carry their window's
+``extra.disturbance`` (marked ``load_point``), and a disturbed point is measured once more, its first records kept
+under ``extra.experiment = "disturbed"`` (out of :func:`specledger.records.load_records`), at most once per point
+and not while the disturbance lasts (the rule in :mod:`specledger.mainjob.disturbance`).
 """
 
 from __future__ import annotations
@@ -26,20 +31,29 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.engine.protocol import TargetEngine
 from specledger.load_points import interleaved, requests_at
+from specledger.mainjob.disturbance import LoadWatch, watched
 from specledger.records import EXPERIMENT_KEY, LOAD_EXPERIMENT, load_records, setting_label
 from specledger.rundir import RunDir
 
 Progress = Callable[[int, int, str], None]
 #: an extra load point is started only when its estimated time, times this, ends before the deadline (the
+class MemoryFacts(TypedDict):
+    """``run.json``'s figures for the KV-capacity gate at loads > 1."""
+
+    kv_bytes_per_token: int  # m_KV: bytes of K and V per token of context
+    memory_total_bytes: int | None  # the machine's physical memory (None: unknown)
+
+
 #: estimate interpolates between other loads: a point can take longer than it says)
 POINT_COST_MARGIN = 1.25
 
 
-def memory_facts(engine: TargetEngine) -> dict[str, Any]:
+def memory_facts(engine: TargetEngine) -> MemoryFacts:
     """What the KV-capacity gate needs: m_KV (bytes of K and V per token, from the model config:
     2 · layers · kv_heads · head_dim · bytes per element) and the machine's memory."""
     from specledger.bench.serving_memory import model_kv_shape
@@ -53,7 +67,7 @@ def memory_facts(engine: TargetEngine) -> dict[str, Any]:
 
 def settings_of(plan: Any) -> list[tuple[str, int]]:
     """Plain decoding, then every drafter × γ of the plan (the solo job's settings)."""
-    return [("none", 0)] + [(d, g) for d in plan.drafters for g in plan.gammas_for(d)]
+    return [(PLAIN.name, 0)] + [(d, g) for d in plan.drafters for g in plan.gammas_for(d)]
 
 
 def done_points(run: RunDir) -> set[tuple[int, float, str]]:
@@ -109,6 +123,7 @@ def run_load_points(
     settings: Sequence[tuple[str, int]] | None = None,
     slo: Any = None,
     deadline: float | None = None,
+    watch: LoadWatch | None = None,
 ) -> list[int]:
     """Run every (load > 1, temperature, setting) point of ``plan`` not yet in the run's trace; ``settings``
     (plain first) limits them, e.g. to the settings a race left in contention. With ``plan.locate_loads``
@@ -116,19 +131,21 @@ def run_load_points(
     :func:`specledger.load_bisect.next_load` asks for, read from the decisions so far (``slo``), each only
     while its estimated time (:func:`specledger.load_bisect.point_cost` per request, times the requests, times
     :data:`POINT_COST_MARGIN`) ends before ``deadline`` (a
-    ``time.monotonic()`` reading; None: no limit). Returns the loads measured."""
+    ``time.monotonic()`` reading; None: no limit). Each point is watched by ``watch`` (default a fresh
+    :class:`~specledger.mainjob.disturbance.LoadWatch`). Returns the loads measured."""
     from specledger.load_bisect import locate, point_cost, range_loads
 
     settings = list(settings) if settings is not None else settings_of(plan)
     ids = interleaved(list(encoded), {pid: items[pid].category for pid in encoded})
     done = done_points(run)
+    watch = watch or LoadWatch()
     order: list[int] = []
 
     def measure(load: int) -> None:
         order.append(load)
         if load > 1:
             _measure_load(run, plan, engine, items, encoded, layers, progress, settings, ids, done, load,
-                          sum(1 for x in order if x > 1) - 1)
+                          sum(1 for x in order if x > 1) - 1, watch)
 
     if not getattr(plan, "locate_loads", False):
         for load in sorted(set(plan.loads)):
@@ -155,14 +172,16 @@ def run_load_points(
 def _measure_load(run: RunDir, plan: Any, engine: TargetEngine, items: Mapping[str, Any],
                   encoded: Mapping[str, list[int]], layers: str | None, progress: Progress | None,
                   settings: list[tuple[str, int]], ids: list[str], done: set[tuple[int, float, str]], load: int,
-                  k: int) -> None:
+                  k: int, watch: LoadWatch | None = None) -> None:
     """Every (temperature, setting) point at ``load`` not in ``done``, appended to the run's trace; the order of
-    the settings rotated by ``k`` (the load's place among the run's loads > 1, in the order measured)."""
+    the settings rotated by ``k`` (the load's place among the run's loads > 1, in the order measured). Each point
+    watched by ``watch`` (default a fresh one): a disturbed point measured once more, its first records appended
+    under experiment ``disturbed`` (:func:`specledger.mainjob.disturbance.watched`)."""
     from specledger.bench.serving import run_point
     from specledger.engine.drafters.registry import make_drafter
     from specledger.engine.sampling import SamplingParams
-    from specledger.quality import answer_complete, score
 
+    watch = watch or LoadWatch()
     eos = sorted(engine.eos_token_ids)
     reqs = requests_at(load, ids)
     prompts = [list(encoded[pid]) for pid in reqs]
@@ -179,29 +198,43 @@ def _measure_load(run: RunDir, plan: Any, engine: TargetEngine, items: Mapping[s
             if progress:
                 progress(count - 1, total, f"load {load} T={temperature:g} {label}")
 
-            def factory(n: str = name) -> Any:
-                return make_drafter(n, engine, layers=layers, draft_path=plan.draft)
+            def point(n: str = name, g: int = gamma, t: float = temperature) -> list[Any]:
+                def factory() -> Any:
+                    return make_drafter(n, engine, layers=layers, draft_path=plan.draft)
 
-            records, m = run_point(engine.model, prompts, factory, gamma, budgets, concurrency=load, eos=eos,
-                                   params=SamplingParams(temperature=temperature, seed=plan.seed))
-            draft = m.get("draft_memory", {})
-            tokens = sum(r.output_tokens for r in records)
-            for r in records:
-                i = int(r.prompt_id[1:])
-                pid = reqs[i]
-                item = items[pid]
-                r.prompt_id, r.category = pid, item.category
-                r.drafter, r.gamma, r.temperature = name, gamma, temperature
-                r.request_id = f"load{load}|{label}|T{temperature:g}|{i}"
-                r.extra.update({
-                    EXPERIMENT_KEY: LOAD_EXPERIMENT, "kind": "concurrency", "load": load, "setting": label,
-                    "point_wall_s": m["wall_s"], "point_cpu_s": m["cpu_s"], "point_tokens": tokens,
-                    "point_requests": len(records), "slots": m.get("slots"),
-                    "preemptions": m.get("preemptions"),
-                    "draft_weight_bytes": draft.get("weight_bytes", 0),
-                    "draft_kv_bytes_per_token": draft.get("kv_bytes_per_token", 0),
-                    "quality": score(item, r.text),
-                })
-                if (complete := answer_complete(item, r.text, r.stop_reason)) is not None:
-                    r.extra["quality_complete"] = complete
-            run.append(records)
+                records, m = run_point(engine.model, prompts, factory, g, budgets, concurrency=load, eos=eos,
+                                       params=SamplingParams(temperature=t, seed=plan.seed))
+                _tag_point(records, m, items, reqs, load, n, g, t)
+                return records
+
+            run.append(watched(watch, point, run.append))
+
+
+def _tag_point(records: Sequence[Any], m: Mapping[str, Any], items: Mapping[str, Any], reqs: Sequence[str],
+               load: int, name: str, gamma: int, temperature: float) -> None:
+    """One point's records (``run_point``'s, with its figures ``m``) tagged as a load record: the request's prompt
+    and category, the setting, ``extra.experiment = "load"``, the point's wall and CPU time, tokens and memory,
+    the answer's quality."""
+    from specledger.quality import answer_complete, score
+
+    label = setting_label(name, gamma)
+    draft = m.get("draft_memory", {})
+    tokens = sum(r.output_tokens for r in records)
+    for r in records:
+        i = int(r.prompt_id[1:])
+        pid = reqs[i]
+        item = items[pid]
+        r.prompt_id, r.category = pid, item.category
+        r.drafter, r.gamma, r.temperature = name, gamma, temperature
+        r.request_id = f"load{load}|{label}|T{temperature:g}|{i}"
+        r.extra.update({
+            EXPERIMENT_KEY: LOAD_EXPERIMENT, "kind": "concurrency", "load": load, "setting": label,
+            "point_wall_s": m["wall_s"], "point_cpu_s": m["cpu_s"], "point_tokens": tokens,
+            "point_requests": len(records), "slots": m.get("slots"),
+            "preemptions": m.get("preemptions"),
+            "draft_weight_bytes": draft.get("weight_bytes", 0),
+            "draft_kv_bytes_per_token": draft.get("kv_bytes_per_token", 0),
+            "quality": score(item, r.text),
+        })
+        if (complete := answer_complete(item, r.text, r.stop_reason)) is not None:
+            r.extra["quality_complete"] = complete

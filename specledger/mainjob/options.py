@@ -8,18 +8,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from specledger.command_options import TargetOptions
 from specledger.errors import SpecLedgerError
 from specledger.load_points import is_load_range, parse_loads
 from specledger.mainjob.plan import RunPlan, preset
 
 
 @dataclass
-class RunOptions:
+class RunOptions(TargetOptions):
     """The options of ``specledger run`` as typed (None: the preset's); see the verb's help for each."""
 
     quick: bool = False
     full: bool = False
-    out: Path | None = None
     resume: Path | None = None
     categories: str | None = None
     drafters: str | None = None
@@ -29,16 +29,10 @@ class RunOptions:
     temperatures: str | None = None
     n: int | None = None
     max_tokens: int | None = None
-    workload: Path | None = None
-    target: str | None = None
-    dtype: str = "auto"
     device: str = "cpu"
-    layers: str | None = None
-    draft: str | None = None
     loads: str | None = None
     simulate_loads: str | None = None
     slo: Path | None = None
-    seed: int = 0
     budget: str | None = None
     verbose: bool = False
     sequential: bool = False

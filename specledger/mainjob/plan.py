@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
 
+from specledger.engine.drafters import catalog
+from specledger.engine.drafters.catalog import LAYERSKIP, MODEL, NGRAM, PLAIN, QUANT_SELF, SUFFIX
 from specledger.errors import SpecLedgerError, require
+from specledger.gates.decision import CONTROL, NO_DECISION, Verdict
+from specledger.mainjob.race import Setting
 from specledger.workloads.context_buckets import split_key
 
 DEFAULT_CATEGORIES = ("code", "code-edit", "extraction", "agent", "dialogue", "summary", "math", "random")
 #: drafters of ``make run`` (the default preset): the model-free ones, which pay on this CPU. layerskip (S about
 #: 0.5 here: a draft pass costs most of a verify pass) is dropped by every race at its first look, so it only
 #: cost the budget; --drafters ngram,suffix,layerskip or --full runs it (--full adds quant-self too)
-DEFAULT_DRAFTERS = ("ngram", "suffix")
+DEFAULT_DRAFTERS = (NGRAM.name, SUFFIX.name)
 #: concurrencies of the presets (1 = the solo job); chosen so that ``make run`` fits 10 minutes on 2 cores
 #: (estimated: load 16 adds about 2 minutes to the default run, load 4 about 2.5 more: ``--loads 1,4,16``); the
 #: default preset bisects between them (``--loads 1..16``) as far as its budget allows
@@ -48,7 +52,7 @@ class RunPlan:
 
     categories: list[str] = field(default_factory=lambda: list(DEFAULT_CATEGORIES))
     n_per_category: int = 2
-    drafters: list[str] = field(default_factory=lambda: ["ngram", "suffix", "layerskip", "quant-self"])
+    drafters: list[str] = field(default_factory=lambda: [NGRAM.name, SUFFIX.name, LAYERSKIP.name, QUANT_SELF.name])
     gammas: list[int] = field(default_factory=lambda: [2, 4])
     #: gammas for drafters that run a network (layerskip, quant-self, model, head); None = ``gammas``.
     #: Their rounds cost a draft pass per candidate, so the default run samples fewer of them.
@@ -57,13 +61,13 @@ class RunPlan:
     #: token-tree node budgets per round for every drafter x gamma (0 = a chain; a tree's depth <= gamma)
     tree_budgets: list[int] = field(default_factory=lambda: [0])
     #: which tree a tree round proposes: dynamic (EAGLE-2 best-first) or the DP's static shape
-    #: (dp, dp:p1,p2,.., dp:RUN_DIR; :mod:`specledger.predict.tree_shape_spec`)
+    #: (dp, dp:p1,p2,.., dp:RUN_DIR; :mod:`specledger.mainjob.tree_shape_spec`)
     tree_shape: str = "dynamic"
     max_tokens: int = 40
     max_prompt_tokens: int = 1536
     seed: int = 0
     layers: str | None = None  # layerskip layers; None = calibrate
-    draft: str | None = None  # draft model path for the "model" drafter
+    draft: str | None = None  # draft model path for the model drafter (catalog.MODEL)
     workload_file: str | None = None
     #: also run ``specledger sweep``'s experiments (quant4, policies, serving) into the run directory
     side_experiments: bool = False
@@ -113,7 +117,8 @@ class RunPlan:
         return 1 + sum(len(self.gammas_for(d)) * len(self.tree_budgets) for d in self.drafters)
 
     def gammas_for(self, drafter: str) -> list[int]:
-        neural = drafter in ("layerskip", "quant-self", "model", "head")
+        spec = catalog.find(drafter)
+        neural = spec is not None and spec.needs_network
         return self.model_gammas if neural and self.model_gammas is not None else self.gammas
 
     def validate(self) -> None:
@@ -124,7 +129,7 @@ class RunPlan:
         require(bool(self.tree_budgets) and all(isinstance(b, int) and b >= 0 for b in self.tree_budgets),
                 "--tree-budgets must be integers >= 1 (0 = chain), e.g. 0,8,16")
         require(len(set(self.tree_budgets)) == len(self.tree_budgets), "--tree-budgets must be distinct")
-        from specledger.predict.tree_shape_spec import check_tree_shape
+        from specledger.mainjob.tree_shape_spec import check_tree_shape
 
         check_tree_shape(self.tree_shape)
         require(self.max_tokens >= 1, "--max-tokens must be >= 1")
@@ -143,17 +148,15 @@ class RunPlan:
                 f"{','.join(map(str, sorted({1, *self.loads})))}); simulate only loads that are not measured")
         require(all(isinstance(v, int) and v >= 1 for v in self.category_max_tokens.values()),
                 "category max_tokens must be whole numbers >= 1")
-        from specledger.engine.drafters.registry import DRAFTERS
-
         for d in self.drafters:
-            require(d in DRAFTERS and d != "none", f"unknown drafter {d!r}; choose from {', '.join(DRAFTERS[1:])}")
-        require("model" not in self.drafters or self.draft, "the 'model' drafter needs --draft PATH")
+            catalog.check_drafter(d)
+        require(MODEL.name not in self.drafters or self.draft, f"the {MODEL.name!r} drafter needs --draft PATH")
 
 
 def preset(name: str) -> RunPlan:
     if name == "quick":  # two prompts per category: the least that gives a bootstrap CI, hence a verdict
         return RunPlan(categories=["code-edit", "dialogue", "math"], n_per_category=2,
-                       drafters=["ngram", "suffix", "layerskip"], gammas=[4], max_tokens=40,
+                       drafters=[NGRAM.name, SUFFIX.name, LAYERSKIP.name], gammas=[4], max_tokens=40,
                        loads=list(QUICK_LOADS), category_max_tokens=dict(QUALITY_MAX_TOKENS),
                        simulate_loads=list(SIMULATED_LOADS), budget_s=QUICK_BUDGET_S)
     if name == "default":  # quant-self (S ~0.5 on this CPU, a third of the run's time) is left to --full
@@ -186,7 +189,7 @@ def plan_jobs(prompt_ids: Sequence[str], plan: RunPlan) -> list[Job]:
     jobs = []
     for t in plan.temperatures:
         for pid in prompt_ids:
-            jobs.append(Job(pid, "none", 0, t))
+            jobs.append(Job(pid, PLAIN.name, 0, t))
             for d in plan.drafters:
                 for g in plan.gammas_for(d):
                     for b in plan.tree_budgets:
@@ -214,12 +217,29 @@ def job_groups(jobs: Sequence[Job], interleave: bool = True, width: int = MAX_SI
     return groups
 
 
-def plan_config(config: Any) -> dict[str, Any] | None:
-    """A saved plan with the defaults of fields added since it was written (None if it is no plan)."""
+def plan_config(config: Any) -> RunPlan | None:
+    """A saved plan (``run.json``'s ``config``) with the defaults of fields added since it was written (None if it
+    is no plan)."""
     try:
-        return asdict(RunPlan(**config))
+        return RunPlan(**config)
     except TypeError:
         return None
+
+
+class SurfacePointDict(TypedDict):
+    """One measured verify step of the run's cost surface (``run.json`` ``cost_surface.points``)."""
+
+    batch: int  # requests verified together
+    rows: int  # positions verified per request
+    context: int  # positions already in each request's cache
+    seconds: float  # the step's time
+
+
+class SurfaceDict(TypedDict, total=False):
+    """The run's verify cost surface as ``run.json`` keeps it (:meth:`specledger.cost.surface.CostSurface.to_dict`):
+    what the budget check reads of it."""
+
+    points: list[SurfacePointDict]
 
 
 #: share of the budget kept for the load points, which run after the race with the settings it left
@@ -228,26 +248,24 @@ LOAD_POINTS_SHARE = 0.15
 LOAD_POINT_SETTINGS = 2
 
 
-def survivor_settings(decisions: Sequence[dict[str, Any]], plan: RunPlan) -> list[tuple[str, int]]:
+def survivor_settings(decisions: Sequence[Verdict], plan: RunPlan) -> list[tuple[str, int]]:
     """Plain, then the (drafter, γ) most categories' decisions stand on after the race (the chosen setting of
     a deploy, the leader of an open decision; chains only), at most :data:`LOAD_POINT_SETTINGS` of them; the
     plan's first chain setting when the decisions name none (everything off: the loads then show why)."""
     votes: dict[tuple[str, int], int] = {}
     for v in decisions:
-        if v.get("decision") in ("control", "no-decision") or not v.get("setting"):
+        if v.decision in (CONTROL, NO_DECISION) or (v.is_off and v.resolved):
             continue
-        if v.get("decision") == "off" and v.get("resolved"):
-            continue
-        drafter, _, gamma = str(v["setting"]).partition(" γ=")
-        if gamma.isdigit():
-            votes[(drafter, int(gamma))] = votes.get((drafter, int(gamma)), 0) + 1
+        s = Setting.parse(v.setting or "")
+        if s is not None and isinstance(s.gamma, int) and not s.tree_budget:
+            votes[(s.drafter, s.gamma)] = votes.get((s.drafter, s.gamma), 0) + 1
     order = [(d, g) for d in plan.drafters for g in plan.gammas_for(d)]
     keep = sorted(votes, key=lambda k: (-votes[k], order.index(k) if k in order else len(order)))
     keep = keep[:LOAD_POINT_SETTINGS] or order[:1]
-    return [("none", 0)] + sorted(keep, key=lambda k: order.index(k) if k in order else len(order))
+    return [(PLAIN.name, 0)] + sorted(keep, key=lambda k: order.index(k) if k in order else len(order))
 
 
-def _surface_at(surface: dict[str, Any], context: int) -> tuple[float, float]:
+def _surface_at(surface: SurfaceDict, context: int) -> tuple[float, float]:
     """(one-row step, marginal seconds per extra row) at the measured context nearest ``context``."""
     points = [p for p in surface.get("points") or [] if int(p.get("batch", 1) or 1) == 1]
     if not points:
@@ -258,7 +276,7 @@ def _surface_at(surface: dict[str, Any], context: int) -> tuple[float, float]:
     return one, (at[top] - one) / (top - 1) if top > 1 else 0.0
 
 
-def initial_seconds(plan: RunPlan, surface: dict[str, Any], prompts: Sequence[tuple[str, int]]) -> float:
+def initial_seconds(plan: RunPlan, surface: SurfaceDict, prompts: Sequence[tuple[str, int]]) -> float:
     """An estimate of the initial prompts' time: per (category, prompt tokens n), one prefill, shared by the
     prompt's settings (n rows at the surface's marginal row cost at its shortest context: a prefill's linears),
     and every setting's output at the one-row step at that context; draft passes come on top. On the AVX2 EPYC a
@@ -271,7 +289,7 @@ def initial_seconds(plan: RunPlan, surface: dict[str, Any], prompts: Sequence[tu
     return total
 
 
-def check_budget(plan: RunPlan, surface: dict[str, Any], spent_s: float, categories: Sequence[str] = ()) -> None:
+def check_budget(plan: RunPlan, surface: SurfaceDict, spent_s: float, categories: Sequence[str] = ()) -> None:
     """One-line error when ``plan.budget_s`` cannot hold what one prompt needs: the time already spent on
     start-up plus one prompt of every setting, priced at the measured 1-row step (a lower bound: draft
     passes and prefill come on top), plus :data:`REPORT_RESERVE_S`."""

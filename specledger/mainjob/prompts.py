@@ -6,7 +6,7 @@ contexts (:func:`measure_run_surface`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from specledger.engine.protocol import TargetEngine
 from specledger.mainjob.buckets import BUCKETED_BUILTIN, CANDIDATES, bucketed_item, nearest, split_initial
@@ -14,6 +14,18 @@ from specledger.mainjob.plan import RunPlan
 from specledger.records import EXPERIMENT_KEY
 from specledger.rundir import RunDir
 from specledger.workloads.context_buckets import bucket_key, bucket_of, split_key
+from specledger.workloads.item import WorkloadItem
+
+if TYPE_CHECKING:
+    from specledger.cost.surface import CostSurface
+
+
+class PromptFacts(TypedDict):
+    """One prompt as ``run.json``'s ``prompts`` keeps it (``summary.json`` drops its ``token_ids``)."""
+
+    category: str  # its decision key: the category, or "category@bucket" where the category is split by context
+    prompt_tokens: int  # its length in the target's tokens
+    token_ids: list[int]  # the prompt as the target saw it (what the forecasts replay)
 
 
 def done_keys(run: RunDir) -> set[tuple[str, str, int, float, int]]:
@@ -43,8 +55,8 @@ def load_items(plan: RunPlan, vocab_size: int):
     return items, warnings
 
 
-def traffic_counts(plan: RunPlan, file: dict[str, list[Any]] | None = None,
-                   key_of: Callable[[Any], str] | None = None) -> dict[str, int]:
+def traffic_counts(plan: RunPlan, file: dict[str, list[WorkloadItem]] | None = None,
+                   key_of: Callable[[WorkloadItem], str] | None = None) -> dict[str, int]:
     """Requests per category of the workload, the mix's default shares (:func:`specledger.gates.mix.mix_weights`):
     a workload file's lines per category (``file``: :func:`file_items`, read here when not given; ``key_of``: a
     line's decision key, its context bucket's where its category is split), else ``n_per_category`` for every
@@ -66,14 +78,14 @@ class PromptPool:
     bucket's decision key (``"long@2-4k"``) draws its category's prompts that fall in that bucket (``bucket_of``:
     a prompt's bucket, None when it does not fit)."""
 
-    def __init__(self, plan: RunPlan, used: set[str], bucket_of: Callable[[Any], str | None] | None = None,
-                 file: dict[str, list[Any]] | None = None) -> None:
+    def __init__(self, plan: RunPlan, used: set[str], bucket_of: Callable[[WorkloadItem], str | None] | None = None,
+                 file: dict[str, list[WorkloadItem]] | None = None) -> None:
         self.plan, self.used, self.bucket_of = plan, used, bucket_of
-        self._cache: dict[str, list[Any]] = {}
+        self._cache: dict[str, list[WorkloadItem]] = {}
         self._asked: dict[str, int] = {}
         self._file = file if file is not None else file_items(plan)
 
-    def _bundled(self, category: str, k: int, wanted: Callable[[Any], bool]) -> list[Any]:
+    def _bundled(self, category: str, k: int, wanted: Callable[[WorkloadItem], bool]) -> list[WorkloadItem]:
         """The category's items in their seeded order, loaded once and extended while fewer than ``k`` unused ones
         are ``wanted`` and the source has more."""
         from specledger.workloads.catalog import load_category
@@ -85,11 +97,11 @@ class PromptPool:
             have = self._cache[category] = load_category(category, self._asked[category], seed=self.plan.seed)
         return have
 
-    def more(self, category: str, k: int) -> list[Any]:
+    def more(self, category: str, k: int) -> list[WorkloadItem]:
         """Up to ``k`` items of ``category`` (or of its bucket) not used yet (none for the random control)."""
         base, bucket = split_key(category)
 
-        def wanted(it: Any) -> bool:
+        def wanted(it: WorkloadItem) -> bool:
             return bucket is None or self.bucket_of is None or self.bucket_of(it) == bucket
 
         if self._file is not None:
@@ -103,19 +115,20 @@ class PromptPool:
         return out
 
 
-def file_items(plan: RunPlan) -> dict[str, list[Any]] | None:
+def file_items(plan: RunPlan) -> dict[str, list[WorkloadItem]] | None:
     """A workload file's items per category, in file order (None without a file)."""
     if not plan.workload_file:
         return None
     from specledger.workloads.jsonl import load_jsonl
 
-    out: dict[str, list[Any]] = {}
+    out: dict[str, list[WorkloadItem]] = {}
     for it in load_jsonl(plan.workload_file)[0]:
         out.setdefault(it.category, []).append(it)
     return out
 
 
-def context_candidates(plan: RunPlan, file: dict[str, list[Any]] | None = None) -> dict[str, list[Any]]:
+def context_candidates(plan: RunPlan, file: dict[str, list[WorkloadItem]] | None = None
+                       ) -> dict[str, list[WorkloadItem]]:
     """Per text category, the prompts whose lengths decide whether it is split by context bucket: a workload file's
     lines, or the first :data:`~specledger.mainjob.buckets.CANDIDATES` of a built-in category's order (only those
     of :data:`~specledger.mainjob.buckets.BUCKETED_BUILTIN`: the others' prompts are short by design)."""
@@ -135,7 +148,7 @@ class Workload:
     def __init__(self, plan: RunPlan, engine: TargetEngine) -> None:
         self.plan, self.engine = plan, engine
         self.encoded: dict[str, list[int]] = {}
-        self.by_id: dict[str, Any] = {}
+        self.by_id: dict[str, WorkloadItem] = {}
         self.skipped: list[str] = []
         #: the workload file's items per category, read once for the run (None without a file)
         self.file = file_items(plan)
@@ -143,20 +156,20 @@ class Workload:
         self.bucketed: dict[str, list[str]] = {}
         self._ids: dict[str, list[int]] = {}  # item id -> its prompt's token ids, encoded once
 
-    def _tokens(self, item: Any) -> list[int]:
+    def _tokens(self, item: WorkloadItem) -> list[int]:
         from specledger.workloads import encode_item
 
         if item.id not in self._ids:
             self._ids[item.id] = encode_item(self.engine.loaded, item)
         return self._ids[item.id]
 
-    def fits(self, item: Any, length: int) -> bool:
+    def fits(self, item: WorkloadItem, length: int) -> bool:
         """Whether a prompt of ``length`` tokens fits the prompt budget and the context with its output."""
         plan = self.plan
         return length <= plan.max_prompt_tokens_for(item.category) and \
             length + plan.max_tokens_for(item.category) + max(plan.tree_budgets) <= self.engine.max_context
 
-    def why_not(self, item: Any, length: int) -> str:
+    def why_not(self, item: WorkloadItem, length: int) -> str:
         """Why a prompt of ``length`` tokens is skipped (it does not :meth:`fits`)."""
         cap, out = self.plan.max_prompt_tokens_for(item.category), self.plan.max_tokens_for(item.category)
         if length > cap:
@@ -164,31 +177,32 @@ class Workload:
         return (f"{item.id}: prompt of {length} tokens + {out} output tokens does not fit the model's "
                 f"{self.engine.max_context}-token context")
 
-    def length(self, item: Any) -> int | None:
+    def length(self, item: WorkloadItem) -> int | None:
         """The prompt's token count, None when it does not fit (:meth:`fits`)."""
         n = len(self._tokens(item))
         return n if self.fits(item, n) else None
 
-    def decision_key(self, item: Any) -> str:
+    def decision_key(self, item: WorkloadItem) -> str:
         """The category ``item`` is decided in: its context bucket's key where its category is split (a bucket
         with too few prompts joins the nearest decided one), else its own."""
         category = split_key(item.category)[0]
         bucket = self.bucket(item) if category in self.bucketed else None
         return item.category if bucket is None else bucket_key(category, nearest(bucket, self.bucketed[category]))
 
-    def bucket(self, item: Any) -> str | None:
+    def bucket(self, item: WorkloadItem) -> str | None:
         """The context bucket of a prompt that fits, else None."""
         n = self.length(item)
         return None if n is None else bucket_of(n)
 
-    def split_by_context(self, items: Sequence[Any], candidates: dict[str, Sequence[Any]]) -> list[Any]:
+    def split_by_context(self, items: Sequence[WorkloadItem], candidates: dict[str, Sequence[WorkloadItem]]
+                         ) -> list[WorkloadItem]:
         """The initial items with the categories that span context buckets split into them
         (:func:`specledger.mainjob.buckets.split_initial`); remembers which, for the race's prompts."""
         keep_all = bool(self.plan.workload_file) and self.plan.budget_s is None  # a file without a budget: every line
         items, self.bucketed = split_initial(items, candidates, self.length, self.plan.n_per_category, keep_all)
         return items
 
-    def register(self, new_items: Sequence[Any]) -> list[str]:
+    def register(self, new_items: Sequence[WorkloadItem]) -> list[str]:
         """Encode items that fit the prompt budget into ``encoded`` / ``by_id``; returns their ids."""
         ids = []
         for it in new_items:
@@ -202,7 +216,7 @@ class Workload:
             ids.append(it.id)
         return ids
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self) -> dict[str, PromptFacts]:
         """run.json ``prompts``: each prompt's category, length and token ids."""
         return {pid: {"category": it.category, "prompt_tokens": len(self.encoded[pid]),
                       "token_ids": self.encoded[pid]}
@@ -224,7 +238,7 @@ RUN_SURFACE_REPEATS = 9
 
 
 def measure_run_surface(engine: TargetEngine, prompt_lengths: Sequence[int], max_tokens: int,
-                        repeats: int = RUN_SURFACE_REPEATS) -> Any:
+                        repeats: int = RUN_SURFACE_REPEATS) -> CostSurface:
     """The verify cost surface this run's forecasts use: solo forwards of 1..33 rows at the run's contexts,
     interleaved and repeated (:func:`specledger.engine.calibrate.measure_rows_axis`), measured at start."""
     from specledger.engine.calibrate import ROWS_AXIS, measure_rows_axis

@@ -38,6 +38,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.records import RequestRecord
 
 PRIOR = 2.0  # pseudo-rounds of the pooled value added to every per-request estimate
@@ -135,7 +136,7 @@ class AcceptanceModel:
         skip = set(exclude_gammas)
         groups: dict[tuple[str, str, str], list[RequestRecord]] = defaultdict(list)
         for r in records:
-            if r.drafter == "none" or not isinstance(r.gamma, int) or r.gamma <= 0 or r.gamma in skip \
+            if r.drafter == PLAIN.name or not isinstance(r.gamma, int) or r.gamma <= 0 or r.gamma in skip \
                     or r.tree_budget:
                 continue
             groups[(r.category or "default", r.drafter, r.prompt_id or r.request_id)].append(r)

@@ -23,9 +23,20 @@ from typing import Any
 import numpy as np
 
 from specledger.cost.costmodel import fit_cost_model
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.predict.acceptance import AcceptanceModel
 from specledger.predict.predict import measured_baseline, predict_category, request_noise, window_levels
 from specledger.predict.replay import run_forecast_inputs
+from specledger.predict.results import (
+    BucketRowDict,
+    ErrorSummaryDict,
+    HeldOutRowDict,
+    MachineNoiseDict,
+    PredictionCheckDict,
+    ReproducibilityDict,
+    ScenarioPredictionDict,
+    SpeedupErrorDict,
+)
 from specledger.records import RequestRecord
 
 
@@ -68,7 +79,7 @@ def predict_held_out(
     n_boot: int = 0,
     meta: dict[str, Any] | None = None,
     inputs: tuple[Any, Any] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[HeldOutRowDict]:
     """Fit on ``train`` only, predict ``drafter`` at ``gamma`` for each category of ``test`` (its records of
     that setting and plain decoding), and compare. ``train`` must not contain that setting. ``meta`` (the
     run's ``run.json``) brings the measured surface and the prompts' token ids (replay); the replayed
@@ -88,13 +99,13 @@ def predict_held_out(
     spec_by_cat: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in test:
         cat = r.category or "default"
-        if r.drafter == "none":
+        if r.drafter == PLAIN.name:
             plain_by_cat[cat].append(r)
         elif r.drafter == drafter and r.gamma == gamma:
             spec_by_cat[cat].append(r)
     baseline = measured_baseline(train)  # the fit's own plain records
     window = window_levels(cost, train)  # each prompt's side-by-side window, from its other settings only
-    rows = []
+    rows: list[HeldOutRowDict] = []
     for cat in sorted(spec_by_cat):
         both = {_pid(r) for r in spec_by_cat[cat]} & {_pid(r) for r in plain_by_cat[cat]}
         chains = [c for c in acc.requests(cat, drafter) if c.prompt_id in both]
@@ -137,12 +148,12 @@ def _measured_el(records: Sequence[RequestRecord]) -> float | None:
     return sum(rd.committed for r in records for rd in r.rounds) / n if n else None
 
 
-def machine_noise(records: Iterable[RequestRecord]) -> dict[str, Any] | None:
+def machine_noise(records: Iterable[RequestRecord]) -> MachineNoiseDict | None:
     """How much the machine itself moves: P10 / P50 / P90 (ms) of plain decoding's steps, each step scaled
     by its request's median step (so prompts of different lengths do not count as noise) and reported
     at the median step's scale. ``busy``: P90 / P10 > 1.5, the speed figures are not reliable."""
     per_request = [np.array([rd.t_verify for rd in r.rounds]) for r in records
-                   if r.drafter == "none" and len(r.rounds) >= 2 and all(rd.batch_size <= 1 for rd in r.rounds)]
+                   if r.drafter == PLAIN.name and len(r.rounds) >= 2 and all(rd.batch_size <= 1 for rd in r.rounds)]
     if len(per_request) < 2:
         return None
     scale = float(np.median(np.concatenate(per_request))) * 1e3
@@ -152,7 +163,7 @@ def machine_noise(records: Iterable[RequestRecord]) -> dict[str, Any] | None:
             "busy": p90 / p10 > 1.5}
 
 
-def summarize_errors(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def summarize_errors(rows: Sequence[SpeedupErrorDict] | Sequence[BucketRowDict]) -> ErrorSummaryDict:
     errs = [r["abs_error"] for r in rows if r.get("abs_error") is not None and math.isfinite(r["abs_error"])]
     cov = [r["covered"] for r in rows if r.get("covered") is not None]
     return {
@@ -166,31 +177,32 @@ def summarize_errors(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def leave_one_gamma_out(records: Iterable[RequestRecord], max_tokens: int | None = None,
                         meta: dict[str, Any] | None = None, n_boot: int = 0,
-                        inputs: tuple[Any, Any] | None = None) -> dict[str, Any]:
+                        inputs: tuple[Any, Any] | None = None) -> PredictionCheckDict:
     """The run's self-check (see module docstring): rows, median and P90 absolute relative error."""
     recs = usable(records)
     gammas: dict[str, set[int]] = defaultdict(set)
     for r in recs:
-        if r.drafter != "none" and isinstance(r.gamma, int) and r.gamma > 0:
+        if r.drafter != PLAIN.name and isinstance(r.gamma, int) and r.gamma > 0:
             gammas[r.drafter].add(r.gamma)
-    rows: list[dict[str, Any]] = []
+    rows: list[HeldOutRowDict] = []
     for drafter in sorted(gammas):
         if len(gammas[drafter]) < 2:
             continue
         for g in sorted(gammas[drafter]):
             train = [r for r in recs if not (r.drafter == drafter and r.gamma == g)]
             rows += predict_held_out(train, recs, drafter, g, max_tokens, n_boot=n_boot, meta=meta, inputs=inputs)
-    out: dict[str, Any] = {"rows": rows, **summarize_errors(rows), "machine_noise": machine_noise(recs),
-                           "method": "leave one gamma out: fit cost and acceptance without it, predict it, compare "
-                                     "end-to-end speed-ups on the same prompts",
-                           "assumption": AcceptanceModel.assumption}
+    out: PredictionCheckDict = {
+        "rows": rows, **summarize_errors(rows), "machine_noise": machine_noise(recs),
+        "method": "leave one gamma out: fit cost and acceptance without it, predict it, compare end-to-end speed-ups "
+                  "on the same prompts",
+        "assumption": AcceptanceModel.assumption}
     if not rows:
         out["note"] = "no drafter ran two or more gammas: nothing to hold out"
     return out
 
 
 def run_prediction_check(records: Iterable[RequestRecord], meta: dict[str, Any] | None = None,
-                         inputs: tuple[Any, Any] | None = None) -> dict[str, Any]:
+                         inputs: tuple[Any, Any] | None = None) -> PredictionCheckDict:
     """:func:`leave_one_gamma_out` of a run directory's records, with the run's max_tokens from ``run.json``."""
     return leave_one_gamma_out(records, run_max_tokens(meta), meta, inputs=inputs)
 
@@ -203,9 +215,9 @@ def run_max_tokens(meta: dict[str, Any] | None) -> int | None:
     return max_tokens if isinstance(max_tokens, int) and not config.get("category_max_tokens") else None
 
 
-def scenario_predictions(records: Iterable[RequestRecord], check: dict[str, Any],
+def scenario_predictions(records: Iterable[RequestRecord], check: PredictionCheckDict,
                          meta: dict[str, Any] | None = None,
-                         inputs: tuple[Any, Any] | None = None) -> dict[tuple, dict[str, Any]]:
+                         inputs: tuple[Any, Any] | None = None) -> dict[tuple, ScenarioPredictionDict]:
     """{(category, temperature, drafter, gamma): {"speedup", "kind"}}: the end-to-end model's speed-up of
     every measured static-γ setting of the check's temperature — held out (fitted without that γ, from
     ``check``) where the drafter ran two or more γ's, in sample (fitted on everything) otherwise; both on the
@@ -215,12 +227,12 @@ def scenario_predictions(records: Iterable[RequestRecord], check: dict[str, Any]
     if not recs:
         return {}
     temp = float(recs[0].temperature)
-    out: dict[tuple, dict[str, Any]] = {}
+    out: dict[tuple, ScenarioPredictionDict] = {}
     for r in check.get("rows", []):
         out[(r["category"], temp, r["drafter"], r["gamma"])] = {"speedup": r["predicted_speedup"], "kind": "held out"}
-    settings = {(r.category or "default", r.drafter, r.gamma) for r in recs if r.drafter != "none"}
+    settings = {(r.category or "default", r.drafter, r.gamma) for r in recs if r.drafter != PLAIN.name}
     missing = [s for s in settings if (s[0], temp, s[1], s[2]) not in out]
-    if not missing or not any(r.drafter == "none" for r in recs):
+    if not missing or not any(r.drafter == PLAIN.name for r in recs):
         return out
     surface, replay = inputs if inputs is not None else run_forecast_inputs(recs, meta)
     cost = fit_cost_model(recs, n_boot=0, surface=surface)
@@ -239,7 +251,7 @@ def scenario_predictions(records: Iterable[RequestRecord], check: dict[str, Any]
     return out
 
 
-def reproducibility(checks: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def reproducibility(checks: Sequence[PredictionCheckDict]) -> ReproducibilityDict | None:
     """How far the *measured* side of the in-run check moves between runs of the same prompts: for every
     setting (category, drafter, γ) that two checks (``run_prediction_check`` results, e.g. two ``make
     run``s) both measured, |S_a / S_b − 1|, over every pair of checks; median and P90. If each run's S

@@ -23,10 +23,12 @@ from dataclasses import replace
 from typing import Any
 
 from specledger.cost.costmodel import fit_cost_model
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.predict.acceptance import AcceptanceModel, RequestChain
 from specledger.predict.check import _pid, measured_speedup, run_max_tokens, summarize_errors, usable
 from specledger.predict.predict import predict_category
 from specledger.predict.replay import run_forecast_inputs
+from specledger.predict.results import BucketCheckDict, BucketRowDict
 from specledger.records import RequestRecord
 from specledger.workloads.context_buckets import split_key
 
@@ -51,21 +53,21 @@ def _held_chains(held: str, drafter: str, plain: Sequence[RequestRecord], max_to
 
 
 def forecast_bucket(records: Sequence[RequestRecord], held: str, surface: Any, max_tokens: int | None = None
-                    ) -> list[dict[str, Any]]:
+                    ) -> list[BucketRowDict]:
     """One row per speculative (drafter, γ) of bucket ``held``: its S forecast without any of its records, and
     the measured S on the same prompts."""
     base = split_key(held)[0]
     train = [r for r in records if r.category != held]
     test = [r for r in records if r.category == held]
-    plain = {_pid(r): r for r in test if r.drafter == "none"}
+    plain = {_pid(r): r for r in test if r.drafter == PLAIN.name}
     if not train or not plain:
         return []
     cost = fit_cost_model(train, source=f"fitted without {held}", n_boot=0, surface=surface)
     others = [replace(r, category=held) for r in train if split_key(r.category or "")[0] == base]
     acc = AcceptanceModel.from_records(others)
-    settings = sorted({(r.drafter, r.gamma) for r in test if r.drafter != "none" and isinstance(r.gamma, int)
+    settings = sorted({(r.drafter, r.gamma) for r in test if r.drafter != PLAIN.name and isinstance(r.gamma, int)
                        and r.gamma > 0 and not r.tree_budget})
-    rows = []
+    rows: list[BucketRowDict] = []
     for drafter, gamma in settings:
         spec = [r for r in test if r.drafter == drafter and r.gamma == gamma and _pid(r) in plain]
         if not spec or not acc.requests(held, drafter):
@@ -83,7 +85,7 @@ def forecast_bucket(records: Sequence[RequestRecord], held: str, surface: Any, m
     return rows
 
 
-def leave_one_bucket_out(records: Iterable[RequestRecord], meta: dict[str, Any] | None = None) -> dict[str, Any]:
+def leave_one_bucket_out(records: Iterable[RequestRecord], meta: dict[str, Any] | None = None) -> BucketCheckDict:
     """Every bucket of every bucketed category held out in turn (:func:`forecast_bucket`): rows, median and P90
     absolute relative error."""
     recs = usable(records)

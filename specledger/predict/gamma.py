@@ -17,13 +17,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
 
 from specledger.cost.costmodel import fit_cost_model
 from specledger.cost.surface import CostSurface
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.predict.acceptance import AcceptanceModel
 from specledger.predict.predict import gamma_curve, window_levels
 from specledger.predict.replay import Replayer
+from specledger.predict.results import GammaCurveDict
 from specledger.records import RequestRecord
 
 
@@ -37,13 +38,13 @@ def plain_prompts(records: Iterable[RequestRecord]) -> dict[str, set[str]]:
     """Category -> the prompt ids the records measured plain decoding on (the prompts a measured S is paired on)."""
     out: dict[str, set[str]] = defaultdict(set)
     for r in records:
-        if r.drafter == "none":
+        if r.drafter == PLAIN.name:
             out[r.category or "default"].add(r.prompt_id or r.request_id)
     return out
 
 
 def end_to_end_curves(records: Iterable[RequestRecord], surface: CostSurface | None = None,
-                      replay: Replayer | None = None) -> dict[tuple[str, float, str], dict[str, Any]]:
+                      replay: Replayer | None = None) -> dict[tuple[str, float, str], GammaCurveDict]:
     """{(category, temperature, drafter): {"curve": predicted S(γ), "prompts": how many it is priced on}} over
     solo, static-γ records (the module doc's one model): the forward priced on the run's measured verify
     ``surface`` when given and at each prompt's window levels, greedy model-free rounds replayed exactly by
@@ -52,9 +53,9 @@ def end_to_end_curves(records: Iterable[RequestRecord], surface: CostSurface | N
     for r in records:
         if isinstance(r.gamma, int) and all(rd.batch_size <= 1 for rd in r.rounds):
             by_temp[float(r.temperature)].append(r)
-    out: dict[tuple[str, float, str], dict[str, Any]] = {}
+    out: dict[tuple[str, float, str], GammaCurveDict] = {}
     for temp, recs in by_temp.items():
-        if not any(r.drafter == "none" for r in recs) or not any(r.drafter != "none" for r in recs):
+        if not any(r.drafter == PLAIN.name for r in recs) or not any(r.drafter != PLAIN.name for r in recs):
             continue
         cost = fit_cost_model(recs, n_boot=0, surface=surface)
         acc = AcceptanceModel.from_records(recs)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,6 +42,7 @@ from specledger.cost.costmodel import DRAFT_TERMS, FORWARD_TERMS, OTHER_TERMS, C
 from specledger.cost.levels import fit_row_levels, through_levels
 from specledger.predict.acceptance import AcceptanceModel, RequestChain
 from specledger.predict.replay import REPLAY_ASSUMPTION, Replayer
+from specledger.predict.results import GammaPointDict, Prediction
 from specledger.records import RequestRecord, RoundRecord
 
 N_D, N_O = len(DRAFT_TERMS), len(OTHER_TERMS)
@@ -271,28 +272,6 @@ def plan_request(req: RequestChain, drafter: str, gamma: int, acc: AcceptanceMod
                        vf, vd, vo, r, gamma)
 
 
-@dataclass
-class Prediction:
-    category: str
-    drafter: str
-    gamma: int
-    predicted_speedup: float
-    predicted_tokens_per_s: float
-    interval: list[float]  # 5-95 % of the speed-up
-    tokens_per_s_interval: list[float]
-    requests: int
-    rounds_per_request: float
-    assumption: str
-    cost_source: str
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Every field, with ``extra`` flattened into the top level."""
-        d = asdict(self)
-        extra = d.pop("extra")
-        return {**d, **extra}
-
-
 def request_noise(cost: CostModel, records: Sequence[RequestRecord]) -> dict[str, np.ndarray]:
     """Per drafter, every solo request's measured total time over the cost model's price of its own rounds,
     divided by their median: the machine's request-to-request noise that a measured speed-up carries
@@ -487,10 +466,10 @@ def predict_run(cost: CostModel, acc: AcceptanceModel, drafter: str, gamma: int,
 
 def gamma_curve(cost: CostModel, acc: AcceptanceModel, category: str, drafter: str, max_gamma: int,
                 chains: Sequence[RequestChain] | None = None, replay: Replayer | None = None,
-                window: Mapping[str, ForwardX] | None = None) -> list[dict[str, Any]]:
+                window: Mapping[str, ForwardX] | None = None) -> list[GammaPointDict]:
     """Predicted end-to-end S(γ) for γ = 0..max_gamma (γ = 0: plain decoding, S = 1), with E[L] per round and the
     mean round time; positions beyond measured ones follow ``acc.assumption``; ``window`` as in predict_category."""
-    curve: list[dict[str, Any]] = []
+    curve: list[GammaPointDict] = []
     for g in range(0, max_gamma + 1):
         p = predict_category(cost, acc, category, drafter, g, chains=chains, n_boot=0, replay=replay, window=window)
         if p is None:

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.records import RequestRecord, RoundRecord
 
 if TYPE_CHECKING:
@@ -114,7 +115,7 @@ class Replayer:
         outs: dict[str, RecordedOutput] = {}
         for r in records:
             pid = r.prompt_id or r.request_id
-            if (r.drafter != "none" or r.temperature > 0 or pid in outs or pid not in prompts
+            if (r.drafter != PLAIN.name or r.temperature > 0 or pid in outs or pid not in prompts
                     or r.stop_reason not in ("eos", "length") or not r.token_ids):
                 continue
             own = r.extra.get("max_tokens")  # a per-category budget, when the run recorded one

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.errors import SpecLedgerError, require
 from specledger.ledger.trees import best_tree_by_depth, count_depth_rank, survival_by_depth, width_per_depth
 from specledger.records import RequestRecord, RoundRecord
@@ -216,7 +217,7 @@ def tree_costs(pricer: Any, records: Sequence[RequestRecord], drafter: str, budg
         src["draft"] = (f"{pricer.source}: draft_s({drafter}, γ={depth}) -- assumed: a tree costs what a chain of "
                         "its depth does (one draft pass per level; no tree rounds measured)")
         src["other"] = f"{pricer.source}: other_s (no tree rounds measured)"
-    plain = [rd for r in records if r.drafter == "none" for rd in r.rounds]
+    plain = [rd for r in records if r.drafter == PLAIN.name for rd in r.rounds]
     other_plain = float(np.mean([rd.t_other for rd in plain])) if plain else float(pricer.other_s(1))
     src["other (plain)"] = (f"measured: mean over {len(plain)} plain rounds" if plain
                             else f"{pricer.source}: other_s")
@@ -265,7 +266,7 @@ def request_seconds(pricer: Any, drafter: str, acc: TreeAcceptance | None, costs
     pre = float(pricer.prefill_s(int(prompt_tokens)))
     begin = getattr(pricer, "begin_s", None)  # a measured cost model's drafter start-up inside the prefill
     if begin is not None:
-        pre += float(begin(drafter if costs is not None else "none", int(prompt_tokens)))
+        pre += float(begin(drafter if costs is not None else PLAIN.name, int(prompt_tokens)))
     return pre + float(v[n_tot]), float(r[n_tot]), float(rt[n_tot])
 
 
@@ -298,7 +299,7 @@ def category_sizes(records: Sequence[RequestRecord], drafter: str, category: str
     other than the run's (as chain forecasts do): a request cut by length goes on to the new budget, one that
     stopped at EOS stops at the same token."""
     cat = [r for r in records if (r.category or "default") == category]
-    pool = [r for r in cat if r.drafter == "none"] or [r for r in cat if r.drafter == drafter]
+    pool = [r for r in cat if r.drafter == PLAIN.name] or [r for r in cat if r.drafter == drafter]
     out: dict[str, Sizes] = {}
     for r in pool:
         pid = r.prompt_id or r.request_id
@@ -323,7 +324,7 @@ def predict_tree_category(pricer: Any, records: Sequence[RequestRecord], categor
     costs = tree_costs(pricer, [r for r in records if (r.category or "default") == category] or records,
                        drafter, budget, depth, rows, float(np.median([s.prompt_tokens for s in sizes])))
     spec = [request_seconds(pricer, drafter, acc, costs, s, depth, rows) for s in sizes]
-    plain = [request_seconds(pricer, "none", None, None, s, 0, 1.0)[0] for s in sizes]
+    plain = [request_seconds(pricer, PLAIN.name, None, None, s, 0, 1.0)[0] for s in sizes]
     ts, tp = np.array([x[0] for x in spec]), np.array(plain)
     tokens = np.array([s.output_tokens for s in sizes], dtype=float)
     s_hat = float(tp.sum() / ts.sum()) if ts.sum() > 0 else math.nan
@@ -354,7 +355,7 @@ def _measured_speedup(records: Sequence[RequestRecord], category: str, drafter: 
 
     cat = [r for r in records if (r.category or "default") == category]
     spec = [r for r in cat if r.drafter == drafter and r.gamma == depth and r.tree_budget == budget]
-    s = measured_speedup(spec, [r for r in cat if r.drafter == "none"]) if spec else math.nan
+    s = measured_speedup(spec, [r for r in cat if r.drafter == PLAIN.name]) if spec else math.nan
     return s if math.isfinite(s) else None
 
 
@@ -398,7 +399,7 @@ def load_tree_inputs(run_dir: Path, cost: Path | None) -> tuple[Any, list[Reques
 
 def check_tree_drafter(records: Sequence[RequestRecord], drafter: str, run_dir: Path) -> None:
     """A one-line error unless the run measured ``drafter`` (its acceptance is needed)."""
-    known = sorted({r.drafter for r in records if r.drafter != "none"})
+    known = sorted({r.drafter for r in records if r.drafter != PLAIN.name})
     if drafter not in known:
         raise SpecLedgerError(f"{run_dir} has no measured requests of drafter {drafter!r} (it has: "
                               f"{', '.join(known) or 'none'}); predict a drafter the run measured")

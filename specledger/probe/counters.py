@@ -59,7 +59,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from specledger.probe.engines import LLAMACPP, VLLM, SpecCounterNames
 from specledger.probe.prometheus import (
@@ -82,6 +82,44 @@ _SGLANG_FIELDS = (("spec_verify_ct",), ("spec_num_proposed_drafts", "spec_propos
                   ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num"))
 
 
+class RequestCountsDoc(TypedDict):
+    """:meth:`RequestCounts.to_dict`: a record's ``extra["engine_spec"]``."""
+
+    drafts: int | None
+    draft_tokens: int | None
+    accepted: int | None
+    source: str
+
+
+class CounterSources(TypedDict):
+    """Where each side's figures came from: the per-request sources seen, the engine whose counters were read."""
+
+    per_request: list[str] | None
+    server: str | None
+
+
+class _CountersCompared(TypedDict):
+    """Both sides of :func:`engine_counters` and how they compare (counts in tokens or rounds)."""
+
+    server: dict[str, int | float | None]  # counter deltas per quantity (KEYS); None where not exported
+    per_request_sum: dict[str, int | None]  # Σ over the requests that report it; None where none does
+    rel_diff: dict[str, float | None]  # |a - b| / max(|a|, |b|); None where a side is missing
+    agree: bool | None  # every comparable quantity within ``tolerance``; None when none is comparable
+    compared: list[str]  # the quantities on both sides
+    requests: int
+    requests_reporting: int  # requests that returned figures
+    sources: CounterSources
+    tolerance: float  # relative
+    warnings: list[str]
+
+
+class EngineCountersReport(_CountersCompared):
+    """:func:`engine_counters`: per-request speculation figures reconciled with the server's counters (run.json
+    and summary.json ``engine_counters.NAME``), with a one-sentence verdict."""
+
+    verdict: str
+
+
 @dataclass(frozen=True)
 class RequestCounts:
     """One request's speculation figures (None where its engine does not report one) and their source."""
@@ -91,7 +129,7 @@ class RequestCounts:
     accepted: int | None
     source: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> RequestCountsDoc:
         return {"drafts": self.drafts, "draft_tokens": self.draft_tokens, "accepted": self.accepted,
                 "source": self.source}
 
@@ -283,7 +321,7 @@ def _no_figures_hint(engine: str | None) -> str:
     }.get(engine or "", "the engine returned none with its responses")
 
 
-def _verdict(result: dict[str, Any], warnings: list[str]) -> str:
+def _verdict(result: _CountersCompared, warnings: list[str]) -> str:
     server, summed, compared = result["server"], result["per_request_sum"], result["compared"]
     engine = result["sources"]["server"]
     if warnings:
@@ -315,18 +353,20 @@ def engine_counters(
     server_before: Scrape,
     server_after: Scrape,
     tolerance: float = TOLERANCE,
-) -> dict[str, Any]:
+) -> EngineCountersReport:
     """Reconcile Σ per-request speculation figures with the server's counter deltas (module docstring for
     the shape). ``agree``: for every key both sides report, :func:`rel_diff` <= ``tolerance``; None when
     no key is on both sides."""
     return engine_counters_over(per_request, [(server_before, server_after)], tolerance)
 
 
-def windows_counts(windows: Sequence[tuple[Scrape, Scrape]]) -> tuple[dict[str, Any], str | None, list[str]]:
+def windows_counts(windows: Sequence[tuple[Scrape, Scrape]]
+                   ) -> tuple[dict[str, int | float | None], str | None, list[str]]:
     """:func:`server_counts` added over several (before, after) windows (one server per window, or one server
     restarted between them); a key None in any window is None."""
     parts = [server_counts(before, after) for before, after in windows] or [server_counts(None, None)]
-    server = {k: None if any(p[0][k] is None for p in parts) else sum(p[0][k] for p in parts) for k in KEYS}
+    server: dict[str, int | float | None] = {
+        k: None if any(p[0][k] is None for p in parts) else sum(p[0][k] for p in parts) for k in KEYS}
     engine = next((p[1] for p in parts if p[1] is not None), None)
     return server, engine, [w for p in parts for w in p[2]]
 
@@ -335,7 +375,7 @@ def engine_counters_over(
     per_request: Iterable[Any],
     windows: Sequence[tuple[Scrape, Scrape]],
     tolerance: float = TOLERANCE,
-) -> dict[str, Any]:
+) -> EngineCountersReport:
     """:func:`engine_counters` with the server's side added over ``windows`` (:func:`windows_counts`)."""
     items = list(per_request)
     counts = [c for c in (request_counts(i) for i in items) if c is not None]
@@ -343,7 +383,7 @@ def engine_counters_over(
     server, engine, warnings = windows_counts(windows)
     diffs = {k: rel_diff(summed[k], server[k]) for k in KEYS}
     compared = [k for k in KEYS if diffs[k] is not None]
-    result: dict[str, Any] = {
+    result: _CountersCompared = {
         "server": server,
         "per_request_sum": summed,
         "rel_diff": diffs,
@@ -355,8 +395,7 @@ def engine_counters_over(
         "tolerance": tolerance,
         "warnings": warnings,
     }
-    result["verdict"] = _verdict(result, warnings)
-    return result
+    return {**result, "verdict": _verdict(result, warnings)}
 
 
 def _summed_present(values: list[int | None]) -> int | None:
@@ -365,6 +404,6 @@ def _summed_present(values: list[int | None]) -> int | None:
     return sum(present) if present else None
 
 
-__all__ = ["KEYS", "SGLANG_REQUEST_OPTION", "TOLERANCE", "RequestCounts", "counts_from_spec_stats",
-           "counts_from_timings", "engine_counters", "engine_counters_over", "rel_diff", "request_counts",
-           "server_counts", "windows_counts"]
+__all__ = ["KEYS", "SGLANG_REQUEST_OPTION", "TOLERANCE", "CounterSources", "EngineCountersReport", "RequestCounts",
+           "RequestCountsDoc", "counts_from_spec_stats", "counts_from_timings", "engine_counters",
+           "engine_counters_over", "rel_diff", "request_counts", "server_counts", "windows_counts"]

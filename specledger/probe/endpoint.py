@@ -8,11 +8,11 @@ import asyncio
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 from specledger.errors import SpecLedgerError
+from specledger.probe.documents import EndpointReport, ProbeDocument, SpecCountersSnapshot
 from specledger.probe.fetch import fetch, redact_url, split_credentials
 from specledger.probe.histograms import counter_rates, latency_histogram_summaries
 from specledger.probe.loadgen import LoadConfig, PromptItem, RequestResult, Tokenizer, run_load
@@ -93,12 +93,12 @@ def load_tokenizer(path: Path | None) -> Tokenizer | None:
 
 
 def probe_endpoint(url: str, config: LoadConfig, items: list[PromptItem], metrics: bool = True,
-                   tokenizer: Tokenizer | None = None) -> dict[str, Any]:
+                   tokenizer: Tokenizer | None = None) -> EndpointReport:
     """Run one load against ``url``; the report holds config, summary, spec-decode and results."""
     return probe_endpoint_results(url, config, items, metrics, tokenizer)[0]
 
 
-def _counters(snapshot: MetricsSnapshot | None) -> dict[str, Any] | None:
+def _counters(snapshot: MetricsSnapshot | None) -> SpecCountersSnapshot | None:
     if snapshot is None:
         return None
     engine = spec_counter_engine(snapshot)
@@ -120,7 +120,7 @@ def probe_endpoint_results(
     items: list[PromptItem],
     metrics: bool = True,
     tokenizer: Tokenizer | None = None,
-) -> tuple[dict[str, Any], list[RequestResult]]:
+) -> tuple[EndpointReport, list[RequestResult]]:
     """:func:`probe_endpoint`'s report and the per-request results it was built from."""
     base_url, url_auth = endpoint_target(url)
     config.base_url = base_url
@@ -137,7 +137,7 @@ def probe_endpoint_results(
         after, why = scrape_metrics(base_url, headers=config.headers)
         if why:
             warnings.append(why)
-    report: dict[str, Any] = {
+    report: EndpointReport = {
         "url": base_url,
         "model": config.model,
         "config": run.config,
@@ -167,17 +167,18 @@ def run_probe(
     baseline_config: LoadConfig | None = None,
     metrics: bool = True,
     tokenizer: Tokenizer | None = None,
-) -> tuple[dict[str, Any], list[RequestResult], list[RequestResult]]:
+) -> tuple[ProbeDocument, list[RequestResult], list[RequestResult]]:
     """The same load on ``url`` and, when given, on ``baseline``: returns (full, results, baseline
     results) with ``full = {"probe": report[, "baseline": report, "speedup": ratios]}``."""
     report, results = probe_endpoint_results(url, config, items, metrics=metrics, tokenizer=tokenizer)
-    full: dict[str, Any] = {"probe": report}
+    full: ProbeDocument = {"probe": report}
     base_results: list[RequestResult] = []
     if baseline:
         base_report, base_results = probe_endpoint_results(
             baseline, baseline_config or config, items, metrics=metrics, tokenizer=tokenizer
         )
-        full.update(baseline=base_report, speedup=speedup(report["summary"], base_report["summary"]))
+        full["baseline"] = base_report
+        full["speedup"] = speedup(report["summary"], base_report["summary"])
     return full, results, base_results
 
 

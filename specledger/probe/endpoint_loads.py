@@ -29,9 +29,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import cast
 
 from specledger.errors import SpecLedgerError
+from specledger.probe.documents import EndpointReport, ProbeDocument, Side, SpecDecodeDoc
 from specledger.probe.endpoint import probe_endpoint_results
 from specledger.probe.loadgen import LoadConfig, PromptItem, RequestResult, Tokenizer
 from specledger.probe.metrics import speedup
@@ -44,10 +45,10 @@ class LoadPoint:
     and each side's per-request results; ``order`` says which side ran first."""
 
     load: int
-    full: dict[str, Any]
+    full: ProbeDocument
     results: list[RequestResult]
     base_results: list[RequestResult] = field(default_factory=list)
-    order: tuple[str, ...] = ("probe",)
+    order: tuple[Side, ...] = ("probe",)
 
 
 def at_load(config: LoadConfig, load: int) -> LoadConfig:
@@ -57,7 +58,7 @@ def at_load(config: LoadConfig, load: int) -> LoadConfig:
     return replace(config, concurrency=int(load), rate=None, num_requests=max(int(config.num_requests), int(load)))
 
 
-def side_order(index: int, with_baseline: bool) -> tuple[str, ...]:
+def side_order(index: int, with_baseline: bool) -> tuple[Side, ...]:
     """Which endpoint runs first at the ``index``-th load: the probed one at even indexes, the baseline at odd."""
     if not with_baseline:
         return ("probe",)
@@ -91,18 +92,19 @@ def run_probe_loads(
 
     def measure(load: int) -> None:
         order = side_order(len(points), bool(baseline))
-        got: dict[str, tuple[dict[str, Any], list[RequestResult]]] = {}
+        got: dict[Side, tuple[EndpointReport, list[RequestResult]]] = {}
         for role in order:
             where, cfg = targets[role]
             if progress:
                 progress(load, role)
             got[role] = probe_endpoint_results(str(where), at_load(cfg, load), items, metrics=metrics,
                                                tokenizer=tokenizer)
-        full: dict[str, Any] = {"probe": got["probe"][0]}
+        full: ProbeDocument = {"probe": got["probe"][0]}
         base_results: list[RequestResult] = []
         if "baseline" in got:
             base_report, base_results = got["baseline"]
-            full.update(baseline=base_report, speedup=speedup(full["probe"]["summary"], base_report["summary"]))
+            full["baseline"] = base_report
+            full["speedup"] = speedup(full["probe"]["summary"], base_report["summary"])
         points.append(LoadPoint(load, full, got["probe"][1], base_results, order))
 
     wanted = sorted(set(int(x) for x in loads))
@@ -156,27 +158,51 @@ def tag_load_point(records: list[RequestRecord], load: int, drafter: str, gamma:
     return records
 
 
-def first_spec_decode(points: Sequence[LoadPoint]) -> dict[str, Any] | None:
+def first_spec_decode(points: Sequence[LoadPoint]) -> SpecDecodeDoc | None:
     """The probed endpoint's spec-decode figures at the lowest load that has per-position rates (else the
     lowest load's): the gamma label of every load comes from them, so all loads name the same setting."""
     figures = [p.full["probe"].get("spec_decode") for p in points]
     return next((f for f in figures if f and f.get("per_position_rates")), figures[0] if figures else None)
 
 
-def probe_document(points: Sequence[LoadPoint]) -> dict[str, Any]:
+class LoadEntry(ProbeDocument):
+    """One load of ``probe.json``'s ``loads``: its figures (:class:`ProbeDocument`, results kept), the load and
+    which endpoint ran first."""
+
+    load: int
+    order: list[Side]
+
+
+class LoadReport(EndpointReport):
+    """One configuration's report at one load in ``probe.json``'s ``specs`` (``--launch``; results left out)."""
+
+    load: int
+
+
+class LoadsDocument(ProbeDocument, total=False):
+    """``probe.json`` of a probe at loads (and of ``--launch``, which adds ``specs``: each configuration's
+    reports per load)."""
+
+    loads: list[LoadEntry]
+    specs: dict[str, list[LoadReport]]
+
+
+def probe_document(points: Sequence[LoadPoint]) -> LoadsDocument:
     """``probe.json`` of a probe at loads: the lowest load's reports at the top (what the report's endpoint
     section reads; per-request results left out there) and every load's in ``loads`` (results kept)."""
     first = points[0].full
     top = {k: ({kk: vv for kk, vv in v.items() if kk != "results"} if isinstance(v, dict) and "url" in v else v)
            for k, v in first.items()}
-    return {**top, "loads": [{"load": p.load, "order": list(p.order), **p.full} for p in points]}
+    loads = [{"load": p.load, "order": list(p.order), **p.full} for p in points]
+    return cast(LoadsDocument, {**top, "loads": loads})  # the first load's keys, reports without results
 
 
-def without_results(full: dict[str, Any]) -> dict[str, Any]:
+def without_results(full: ProbeDocument) -> ProbeDocument:
     """``full`` (a probe's ``{"probe": report, ...}``) without the per-request ``results`` of each report."""
-    return {k: ({kk: vv for kk, vv in v.items() if kk != "results"} if isinstance(v, dict) else v)
+    kept = {k: ({kk: vv for kk, vv in v.items() if kk != "results"} if isinstance(v, dict) else v)
             for k, v in full.items()}
+    return cast(ProbeDocument, kept)  # the same keys; each report without its results
 
 
-__all__ = ["LoadPoint", "at_load", "category_speedups", "first_spec_decode", "probe_document", "run_probe_loads",
-           "side_order", "speedup_keys", "tag_load_point", "without_results"]
+__all__ = ["LoadEntry", "LoadPoint", "LoadReport", "LoadsDocument", "at_load", "category_speedups", "first_spec_decode",
+           "probe_document", "run_probe_loads", "side_order", "speedup_keys", "tag_load_point", "without_results"]

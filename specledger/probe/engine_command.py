@@ -15,14 +15,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from specledger.engine.drafters import catalog
 from specledger.errors import SpecLedgerError
-from specledger.probe.records import BASELINE_DRAFTER
+from specledger.probe.records import BASELINE_DRAFTER, ENDPOINT_DRAFTER
 
 BASELINE_SPEC = "off"
 UNKNOWN_GAMMA = "unknown"
 #: specledger's own drafter names (and the two probe labels): a configuration named so gets ``NAME@ENGINE``
 #: as its label, so the schedule never writes specledger's config for that drafter to another engine
-RESERVED_LABELS = frozenset({"ngram", "suffix", "model", "head", "layerskip", "quant-self", "none", "endpoint"})
+RESERVED_LABELS = frozenset(catalog.names()) | {ENDPOINT_DRAFTER}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 #: the flags that set the draft length, per engine (first found wins)
 LLAMA_CPP_GAMMA_FLAGS = ("--spec-draft-n-max", "--draft-max", "--draft-n", "--draft")

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from specledger.errors import SpecLedgerError
+from specledger.probe.documents import EndpointSummary, LatencyFigures
 
 NO_SPEC_NOTE = "not in a guidellm report: it measures from the client (tokens per streaming iteration shown)"
 
@@ -57,7 +58,7 @@ def _int(value: Any) -> int | None:
     return int(number) if number is not None and number.is_integer() else None
 
 
-def _object(value: Any, where: str) -> dict[str, Any]:
+def _object(value: Any, where: str) -> dict[str, Any]:  # a part of the report, as decoded
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -65,7 +66,7 @@ def _object(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def distribution(metrics: Mapping[str, Any], key: str, scale: float = 1.0, where: str = "") -> dict[str, Any]:
+def distribution(metrics: Mapping[str, Any], key: str, scale: float = 1.0, where: str = "") -> LatencyFigures:
     """``metrics[key].successful`` -> {mean, p50, p95, p99, n}, times ``scale``; every figure None if absent."""
     summary = _object(_object(metrics.get(key), f"{where}metrics.{key}").get("successful"),
                       f"{where}metrics.{key}.successful")
@@ -94,7 +95,7 @@ def _pooled_tokens_per_iteration(requests: list[Any]) -> float | None:
     return tokens / iterations if iterations > 0 else None
 
 
-def benchmark_summary(bench: Any, index: int) -> dict[str, Any]:
+def benchmark_summary(bench: Any, index: int) -> EndpointSummary:
     """One guidellm benchmark -> the probe's summary keys (see the module docstring)."""
     where = f"benchmarks[{index}]."
     bench = _object(bench, f"benchmarks[{index}]")
@@ -131,7 +132,7 @@ def benchmark_summary(bench: Any, index: int) -> dict[str, Any]:
     }
 
 
-def parse_guidellm(obj: Any, source: str = "guidellm report") -> list[dict[str, Any]]:
+def parse_guidellm(obj: Any, source: str = "guidellm report") -> list[EndpointSummary]:
     """A decoded report -> one summary per benchmark; SpecLedgerError names the first bad field."""
     if not isinstance(obj, dict) or not isinstance(obj.get("benchmarks"), list):
         raise SpecLedgerError(f"{source}: not a guidellm report (no 'benchmarks' list); pass the JSON guidellm wrote")
@@ -153,8 +154,9 @@ def guidellm_version(obj: Mapping[str, Any]) -> str | None:
     return f"guidellm {version}" + (f" (report schema {schema})" if isinstance(schema, int) else "")
 
 
-def load_guidellm(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(decoded report, summaries) of a file; unreadable or malformed -> one-line SpecLedgerError."""
+def load_guidellm(path: str | Path) -> tuple[dict[str, Any], list[EndpointSummary]]:
+    """(decoded report as the file holds it, summaries) of a file; unreadable or malformed -> one-line
+    SpecLedgerError."""
     try:
         obj = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from specledger.errors import SpecLedgerError
+from specledger.probe.documents import CounterRate, LatencyHistogramSummary
 from specledger.probe.engines import LATENCY_DEFINITIONS, engines_in
 from specledger.probe.prometheus import MetricsSnapshot, counter_delta, counter_total
 
@@ -87,11 +88,12 @@ def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> floa
     return ordered[-1][0] if math.isfinite(ordered[-1][0]) else lower_bound
 
 
-def latency_histogram_summaries(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str, dict]:
+def latency_histogram_summaries(before: MetricsSnapshot, after: MetricsSnapshot
+                                ) -> dict[str, LatencyHistogramSummary]:
     """Latency histogram deltas of every engine found in ``after`` -> {quantity: {metric, definition, count,
     mean_s, p50_s, p95_s, p99_s}} (quantities of :data:`~specledger.probe.engines.LATENCY_DEFINITIONS`;
     for each, the first name of the first engine that exports one)."""
-    out: dict[str, dict] = {}
+    out: dict[str, LatencyHistogramSummary] = {}
     for engine in engines_in(after.names()):
         for key, names in engine.histograms.items():
             for name in names:
@@ -104,17 +106,19 @@ def latency_histogram_summaries(before: MetricsSnapshot, after: MetricsSnapshot)
                     "definition": LATENCY_DEFINITIONS[key],
                     "count": delta.count,
                     "mean_s": delta.mean,
-                    **{f"p{int(q * 100)}_s": histogram_quantile(q, delta.buckets) for q in (0.5, 0.95, 0.99)},
+                    "p50_s": histogram_quantile(0.5, delta.buckets),
+                    "p95_s": histogram_quantile(0.95, delta.buckets),
+                    "p99_s": histogram_quantile(0.99, delta.buckets),
                     "approximate": "interpolated within histogram buckets; server-wide",
                 }
     return out
 
 
-def counter_rates(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str, dict]:
+def counter_rates(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str, CounterRate]:
     """Rates the engines' counter pairs give over the window: Δnumerator / Δdenominator (llama.cpp's
     tokens_predicted / tokens_predicted_seconds is the generation speed of one busy slot, not wall-clock
     throughput); None where the denominator did not grow."""
-    out: dict[str, dict] = {}
+    out: dict[str, CounterRate] = {}
     for engine in engines_in(after.names()):
         for label, numerator, denominator in engine.rates:
             num = counter_delta(counter_total(before, numerator), counter_total(after, numerator))

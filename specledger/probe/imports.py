@@ -5,14 +5,13 @@ with its 1-based index and model."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from specledger.errors import SpecLedgerError
 from specledger.probe.guidellm import guidellm_version, load_guidellm
-from specledger.probe.outputs import GUIDELLM_NOTE, vllm_bench_document
+from specledger.probe.outputs import GUIDELLM_NOTE, ImportDocument, vllm_bench_document
 from specledger.probe.vllm_bench import load_vllm_bench_records, records_of
 
-Imported = tuple[int, str | None, dict[str, Any]]  # (1-based index, model, import document)
+Imported = tuple[int, str | None, ImportDocument]  # (1-based index, model, import document)
 
 
 def source_name(file: Path, index: int, count: int) -> str:

@@ -21,11 +21,20 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict, TypeVar, cast
 
 from specledger.errors import SpecLedgerError
-from specledger.probe.counters import KEYS, counts_from_spec_stats
+from specledger.probe.counters import counts_from_spec_stats
+from specledger.probe.documents import (
+    CounterRate,
+    EndpointSummary,
+    LatencyHistogramSummary,
+    ResponseTimingsFigures,
+    ResponseTimingsTotals,
+    SpecDecodeDoc,
+)
 from specledger.probe.engines import ENGINES, EngineNames, engines_in
 from specledger.probe.guidellm import guidellm_version, parse_guidellm
 from specledger.probe.histograms import counter_rates, latency_histogram_summaries
@@ -34,6 +43,7 @@ from specledger.probe.prometheus import EMPTY_SNAPSHOT, metric_families, parse_p
 from specledger.probe.spec_figures import DUMP_WARNING, spec_decode_figures
 from specledger.probe.sse import SSEEvent, StreamChunk, interpret_event, parse_sse
 from specledger.probe.vllm_bench import parse_vllm_bench_text
+from specledger.probe.wire import EngineSpecStats
 
 DEFINITIONS = {
     "pooled acceptance length": "1 + Σ accepted / Σ draft rounds over every round (vLLM, llama.cpp, vllm bench); "
@@ -52,6 +62,80 @@ DEFINITIONS = {
 MAX_UNREAD = 10
 
 
+class _Found(TypedDict, total=False):
+    """What :func:`inspect_file` adds to every reading: the file and the definitions of its figures."""
+
+    file: str
+    definitions: dict[str, str]  # term -> meaning
+
+
+class _ScalarKeys(TypedDict):
+    """The keys every :class:`ScalarFamily` has."""
+
+    type: str  # counter, gauge, untyped or unknown
+    value: float | None  # Σ over label sets (their mean for a gauge); None: not measured
+    series: int  # label sets read
+    help: str
+
+
+class ScalarFamily(_ScalarKeys, total=False):
+    """One counter or gauge family of a dump (:func:`engine_scalars`)."""
+
+    note: str  # why there is no value
+
+
+class PrometheusFindings(_Found):
+    """A ``/metrics`` dump: the engines named, spec-decode figures, latency histograms, counter rates, every
+    engine counter and gauge; None where a part could not be read (``unread`` says why)."""
+
+    format: Literal["prometheus"]
+    engine: str | None
+    version: str | None
+    unread: list[str]
+    spec_decode: SpecDecodeDoc | None
+    latency: dict[str, LatencyHistogramSummary] | None
+    rates: dict[str, CounterRate] | None
+    counters: dict[str, ScalarFamily]
+
+
+class PerRequestSums(TypedDict):
+    """vLLM's or SGLang's per-request speculation figures (the last per response) summed over responses."""
+
+    source: str
+    responses: int
+    drafts: int | None  # draft rounds
+    draft_tokens: int | None
+    accepted: int | None
+
+
+class StreamFindings(_Found):
+    """An SSE capture or a non-streamed reply: the stream's counts (``stream``: figure -> value, shown as
+    rows), llama.cpp's timings summed, the per-request speculation figures summed."""
+
+    format: Literal["sse", "completion"]
+    engine: str | None
+    version: str | None
+    stream: dict[str, float | str | list[str] | None]
+    response_timings: ResponseTimingsTotals | None
+    per_request_spec: PerRequestSums | None
+    spec_decode: ResponseTimingsFigures | None
+    unread: list[str]
+
+
+class BenchmarkFindings(_Found):
+    """A ``vllm bench serve`` result or a guidellm report: one summary per result."""
+
+    format: Literal["vllm-bench", "guidellm"]
+    engine: str | None
+    version: str | None
+    records: list[EndpointSummary]
+    unread: list[str]
+
+
+#: what ``inspect`` found in a file, by format
+InspectResult = PrometheusFindings | StreamFindings | BenchmarkFindings
+
+
 def read_text(path: str | Path) -> str:
     """The file as UTF-8 text; unreadable, binary or empty -> one-line SpecLedgerError."""
     path = Path(path)
@@ -64,7 +148,7 @@ def read_text(path: str | Path) -> str:
     return text
 
 
-def _json_object(text: str) -> dict[str, Any] | None:
+def _json_object(text: str) -> dict[str, Any] | None:  # a decoded JSON object: whatever the file holds
     try:
         obj = json.loads(text)
     except (ValueError, RecursionError):
@@ -108,7 +192,19 @@ def _family(sample_name: str) -> str:
     return sample_name
 
 
-def inspect_prometheus(text: str) -> dict[str, Any]:
+Read = TypeVar("Read")
+
+
+def _part(name: str, read: Callable[[], Read], unread: list[str]) -> Read | None:
+    """``read()``, or None with a line in ``unread`` when it fails."""
+    try:
+        return read()
+    except SpecLedgerError as exc:
+        unread.append(f"{name}: {exc}")
+        return None
+
+
+def inspect_prometheus(text: str) -> PrometheusFindings:
     try:
         snap = parse_prometheus_text(text)
     except SpecLedgerError as exc:
@@ -119,17 +215,16 @@ def inspect_prometheus(text: str) -> dict[str, Any]:
     if not snap.samples:
         raise SpecLedgerError("no metric samples: not a Prometheus exposition, SSE capture or benchmark result")
     engines = engines_in(snap.names())
-    out: dict[str, Any] = {"format": "prometheus", "engine": ", ".join(e.engine for e in engines) or None,
-                           "version": None, "unread": []}
-    for key, read in (("spec_decode", lambda: spec_decode_figures(EMPTY_SNAPSHOT, snap, DUMP_WARNING).to_dict()),
-                      ("latency", lambda: latency_histogram_summaries(EMPTY_SNAPSHOT, snap)),
-                      ("rates", lambda: counter_rates(EMPTY_SNAPSHOT, snap))):
-        try:
-            out[key] = read()
-        except SpecLedgerError as exc:
-            out[key] = None
-            out["unread"].append(f"{key}: {exc}")
-    out["counters"] = engine_scalars(text, engines)
+    unread: list[str] = []
+    out: PrometheusFindings = {
+        "format": "prometheus", "engine": ", ".join(e.engine for e in engines) or None, "version": None,
+        "unread": unread,
+        "spec_decode": _part("spec_decode", lambda: spec_decode_figures(EMPTY_SNAPSHOT, snap, DUMP_WARNING).to_dict(),
+                             unread),
+        "latency": _part("latency", lambda: latency_histogram_summaries(EMPTY_SNAPSHOT, snap), unread),
+        "rates": _part("rates", lambda: counter_rates(EMPTY_SNAPSHOT, snap), unread),
+        "counters": engine_scalars(text, engines),
+    }
     families = {_family(n) for n in snap.names()}
     mapped = {n for e in ENGINES for n in _mapped_names(e)} | set(out["counters"])
     for engine in engines:
@@ -145,7 +240,7 @@ def inspect_prometheus(text: str) -> dict[str, Any]:
     return out
 
 
-def engine_scalars(text: str, engines: list[EngineNames]) -> dict[str, dict[str, Any]]:
+def engine_scalars(text: str, engines: list[EngineNames]) -> dict[str, ScalarFamily]:
     """The engines' counter, gauge and untyped families of a dump, by family name: ``{"type", "value",
     "series", "help"}`` (value: Σ over label sets, their mean for a gauge; untyped lines of one name merge
     into one family); the per-position spec-decode counters are left to the rates. A gauge whose 0 means
@@ -164,7 +259,7 @@ def engine_scalars(text: str, engines: list[EngineNames]) -> dict[str, dict[str,
             values = [v for v in values if v != 0] or [math.nan]  # NaN: every series says off
         kind, help_text, seen = found.get(family.name, (family.type, family.help, []))
         found[family.name] = (kind, help_text or family.help, seen + values)
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, ScalarFamily] = {}
     for name, (kind, help_text, values) in found.items():
         if not values:
             continue
@@ -207,19 +302,19 @@ def _last(values: list[Any]) -> Any:
     return values[-1] if values else None
 
 
-def inspect_sse(text: str) -> dict[str, Any]:
+def inspect_sse(text: str) -> StreamFindings:
     """An SSE capture: its events as stream chunks, read by :func:`inspect_chunks`."""
     return inspect_chunks([interpret_event(e) for e in parse_sse(text)], "sse")
 
 
-def inspect_completion(text: str) -> dict[str, Any]:
+def inspect_completion(text: str) -> StreamFindings:
     """A non-streamed reply (``"stream": false``): the one object read as one chunk by :func:`inspect_chunks`
     (``choices[0].message`` in place of the delta; its ``usage``, llama.cpp's ``timings``, vLLM's and SGLang's
     per-request figures as in a stream)."""
     return inspect_chunks([interpret_event(SSEEvent(data=text))], "completion")
 
 
-def inspect_chunks(chunks: list[StreamChunk], fmt: str) -> dict[str, Any]:
+def inspect_chunks(chunks: list[StreamChunk], fmt: Literal["sse", "completion"]) -> StreamFindings:
     """What the chunks of a capture (``fmt`` "sse") or of a non-streamed reply ("completion") hold: text and
     tokens, llama.cpp's last ``timings`` per response, the per-request speculation figures, one ``unread``
     line per thing that could not be read."""
@@ -231,7 +326,7 @@ def inspect_chunks(chunks: list[StreamChunk], fmt: str) -> dict[str, Any]:
     timings = [t for t in (_last([c.timings for c in r if c.timings is not None]) for r in responses) if t]
     specs = [s for s in (_last([c.spec_stats for c in r if c.spec_stats]) for r in responses) if s]
     fingerprints = sorted({c.system_fingerprint for c in chunks if c.system_fingerprint})
-    stream = {
+    stream: dict[str, float | str | list[str] | None] = {
         "events": len(chunks),
         "responses": len(responses),
         "streams_done": sum(1 for c in chunks if c.kind == "done"),
@@ -244,11 +339,13 @@ def inspect_chunks(chunks: list[StreamChunk], fmt: str) -> dict[str, Any]:
     }
     totals = response_timings_totals(timings)
     if totals:
-        stream.update({f"timings_{k}": v for k, v in totals.items() if v is not None})
+        stream.update({f"timings_{k}": cast(float, v) for k, v in totals.items() if v is not None})  # counts, ms
     per_request = _spec_sums(specs)
     if per_request:
         stream["per_request_source"] = per_request["source"]
-        stream.update({f"per_request_{k}": per_request[k] for k in ("responses", *KEYS) if per_request[k] is not None})
+        counts = {"responses": per_request["responses"], "drafts": per_request["drafts"],
+                  "draft_tokens": per_request["draft_tokens"], "accepted": per_request["accepted"]}  # KEYS' order
+        stream.update({f"per_request_{k}": v for k, v in counts.items() if v is not None})
     if not usage:
         unread.append("no usage.completion_tokens: tokens per chunk unknown (send stream_options.include_usage)")
     unread.append("an SSE capture has no arrival times: TTFT, TPOT and ITL need a live probe" if fmt == "sse" else
@@ -260,16 +357,18 @@ def inspect_chunks(chunks: list[StreamChunk], fmt: str) -> dict[str, Any]:
             "spec_decode": response_timings_figures(timings), "unread": unread}
 
 
-def _spec_sums(specs: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _spec_sums(specs: list[EngineSpecStats]) -> PerRequestSums | None:
     """vLLM / SGLang per-request figures (last per response) summed per key; None when there are none."""
     counts = [c for c in (counts_from_spec_stats(s) for s in specs) if c is not None]
     if not counts:
         return None
-    out: dict[str, Any] = {"source": counts[0].source, "responses": len(counts)}
-    for key in KEYS:
+
+    def total(key: str) -> int | None:
         values = [getattr(c, key) for c in counts if getattr(c, key) is not None]
-        out[key] = sum(values) if values else None
-    return out
+        return sum(values) if values else None
+
+    return {"source": counts[0].source, "responses": len(counts), "drafts": total("drafts"),
+            "draft_tokens": total("draft_tokens"), "accepted": total("accepted")}
 
 
 def zero_is_off(engines: list[EngineNames]) -> set[str]:
@@ -278,10 +377,10 @@ def zero_is_off(engines: list[EngineNames]) -> set[str]:
     return {n for e in engines for n in (e.accept_length_gauge, e.accept_rate_gauge) if n}
 
 
-def counter_rows(found: dict[str, Any]) -> list[tuple[str, str]]:
+def counter_rows(found: InspectResult) -> list[tuple[str, str]]:
     """(label, value) rows of a dump's counters and gauges, for the ``inspect`` table."""
     rows = []
-    for name, c in (found.get("counters") or {}).items():
+    for name, c in (found["counters"] if found["format"] == "prometheus" else {}).items():
         value = c["value"]
         shown = f"{value:.6g}" if isinstance(value, float) else "not measured" if value is None else str(value)
         series = f" over {c['series']} series" if c["series"] > 1 else ""
@@ -290,11 +389,12 @@ def counter_rows(found: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def inspect_vllm_bench(text: str) -> dict[str, Any]:
+def inspect_vllm_bench(text: str) -> BenchmarkFindings:
     lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
     whole = _json_object(text)
     parts = [(0, text)] if whole is not None else lines
-    records, unread = [], []
+    records: list[EndpointSummary] = []
+    unread: list[str] = []
     for number, part in parts:
         try:
             result = parse_vllm_bench_text(part, f"line {number}" if number else "the JSON object")
@@ -310,25 +410,27 @@ def inspect_vllm_bench(text: str) -> dict[str, Any]:
     return {"format": "vllm-bench", "engine": "vllm", "version": None, "records": records, "unread": unread}
 
 
-def inspect_guidellm(text: str) -> dict[str, Any]:
+def inspect_guidellm(text: str) -> BenchmarkFindings:
     obj = _json_object(text) or {}
     return {"format": "guidellm", "engine": None, "version": guidellm_version(obj),
             "records": parse_guidellm(obj, "guidellm report"), "unread": []}
 
 
-READERS = {"prometheus": inspect_prometheus, "sse": inspect_sse, "completion": inspect_completion,
-           "vllm-bench": inspect_vllm_bench, "guidellm": inspect_guidellm}
+READERS: dict[str, Callable[[str], InspectResult]] = {
+    "prometheus": inspect_prometheus, "sse": inspect_sse, "completion": inspect_completion,
+    "vllm-bench": inspect_vllm_bench, "guidellm": inspect_guidellm}
 
 
-def inspect_file(path: str | Path) -> dict[str, Any]:
+def inspect_file(path: str | Path) -> InspectResult:
     """What ``path`` holds (see the module docstring); the definitions of its figures ride along."""
     text = read_text(path)
     try:
         found = READERS[sniff(text)](text)
     except SpecLedgerError as exc:
         raise SpecLedgerError(f"{path}: {exc}") from None
-    return {"file": str(path), **found, "definitions": DEFINITIONS}
+    return cast(InspectResult, {"file": str(path), **found, "definitions": DEFINITIONS})  # the file's key first
 
 
-__all__ = ["DEFINITIONS", "counter_rows", "engine_scalars", "inspect_chunks", "inspect_file", "read_text", "sniff",
-           "split_responses"]
+__all__ = ["DEFINITIONS", "BenchmarkFindings", "InspectResult", "PerRequestSums", "PrometheusFindings",
+           "ScalarFamily", "StreamFindings", "counter_rows", "engine_scalars", "inspect_chunks", "inspect_file",
+           "read_text", "sniff", "split_responses"]

@@ -54,7 +54,7 @@ import json
 import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from specledger.errors import SpecLedgerError
 from specledger.probe.endpoint_loads import run_probe_loads
@@ -121,8 +121,31 @@ def probe_spec(template: str, spec: Spec, loads: Sequence[int], config: LoadConf
     return SpecRun(spec, argv, str(server.log_path), round(ready, 3), points)
 
 
+class _PlanKeys(TypedDict):
+    """The keys every :class:`PlanDocument` has."""
+
+    launch: str  # the command template
+    specs: dict[str, list[str]]  # configuration -> its arguments
+    loads: list[int]
+    prompts: list[str | None]  # the workload's prompt ids, in order
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int | None
+    chat: bool
+    requests: int
+    model: str
+    repeats: int
+
+
+class PlanDocument(_PlanKeys, total=False):
+    """``launch/plan.json``: what a resumed launch must share with the saved configurations."""
+
+    race: bool  # --budget: the configurations are raced (any budget resumes)
+
+
 def plan_document(template: str, specs: Sequence[Spec], loads: Sequence[int], config: LoadConfig,
-                  workload: ProbeWorkload, repeats: int = 1) -> dict[str, Any]:
+                  workload: ProbeWorkload, repeats: int = 1) -> PlanDocument:
     """What a resumed run must share with the saved configurations."""
     return {"launch": template, "specs": {s.name: list(s.args) for s in specs}, "loads": sorted(set(loads)),
             "prompts": [item.id for item in workload.items], "max_tokens": config.max_tokens,
@@ -130,7 +153,7 @@ def plan_document(template: str, specs: Sequence[Spec], loads: Sequence[int], co
             "requests": config.num_requests, "model": config.model, "repeats": repeats}
 
 
-def check_plan(folder: Path, plan: dict[str, Any]) -> None:
+def check_plan(folder: Path, plan: PlanDocument) -> None:
     """``folder``'s saved plan must be ``plan`` (a resumed run); a new folder gets it."""
     path = folder / PLAN_NAME
     if path.is_file():
@@ -176,5 +199,5 @@ def run_launch(template: str, specs: Sequence[Spec], loads: Sequence[int], confi
     return {name: merge_repeats(runs) for name, runs in done.items()}
 
 
-__all__ = ["LAUNCH_DIR", "PLAN_NAME", "Progress", "check_plan", "plan_document", "probe_spec", "run_launch",
-           "run_order", "saved_name"]
+__all__ = ["LAUNCH_DIR", "PLAN_NAME", "PlanDocument", "Progress", "check_plan", "plan_document", "probe_spec",
+           "run_launch", "run_order", "saved_name"]

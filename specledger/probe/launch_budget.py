@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from specledger.gates.decision import VerdictDict
 from specledger.mainjob.plan import LOAD_POINTS_SHARE, REPORT_RESERVE_S
 from specledger.mainjob.race import decisions_so_far
 from specledger.probe.endpoint_loads import run_probe_loads
@@ -31,7 +32,7 @@ from specledger.probe.engine_command import (
     spec_drafter_label,
 )
 from specledger.probe.launch import LAUNCH_DIR, check_plan, plan_document, probe_spec, run_order
-from specledger.probe.launch_race import RACE_DIR, RaceFolder, race_document, race_parts, survivors
+from specledger.probe.launch_race import RACE_DIR, RaceDocument, RaceFolder, race_document, race_parts, survivors
 from specledger.probe.launch_runs import SpecRun
 from specledger.probe.loadgen import LoadConfig, PromptItem, Tokenizer
 from specledger.probe.workload import ProbeWorkload
@@ -115,10 +116,18 @@ def _combine(merged: Mapping[str, SpecRun], at_loads: Mapping[str, SpecRun]) -> 
             for name, run in merged.items()}
 
 
+@dataclass
+class _GammaLabel:
+    """The probed endpoint's γ label in a race: the one given, else the one its first part's counters give
+    (:func:`specledger.probe.records.gamma_label`), kept for every round."""
+
+    label: str | None
+
+
 def race_launch(template: str, specs: Sequence[Spec], loads: Sequence[int], config: LoadConfig,
                 workload: ProbeWorkload, out: Path, budget_s: float, slo: Any, *, port: int | None = None,
                 ready_timeout_s: float = 600.0, tokenizer: Tokenizer | None = None,
-                progress: Progress | None = None, locate: bool = False) -> tuple[dict[str, SpecRun], dict[str, Any]]:
+                progress: Progress | None = None, locate: bool = False) -> tuple[dict[str, SpecRun], RaceDocument]:
     """``probe --launch ... --budget``: the race over launched engines, then the load points; returns every
     configuration's run (load 1 pooled over its rounds, then its load points) and ``run.json``'s ``race``."""
     from specledger.gates.verdicts import setting_name
@@ -139,7 +148,7 @@ def race_launch(template: str, specs: Sequence[Spec], loads: Sequence[int], conf
         return probe_spec(template, by_name[name], at, _at_load_one(config, items, at), items, folder, port=port,
                           ready_timeout_s=ready_timeout_s, tokenizer=tokenizer, tag=tag)
 
-    def decide(runs: Mapping[str, SpecRun]) -> list[dict[str, Any]]:
+    def decide(runs: Mapping[str, SpecRun]) -> list[VerdictDict]:
         return decisions_so_far(launch_records(dict(runs), kind, workload, tokenizer, config), slo)
 
     order = [s.name for s in run_order(specs)]
@@ -155,7 +164,7 @@ def race_launch(template: str, specs: Sequence[Spec], loads: Sequence[int], conf
 def race_endpoints(url: str, baseline: str, config: LoadConfig, baseline_config: LoadConfig,
                    workload: ProbeWorkload, loads: Sequence[int], budget_s: float, slo: Any, label: str,
                    gamma: str | None, out: Path | None, *, metrics: bool = True, tokenizer: Tokenizer | None = None,
-                   progress: Progress | None = None, locate: bool = False) -> tuple[dict[str, SpecRun], dict[str, Any]]:
+                   progress: Progress | None = None, locate: bool = False) -> tuple[dict[str, SpecRun], RaceDocument]:
     """``probe URL --baseline URL2 --budget``: the same race with both endpoints already up (the baseline first
     in even rounds, last in odd ones); returns the runs ``{"baseline": ..., "probe": ...}`` and ``run.json``'s
     ``race``."""
@@ -166,19 +175,19 @@ def race_endpoints(url: str, baseline: str, config: LoadConfig, baseline_config:
 
     targets = {"baseline": (baseline, baseline_config), "probe": (url, config)}
     name_of: dict[str, str] = {}
-    fixed: dict[str, Any] = {"gamma": gamma}  # the γ label the first part's counters give, kept for every round
+    fixed = _GammaLabel(gamma)
 
     def runner(name: str, items: list[PromptItem], at: Sequence[int], tag: str) -> SpecRun:
         where, cfg = targets[name]
         points = run_probe_loads(where, _at_load_one(replace(cfg), items, at), items, at, metrics=metrics,
                                  tokenizer=tokenizer)
-        if name == "probe" and fixed["gamma"] is None:
-            fixed["gamma"] = str(gamma_label(points[0].full["probe"].get("spec_decode"), None))
+        if name == "probe" and fixed.label is None:
+            fixed.label = str(gamma_label(points[0].full["probe"].get("spec_decode"), None))
         return SpecRun(Spec(name, ()), [], "", None, points)
 
-    def decide(runs: Mapping[str, SpecRun]) -> list[dict[str, Any]]:
+    def decide(runs: Mapping[str, SpecRun]) -> list[VerdictDict]:
         records, _ = probe_loads_run(paired_points(runs["probe"], runs["baseline"]), workload, label,
-                                     fixed["gamma"], tokenizer, "probe")
+                                     fixed.label, tokenizer, "probe")
         spec = next((r for r in records if r.drafter == label), None)
         name_of.clear()  # the endpoint's γ label may come from its counters: the setting name follows it
         if spec is not None:
@@ -186,15 +195,15 @@ def race_endpoints(url: str, baseline: str, config: LoadConfig, baseline_config:
         return decisions_so_far(records, slo)
 
     folder = Path(out) / RACE_DIR if out is not None else None
-    if fixed["gamma"] is None and (first := RaceFolder(folder).read_part(0, "probe")) is not None:  # resumed
-        fixed["gamma"] = str(gamma_label(first.points[0].full["probe"].get("spec_decode"), None))
+    if fixed.label is None and (first := RaceFolder(folder).read_part(0, "probe")) is not None:  # resumed
+        fixed.label = str(gamma_label(first.points[0].full["probe"].get("spec_decode"), None))
     state, log = race_parts(workload, ["baseline", "probe"], "baseline", name_of, runner, decide, budget_s, folder,
                             reserve_s=reserve_s(budget_s, loads, locate), progress=progress)
     at_loads = _load_points(["baseline", "probe"], loads, workload, RaceFolder(folder), runner, state.merged(),
                             locate=locate, deadline=log.started + budget_s - REPORT_RESERVE_S, progress=progress)
     runs = _combine(state.merged(), at_loads)
     return runs, {**race_document(state, log), "load_point_configurations": list(at_loads),
-                  "gamma_label": fixed["gamma"]}
+                  "gamma_label": fixed.label}
 
 
 __all__ = ["race_endpoints", "race_launch", "reserve_s"]

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import cast
 
-from specledger.probe.endpoint_loads import probe_document, tag_load_point
+from specledger.probe.endpoint_loads import LoadPoint, LoadReport, probe_document, tag_load_point
 from specledger.probe.engine_command import (
     BASELINE_SPEC,
     UNKNOWN_GAMMA,
@@ -19,6 +19,7 @@ from specledger.probe.engine_command import (
 )
 from specledger.probe.engine_server import HOST
 from specledger.probe.launch import run_order
+from specledger.probe.launch_race import RaceDocument
 from specledger.probe.launch_runs import SpecRun, counters_of, paired_points, pooled_ledger
 from specledger.probe.loadgen import LoadConfig, Tokenizer
 from specledger.probe.model_file import gguf_kv_facts, machine_memory, model_path
@@ -48,9 +49,15 @@ def launch_records(runs: Mapping[str, SpecRun], kind: str, workload: ProbeWorklo
     return records
 
 
+def _load_report(point: LoadPoint) -> LoadReport:
+    """One configuration's report at one load for ``probe.json``'s ``specs``: the load, then the report without
+    its per-request results."""
+    return cast(LoadReport, {"load": point.load, **{k: v for k, v in point.full["probe"].items() if k != "results"}})
+
+
 def write_launch_dir(out: Path, runs: Mapping[str, SpecRun], template: str, specs: Sequence[Spec],
                      loads: Sequence[int], config: LoadConfig, workload: ProbeWorkload, tokenizer: Tokenizer | None,
-                     repeats: int = 1, race: Mapping[str, Any] | None = None) -> None:
+                     repeats: int = 1, race: RaceDocument | None = None) -> None:
     """traces.jsonl + run.json (with ``engine_counters`` and ``launch``) + probe.json. The report is the
     caller's to build: its summary carries ``launch`` and ``engine_counters`` from run.json, and its schedules'
     snippets become the engine's own command
@@ -92,7 +99,6 @@ def write_launch_dir(out: Path, runs: Mapping[str, SpecRun], template: str, spec
         if kind == "llama.cpp":
             meta["memory_total_bytes"] = machine_memory()  # the CPU build's memory: this machine's
     document = probe_document(first)
-    document["specs"] = {name: [{"load": p.load, **{k: v for k, v in p.full["probe"].items() if k != "results"}}
-                                for p in run.points] for name, run in runs.items()}
+    document["specs"] = {name: [_load_report(p) for p in run.points] for name, run in runs.items()}
     RunDir(out).write(PROBE_JSON, document)
     write_probe_run(out, records, meta)

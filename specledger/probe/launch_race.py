@@ -31,12 +31,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from specledger.gates.decision import Verdict, VerdictDict, as_verdict
 from specledger.mainjob.race import (
     MAX_PROMPTS_PER_CATEGORY,
     RACE_STEP,
     RaceLog,
+    RaceLogDict,
     contenders,
     note_drops,
     open_decisions,
@@ -228,12 +230,12 @@ def _prompts_of(state: RaceState, category: str, workload: ProbeWorkload) -> int
     return sum(1 for pid in state.used() if workload.category_of(pid) == category)
 
 
-def survivors(decisions: Sequence[dict[str, Any]], name_of: Mapping[str, str], baseline: str) -> list[str]:
+def survivors(decisions: Sequence[Verdict | VerdictDict], name_of: Mapping[str, str], baseline: str) -> list[str]:
     """The baseline, then the configurations the final decisions stand on (the chosen setting of a deploy, the
     contenders of an open decision): the ones the load points measure. The first configuration when none."""
     names = [baseline]
-    for v in decisions:
-        for s in [v.get("setting")] * (v.get("decision") == "deploy") + list(contenders(v)):
+    for v in map(as_verdict, decisions):
+        for s in [v.setting] * v.deploys + v.contenders:
             if s in name_of and name_of[s] not in names:
                 names.append(name_of[s])
     if len(names) == 1:
@@ -241,14 +243,26 @@ def survivors(decisions: Sequence[dict[str, Any]], name_of: Mapping[str, str], b
     return names
 
 
-def race_document(state: RaceState, log: RaceLog) -> dict[str, Any]:
+class RaceDocument(RaceLogDict, total=False):
+    """``run.json``'s ``race`` of ``probe --budget``: the race's log, the prompts each configuration ran over
+    every round; :mod:`specledger.probe.launch_budget` adds the configurations measured at the load points and,
+    for an endpoint, the γ label its counters gave."""
+
+    prompts_per_configuration: dict[str, int]
+    round_count: int
+    load_point_configurations: list[str]
+    gamma_label: str | None
+
+
+def race_document(state: RaceState, log: RaceLog) -> RaceDocument:
     """``run.json``'s ``race``: the log, and the prompts each configuration ran."""
     prompts: dict[str, int] = {}
     for plan in state.rounds:
         for name, ids in plan.items():
             prompts[name] = prompts.get(name, 0) + len(ids)
-    return json_safe({**log.to_dict(), "prompts_per_configuration": prompts, "round_count": len(state.rounds)})
+    doc: RaceDocument = {**log.to_dict(), "prompts_per_configuration": prompts, "round_count": len(state.rounds)}
+    return cast(RaceDocument, json_safe(doc))  # the same keys, as strict JSON
 
 
-__all__ = ["INITIAL_PROMPTS", "RACE_DIR", "RaceState", "estimate_s", "first_round", "next_round", "race_document",
-           "race_parts", "survivors"]
+__all__ = ["INITIAL_PROMPTS", "RACE_DIR", "RaceDocument", "RaceState", "estimate_s", "first_round", "next_round",
+           "race_document", "race_parts", "survivors"]

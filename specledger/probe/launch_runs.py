@@ -5,12 +5,13 @@ acceptance ledger."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TypedDict, cast
 
-from specledger.ledger.server_acceptance import acceptance_ledger
-from specledger.probe.counters import engine_counters_over, windows_counts
+from specledger.ledger.server_acceptance import AcceptanceLedgerDict, acceptance_ledger
+from specledger.probe.counters import EngineCountersReport, engine_counters_over, windows_counts
+from specledger.probe.documents import EndpointReport, ProbeDocument, SpecCountersSnapshot
 from specledger.probe.endpoint_loads import LoadPoint
 from specledger.probe.engine_command import Spec
 from specledger.probe.loadgen import RequestResult
@@ -19,6 +20,39 @@ from specledger.rundir import json_safe
 
 #: a later repeat's request numbers start at repeat x this (merge_repeats): ids stay unique across repeats
 REPEAT_INDEX_STRIDE = 1_000_000
+
+
+class SavedPoint(TypedDict):
+    """One load of a saved configuration: the endpoint's report there, per-request results included."""
+
+    load: int
+    report: EndpointReport
+
+
+class SpecRunDoc(TypedDict):
+    """:meth:`SpecRun.to_dict`: a configuration's part as saved (``launch/NAME.json``, ``race/rNNN-NAME.json``)."""
+
+    name: str
+    args: list[str]  # the configuration's engine arguments
+    argv: list[str]  # the command line that ran
+    log: str  # the engine's log file
+    ready_s: float | None  # seconds until it answered /health
+    points: list[SavedPoint]
+
+
+#: the server-counter scrapes (before, after) around one load of one repeat
+CounterWindow = tuple[SpecCountersSnapshot | None, SpecCountersSnapshot | None]
+
+
+class PooledLedger(AcceptanceLedgerDict):
+    """:func:`pooled_ledger`: the acceptance ledger of one configuration over its whole run, with the counts
+    behind it (``gamma``: the configured draft length)."""
+
+    rounds: int  # draft rounds
+    draft_tokens: int  # draft tokens proposed
+    accepted: int  # draft tokens accepted
+    acceptance_rate: float | None  # accepted / draft_tokens
+    positions_seen: int  # positions the counters show
 
 
 @dataclass
@@ -31,30 +65,28 @@ class SpecRun:
     ready_s: float | None
     points: list[LoadPoint] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return json_safe({"name": self.spec.name, "args": list(self.spec.args), "argv": self.argv, "log": self.log,
-                          "ready_s": self.ready_s,
-                          "points": [{"load": p.load, "report": p.full["probe"]} for p in self.points]})
+    def to_dict(self) -> SpecRunDoc:
+        doc = {"name": self.spec.name, "args": list(self.spec.args), "argv": self.argv, "log": self.log,
+               "ready_s": self.ready_s, "points": [{"load": p.load, "report": p.full["probe"]} for p in self.points]}
+        return cast(SpecRunDoc, json_safe(doc))  # the same keys, as strict JSON
 
     @classmethod
-    def from_dict(cls, doc: Mapping[str, Any]) -> SpecRun:
-        names = {f.name for f in fields(RequestResult)}
+    def from_dict(cls, doc: SpecRunDoc) -> SpecRun:
         points = [LoadPoint(int(p["load"]), {"probe": p["report"]},
-                            [RequestResult(**{k: v for k, v in r.items() if k in names})
-                             for r in p["report"].get("results") or []])
+                            [RequestResult.from_dict(r) for r in p["report"].get("results") or []])
                   for p in doc["points"]]
         return cls(Spec(str(doc["name"]), tuple(doc["args"])), list(doc["argv"]), str(doc["log"]),
                    doc.get("ready_s"), points)
 
 
-def point_windows(point: LoadPoint) -> list[tuple[Any, Any]]:
+def point_windows(point: LoadPoint) -> list[CounterWindow]:
     """The server-counter windows (before, after) behind one load point: one per repeat (a merged point keeps
     them under ``windows``; a restarted server counts from zero, so windows are added, never spanned)."""
     report = point.full["probe"]
     if report.get("windows") is not None:
         return [(b, a) for b, a in report["windows"]]
-    counters = report.get("spec_decode_counters") or {}
-    return [(counters.get("before"), counters.get("after"))]
+    counters = report.get("spec_decode_counters")
+    return [(counters.get("before"), counters.get("after"))] if counters else [(None, None)]
 
 
 def merge_repeats(runs: Sequence[SpecRun]) -> SpecRun:
@@ -72,7 +104,7 @@ def merge_repeats(runs: Sequence[SpecRun]) -> SpecRun:
         results = [dataclasses.replace(r, index=k * REPEAT_INDEX_STRIDE + r.index)
                    for k, q in enumerate(same) for r in q.results]
         wall = sum(float(q.full["probe"]["summary"].get("wall_time_s") or 0.0) for q in same)
-        report = {**p.full["probe"], "summary": summarize(results, wall), "repeats": len(same),
+        report: EndpointReport = {**p.full["probe"], "summary": summarize(results, wall), "repeats": len(same),
                   "windows": [w for q in same for w in point_windows(q)],
                   "results": [r.to_dict() for r in results],
                   "warnings": [w for q in same for w in q.full["probe"].get("warnings") or []],
@@ -93,13 +125,13 @@ def paired_points(cand: SpecRun, base: SpecRun) -> list[LoadPoint]:
     out = []
     for p in cand.points:
         b = base_at[p.load]
-        full = {"probe": p.full["probe"], "baseline": b.full["probe"],
-                "speedup": speedup(p.full["probe"]["summary"], b.full["probe"]["summary"])}
+        full: ProbeDocument = {"probe": p.full["probe"], "baseline": b.full["probe"],
+                               "speedup": speedup(p.full["probe"]["summary"], b.full["probe"]["summary"])}
         out.append(LoadPoint(p.load, full, p.results, b.results, ("baseline", "probe")))
     return out
 
 
-def counters_of(run: SpecRun) -> dict[str, Any]:
+def counters_of(run: SpecRun) -> EngineCountersReport:
     """Σ per-request speculation figures over every load and repeat against the server's counter deltas added
     over the (repeat, load) windows (:func:`specledger.probe.counters.engine_counters_over`: nothing else
     reached the server inside a window; a restarted server counts from zero)."""
@@ -107,26 +139,29 @@ def counters_of(run: SpecRun) -> dict[str, Any]:
                                 [w for p in run.points for w in point_windows(p)])
 
 
-def pooled_ledger(run: SpecRun | Sequence[LoadPoint], gamma: int | None) -> dict[str, Any]:
+def _accepted_at(scrape: SpecCountersSnapshot | None) -> dict[str, float]:
+    """A scrape's accepted draft tokens per position ({} for none, or no scrape)."""
+    return (scrape.get("accepted_per_pos") if scrape else None) or {}
+
+
+def pooled_ledger(run: SpecRun | Sequence[LoadPoint], gamma: int | None) -> PooledLedger:
     """The acceptance ledger of one configuration over its whole run, from the server's counter windows (each
     load of each repeat): ``E[L] = 1 + accepted / drafts`` (bonus token counted), per-position rates
     ``Pr(K ≥ i) = Δaccepted_at_i / Δdrafts`` and their conditional chain
     (:func:`specledger.ledger.server_acceptance.acceptance_ledger`), ``gamma`` the configured draft length
     (not the number of positions the counters show). Every figure None when the server drafted nothing."""
     points = run.points if isinstance(run, SpecRun) else run
-    windows = [(b or {}, a or {}) for p in points for b, a in point_windows(p)]
+    windows = [w for p in points for w in point_windows(p)]
     totals = windows_counts(windows)[0]  # the same deltas engine_counters_over reconciles
     drafts, drafted, accepted = (float(totals[k] or 0) for k in ("drafts", "draft_tokens", "accepted"))
 
     def delta_at(position: str) -> float:
-        return sum(float((a.get("accepted_per_pos") or {}).get(position) or 0)
-                   - float((b.get("accepted_per_pos") or {}).get(position) or 0) for b, a in windows)
+        return sum(float(_accepted_at(a).get(position) or 0) - float(_accepted_at(b).get(position) or 0)
+                   for b, a in windows)
 
-    positions = sorted({int(k) for _, a in windows for k in (a.get("accepted_per_pos") or {})})
+    positions = sorted({int(k) for _, a in windows for k in _accepted_at(a)})
     rates = [delta_at(str(i)) / drafts for i in positions] if drafts > 0 else []
     ledger = acceptance_ledger({"per_position_rates": rates,
                                 "mean_acceptance_length": 1 + accepted / drafts if drafts > 0 else None})
-    ledger.update(gamma=gamma, rounds=int(drafts), draft_tokens=int(drafted), accepted=int(accepted),
-                  acceptance_rate=accepted / drafted if drafted > 0 else None,
-                  positions_seen=len(rates))
-    return ledger
+    return {**ledger, "gamma": gamma, "rounds": int(drafts), "draft_tokens": int(drafted), "accepted": int(accepted),
+            "acceptance_rate": accepted / drafted if drafted > 0 else None, "positions_seen": len(rates)}

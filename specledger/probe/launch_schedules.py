@@ -9,6 +9,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from specledger.gates.decision import Verdict, as_verdict
 from specledger.probe.engine_command import BASELINE_SPEC, Spec, engine_argv, spec_drafter_label
 
 #: the flag that caps concurrency, per engine (the schedule's "serve plainly above" advice)
@@ -18,8 +19,8 @@ CONCURRENCY_ALIASES = {"--parallel": ("--parallel", "-np"), "--max-num-seqs": ("
                        "--max-running-requests": ("--max-running-requests",)}
 
 
-def _on_loads(cells: Sequence[Mapping[str, Any]], label: str) -> list[int]:
-    return sorted(int(v.get("load") or 1) for v in cells if v.get("decision") == "deploy" and v.get("drafter") == label)
+def _on_loads(cells: Sequence[Verdict], label: str) -> list[int]:
+    return sorted(v.load_or_solo for v in cells if v.deploys and v.drafter == label)
 
 
 def engine_flags(template: str, spec: Spec, kind: str, on_loads: Sequence[int], loads: Sequence[int]
@@ -66,9 +67,9 @@ def patch_schedules(summary: dict[str, Any], template: str, specs: Sequence[Spec
     under ``engine``), the other engines' are dropped (they were not what ran)."""
     by_label = {spec_drafter_label(s, kind): s for s in specs}
     for sch in summary.get("schedules") or []:
-        cells = [v for v in summary.get("verdicts") or []
+        cells = [as_verdict(v) for v in summary.get("verdicts") or []
                  if v.get("category") == sch.get("category") and v.get("temperature") == sch.get("temperature")]
-        deployed = [v.get("drafter") for v in cells if v.get("decision") == "deploy"]
+        deployed = [v.drafter for v in cells if v.deploys]
         label = max(sorted(set(deployed)), key=deployed.count) if deployed else None  # ties: by name, reproducible
         for key in ("vllm", "trtllm", "sglang", "llama_cpp"):
             sch[key] = None

@@ -38,15 +38,17 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
 from specledger.errors import SpecLedgerError
 from specledger.load_points import poisson_arrivals
 from specledger.probe.bounds import StreamLimits, default_deadline_s, over_limits, stream_limits, warn_unsent
+from specledger.probe.documents import LoadConfigDoc, RequestResultDoc
 from specledger.probe.fetch import MAX_STREAM_BYTES, read_body, redact, secrets_of
 from specledger.probe.sse import OpenAIStreamDecoder
+from specledger.probe.wire import EngineSpecStats, LlamaTimings, RequestBody
 
 Tokenizer = Callable[[str], Any]
 
@@ -153,12 +155,12 @@ class LoadConfig:
     #: sent with every request, never written: :meth:`describe` keeps the names only
     headers: dict[str, str] = field(default_factory=dict, repr=False)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> LoadConfigDoc:
         """The config as written to probe.json / run.json: every field, header values left out."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "headers"}
         out["stop"] = list(self.stop) if self.stop else self.stop
         out["header_names"] = sorted(self.headers)
-        return out
+        return cast(LoadConfigDoc, out)  # every field by name: LoadConfigDoc's keys
 
     def validate(self) -> None:
         if (self.concurrency is None) == (self.rate is None):
@@ -210,10 +212,10 @@ class RequestResult:
     finish_reason: str | None = None
     prompt_id: str | None = None  # PromptItem.id of the item this request sent
     reasoning_text: str = ""  # delta.reasoning_content, timed and counted like the answer
-    server_timings: dict[str, Any] | None = None  # llama.cpp's per-response ``timings``, last seen
-    server_spec: dict[str, Any] | None = None  # vLLM / SGLang per-request spec figures (StreamChunk.spec_stats)
+    server_timings: LlamaTimings | None = None  # llama.cpp's per-response ``timings``, last seen
+    server_spec: EngineSpecStats | None = None  # vLLM / SGLang per-request spec figures (StreamChunk.spec_stats)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> RequestResultDoc:
         """Every field; ``server_timings`` (server-supplied JSON) through the depth-bounded
         :func:`specledger.rundir.json_safe`, so a 500-level nested object cannot exhaust the stack."""
         from specledger.rundir import json_safe
@@ -223,7 +225,13 @@ class RequestResult:
             out[name] = list(out[name])
         out["server_timings"] = json_safe(self.server_timings)
         out["server_spec"] = json_safe(self.server_spec)
-        return out
+        return cast(RequestResultDoc, out)  # every field by name: RequestResultDoc's keys
+
+    @classmethod
+    def from_dict(cls, doc: RequestResultDoc) -> RequestResult:
+        """A result as :meth:`to_dict` wrote it (a key it does not know is left out)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in doc.items() if k in names})  # type: ignore[arg-type]  # as written
 
 
 @dataclass
@@ -232,7 +240,7 @@ class LoadRun:
 
     results: list[RequestResult]
     wall_time_s: float
-    config: dict[str, Any]
+    config: LoadConfigDoc
 
 
 def reconcile_chunk_tokens(counts: Sequence[int], weights: Sequence[float], total: int) -> list[int]:
@@ -269,9 +277,9 @@ def _count_tokens(tokenizer: Tokenizer | None, text: str) -> int:
     return encoded if isinstance(encoded, int) else len(encoded)
 
 
-def build_payload(config: LoadConfig, item: PromptItem) -> dict[str, Any]:
+def build_payload(config: LoadConfig, item: PromptItem) -> RequestBody:
     """The JSON body of one streaming request."""
-    payload: dict[str, Any] = {
+    payload: RequestBody = {
         "model": config.model,
         "max_tokens": item.max_tokens or config.max_tokens,
         "temperature": config.temperature,

@@ -26,13 +26,21 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Literal, cast
 
 from specledger.analysis.metrics import chunk_gaps, token_gaps, tpot
 from specledger.analysis.stats import distribution
+from specledger.probe.documents import (
+    EndpointSummary,
+    LatencyFigures,
+    ResponseTimingsFigures,
+    ResponseTimingsTotals,
+    Speedup,
+)
 from specledger.probe.loadgen import RequestResult
 from specledger.probe.records import emission_times
+from specledger.probe.wire import LlamaTimings
 
 MS = 1e3
 
@@ -73,7 +81,7 @@ def error_counts(results: Sequence[RequestResult]) -> dict[str, int]:
     return dict(kinds)
 
 
-def _count(timings: Mapping[str, Any], key: str) -> float | None:
+def _count(timings: LlamaTimings, key: str) -> float | None:
     """A finite, non-negative count of a server's ``timings``; None otherwise (an int past the float range too)."""
     value = timings.get(key)
     if not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -85,7 +93,7 @@ def _count(timings: Mapping[str, Any], key: str) -> float | None:
     return number if math.isfinite(number) and number >= 0 else None
 
 
-def response_timings_figures(timings: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def response_timings_figures(timings: Sequence[LlamaTimings]) -> ResponseTimingsFigures | None:
     """llama.cpp's per-response ``timings`` pooled over responses; None when no response has ``draft_n``.
 
     ``draft_acceptance_rate`` = Σ draft_n_accepted / Σ draft_n (pooled: every proposed token weighs the
@@ -116,11 +124,13 @@ def _total(values: Sequence[float]) -> float:
         return float(sum(values))
 
 
+TimingsTotal = Literal["cache_n", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "draft_n", "draft_n_accepted"]
 #: llama.cpp ``timings`` fields that add up over responses (counts and milliseconds)
-TIMINGS_TOTALS = ("cache_n", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "draft_n", "draft_n_accepted")
+TIMINGS_TOTALS: tuple[TimingsTotal, ...] = ("cache_n", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms",
+                                             "draft_n", "draft_n_accepted")
 
 
-def response_timings_totals(timings: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def response_timings_totals(timings: Sequence[LlamaTimings]) -> ResponseTimingsTotals | None:
     """llama.cpp's ``timings``, one (the last snapshot) per response, added up field by field over
     :data:`TIMINGS_TOTALS`, whether or not the server drafted; None when no response has one.
 
@@ -131,7 +141,7 @@ def response_timings_totals(timings: Sequence[Mapping[str, Any]]) -> dict[str, A
     """
     if not timings:
         return None
-    out: dict[str, Any] = {"responses": len(timings)}
+    out: ResponseTimingsTotals = {"responses": len(timings)}
     for key in TIMINGS_TOTALS:
         values = [v for v in (_count(t, key) for t in timings if key in t) if v is not None]
         total = _total(values) if any(key in t for t in timings) else None
@@ -139,7 +149,12 @@ def response_timings_totals(timings: Sequence[Mapping[str, Any]]) -> dict[str, A
     return out
 
 
-def summarize(results: Sequence[RequestResult], wall_time_s: float) -> dict[str, Any]:
+def _ms(values: Sequence[float]) -> LatencyFigures:
+    """The distribution of ``values`` (seconds) in ms."""
+    return cast(LatencyFigures, distribution(values, MS))  # n, mean, p50, p95, p99, max
+
+
+def summarize(results: Sequence[RequestResult], wall_time_s: float) -> EndpointSummary:
     """The probe summary: counts, throughput, TTFT/TPOT/ITL percentiles (ms), stalls, chunking."""
     ok = [r for r in results if r.ok]
     total_tokens = sum(r.completion_tokens for r in ok)
@@ -162,11 +177,11 @@ def summarize(results: Sequence[RequestResult], wall_time_s: float) -> dict[str,
         "total_output_tokens": total_tokens,
         "output_throughput_tok_s": total_tokens / wall_time_s if wall_time_s > 0 else None,
         "request_throughput_req_s": len(ok) / wall_time_s if wall_time_s > 0 else None,
-        "ttft_ms": distribution([r.ttft_s for r in ok if r.ttft_s is not None], MS),
-        "tpot_ms": distribution(tpots, MS),
+        "ttft_ms": _ms([r.ttft_s for r in ok if r.ttft_s is not None]),
+        "tpot_ms": _ms(tpots),
         "pooled_tpot_ms": 1000.0 * sum(s for s, _ in spans) / pooled_den if pooled_den else None,
-        "token_itl_ms": distribution(tok_itl, MS),
-        "chunk_itl_ms": distribution(chk_itl, MS),
+        "token_itl_ms": _ms(tok_itl),
+        "chunk_itl_ms": _ms(chk_itl),
         "longest_stall_ms": 1000.0 * max(chk_itl) if chk_itl else None,
         "mean_tokens_per_chunk": total_tokens / total_chunks if total_chunks else None,
         "requests_without_done": sum(1 for r in ok if not r.saw_done),
@@ -180,7 +195,7 @@ def summarize(results: Sequence[RequestResult], wall_time_s: float) -> dict[str,
     }
 
 
-def speedup(candidate: dict[str, Any], baseline: dict[str, Any]) -> dict[str, float | None]:
+def speedup(candidate: EndpointSummary, baseline: EndpointSummary) -> Speedup:
     """Candidate vs baseline: throughput ratio (cand/base) and TPOT ratio (base/cand); >1 = faster."""
 
     def ratio(a: float | None, b: float | None) -> float | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from specledger.errors import SpecLedgerError
 from specledger.probe.engine_command import flag_value
@@ -23,7 +23,24 @@ def model_path(argv: Sequence[str]) -> Path | None:
     return path if path is not None and path.suffix == ".gguf" and path.is_file() else None
 
 
-def gguf_kv_facts(path: Path, argv: Sequence[str] = ()) -> dict[str, Any]:
+class _KvKeys(TypedDict):
+    """The keys every :class:`GgufKvFacts` has."""
+
+    kv_model_file: str
+    kv_layers: int  # block_count
+    kv_heads: int  # head_count_kv
+    kv_head_dims: list[int]  # [key_length, value_length]
+    kv_cache_types: list[str]  # [-ctk, -ctv], f16 by default
+    weight_bytes: int  # the GGUF file's size
+
+
+class GgufKvFacts(_KvKeys, total=False):
+    """:func:`gguf_kv_facts`, merged into a launch's run.json."""
+
+    kv_bytes_per_token: int  # m_KV; absent for a cache type not in KV_TYPE_BYTES
+
+
+def gguf_kv_facts(path: Path, argv: Sequence[str] = ()) -> GgufKvFacts:
     """m_KV from a GGUF's metadata: ``kv_bytes_per_token = block_count · head_count_kv · (key_length +
     value_length) · bytes per element`` (key/value length default ``embedding_length / head_count``; bytes
     per element from ``-ctk`` / ``-ctv`` in ``argv``, f16 by default, :data:`KV_TYPE_BYTES`), and the file's
@@ -45,9 +62,9 @@ def gguf_kv_facts(path: Path, argv: Sequence[str] = ()) -> dict[str, Any]:
     k_type = flag_value(argv, ("-ctk", "--cache-type-k")) or "f16"
     v_type = flag_value(argv, ("-ctv", "--cache-type-v")) or "f16"
     k_bytes, v_bytes = KV_TYPE_BYTES.get(k_type.lower()), KV_TYPE_BYTES.get(v_type.lower())
-    facts: dict[str, Any] = {"kv_model_file": str(path), "kv_layers": layers, "kv_heads": kv_heads,
-                             "kv_head_dims": [k_len, v_len], "kv_cache_types": [k_type, v_type],
-                             "weight_bytes": path.stat().st_size}
+    facts: GgufKvFacts = {"kv_model_file": str(path), "kv_layers": layers, "kv_heads": kv_heads,
+                          "kv_head_dims": [k_len, v_len], "kv_cache_types": [k_type, v_type],
+                          "weight_bytes": path.stat().st_size}
     if k_bytes is not None and v_bytes is not None:
         facts["kv_bytes_per_token"] = int(round(layers * kv_heads * (k_len * k_bytes + v_len * v_bytes)))
     return facts

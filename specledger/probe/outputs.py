@@ -13,18 +13,34 @@ to pair; ``import-vllm-bench --out`` writes ``vllm_bench.json`` (figures + accep
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from specledger.errors import SpecLedgerError
-from specledger.ledger.server_acceptance import NO_ROUNDS_NOTE, VLLM_BENCH_NOTE, acceptance_ledger
+from specledger.ledger.server_acceptance import (
+    NO_ROUNDS_NOTE,
+    VLLM_BENCH_NOTE,
+    AcceptanceLedgerDict,
+    acceptance_ledger,
+)
+from specledger.probe.documents import (
+    EndpointReport,
+    EndpointSummary,
+    LoadConfigDoc,
+    ProbeDocument,
+    SpecCountersWindow,
+    SpecDecodeDoc,
+)
 from specledger.probe.endpoint_loads import LoadPoint, first_spec_decode, probe_document, tag_load_point
 from specledger.probe.loadgen import RequestResult, Tokenizer
 from specledger.probe.records import BASELINE_DRAFTER, PROBE_KIND, gamma_label, records_from_probe
 from specledger.probe.workload import ProbeWorkload
 from specledger.records import GammaSpec, RequestRecord
 from specledger.rundir import PROBE_JSON, TRACE_NAME, VLLM_BENCH_JSON, RunDir, json_safe
+
+if TYPE_CHECKING:
+    from specledger.probe.launch_race import RaceDocument
 
 VLLM_BENCH_KIND = "vllm-bench"
 GUIDELLM_KIND = "guidellm"
@@ -38,7 +54,34 @@ def check_new_run_dir(out: Path) -> None:
         raise SpecLedgerError(f"{out} already holds traces ({TRACE_NAME}); pass a new --out folder")
 
 
-def _endpoint_meta(report: Mapping[str, Any], role: str, drafter: str, gamma: GammaSpec) -> dict[str, Any]:
+class EndpointMeta(TypedDict):
+    """One endpoint in ``run.json``'s ``endpoints``: where it is, how the report labels it, its spec-decode
+    figures and the acceptance ledger read from them, its warnings."""
+
+    role: str  # "endpoint" or "baseline"
+    url: str | None
+    model: str | None
+    drafter: str
+    gamma: GammaSpec
+    spec_decode: SpecDecodeDoc | None
+    spec_decode_counters: SpecCountersWindow | None
+    acceptance_ledger: AcceptanceLedgerDict
+    warnings: list[str]
+
+
+class ImportDocument(TypedDict):
+    """An imported benchmark result as written (``vllm_bench.json``, ``guidellm.json``): the file, the tool's
+    version where it states one, the probe's summary keys, the acceptance ledger, a caveat, the raw record."""
+
+    source_file: str
+    version: str | None
+    summary: EndpointSummary
+    acceptance_ledger: AcceptanceLedgerDict
+    note: str
+    raw: dict[str, Any]  # the record as the tool wrote it (free-form; vLLM adds fields release by release)
+
+
+def _endpoint_meta(report: EndpointReport, role: str, drafter: str, gamma: GammaSpec) -> EndpointMeta:
     return {
         "role": role,
         "url": report.get("url"),
@@ -54,8 +97,8 @@ def _endpoint_meta(report: Mapping[str, Any], role: str, drafter: str, gamma: Ga
 
 def probe_run_meta(
     name: str,
-    endpoint: Mapping[str, Any],
-    baseline: Mapping[str, Any] | None,
+    endpoint: EndpointReport,
+    baseline: EndpointReport | None,
     *,
     drafter: str,
     gamma: GammaSpec,
@@ -91,12 +134,12 @@ def write_probe_run(out: Path, records: Sequence[RequestRecord], meta: Mapping[s
 
 
 def vllm_bench_document(
-    source_file: str, summary: Mapping[str, Any], raw: Mapping[str, Any], note: str = VLLM_BENCH_NOTE,
+    source_file: str, summary: EndpointSummary, raw: Mapping[str, Any], note: str = VLLM_BENCH_NOTE,
     version: str | None = None,
-) -> dict[str, Any]:
+) -> ImportDocument:
     """The normalised import document (``vllm_bench.json``, ``guidellm.json``): source, summary (probe
     keys), the acceptance ledger, and the raw record."""
-    return json_safe(
+    return cast(ImportDocument, json_safe(  # the same keys, as strict JSON
         {
             "source_file": source_file,
             "version": version,
@@ -105,11 +148,11 @@ def vllm_bench_document(
             "note": note,
             "raw": dict(raw),
         }
-    )
+    ))
 
 
 def write_import_run(
-    out: Path, document: Mapping[str, Any], model: str | None, kind: str = VLLM_BENCH_KIND,
+    out: Path, document: ImportDocument, model: str | None, kind: str = VLLM_BENCH_KIND,
     filename: str = VLLM_BENCH_JSON,
 ) -> None:
     """``out/<filename>`` and, unless the folder already has one, ``out/run.json`` (``kind``)."""
@@ -133,21 +176,33 @@ def import_target(out: Path, index: int, count: int) -> Path:
     return out if count == 1 else out / f"record-{index}"
 
 
-def write_vllm_bench_run(out: Path, document: Mapping[str, Any], model: str | None) -> None:
+def write_vllm_bench_run(out: Path, document: ImportDocument, model: str | None) -> None:
     """``out/vllm_bench.json`` and, unless the folder already has one, ``out/run.json`` (kind vllm-bench)."""
     write_import_run(out, document, model)
 
 
-def _record_options(config: Mapping[str, Any], workload: ProbeWorkload, tokenizer: Tokenizer | None
-                    ) -> dict[str, Any]:
+class _RecordOptions(TypedDict):
+    """The keyword arguments of :func:`~specledger.probe.records.records_from_probe` that every endpoint of one
+    probe shares."""
+
+    temperature: float
+    category_of: Callable[[str | None], str]
+    score_of: Callable[[str | None, str], tuple[float | None, str | None]]
+    tokenizer: Tokenizer | None
+    top_p: float
+    seed: int | None
+
+
+def _record_options(config: LoadConfigDoc, workload: ProbeWorkload, tokenizer: Tokenizer | None
+                    ) -> _RecordOptions:
     """What every endpoint's records of one probe share: sampling, categories, scores, tokenizer."""
-    return dict(temperature=config["temperature"], category_of=workload.category_of, score_of=workload.score_of,
-                tokenizer=tokenizer, top_p=config["top_p"], seed=config["seed"])
+    return _RecordOptions(temperature=config["temperature"], category_of=workload.category_of,
+                          score_of=workload.score_of, tokenizer=tokenizer, top_p=config["top_p"], seed=config["seed"])
 
 
 def write_probe_dir(
     out: Path,
-    full: dict[str, Any],
+    full: ProbeDocument,
     results: list[RequestResult],
     base_results: list[RequestResult],
     workload: ProbeWorkload,
@@ -201,7 +256,7 @@ def probe_loads_run(
 
 def write_probe_loads_dir(
     out: Path, points: Sequence[LoadPoint], workload: ProbeWorkload, label: str, gamma: str | None,
-    tokenizer: Tokenizer | None, race: Mapping[str, Any] | None = None,
+    tokenizer: Tokenizer | None, race: RaceDocument | None = None,
 ) -> None:
     """probe.json (:func:`~specledger.probe.endpoint_loads.probe_document`), traces.jsonl + run.json of every load; the
     report built from them (by the caller) gives gates and verdicts per load and the schedule. ``race``: the
@@ -215,6 +270,8 @@ def write_probe_loads_dir(
 
 
 __all__ = [
+    "EndpointMeta",
+    "ImportDocument",
     "check_new_run_dir",
     "import_target",
     "probe_loads_run",

@@ -4,7 +4,7 @@ A probe of an endpoint (and of a ``--baseline`` endpoint) becomes one
 :class:`~specledger.records.RequestRecord` per successful request in ``traces.jsonl``, with a
 ``run.json`` next to it (``"kind": "probe"``). The report then groups them like any run:
 
-* the baseline endpoint's records have drafter ``"none"`` (plain decoding, gamma 0), the probed
+* the baseline endpoint's records have drafter :data:`BASELINE_DRAFTER` (plain decoding, gamma 0), the probed
   endpoint's records the user's label (default ``"endpoint"``) and a gamma label (the number of
   speculative positions the server's /metrics shows, else ``"server"``);
 * ``prompt_id`` is the workload item's id, so both endpoints pair prompt by prompt;
@@ -30,13 +30,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.errors import SpecLedgerError
 from specledger.probe.counters import request_counts
 from specledger.probe.loadgen import RequestResult, Tokenizer
 from specledger.records import GammaSpec, RequestRecord
 
 PROBE_KIND = "probe"
-BASELINE_DRAFTER = "none"
+BASELINE_DRAFTER = PLAIN.name
 ENDPOINT_DRAFTER = "endpoint"
 SERVER_GAMMA = "server"
 
@@ -157,7 +158,7 @@ def records_from_probe(
 ) -> list[RequestRecord]:
     """One RequestRecord per successful request that streamed at least one token, in request order.
 
-    ``drafter`` ``"none"`` marks the baseline endpoint (its gamma is recorded as 0).
+    ``drafter`` :data:`BASELINE_DRAFTER` marks the baseline endpoint (its gamma is recorded as 0).
     """
     out = []
     for r in sorted(results, key=lambda r: r.index):
@@ -185,7 +186,8 @@ def check_label(label: str) -> str:
     """The probed endpoint's drafter label: non-empty, no ``|``, and not the baseline's ``none``."""
     label = label.strip()
     if not label or "|" in label or label == BASELINE_DRAFTER:
-        raise SpecLedgerError(f"--label {label!r} is not usable; give a name such as eagle3 (not 'none', no '|')")
+        raise SpecLedgerError(f"--label {label!r} is not usable; give a name such as eagle3 "
+                              f"(not {BASELINE_DRAFTER!r}, no '|')")
     return label
 
 

@@ -26,10 +26,12 @@ Which names each engine exports (vLLM v1 and v0, SGLang, llama.cpp, TGI) is the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 from specledger.errors import SpecLedgerError
 from specledger.ledger.acceptance import conditional_ratios
 from specledger.ledger.server_acceptance import per_position_mismatch
+from specledger.probe.documents import SpecDecodeDoc
 from specledger.probe.engines import ENGINES, SGLANG, VLLM, EngineNames, SpecCounterNames
 from specledger.probe.prometheus import (
     MetricsSnapshot,
@@ -134,8 +136,8 @@ class SpecDecodeFigures:
     off: bool = False  # the engine states that speculation is off (SGLang's zero gauges)
     warnings: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
+    def to_dict(self) -> SpecDecodeDoc:
+        return cast(SpecDecodeDoc, dict(self.__dict__))  # every field by name: SpecDecodeDoc's keys
 
 
 def _counter_figures(figures: SpecDecodeFigures, names: SpecCounterNames, before: MetricsSnapshot,

@@ -44,9 +44,18 @@ import codecs
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, cast
 
 from specledger.errors import SpecLedgerError
+from specledger.probe.wire import (
+    ChatDelta,
+    EngineSpecStats,
+    LlamaTimings,
+    StreamChunkJson,
+    StreamUsage,
+    TgiDetails,
+    TgiToken,
+)
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
 _HAS_END = re.compile(r"[\r\n]")
@@ -160,20 +169,30 @@ class StreamChunk:
 
     kind: Literal["delta", "usage", "done", "error"]
     text: str = ""
-    usage: dict[str, Any] | None = None
+    usage: StreamUsage | None = None
     finish_reason: str | None = None
     error: str | None = None
     reasoning: str = ""  # delta.reasoning_content / delta.reasoning
-    timings: dict[str, Any] | None = None  # llama.cpp's per-response timings
+    timings: LlamaTimings | None = None  # llama.cpp's per-response timings
     model: str | None = None
     system_fingerprint: str | None = None  # llama.cpp: its build, e.g. "b6100-..."
     response_id: str | None = None  # the chunk's "id": every chunk of one response carries the same
-    spec_stats: dict[str, Any] | None = None  # vLLM / SGLang per-request speculation figures (module docstring)
+    spec_stats: EngineSpecStats | None = None  # vLLM / SGLang per-request speculation figures (module docstring)
 
     @property
     def generated(self) -> str:
         """Every generated character of the chunk: reasoning then content."""
         return self.reasoning + self.text
+
+
+class _ChunkExtras(TypedDict):
+    """What every chunk of an object carries besides its text (the :class:`StreamChunk` fields of that name)."""
+
+    timings: LlamaTimings | None
+    model: str | None
+    system_fingerprint: str | None
+    response_id: str | None
+    spec_stats: EngineSpecStats | None
 
 
 def _error(message: str) -> StreamChunk:
@@ -190,11 +209,12 @@ def interpret_event(event: SSEEvent) -> StreamChunk:
     if payload == "[DONE]":
         return StreamChunk(kind="done")
     try:
-        obj = json.loads(payload)
+        decoded = json.loads(payload)
     except (ValueError, RecursionError) as exc:
         return _error(f"malformed JSON in SSE data ({type(exc).__name__}): {_clip(payload)!r}")
-    if not isinstance(obj, dict):
+    if not isinstance(decoded, dict):
         return _error(f"SSE data is JSON but not an object: {_clip(payload)!r}")
+    obj = cast(StreamChunkJson, decoded)  # its values are checked one by one below
     if "error" in obj and obj.get("error"):
         err = obj["error"]
         message = err.get("message") if isinstance(err, dict) else err
@@ -205,7 +225,7 @@ def interpret_event(event: SSEEvent) -> StreamChunk:
     timings = obj.get("timings")
     if timings is not None and not isinstance(timings, dict):
         return _error("'timings' in stream chunk is not an object")
-    extras: dict[str, Any] = {
+    extras: _ChunkExtras = {
         "timings": timings,
         "model": obj.get("model") if isinstance(obj.get("model"), str) else None,
         "system_fingerprint": fp if isinstance(fp := obj.get("system_fingerprint"), str) else None,
@@ -225,13 +245,14 @@ def interpret_event(event: SSEEvent) -> StreamChunk:
     text = choice.get("text")
     reasoning: Any = ""
     if text is None:
-        key = "delta" if "delta" in choice or "message" not in choice else "message"  # message: a whole reply
+        # "message": a whole (non-streamed) reply
+        key: Literal["delta", "message"] = "delta" if "delta" in choice or "message" not in choice else "message"
         delta = choice.get(key)
         if delta is not None and not isinstance(delta, dict):
             return _error(f"'choices[0].{key}' in stream chunk is not an object")
-        delta = delta or {}
-        text = delta.get("content")
-        reasoning = _reasoning(delta)
+        said: ChatDelta = delta or {}
+        text = said.get("content")
+        reasoning = _reasoning(said)
     text = "" if text is None else text
     reasoning = "" if reasoning is None else reasoning
     if not isinstance(text, str) or not isinstance(reasoning, str):
@@ -243,7 +264,7 @@ def interpret_event(event: SSEEvent) -> StreamChunk:
     )
 
 
-def _reasoning(delta: dict[str, Any]) -> Any:
+def _reasoning(delta: ChatDelta) -> Any:
     """The reasoning text of a chat delta: ``reasoning_content`` (llama.cpp, SGLang, vLLM < 0.10) or
     ``reasoning`` (vLLM >= 0.10), whichever is a non-empty string; else whichever is present (None when
     neither: an empty or non-string value is then reported by the caller as it is)."""
@@ -254,7 +275,7 @@ def _reasoning(delta: dict[str, Any]) -> Any:
     return first if first is not None else second
 
 
-def engine_spec_stats(obj: dict[str, Any]) -> dict[str, Any] | None:
+def engine_spec_stats(obj: StreamChunkJson) -> EngineSpecStats | None:
     """The per-request speculation object an engine attached to a stream chunk, tagged with its source:
     ``{"source": "vllm", "details": metrics.speculative_decoding}`` or ``{"source": "sglang", "details":
     sglext.spec_tokens_details}`` (an object, or a list of them when n > 1); None when neither is there
@@ -270,8 +291,8 @@ def engine_spec_stats(obj: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _tgi_token(token: dict[str, Any], usage: dict[str, Any] | None, extras: dict[str, Any],
-               details: Any = None) -> StreamChunk:
+def _tgi_token(token: TgiToken, usage: StreamUsage | None, extras: _ChunkExtras,
+               details: TgiDetails | None = None) -> StreamChunk:
     """TGI ``/generate_stream``: one token per event; special tokens carry no text; the last event's
     ``details`` (``StreamDetails``) gives the finish reason and the response's ``generated_tokens``, read as
     ``usage.completion_tokens`` (TGI sends no usage), so tokens per chunk and the token count are TGI's own."""

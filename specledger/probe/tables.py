@@ -8,10 +8,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specledger.probe.counters import engine_counters_over
+from specledger.probe.documents import EndpointReport, EndpointSummary, LatencyFigures, SpecDecodeDoc, Speedup
 from specledger.probe.endpoint_loads import LoadPoint
 from specledger.probe.engine_command import BASELINE_SPEC
-from specledger.probe.launch_runs import point_windows, pooled_ledger
+from specledger.probe.imports import Imported
+from specledger.probe.inspect_file import InspectResult
+from specledger.probe.launch_runs import SpecRun, point_windows, pooled_ledger
 from specledger.probe.outputs import GUIDELLM_KIND, VLLM_BENCH_KIND
+from specledger.records import GammaSpec
 
 #: a figure longer than this is cut in a table cell (a 10**400 count is a number, not a screenful)
 MAX_CELL = 80
@@ -43,12 +47,12 @@ def _big_int(value: int) -> str:
     return f"{'-' if value < 0 else ''}~1e{digits} (an integer of about {digits + 1} digits)"
 
 
-def _pcts(block: dict | None) -> str:
+def _pcts(block: LatencyFigures | None) -> str:
     block = block or {}
     return " / ".join(fmt(block.get(k)) for k in ("p50", "p95", "p99"))
 
 
-def summary_rows(summary: dict[str, Any]) -> Rows:
+def summary_rows(summary: EndpointSummary) -> Rows:
     """(label, value) rows shared by probe and vllm-bench tables."""
     return [
         (
@@ -69,11 +73,11 @@ def summary_rows(summary: dict[str, Any]) -> Rows:
     ] + optional_rows(summary)
 
 
-def optional_rows(summary: dict[str, Any]) -> Rows:
+def optional_rows(summary: EndpointSummary) -> Rows:
     """Rows only some sources have: goodput (vllm bench), llama.cpp's per-response draft counts."""
     rows = []
-    if summary.get("request_goodput_req_s") is not None:
-        rows.append(("request goodput (req/s)", fmt(summary["request_goodput_req_s"], 3)))
+    if (goodput := summary.get("request_goodput_req_s")) is not None:
+        rows.append(("request goodput (req/s)", fmt(goodput, 3)))
     timings = summary.get("response_timings")
     if timings:
         rows.append((
@@ -84,7 +88,7 @@ def optional_rows(summary: dict[str, Any]) -> Rows:
     return rows
 
 
-def spec_rows(spec: dict[str, Any] | None, missing: str = NO_METRICS_REASON) -> Rows:
+def spec_rows(spec: SpecDecodeDoc | None, missing: str = NO_METRICS_REASON) -> Rows:
     """Spec-decode rows; ``missing`` says why there are none (it depends on where the figures come from)."""
     if not spec:
         return [("spec decode", missing)]
@@ -98,16 +102,16 @@ def spec_rows(spec: dict[str, Any] | None, missing: str = NO_METRICS_REASON) -> 
         ("sglang_accept_length", "SGLang accept length (gauge, bonus inside)"),
         ("sglang_accept_rate", "SGLang accept rate (gauge)"),
     ):
-        if spec.get(key) is not None:
-            rows.append((label, fmt(spec[key], 3)))
-    if spec.get("per_position_rates"):
-        rows.append(("Pr(K>=i), i=1..", " ".join(fmt(r, 3) for r in spec["per_position_rates"])))
+        if (value := spec.get(key)) is not None:
+            rows.append((label, fmt(value, 3)))
+    if rates := spec.get("per_position_rates"):
+        rows.append(("Pr(K>=i), i=1..", " ".join(fmt(r, 3) for r in rates)))
         rows.append(("conditional a_i", " ".join(fmt(r, 3) for r in spec["conditional_rates"])))
     rows.extend(("warning", w) for w in spec.get("warnings") or [])
     return rows
 
 
-def report_table(columns: Mapping[str, Mapping[str, Any]]
+def report_table(columns: Mapping[str, EndpointReport]
                  ) -> tuple[list[str], dict[str, dict[str, str]], list[tuple[str, str]]]:
     """(row labels, {column: {label: value}}, (column, warning) pairs) of one table with a column per endpoint
     or result (``columns``: name -> report with ``summary``, ``spec_decode``, ``spec_decode_note``,
@@ -124,42 +128,41 @@ def report_table(columns: Mapping[str, Mapping[str, Any]]
     return labels, per_column, list(dict.fromkeys((str(n), str(w)) for n, w in warnings))
 
 
-def ratio_rows(ratios: Mapping[str, Any]) -> Rows:
+def ratio_rows(ratios: Speedup) -> Rows:
     """The speed-up rows under a table with a baseline."""
     return [("speed-up: throughput ratio", fmt(ratios.get("throughput_ratio"), 3)),
             ("speed-up: TPOT ratio (base/cand)", fmt(ratios.get("tpot_ratio"), 3))]
 
 
-def result_column(summary: Mapping[str, Any]) -> dict[str, Any]:
+def result_column(summary: EndpointSummary) -> EndpointReport:
     """An imported or inspected result as a table column (its figures, no endpoint warnings)."""
     return {"summary": summary, "spec_decode": summary.get("spec_decode"),
             "spec_decode_note": summary.get("spec_decode_note"), "warnings": []}
 
 
-def import_columns(documents: Sequence[tuple[int, str | None, Mapping[str, Any]]], kind: str
-                   ) -> dict[str, dict[str, Any]]:
+def import_columns(documents: Sequence[Imported], kind: str) -> dict[str, EndpointReport]:
     """One column per imported document: ``result N`` with several, the format's name with one."""
     return {(f"result {index}" if len(documents) > 1 else kind): result_column(document["summary"])
             for index, _, document in documents}
 
 
-def import_el_lines(documents: Sequence[tuple[int, str | None, Mapping[str, Any]]]) -> list[str]:
+def import_el_lines(documents: Sequence[Imported]) -> list[str]:
     """``E[L]`` from the per-position rates of every document whose acceptance ledger has it."""
     lines = []
     for index, _, document in documents:
-        ledger = document["acceptance_ledger"]
-        if isinstance(ledger.get("el_from_per_position"), (int, float)):
-            lines.append(f"result {index}: E[L] = 1 + Σ Pr(K ≥ i) from the per-position rates: "
-                         f"{ledger['el_from_per_position']:.3f}")
+        el = document["acceptance_ledger"].get("el_from_per_position")
+        if isinstance(el, (int, float)):
+            lines.append(f"result {index}: E[L] = 1 + Σ Pr(K ≥ i) from the per-position rates: {el:.3f}")
     return lines
 
 
-def inspect_columns(found: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The benchmark results ``inspect`` found, one column each."""
-    return {f"result {i}": result_column(r) for i, r in enumerate(found.get("records") or [], start=1)}
+def inspect_columns(found: InspectResult) -> dict[str, EndpointReport]:
+    """The benchmark results ``inspect`` found, one column each (none for a dump or a stream capture)."""
+    records = found["records"] if found["format"] == "vllm-bench" or found["format"] == "guidellm" else []
+    return {f"result {i}": result_column(r) for i, r in enumerate(records, start=1)}
 
 
-def inspect_rows(found: dict[str, Any]) -> Rows:
+def inspect_rows(found: InspectResult) -> Rows:
     """Rows of a dump or a stream capture (benchmark results are shown as a result table instead)."""
     rows: Rows = []
     if found["format"] == "prometheus":
@@ -180,7 +183,7 @@ def inspect_rows(found: dict[str, Any]) -> Rows:
 
 
 # ------------------------------------------------------------------------------- probe --loads / --launch
-def _load_cells(report: Mapping[str, Any]) -> list[str]:
+def _load_cells(report: EndpointReport) -> list[str]:
     """Throughput, TTFT P99, TPOT P50, ok / failed of one endpoint at one load."""
     s = report["summary"]
     return [fmt(s.get("output_throughput_tok_s"), 1), fmt((s.get("ttft_ms") or {}).get("p99"), 1),
@@ -198,7 +201,8 @@ def loads_table(points: Sequence[LoadPoint]) -> tuple[list[str], list[list[str]]
     for p in points:
         row = [str(p.load), *_load_cells(p.full["probe"])]
         if base and "baseline" in p.full:
-            row += [*_load_cells(p.full["baseline"]), fmt((p.full.get("speedup") or {}).get("throughput_ratio"), 3),
+            ratios = p.full.get("speedup")
+            row += [*_load_cells(p.full["baseline"]), fmt(ratios.get("throughput_ratio") if ratios else None, 3),
                     "endpoint" if p.order[0] == "probe" else "baseline"]
         rows.append(row)
     return columns, rows
@@ -213,19 +217,19 @@ LAUNCH_COLUMNS = ("spec", "γ", "load", "tok/s", "vs off", "TTFT P99 ms", "TPOT 
                   "E[L] (server)", "accepted / drafted: per request | server", "agree")
 
 
-def launch_rows(runs: Mapping[str, Any], gammas: Mapping[str, Any]) -> list[tuple[str, ...]]:
+def launch_rows(runs: Mapping[str, SpecRun], gammas: Mapping[str, GammaSpec | None]) -> list[tuple[str, ...]]:
     """``probe --launch``: one row per (configuration, load) under :data:`LAUNCH_COLUMNS`: throughput and its
     ratio to off at that load, latency, the pooled acceptance length of the server's counters, and drafted /
     accepted tokens summed per request against the server's counter deltas
     (:func:`specledger.probe.counters.engine_counters_over`, every repeat's window of that load)."""
     base = {p.load: p.full["probe"]["summary"] for p in runs[BASELINE_SPEC].points} if BASELINE_SPEC in runs else {}
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for name, run in runs.items():
         for p in sorted(run.points, key=lambda q: q.load):
             s = p.full["probe"]["summary"]
-            off = base.get(p.load) or {}
-            ratio = (s.get("output_throughput_tok_s") / off["output_throughput_tok_s"]
-                     if s.get("output_throughput_tok_s") and off.get("output_throughput_tok_s") else None)
+            off: EndpointSummary = base.get(p.load) or {}
+            tps, off_tps = s.get("output_throughput_tok_s"), off.get("output_throughput_tok_s")
+            ratio = tps / off_tps if tps and off_tps else None
             rec = engine_counters_over(p.results, point_windows(p))
             el = pooled_ledger([p], None).get("el_reported")
             per, srv = rec["per_request_sum"], rec["server"]

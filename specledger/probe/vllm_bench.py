@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 from specledger.errors import SpecLedgerError
 from specledger.ledger.acceptance import conditional_ratios
 from specledger.ledger.server_acceptance import per_position_mismatch
+from specledger.probe.documents import EndpointSummary, LatencyFigures, SpecDecodeDoc
 from specledger.probe.spec_figures import SERVER_WIDE_WARNING
 
 OLD_GOODPUT_KEY = "request_goodput:"
@@ -154,10 +155,10 @@ class VllmBenchResult(BaseModel):
                 out[float(match.group(1))] = float(value)
         return dict(sorted(out.items()))
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> EndpointSummary:
         """The same keys as a probe summary where vLLM measured the same thing (ms, tok/s)."""
 
-        def latency(metric: str) -> dict[str, float | None]:
+        def latency(metric: str) -> LatencyFigures:
             pct = self.percentiles(metric)
             return {
                 "mean": getattr(self, f"mean_{metric}_ms"),
@@ -167,7 +168,7 @@ class VllmBenchResult(BaseModel):
             }
 
         rates = self.spec_decode_per_position_acceptance_rates or []
-        spec = None
+        spec: SpecDecodeDoc | None = None
         if self.spec_decode_acceptance_length is not None or self.spec_decode_num_drafts is not None:
             rate = self.spec_decode_acceptance_rate
             drafts = self.spec_decode_num_drafts

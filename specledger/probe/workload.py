@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from specledger.errors import SpecLedgerError
 from specledger.probe.loadgen import PromptItem, _count_tokens
@@ -30,6 +30,19 @@ BUILTIN_PROMPTS = (
     "Continue the sequence and explain the rule: 2, 6, 12, 20, 30, ...",
 )
 
+
+class PromptCategory(TypedDict):
+    """One prompt in :class:`WorkloadDoc`: its category."""
+
+    category: str
+
+
+class WorkloadDoc(TypedDict):
+    """:meth:`ProbeWorkload.describe`: run.json's ``workload`` of a probe."""
+
+    source: str  # where the prompts came from
+    prompts: dict[str, PromptCategory]  # prompt id -> its category
+    warnings: list[str]
 
 
 @dataclass
@@ -79,7 +92,7 @@ class ProbeWorkload:
             out[self.category_of(it.id)].append(str(it.id))
         return out
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> WorkloadDoc:
         return {
             "source": self.source,
             "prompts": {pid: {"category": e.category} for pid, e in self.entries.items()},

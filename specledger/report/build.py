@@ -47,6 +47,7 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
 
     from specledger.report.category_plots import CATEGORY_FIGURES, category_figure_divs
     from specledger.report.plots import experiment_figure_divs, figure_divs
+    from specledger.report.summary_model import Summary
     from specledger.report.view import (
         SIMULATED_INTERVAL,
         answer_rows,
@@ -55,7 +56,6 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
         ci_name,
         mix_rows,
         snippets,
-        solo_load_of,
     )
 
     env = jinja2.Environment(
@@ -70,8 +70,8 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
         for k in ("dtype", "machine", "started")
         if isinstance(meta.get(k), (str, int, float))
     ]
-    verdicts = summary.get("verdicts") or []
-    answer = answer_rows(summary)
+    doc = Summary.read(summary)  # the figures the view picks, typed; the detail tables draw the JSON as it is
+    answer = answer_rows(doc)
     dtype, bw = str(meta.get("dtype") or ""), meta.get("bandwidth") or {}
     weights_note = ("target weights: the GGUF file's own quantized blocks (" + dtype + "), as a CPU user deploys "
                     "it (llama.cpp runs the file as it is); every speed-up is against plain decoding of this same "
@@ -93,19 +93,19 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
         slo=summary["slo"],
         loads=summary.get("loads") or [],
         simulated_loads=summary.get("simulated_loads") or [],
-        multi_t=len({float(v.get("temperature") or 0.0) for v in verdicts}) > 1,
+        multi_t=len({float(v.temperature) for v in doc.verdicts}) > 1,
         answer=answer,
-        mix=mix_rows(summary),
+        mix=mix_rows(doc),
         answer_loads=sorted({r["load"] for r in answer}),
-        ci_level=ci_level(summary.get("slo") or {}),
-        ci_name=ci_name(summary.get("slo") or {}),
+        ci_level=ci_level(doc.slo),
+        ci_name=ci_name(doc.slo),
         simulated_interval=SIMULATED_INTERVAL,
-        sections=category_sections(summary),
+        sections=category_sections(doc),
         race=summary.get("race"),
         snippets=snippets,
-        solo_load=solo_load_of(summary),
+        solo_load=doc.solo_load,
         category_figures=[f"plot-%s-{suffix}" for suffix, _ in CATEGORY_FIGURES],
-        schedules=summary.get("schedules", []),
+        schedules=doc.schedules,
         load_scenarios=summary.get("load_scenarios", []),
         simulation=summary.get("simulation"),
         unpaired=summary["unpaired"],
@@ -119,7 +119,7 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
         status_class={"pass": "pass", "fail": "fail", NOT_ASSESSED: "na"},
         fmt=_fmt,
         fmt_bytes=_fmt_bytes,
-        plots={**figure_divs(summary), **category_figure_divs(summary), **experiment_figure_divs(summary)},
+        plots={**figure_divs(summary), **category_figure_divs(doc), **experiment_figure_divs(summary)},
         experiments=summary.get("experiments", {}),
         plotly_js=get_plotlyjs(),
     )
@@ -135,10 +135,10 @@ def build_report(
     run = RunDir(run_dir)
     summary, cost = summarize_run(run, slo if isinstance(slo, SLO) else load_slo(slo), n_resamples, seed,
                                   simulate_loads=simulate_loads)
-    html = render_html(summary, title=str(summary["meta"].get("name") or run.name))
-    run.write(SUMMARY_NAME, summary)
+    run.write(SUMMARY_NAME, summary)  # first: a report that cannot be drawn loses no figure
     if cost is not None:
         cost.save(run.file(COST_MODEL_JSON))
+    html = render_html(summary, title=str(summary["meta"].get("name") or run.name))
     return summary, run.write_text(HTML_NAME, html)
 
 

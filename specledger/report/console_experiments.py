@@ -4,17 +4,31 @@ load with its deploy table, and endpoint figures."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.report.console import _ci, _f
 
+if TYPE_CHECKING:
+    from specledger.bench.experiment import IdenticalDict
+    from specledger.bench.serving_types import (
+        DeployRowDict,
+        LatencyFigures,
+        PolicyVsStaticDict,
+        ServingDocDict,
+        ServingPointDict,
+    )
 
-def _same(row: dict[str, Any]) -> str:
-    c = row.get("correctness")
+    #: a row of a load point's table: where it sits is its kind, load and (a context point) source and concurrency
+    LoadRow = ServingPointDict | PolicyVsStaticDict | DeployRowDict
+
+
+def _same(c: IdenticalDict | None) -> str:
+    """"3/3" in green where every output equals the verifier's, red where one differs; "ref" for the reference."""
     if not c:
         return "ref"
     colour = "green" if c["all_identical"] else "red"
@@ -35,8 +49,9 @@ def print_experiments(summary: dict[str, Any], console: Console | None = None) -
                     "task score"):
             table.add_column(col, justify="left" if col == "setting" else "right")
         for r in q["settings"]:
-            table.add_row(r["setting"], _f(r["tokens_per_s"], 1), _ci(r), _f(r["el_full"]) if r["speculative"] else "1",
-                          _same(r), _f(r.get("quality_mean"), 3))
+            table.add_row(r["setting"], _f(r["tokens_per_s"], 1), _ci(r.get("speedup"), r.get("speedup_ci")),
+                          _f(r["el_full"]) if r["speculative"] else "1", _same(r.get("correctness")),
+                          _f(r.get("quality_mean"), 3))
         console.print(table)
         for line in q.get("statements", []):
             console.print(f"  {line}")
@@ -47,8 +62,9 @@ def print_experiments(summary: dict[str, Any], console: Console | None = None) -
         for col in ("setting", "tok/s", "S [95% bootstrap CI]", "mean γ", "E[L]", "accept", "identical"):
             table.add_column(col, justify="left" if col == "setting" else "right")
         for r in p["settings"]:
-            table.add_row(r["setting"], _f(r["tokens_per_s"], 1), _ci(r), _f(r["mean_gamma"]), _f(r["el_full"]),
-                          _f(r["acceptance_rate"], 3), _same(r))
+            table.add_row(r["setting"], _f(r["tokens_per_s"], 1), _ci(r.get("speedup"), r.get("speedup_ci")),
+                          _f(r["mean_gamma"]), _f(r["el_full"]), _f(r["acceptance_rate"], 3),
+                          _same(r.get("correctness")))
         console.print(table)
         if p.get("goodput_vs_best_static"):
             console.print(f"  {p['goodput_vs_best_static']['statement']}")
@@ -67,7 +83,7 @@ def _bytes(x: Any) -> str:
     return f"{x:.0f} B"
 
 
-def _load(row: dict[str, Any]) -> str:
+def _load(row: LoadRow) -> str:
     """Compact load label: c=4 (concurrency), 2 req/s (Poisson rate), ctx 1024 (context length)."""
     kind, load = row.get("kind"), row.get("load")
     where = f" {row['source']} c={row.get('concurrency')}" if kind == "context" and row.get("source") else ""
@@ -75,11 +91,12 @@ def _load(row: dict[str, Any]) -> str:
             "context": f"ctx {load}{where}"}.get(kind, f"{kind} {load}")
 
 
-def _q(point: dict[str, Any], key: str, q: str, digits: int = 1) -> str:
-    return _f((point.get(key) or {}).get(q), digits)
+def _q(figures: LatencyFigures | None, q: str, digits: int = 1) -> str:
+    """One statistic ``q`` ("p50", "p99") of a latency distribution, "n/a" without it."""
+    return _f((figures or {}).get(q), digits)
 
 
-def print_serving(serving: dict[str, Any], console: Console) -> None:
+def print_serving(serving: ServingDocDict, console: Console) -> None:
     """The serving experiment: one row per (load, setting), the crossover per drafter, the memory
     ledger and the per-load deploy table with the best drafter's batch-size schedule."""
     points = [*serving.get("concurrency", []), *serving.get("rate", []), *serving.get("context", [])]
@@ -92,14 +109,15 @@ def print_serving(serving: dict[str, Any], console: Console) -> None:
                 "tok/chunk", "batch", "preempt"):
         table.add_column(col, justify="left" if col in ("load", "setting") else "right")
     for p in points:
-        colour = "" if p.get("speedup") is None or p["drafter"] == "none" else (
+        colour = "" if p.get("speedup") is None or p["drafter"] == PLAIN.name else (
             "green" if p["speedup"] > 1 else "red")
         speed = _f(p.get("speedup"), 3)
-        if p.get("speedup_ci") and p["drafter"] != "none":
+        if p.get("speedup_ci") and p["drafter"] != PLAIN.name:
             speed += f" [{_f(p['speedup_ci'][0], 2)}, {_f(p['speedup_ci'][1], 2)}]"
         table.add_row(_load(p), p.get("setting", p["drafter"]), _f(p["throughput_tok_s"], 1),
-                      f"[{colour}]{speed}[/]" if colour else speed, _q(p, "ttft_ms", "p50"), _q(p, "tpot_ms", "p50", 2),
-                      _q(p, "itl_chunk_ms", "p99"), _f(p.get("longest_stall_ms"), 1),
+                      f"[{colour}]{speed}[/]" if colour else speed, _q(p.get("ttft_ms"), "p50"),
+                      _q(p.get("tpot_ms"), "p50", 2), _q(p.get("itl_chunk_ms"), "p99"),
+                      _f(p.get("longest_stall_ms"), 1),
                       _f((p.get("tokens_per_chunk") or {}).get("mean")), _f(p.get("mean_batch")),
                       str(p.get("preemptions", 0)))
     console.print(table)
@@ -129,7 +147,7 @@ def print_serving(serving: dict[str, Any], console: Console) -> None:
     print_deploy_table(serving, console)
 
 
-def print_policy_vs_static(serving: dict[str, Any], console: Console) -> None:
+def print_policy_vs_static(serving: ServingDocDict, console: Console) -> None:
     """Each dynamic policy / the best static choice (plain or a static γ) in hindsight, per load."""
     rows = serving.get("policy_vs_static") or []
     if not rows:
@@ -145,13 +163,13 @@ def print_policy_vs_static(serving: dict[str, Any], console: Console) -> None:
     console.print(table)
 
 
-def print_deploy_table(serving: dict[str, Any], console: Console) -> None:
+def print_deploy_table(serving: ServingDocDict, console: Console) -> None:
     """Per load: deploy <drafter γ> or off; then the best drafter's {concurrency: γ} and engine configs."""
     table = Table(title="deploy table: what to run at each load", header_style="bold")
     for col in ("load", "decision", "γ", "best candidate", "its S", "tok/s"):
         table.add_column(col, justify="left" if col in ("load", "decision", "best candidate") else "right")
     for r in serving.get("deploy_table", []):
-        on = r["decision"] == "deploy"
+        on = r.get("drafter") is not None  # the deploy table names a drafter exactly where it deploys one
         table.add_row(_load(r), f"[green]deploy {r['drafter']}[/]" if on else "[yellow]off[/]",
                       str(r["gamma"]) if on else "off", r.get("best_candidate") or "n/a", _f(r.get("speedup"), 3),
                       _f(r.get("throughput_tok_s"), 1))

@@ -10,6 +10,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.records import setting_label
 from specledger.report.simulate_plots import SIMULATE_FIGURES
 
@@ -247,7 +248,7 @@ def _serving_label(p: dict) -> str:
 def _serving_curves(points: list[dict]) -> dict[str, list[dict]]:
     """Points grouped by setting ("plain", "ngram γ=4", ...), plain first, each sorted by load."""
     out: dict[str, list[dict]] = {}
-    for p in sorted(points, key=lambda p: (p["drafter"] != "none", p["load"])):
+    for p in sorted(points, key=lambda p: (p["drafter"] != PLAIN.name, p["load"])):
         out.setdefault(_serving_label(p), []).append(p)
     return out
 

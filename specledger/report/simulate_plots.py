@@ -6,7 +6,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-LAYOUT: dict[str, Any] = {"template": "plotly_white", "height": 380, "margin": {"l": 60, "r": 20, "t": 50, "b": 50}}
+from specledger.report.plotly_json import Layout
+
+LAYOUT: Layout = {"template": "plotly_white", "height": 380, "margin": {"l": 60, "r": 20, "t": 50, "b": 50}}
 
 
 def _load_key(points: list[dict]) -> str | None:

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict, TypeVar
 
 from specledger.analysis.endpoints import endpoint_experiments
 from specledger.analysis.run import analyze_run
-from specledger.analysis.scenario import group_scenarios
+from specledger.analysis.scenario import ScenarioKey, group_scenarios
 from specledger.cost.costmodel import CostModel, fit_cost_model
 from specledger.gates import (
     SLO,
@@ -34,17 +35,19 @@ from specledger.gates import (
     with_measured_margin,
 )
 from specledger.gates.context_schedule import context_schedules
+from specledger.gates.decision import RaceDrop, Verdict, VerdictDict, as_verdict
 from specledger.gates.load_verdicts import analyze_loads
 from specledger.gates.mix import mix_decisions
 from specledger.gates.schedule import schedules
 from specledger.gates.solo import gate_scenarios
-from specledger.gates.verdict_rules import setting_name
 from specledger.mainjob.disturbance import run_finding
+from specledger.mainjob.race import RaceDropped, Setting
 from specledger.predict.check import run_prediction_check, scenario_predictions, usable
 from specledger.predict.replay import run_forecast_inputs
 from specledger.probe.engine_command import check_engine_command, llama_flags_at_hand
 from specledger.provenance import provenance
-from specledger.records import RequestRecord, main_records
+from specledger.records import GammaSpec, RequestRecord, main_records
+from specledger.report.summary_model import measured_load
 from specledger.report.view import interval_spec
 from specledger.rundir import EXPERIMENT_FILES, TRACE_NAME, RunDir, json_safe, summary_meta
 
@@ -53,15 +56,6 @@ SCHEMA = "specledger.summary/1"
 ForecastInputs = tuple[Any, Any]
 
 
-
-def measured_load(meta: dict[str, Any]) -> int:
-    """The concurrency at which the run's plain records were measured: 1 for the main job (one request at a
-    time); a probe's ``--concurrency`` for a probe at one load. A probe driven by ``--rate`` has no fixed
-    concurrency; its verdict is read at the concurrency it reached, which the run does not record, so 1."""
-    config = meta.get("config") or {}
-    if meta.get("kind") == "probe" and config.get("concurrency") and not config.get("rate"):
-        return int(config["concurrency"])
-    return 1
 
 def load_experiments(run: RunDir) -> dict[str, Any]:
     """The side-experiment results present in the run directory (``quantization.json``, ``policies.json``,
@@ -86,33 +80,62 @@ def _run_memory(meta: dict[str, Any]) -> float | None:
     return None
 
 
-def race_drops(meta: dict[str, Any]) -> dict[tuple[str, float], list[dict[str, Any]]]:
+#: the race's dropped settings per (category, temperature): :func:`race_drops`
+RaceDrops = dict[tuple[str, float], list[RaceDropped]]
+
+
+class ScenarioKeys(TypedDict):
+    """What names a scenario row's setting and decision (:func:`specledger.analysis.run.analyze_scenario`)."""
+
+    category: str
+    temperature: float
+    drafter: str
+    gamma: GammaSpec
+    tree_budget: NotRequired[int]
+
+
+#: a scenario row, whatever else it carries
+Row = TypeVar("Row", bound=ScenarioKeys)
+
+
+def race_drops(meta: dict[str, Any]) -> RaceDrops:
     """The race's dropped settings per (category, temperature), as its log recorded them (``run.json`` ``race``)."""
-    out: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    out: RaceDrops = {}
     for d in (meta.get("race") or {}).get("dropped") or []:
         out.setdefault((str(d.get("category")), float(d.get("temperature") or 0.0)), []).append(d)
     return out
 
 
-def still_racing(scenarios: list[dict[str, Any]], drops: dict[tuple[str, float], list[dict[str, Any]]]
-                 ) -> list[dict[str, Any]]:
+def _setting_of(s: ScenarioKeys) -> Setting:
+    """A scenario row's setting (a γ given as digits read as the number its label shows)."""
+    gamma = s["gamma"]
+    return Setting(s["drafter"], int(gamma) if isinstance(gamma, str) and gamma.isdigit() else gamma,
+                   s.get("tree_budget") or 0)
+
+
+def still_racing(scenarios: list[Row], drops: RaceDrops) -> list[Row]:
     """The scenarios the load-1 decision chooses among: a setting the race dropped stays out (its drop held at
     every look, :mod:`specledger.analysis.sequential`), unless the race dropped every setting of its category."""
-    def key(s: dict[str, Any]) -> tuple[str, float]:
+    def key(s: Row) -> tuple[str, float]:
         return str(s["category"]), float(s["temperature"])
 
-    def dropped(s: dict[str, Any]) -> bool:
-        return any(d["label"] == setting_name(s) for d in drops.get(key(s), []))
+    def dropped(s: Row) -> bool:
+        return _setting_of(s) in {Setting.parse(d["label"]) for d in drops.get(key(s), [])}
 
     kept = {key(s) for s in scenarios if not dropped(s)}
     return [s for s in scenarios if not dropped(s) or key(s) not in kept]
 
 
-def story(verdict: dict[str, Any], drops: dict[tuple[str, float], list[dict[str, Any]]]) -> dict[str, Any]:
-    """The race's own record of the category's dropped settings, told with its decision: ``race_dropped``."""
-    these = drops.get((str(verdict.get("category")), float(verdict.get("temperature") or 0.0))) or []
-    return {"race_dropped": [{"setting": d["label"], "after_prompts": d.get("after_prompts"), "why": d.get("why")}
-                             for d in these]} if these else {}
+def story(verdict: Verdict, drops: RaceDrops) -> list[RaceDrop] | None:
+    """The race's own record of the category's dropped settings, told with its decision (``race_dropped``); None
+    where it dropped none."""
+    these = drops.get((str(verdict.category), float(verdict.temperature or 0.0))) or []
+    return [RaceDrop(d["label"], d.get("after_prompts"), d.get("why")) for d in these] or None
+
+
+def _scenario_key(s: ScenarioKeys) -> ScenarioKey:
+    """The key an analysed scenario row was grouped by (:meth:`~specledger.analysis.scenario.ScenarioKey.as_dict`)."""
+    return ScenarioKey(s["category"], s["temperature"], s["drafter"], s["gamma"], s.get("tree_budget") or 0)
 
 
 def summarize(
@@ -142,10 +165,9 @@ def summarize(
     check = run_prediction_check(chains, meta, inputs=inputs)
     predicted = scenario_predictions(chains, check, meta, inputs=inputs)
     groups = group_scenarios(records)
-    by_label = {k.label: k for k in groups}
     run_memory = _run_memory(meta)
     for s in analysis["scenarios"]:
-        key = by_label[s["label"]]
+        key = _scenario_key(s)
         if s.get("memory_bytes") is None and run_memory is not None:
             s["memory_bytes"] = run_memory
         pred = (None if key.tree_budget
@@ -156,10 +178,12 @@ def summarize(
     # the main job decodes one request at a time: its verdicts are at load 1, measured; the load
     # points (``specledger run --loads``) add a verdict per load > 1 (specledger.gates.load_verdicts)
     controls = control_repetition(records)
-    solo_load = measured_load(meta)
+    solo_load = measured_load(meta.get("kind"), meta.get("config"))
     drops = race_drops(meta)
-    decided = [{**v, "load": solo_load, "simulated": False, **story(v, drops)}
-               for v in verdicts(still_racing(analysis["scenarios"], drops), slo, controls, plain_gates, solo_load)]
+    decided: list[VerdictDict] = [
+        replace(v, load=solo_load, simulated=False, race_dropped=story(v, drops)).to_dict()
+        for v in map(as_verdict, verdicts(still_racing(analysis["scenarios"], drops), slo, controls, plain_gates,
+                                          solo_load))]
     at_loads = analyze_loads(all_records, meta, slo, controls)
     decided += at_loads["verdicts"]
     loads = sorted({solo_load, *at_loads["loads"]}) if records else at_loads["loads"]
@@ -184,7 +208,7 @@ def summarize(
             "provenance": provenance(),
             "meta": summary_meta(meta),
             "slo": slo.to_dict(),
-            "intervals": interval_spec(slo.to_dict()),  # how every S and ratio below is estimated, at what level
+            "intervals": interval_spec(slo.decision_alpha),  # how every S and ratio below is estimated, at what level
             "requests": len(records),
             "experiment_requests": len(all_records) - len(records),
             "experiments": dict(experiments or {}),

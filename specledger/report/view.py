@@ -21,7 +21,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
+
+from specledger.report.summary_model import SloFigures, Summary
+from specledger.report.summary_rows import Interval, SettingRow
+from specledger.report.summary_verdicts import (
+    ComparisonEntry,
+    DroppedSetting,
+    MixVerdictEntry,
+    ScheduleEntry,
+    VerdictEntry,
+)
 
 #: decision -> css class
 DECISIONS = {"deploy": "deploy", "off": "off", "control": "control", "no-decision": "nodecision"}
@@ -56,44 +66,33 @@ def shorten(text: str, limit: int = 150) -> str:
     return (head[:cut] if cut > limit // 2 else head.rstrip()) + " …"
 
 
-def load_of(v: dict[str, Any]) -> int:
-    """A verdict's or scenario's load (1 when unset, as in runs before loads existed)."""
-    return int(v.get("load") or 1)
-
-
-def cat_key(x: dict[str, Any]) -> tuple[str, float]:
-    """(category, temperature) of a verdict, scenario or schedule entry."""
-    return str(x["category"]), float(x.get("temperature") or 0.0)
-
-
 def slug(key: tuple[str, float]) -> str:
     """An HTML id fragment for (category, temperature): ``code-T0``, ``qa-T0.7``."""
     cat = re.sub(r"[^A-Za-z0-9_-]+", "-", key[0]).strip("-") or "category"
     return f"{cat}-T{key[1]:g}"
 
 
-def decision_text(v: dict[str, Any]) -> str:
+def decision_text(v: VerdictEntry) -> str:
     """"deploy ngram γ=4", "off", "no decision", "control"."""
-    d = v.get("decision")
-    if d == "deploy":
-        return f"deploy {v.get('drafter')} γ={v.get('gamma')}"
-    if d == "no-decision":
+    if v.decision == "deploy":
+        return f"deploy {v.drafter} γ={v.gamma}"
+    if v.decision == "no-decision":
         return "no decision"
-    if d == "control":
+    if v.decision == "control":
         return "control"
     return "off"
 
 
-def status_of(v: dict[str, Any]) -> tuple[str, str]:
+def status_of(v: VerdictEntry) -> tuple[str, str]:
     """(status text, css class) from ``resolution`` when present, else from ``resolved``."""
-    res = v.get("resolution")
-    if v.get("decision") == "control" and res is None:
+    res = v.resolution
+    if v.decision == "control" and res is None:
         res = "control"
     if res in RESOLUTIONS:
         return RESOLUTIONS[res]
-    if v.get("decision") == "no-decision":
+    if v.decision == "no-decision":
         return "no data", "open"
-    return ("resolved", "resolved") if v.get("resolved", True) else ("open", "open")
+    return ("resolved", "resolved") if v.resolved is not False else ("open", "open")
 
 
 #: how every measured S and paired ratio is estimated, wherever it is shown (summary.json ``intervals``)
@@ -104,210 +103,265 @@ INTERVAL_METHOD = ("ratio of per-prompt totals (Σ tokens ÷ Σ time), paired on
 SIMULATED_INTERVAL = "the simulator's 95 % prompt bootstrap, widened by its error at the measured loads"
 
 
-def ci_level(slo: dict[str, Any]) -> int:
+def ci_level(slo: SloFigures) -> int:
     """The level of the verdicts' S intervals in percent: the paired ``1 − decision_alpha`` confidence sequences
     (:func:`specledger.analysis.sequential.interval_level`) where the SLO has that key, else the 95 % bootstrap of
     runs before it."""
-    return round(100 * _level(slo))
+    return round(100 * _level(slo.decision_alpha))
 
 
-def _level(slo: dict[str, Any]) -> float:
+def _level(alpha: float | None) -> float:
     """1 − decision_alpha (:func:`specledger.analysis.sequential.interval_level`), else 0.95."""
     from specledger.analysis.sequential import interval_level
 
-    alpha = slo.get("decision_alpha")
     return interval_level(float(alpha)) if isinstance(alpha, (int, float)) else 0.95
 
 
-def ci_name(slo: dict[str, Any]) -> str:
+def ci_name(slo: SloFigures) -> str:
     """"95 % CI (confidence sequence over prompts)": the name and level every table, plot and line gives the
     measured intervals (:data:`INTERVAL_METHOD`)."""
     return f"{ci_level(slo)} % CI (confidence sequence over prompts)"
 
 
-def interval_spec(slo: dict[str, Any]) -> dict[str, Any]:
-    """summary.json's ``intervals``: the level (1 − decision_alpha), the method, what n counts, and the simulated
-    loads' other estimator."""
-    return {"level": _level(slo),
+def interval_spec(decision_alpha: float | None) -> dict[str, float | str]:
+    """summary.json's ``intervals`` (:class:`~specledger.report.summary_model.Intervals`): the level (1 −
+    decision_alpha), the method, what n counts, and the simulated loads' other estimator."""
+    return {"level": _level(decision_alpha),
             "method": INTERVAL_METHOD,
             "n": "prompts: each figure's own (a verdict's prompts, a comparison's n, a scenario's paired_prompts)",
             "simulated": f"simulated loads: {SIMULATED_INTERVAL}"}
 
 
-def ci_note(v: dict[str, Any]) -> str | None:
+def ci_note(v: VerdictEntry) -> str | None:
     """What a verdict's shown S interval needs said beside it: a deploy shown faster than plain through another
     setting (its own interval does not clear min_ci_low: ``shown_through``), or a simulated interval."""
-    if (v.get("shown_through") or {}).get("text"):
-        return str(v["shown_through"]["text"])
-    if v.get("simulated") and v.get("speedup") is not None:
+    if v.shown_through is not None and v.shown_through.text:
+        return v.shown_through.text
+    if v.simulated and v.speedup is not None:
         return f"interval: {SIMULATED_INTERVAL}"
     return None
 
 
-def _int_gamma(s: dict[str, Any]) -> bool:
-    g = s.get("gamma")
-    return isinstance(g, int) and not isinstance(g, bool)
+def _int_gamma(s: SettingRow) -> bool:
+    return isinstance(s.gamma, int) and not isinstance(s.gamma, bool)
 
 
-def solo_el(summary: dict[str, Any]) -> dict[tuple, float]:
+def solo_el(summary: Summary) -> dict[tuple[str, float, str, int | str], float]:
     """(category, temperature, drafter, γ) -> E[L] of the solo scenario (chains only)."""
     out = {}
-    for s in summary.get("scenarios") or []:
-        el = (s.get("rounds") or {}).get("el_full")
-        if el is not None and not s.get("tree_budget"):
-            out[(*cat_key(s), s.get("drafter"), s.get("gamma"))] = el
+    for s in summary.scenarios:
+        el = s.rounds.el_full
+        if el is not None and not s.tree_budget:
+            out[(*s.key, s.drafter, s.gamma)] = el
     return out
 
 
-def settings_at(summary: dict[str, Any], key: tuple[str, float], load: int, solo_load: int) -> list[dict[str, Any]]:
+def settings_at(summary: Summary, key: tuple[str, float], load: int, solo_load: int) -> list[SettingRow]:
     """The scenarios of ``key`` decided at ``load``: the solo ones at the run's solo load, the load points
     (``load_scenarios``, measured or simulated) elsewhere."""
     if load == solo_load:
-        rows = [s for s in summary.get("scenarios") or [] if "load" not in s or load_of(s) == load]
+        rows = [s for s in summary.scenarios if s.load is None or s.at_load == load]
     else:
-        rows = [s for s in summary.get("load_scenarios") or [] if load_of(s) == load]
-    return [s for s in rows if cat_key(s) == key]
+        rows = [s for s in summary.load_scenarios if s.at_load == load]
+    return [s for s in rows if s.key == key]
 
 
-def fastest(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def fastest(rows: Sequence[SettingRow]) -> SettingRow | None:
     """The row with the highest measured S (None when none has one)."""
-    scored = [s for s in rows if s.get("speedup") is not None]
-    return max(scored, key=lambda s: s["speedup"]) if scored else None
+    scored = [(s.speedup, s) for s in rows if s.speedup is not None]
+    return max(scored, key=lambda x: x[0])[1] if scored else None
 
 
-def _ci(x: dict[str, Any] | None) -> tuple[float | None, float | None]:
-    ci = (x or {}).get("speedup_ci") or [None, None]
-    return (ci[0], ci[1]) if len(ci) == 2 else (None, None)
+class VerdictRow(TypedDict):
+    """What one verdict shows in the report (:func:`verdict_row`)."""
+
+    category: str
+    temperature: float
+    load: int
+    simulated: bool
+    id: str  # the category section's HTML id fragment (:func:`slug`)
+    decision: str  # :func:`decision_text`
+    css: str  # the decision's css class (:data:`DECISIONS`)
+    speedup: float | None  # S shown: the chosen setting's, else the fastest's (None: nothing measured)
+    ci: Interval  # its interval
+    n: int | None  # the prompts it rests on
+    ci_note: str | None  # what its interval needs said (:func:`ci_note`)
+    speedup_of: str | None  # the setting S is of, where it is not the chosen one
+    el: float | None  # E[L] of that setting
+    status: str  # :func:`status_of`
+    status_css: str
+    headline: str  # the one reason
+    short: str  # the headline cut for the answer table (:func:`shorten`)
+    reason: str  # the whole reason
+    out_of_reach: str | None  # the SLO out of reach even for plain, where the headline does not say it
+    prompts: int | None  # the verdict's paired prompts
+    comparisons: list[ComparisonEntry]
+    dropped: list[DroppedSetting]
+    tied_with: list[str]
 
 
-def verdict_row(v: dict[str, Any], summary: dict[str, Any], solo_load: int,
-                els: dict[tuple, float] | None = None) -> dict[str, Any]:
+def verdict_row(v: VerdictEntry, summary: Summary, solo_load: int,
+                els: dict[tuple[str, float, str, int | str], float] | None = None) -> VerdictRow:
     """What one verdict shows: decision, S [CI] on n prompts (of the chosen setting, else of the fastest, named;
     ``ci_note``: what its interval needs said, :func:`ci_note`), E[L], status, the one reason (``headline``;
     ``short``: cut for the answer table) and the full one."""
-    key, load = cat_key(v), load_of(v)
+    key, load = v.key, v.at_load
     els = solo_el(summary) if els is None else els
-    s, (lo, hi), s_of, n = v.get("speedup"), _ci(v), None, v.get("prompts")
-    drafter, gamma = v.get("drafter"), v.get("gamma")
-    if v.get("decision") == "no-decision":  # too few rounds: any S would be prefill timing noise
+    s, (lo, hi), s_of, n = v.speedup, v.speedup_ci, None, v.prompts
+    drafter, gamma = v.drafter, v.gamma
+    if v.decision == "no-decision":  # too few rounds: any S would be prefill timing noise
         s, lo, hi, n = None, None, None, None
-    elif v.get("decision") != "deploy":
+    elif v.decision != "deploy":
         best = fastest(settings_at(summary, key, load, solo_load))
         if best is not None:
-            drafter, gamma = best.get("drafter"), best.get("gamma")
+            drafter, gamma = best.drafter, best.gamma
             if s is None:
-                s, (lo, hi), n = best["speedup"], _ci(best), best.get("paired_prompts")
+                s, (lo, hi), n = best.speedup, best.speedup_ci, best.paired_prompts
         if s is not None:
-            named = v.get("setting") not in (None, "off", "control", "no-decision")
-            s_of = v.get("setting") if named else (f"{drafter} γ={gamma}" if best is not None else None)
-    el = v.get("mean_committed")
-    if el is None:
+            named = v.setting not in (None, "off", "control", "no-decision")
+            s_of = v.setting if named else (f"{drafter} γ={gamma}" if best is not None else None)
+    el = v.mean_committed
+    if el is None and drafter is not None and gamma is not None:
         el = els.get((*key, drafter, gamma))
     status, status_css = status_of(v)
-    reason = v.get("reason") or ""
-    headline = v.get("headline") or first_sentence(reason)
-    out_of_reach = v.get("slo_out_of_reach")
-    return {
-        "category": key[0], "temperature": key[1], "load": load, "simulated": bool(v.get("simulated")),
-        "id": slug(key), "decision": decision_text(v), "css": DECISIONS.get(v.get("decision"), "off"),
-        "speedup": s, "ci": (lo, hi), "n": n or None, "ci_note": ci_note(v), "speedup_of": s_of, "el": el,
-        "status": status, "status_css": status_css,
-        "headline": headline, "short": shorten(headline), "reason": reason,
-        "out_of_reach": out_of_reach if out_of_reach and out_of_reach not in headline else None,
-        "prompts": v.get("prompts"), "comparisons": v.get("comparisons") or [],
-        "dropped": v.get("dropped") or [], "tied_with": v.get("tied_with") or [],
-    }
+    headline = v.headline or first_sentence(v.reason)
+    out_of_reach = v.slo_out_of_reach
+    return VerdictRow(
+        category=key[0], temperature=key[1], load=load, simulated=bool(v.simulated),
+        id=slug(key), decision=decision_text(v), css=DECISIONS.get(v.decision, "off"),
+        speedup=s, ci=(lo, hi), n=n or None, ci_note=ci_note(v), speedup_of=s_of, el=el,
+        status=status, status_css=status_css,
+        headline=headline, short=shorten(headline), reason=v.reason,
+        out_of_reach=out_of_reach if out_of_reach and out_of_reach not in headline else None,
+        prompts=v.prompts, comparisons=list(v.comparisons), dropped=list(v.dropped), tied_with=list(v.tied_with))
 
 
-def grouped_verdicts(summary: dict[str, Any]) -> dict[tuple[str, float], list[dict[str, Any]]]:
+def grouped_verdicts(summary: Summary) -> dict[tuple[str, float], list[VerdictEntry]]:
     """(category, temperature) -> its verdicts sorted by load, in the summary's order of categories."""
-    out: dict[tuple[str, float], list[dict[str, Any]]] = {}
-    for v in summary.get("verdicts") or []:
-        out.setdefault(cat_key(v), []).append(v)
-    return {k: sorted(vs, key=load_of) for k, vs in out.items()}
+    out: dict[tuple[str, float], list[VerdictEntry]] = {}
+    for v in summary.verdicts:
+        out.setdefault(v.key, []).append(v)
+    return {k: sorted(vs, key=lambda v: v.at_load) for k, vs in out.items()}
 
 
-def leading(verdicts: Sequence[dict[str, Any]], target_load: int | None) -> dict[str, Any]:
+def leading(verdicts: Sequence[VerdictEntry], target_load: int | None) -> VerdictEntry:
     """The verdict at ``target_load`` when set and decided, else the one at the lowest load."""
-    at_target = [v for v in verdicts if target_load is not None and load_of(v) == int(target_load)]
-    return at_target[0] if at_target else min(verdicts, key=load_of)
+    at_target = [v for v in verdicts if target_load is not None and v.at_load == int(target_load)]
+    return at_target[0] if at_target else min(verdicts, key=lambda v: v.at_load)
 
 
-def solo_load_of(summary: dict[str, Any]) -> int:
-    """The load the solo scenarios were measured at (:func:`specledger.report.summary.measured_load`)."""
-    from specledger.report.summary import measured_load
-
-    return measured_load(summary.get("meta") or {})
-
-
-def answer_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+def answer_rows(summary: Summary) -> list[VerdictRow]:
     """One :func:`verdict_row` per (category, temperature): its leading verdict."""
-    target = (summary.get("slo") or {}).get("target_load")
-    solo, els = solo_load_of(summary), solo_el(summary)
+    target = summary.slo.target_load
+    solo, els = summary.solo_load, solo_el(summary)
     return [verdict_row(leading(vs, target), summary, solo, els) for vs in grouped_verdicts(summary).values()]
 
 
-def crossover_points(summary: dict[str, Any], key: tuple[str, float]) -> dict[str, list[dict[str, Any]]]:
+class CrossoverPoint(TypedDict):
+    """One setting's S at one load (:func:`crossover_points`)."""
+
+    load: int
+    speedup: float
+    ci: Interval
+    n: int | None  # its prompts
+    simulated: bool
+
+
+def crossover_points(summary: Summary, key: tuple[str, float]) -> dict[str, list[CrossoverPoint]]:
     """Setting label ("ngram γ=4") -> its S at every load decided, sorted by load: ``load``, ``speedup``,
     ``ci``, ``n`` (its prompts), ``simulated`` (chains with an integer γ only; trees and policies have no load
     points)."""
-    solo = solo_load_of(summary)
-    out: dict[str, list[dict[str, Any]]] = {}
-    rows = [(s, solo, False) for s in summary.get("scenarios") or [] if "load" not in s]
-    rows += [(s, load_of(s), bool(s.get("simulated"))) for s in summary.get("load_scenarios") or []]
+    solo = summary.solo_load
+    out: dict[str, list[CrossoverPoint]] = {}
+    rows = [(s, solo, False) for s in summary.scenarios if s.load is None]
+    rows += [(s, s.at_load, bool(s.simulated)) for s in summary.load_scenarios]
     for s, load, sim in rows:
-        if cat_key(s) != key or not _int_gamma(s) or s.get("tree_budget") or s.get("speedup") is None:
+        if s.key != key or not _int_gamma(s) or s.tree_budget or s.speedup is None:
             continue
-        out.setdefault(f"{s['drafter']} γ={s['gamma']}", []).append(
-            {"load": load, "speedup": s["speedup"], "ci": _ci(s), "n": s.get("paired_prompts"), "simulated": sim})
+        out.setdefault(f"{s.drafter} γ={s.gamma}", []).append(
+            CrossoverPoint(load=load, speedup=s.speedup, ci=s.speedup_ci, n=s.paired_prompts, simulated=sim))
     return {k: sorted(v, key=lambda p: p["load"]) for k, v in out.items()}
 
 
-def mix_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+class MixSettingRow(TypedDict):
+    """One setting's evidence in the mix's table (:func:`mix_rows`)."""
+
+    setting: str
+    speedup: float | None  # S on the mix
+    ci: Interval
+    n: int | None  # its prompts
+    per_category: list[float | None]  # its S in each category, in the shares' order
+
+
+class MixRow(VerdictRow):
+    """The one setting for all the traffic (:func:`mix_rows`): its verdict row and its evidence."""
+
+    given: bool  # the shares are ``--mix``'s, not the workload's
+    settings: list[MixSettingRow]
+    shares: list[tuple[str, float]]  # (category, share in %)
+
+
+def mix_rows(summary: Summary) -> list[MixRow]:
     """The one setting for all the traffic (``summary["mix"]``, :mod:`specledger.gates.mix`), one per
     temperature: its :func:`verdict_row` (decision, S on the mix [CI], status, reason) at the solo load, plus
     ``shares`` (category, share in %), ``given`` (the shares are ``--mix``'s, not the workload's) and
     ``settings``, its evidence: each setting's S on the mix [CI] and its S in every category, in ``shares``'
     order."""
-    solo = solo_load_of(summary)
-    given = bool((summary.get("meta") or {}).get("traffic_mix"))
-    out = []
-    for m in summary.get("mix") or []:
-        weights = m.get("weights") or {}
-        settings = [{"setting": s.get("setting"), "speedup": s.get("speedup"), "ci": _ci(s), "n": s.get("prompts"),
-                     "per_category": [(s.get("per_category") or {}).get(c) for c in weights]}
-                    for s in m.get("settings") or []]
-        out.append({**verdict_row(m, summary, solo, {}), "load": solo, "given": given, "settings": settings,
-                    "shares": [(c, 100 * float(w)) for c, w in weights.items()]})
-    return out
+    solo = summary.solo_load
+    given = bool(summary.meta.traffic_mix)
+    return [_mix_row(m, summary, solo, given) for m in summary.mix]
+
+
+def _mix_row(m: MixVerdictEntry, summary: Summary, solo: int, given: bool) -> MixRow:
+    weights = m.weights or {}
+    settings = [MixSettingRow(setting=s.setting, speedup=s.speedup, ci=s.speedup_ci, n=s.prompts,
+                              per_category=[s.per_category.get(c) for c in weights])
+                for s in m.settings or []]
+    return {**verdict_row(m, summary, solo, {}), "load": solo, "given": given, "settings": settings,
+            "shares": [(c, 100 * float(w)) for c, w in weights.items()]}
 
 
 #: the paste-ready configs a schedule entry may carry, in the order shown: (key, engine)
 SNIPPETS = (("vllm", "vLLM"), ("trtllm", "TensorRT-LLM"), ("sglang", "SGLang"), ("llama_cpp", "llama.cpp"))
 
 
-def snippets(schedule: dict[str, Any]) -> list[tuple[str, str]]:
+def snippets(schedule: ScheduleEntry) -> list[tuple[str, str]]:
     """(engine, paste-ready text) for each engine config the schedule entry carries, written by the one
     owner of that text (:func:`specledger.gates.schedule.snippet`: JSON, or the flags joined)."""
     from specledger.gates.schedule import snippet
 
-    launched = schedule.get("engine") or {}  # probe --launch: the engine's own command line
-    own = [(f"{launched.get('kind')} (as launched)", str(launched["command"]))] if launched.get("command") else []
-    return own + [(engine, snippet(schedule, key)) for key, engine in SNIPPETS if schedule.get(key)]
+    launched = schedule.engine  # probe --launch: the engine's own command line
+    own = [(f"{launched.kind} (as launched)", launched.command)] if launched is not None and launched.command else []
+    entry = schedule.model_dump()
+    return own + [(engine, snippet(entry, key)) for key, engine in SNIPPETS  # type: ignore[arg-type]
+                  if schedule.config(key)]
 
 
-def category_sections(summary: dict[str, Any]) -> list[dict[str, Any]]:
+class CategorySection(TypedDict):
+    """One (category, temperature)'s section of the report (:func:`category_sections`)."""
+
+    key: tuple[str, float]
+    id: str  # its HTML id fragment
+    category: str
+    temperature: float
+    lead: VerdictRow  # its answer row
+    rows: list[VerdictRow]  # a row per load
+    schedule: ScheduleEntry | None  # its ``schedules`` entry
+
+
+def category_sections(summary: Summary) -> list[CategorySection]:
     """Per (category, temperature): ``lead`` (its answer row), ``rows`` (a :func:`verdict_row` per load)
     and ``schedule`` (its ``schedules`` entry, None when absent)."""
-    target = (summary.get("slo") or {}).get("target_load")
-    solo, els = solo_load_of(summary), solo_el(summary)
-    sched = {cat_key(s): s for s in summary.get("schedules") or []}
-    return [{"key": key, "id": slug(key), "category": key[0], "temperature": key[1],
-             "lead": verdict_row(leading(vs, target), summary, solo, els),
-             "rows": [verdict_row(v, summary, solo, els) for v in vs], "schedule": sched.get(key)}
+    target = summary.slo.target_load
+    solo, els = summary.solo_load, solo_el(summary)
+    sched = {s.key: s for s in summary.schedules}
+    return [CategorySection(key=key, id=slug(key), category=key[0], temperature=key[1],
+                            lead=verdict_row(leading(vs, target), summary, solo, els),
+                            rows=[verdict_row(v, summary, solo, els) for v in vs], schedule=sched.get(key))
             for key, vs in grouped_verdicts(summary).items()]
 
 
-__all__ = ["INTERVAL_METHOD", "SIMULATED_INTERVAL", "answer_rows", "category_sections", "ci_level", "ci_name",
-           "ci_note", "crossover_points", "decision_text", "first_sentence", "interval_spec", "leading", "mix_rows",
-           "shorten", "snippets", "solo_load_of", "status_of", "verdict_row"]
+__all__ = ["INTERVAL_METHOD", "SIMULATED_INTERVAL", "CategorySection", "CrossoverPoint", "MixRow", "MixSettingRow",
+           "VerdictRow", "answer_rows", "category_sections", "ci_level", "ci_name", "ci_note", "crossover_points",
+           "decision_text", "first_sentence", "interval_spec", "leading", "mix_rows", "shorten", "snippets",
+           "status_of", "verdict_row"]

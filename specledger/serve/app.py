@@ -39,6 +39,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from specledger.engine.decode import Emitted
+from specledger.engine.drafters.catalog import NGRAM, PLAIN
 from specledger.engine.policy import AcceptanceChain, GammaPolicy, make_policy, parse_gamma_spec
 from specledger.engine.protocol import TargetEngine
 from specledger.engine.sampling import SamplingParams
@@ -51,8 +52,10 @@ from specledger.serve.protocol import (
     FINISH_REASONS,
     ChatCompletionRequest,
     CompletionRequest,
+    ErrorBodyDict,
     Kind,
     RequestError,
+    ResponseDict,
     SamplingFields,
     chat_messages,
     check_common,
@@ -127,7 +130,7 @@ def engine_encoder(engine: TargetEngine) -> PromptEncoder:
     return encode
 
 
-def _sse(obj: dict[str, Any] | str) -> bytes:
+def _sse(obj: ResponseDict | ErrorBodyDict | str) -> bytes:
     data = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
     return f"data: {data}\n\n".encode()
 
@@ -339,7 +342,7 @@ class Service:
 
 def create_app(
     engine: TargetEngine,
-    drafter_name: str = "ngram",
+    drafter_name: str = NGRAM.name,
     gamma: GammaSpec = 4,
     model_name: str | None = None,
     max_queue: int = 64,
@@ -357,7 +360,7 @@ def create_app(
     """Build the app and start its engine worker thread.
 
     ``drafter``: a ready Drafter instance (else one is built from ``drafter_name`` with
-    ``layers`` / ``draft_path``); drafter "none" means plain decoding (gamma 0).
+    ``layers`` / ``draft_path``); drafter ``none`` means plain decoding (gamma 0).
     ``gamma``: candidates per round or a policy name ("heuristic"); one policy per request.
     ``tree_budget``: token-tree nodes per round (0: chains; each request's tree is cut to the room
     its prompt and max_tokens leave in the cache).
@@ -384,7 +387,7 @@ def create_app(
         from specledger.engine.drafters.registry import make_drafter
 
         drafter = make_drafter(drafter_name, engine, layers=layers, draft_path=draft_path)
-    if getattr(drafter, "name", drafter_name) == "none":
+    if getattr(drafter, "name", drafter_name) == PLAIN.name:
         gamma = 0
     parse_gamma(gamma)  # fail at start-up, not per request
     from specledger.engine.request import check_tree_budget

@@ -43,6 +43,7 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from specledger.serve.asgi import AsgiApp, AsgiMessage, AsgiReceive, AsgiScope, AsgiSend
 from specledger.serve.drain import DEFAULT_SHUTDOWN_GRACE_S, SHUTDOWN_BACKSTOP_S
 from specledger.serve.protocol import RequestError, error_body
 
@@ -138,14 +139,14 @@ class BodyTimeout(RequestError):
         )
 
 
-def _header(scope: dict[str, Any], name: bytes) -> bytes | None:
+def _header(scope: AsgiScope, name: bytes) -> bytes | None:
     for key, value in scope.get("headers", ()):
         if key.lower() == name:
             return value
     return None
 
 
-async def _send_error(send: Any, exc: RequestError) -> None:
+async def _send_error(send: AsgiSend, exc: RequestError) -> None:
     body = json.dumps(exc.body()).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in exc.headers.items()]
@@ -161,11 +162,11 @@ class BodyLimit:
     :class:`BodyTooLarge` from ``receive`` as soon as the running total passes it.
     """
 
-    def __init__(self, app: Any, max_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    def __init__(self, app: AsgiApp, max_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  timeout_s: float = DEFAULT_BODY_TIMEOUT_S) -> None:
         self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: AsgiScope, receive: AsgiReceive, send: AsgiSend) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -183,7 +184,7 @@ class BodyLimit:
         deadline = time.monotonic() + self.timeout_s
         max_bytes, timeout_s = self.max_bytes, self.timeout_s
 
-        async def limited_receive() -> dict[str, Any]:
+        async def limited_receive() -> AsgiMessage:
             nonlocal received, complete
             if complete:  # the body is in; later receives wait for the disconnect, unbounded
                 return await receive()
@@ -202,7 +203,7 @@ class BodyLimit:
 
         started = False
 
-        async def tracked_send(message: dict[str, Any]) -> None:
+        async def tracked_send(message: AsgiMessage) -> None:
             nonlocal started
             started = started or message["type"] == "http.response.start"
             await send(message)
@@ -224,13 +225,13 @@ class RequestGate:
     ``charset`` allowed).
     """
 
-    def __init__(self, app: Any, allowed_hosts: Iterable[str] = LOOPBACK_HOSTS) -> None:
+    def __init__(self, app: AsgiApp, allowed_hosts: Iterable[str] = LOOPBACK_HOSTS) -> None:
         self.app = app
         hosts = {host_name(h) for h in allowed_hosts}
         self.any_host = ANY_HOST in hosts
         self.hosts = frozenset(hosts - {ANY_HOST})
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: AsgiScope, receive: AsgiReceive, send: AsgiSend) -> None:
         if scope["type"] == "http":
             refusal = self.refusal(scope)
             if refusal is not None:
@@ -238,7 +239,7 @@ class RequestGate:
                 return
         await self.app(scope, receive, send)
 
-    def refusal(self, scope: dict[str, Any]) -> RequestError | None:
+    def refusal(self, scope: AsgiScope) -> RequestError | None:
         """The error this request gets at the gate, or None to let it through."""
         if not self.any_host:
             raw = _header(scope, b"host")
@@ -270,17 +271,17 @@ class AccessLog:
     :func:`log_safe` (the path is percent-decoded: ``%0A`` is a real newline by then). Costs
     nothing when that logger is not enabled for INFO."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: AsgiApp) -> None:
         self.app = app
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: AsgiScope, receive: AsgiReceive, send: AsgiSend) -> None:
         if scope["type"] != "http" or not access_log.isEnabledFor(logging.INFO):
             await self.app(scope, receive, send)
             return
         status = [0]
         t0 = time.perf_counter()
 
-        async def logged_send(message: dict[str, Any]) -> None:
+        async def logged_send(message: AsgiMessage) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
             await send(message)
@@ -291,7 +292,7 @@ class AccessLog:
             access_log.info("%s", access_line(scope, status[0], time.perf_counter() - t0))
 
 
-def access_line(scope: dict[str, Any], status: int, seconds: float) -> str:
+def access_line(scope: AsgiScope, status: int, seconds: float) -> str:
     """``127.0.0.1:5000 "GET /v1/models" 200 0.002s``; status 0: no response was started."""
     client = scope.get("client")
     who = f"{client[0]}:{client[1]}" if client else "-"

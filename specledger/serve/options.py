@@ -46,13 +46,12 @@ def check_serve_options(port: int, drafter: str, gamma: str, max_queue: int, max
                         max_body_bytes: int = 1 << 20, max_connections: int = 1024, keep_records: int = 0,
                         send_timeout: float = 30.0) -> None:
     """Reject bad options before the (slow) model load."""
-    from specledger.engine.drafters.registry import DRAFTERS
+    from specledger.engine.drafters.catalog import by_name
     from specledger.serve.app import parse_gamma
 
     if not 0 <= port <= 65535:
         raise SpecLedgerError(f"--port must be in 0..65535, got {port}")
-    if drafter not in DRAFTERS:
-        raise SpecLedgerError(f"unknown drafter {drafter!r}; choose one of: {', '.join(DRAFTERS)}")
+    by_name(drafter)
     parse_gamma(gamma)
     if max_queue < 1:
         raise SpecLedgerError(f"--max-queue must be >= 1, got {max_queue}")

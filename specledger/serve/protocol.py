@@ -20,7 +20,7 @@ string on the one engine thread that serves the whole batch).
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -102,12 +102,27 @@ class RequestError(Exception):
         self.message, self.status, self.kind, self.code, self.param = message, status, kind, code, param
         self.headers = headers or {}
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> ErrorBodyDict:
         return error_body(self.message, self.kind, self.code, self.param)
 
 
+class ErrorDetailDict(TypedDict):
+    """What went wrong, OpenAI's way: ``type`` the error class, ``param`` the field at fault, ``code`` a tag."""
+
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorBodyDict(TypedDict):
+    """OpenAI's error body."""
+
+    error: ErrorDetailDict
+
+
 def error_body(message: str, kind: str = "invalid_request_error", code: str | None = None,
-               param: str | None = None) -> dict[str, Any]:
+               param: str | None = None) -> ErrorBodyDict:
     """OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
@@ -257,7 +272,69 @@ def resolve_max_tokens(requested: int | None, prompt_tokens: int, max_context: i
 Kind = Literal["completion", "chat"]
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+class UsageDict(TypedDict):
+    """A response's token counts."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class MessageDict(TypedDict, total=False):
+    """A chat message (non-streaming) or delta (streaming; each key only when it changes)."""
+
+    role: str
+    content: str
+
+
+class _ChoiceKeys(TypedDict):
+    index: int
+
+
+class ChoiceDict(_ChoiceKeys, total=False):
+    """The one choice of a response: ``text`` (completion), ``message`` (chat) or ``delta`` (chat stream);
+    ``logprobs`` always None (not supported), ``finish_reason`` None until the last chunk."""
+
+    text: str
+    delta: MessageDict
+    message: MessageDict
+    logprobs: None
+    finish_reason: str | None
+
+
+class _ResponseKeys(TypedDict):
+    id: str
+    object: str  # "text_completion", "chat.completion" or "chat.completion.chunk"
+    created: int  # Unix seconds
+    model: str
+
+
+class ResponseDict(_ResponseKeys, total=False):
+    """A completion or chat completion, whole or one streamed chunk; ``usage`` on a whole response and on the
+    ``include_usage`` chunk."""
+
+    choices: list[ChoiceDict]
+    usage: UsageDict
+
+
+class ModelCardDict(TypedDict):
+    """One served model of GET /v1/models (``max_model_len``: its context, in tokens; vLLM's field)."""
+
+    id: str
+    object: str
+    created: int
+    owned_by: str
+    max_model_len: int
+
+
+class ModelsListDict(TypedDict):
+    """GET /v1/models."""
+
+    object: str
+    data: list[ModelCardDict]
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> UsageDict:
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
@@ -265,7 +342,7 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
-def _envelope(kind: Kind, request_id: str, model: str, created: int, stream: bool) -> dict[str, Any]:
+def _envelope(kind: Kind, request_id: str, model: str, created: int, stream: bool) -> ResponseDict:
     if kind == "completion":
         obj = "text_completion"
     else:
@@ -276,7 +353,7 @@ def _envelope(kind: Kind, request_id: str, model: str, created: int, stream: boo
 def stream_chunk(
     kind: Kind, request_id: str, model: str, created: int, text: str | None,
     finish_reason: str | None = None, role: bool = False,
-) -> dict[str, Any]:
+) -> ResponseDict:
     """One streamed chunk: ``choices[0].text`` (completion) or ``choices[0].delta`` (chat).
 
     For chat, ``role=True`` makes the opening ``{"role": "assistant", "content": ""}`` delta and
@@ -284,19 +361,18 @@ def stream_chunk(
     """
     out = _envelope(kind, request_id, model, created, stream=True)
     if kind == "completion":
-        choice: dict[str, Any] = {"index": 0, "text": text or "", "logprobs": None}
+        choice: ChoiceDict = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
     else:
-        delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
+        delta: MessageDict = {"role": "assistant", "content": ""} if role else {}
         if text is not None and not role:
             delta["content"] = text
-        choice = {"index": 0, "delta": delta, "logprobs": None}
-    choice["finish_reason"] = finish_reason
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
     out["choices"] = [choice]
     return out
 
 
 def usage_chunk(kind: Kind, request_id: str, model: str, created: int, prompt_tokens: int,
-                completion_tokens: int) -> dict[str, Any]:
+                completion_tokens: int) -> ResponseDict:
     """The final ``stream_options.include_usage`` chunk: empty choices, usage filled."""
     out = _envelope(kind, request_id, model, created, stream=True)
     out["choices"] = []
@@ -307,20 +383,20 @@ def usage_chunk(kind: Kind, request_id: str, model: str, created: int, prompt_to
 def full_response(
     kind: Kind, request_id: str, model: str, text: str, finish_reason: str, prompt_tokens: int,
     completion_tokens: int, created: int | None = None,
-) -> dict[str, Any]:
+) -> ResponseDict:
     """A non-streaming response with ``usage``."""
     out = _envelope(kind, request_id, model, created if created is not None else int(time.time()), stream=False)
     if kind == "completion":
-        choice: dict[str, Any] = {"index": 0, "text": text, "logprobs": None}
+        choice: ChoiceDict = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
     else:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None}
-    choice["finish_reason"] = finish_reason
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                  "finish_reason": finish_reason}
     out["choices"] = [choice]
     out["usage"] = usage(prompt_tokens, completion_tokens)
     return out
 
 
-def models_list(model: str, created: int, max_context: int) -> dict[str, Any]:
+def models_list(model: str, created: int, max_context: int) -> ModelsListDict:
     """GET /v1/models: the one served model."""
     return {
         "object": "list",

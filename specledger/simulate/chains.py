@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.errors import require
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -101,7 +102,7 @@ class ChainTable:
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     categories: list[str]
-    drafter: str = "none"
+    drafter: str = PLAIN.name
     assumption: str = ""
     deterministic: bool = False
 
@@ -161,7 +162,8 @@ class ChainTable:
         """No drafter: every chain is 0 (used with gamma 0, or to check the plain reduction)."""
         n = len(prompt_tokens)
         return cls(np.zeros((n, 1)), np.zeros((n, 1)), np.asarray(prompt_tokens, dtype=np.int64),
-                   np.asarray(output_tokens, dtype=np.int64), list(categories or [""] * n), "none", "plain decoding")
+                   np.asarray(output_tokens, dtype=np.int64), list(categories or [""] * n), PLAIN.name,
+                   "plain decoding")
 
     def mean_only(self, deterministic: bool = False) -> ChainTable:
         """Every request gets the mean chain (survival-weighted: a_j = E[prod_(i<=j) a] / E[prod_(i<j) a])."""

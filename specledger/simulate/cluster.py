@@ -27,6 +27,7 @@ from specledger.simulate.arrivals import closed_loop, poisson
 from specledger.simulate.chains import ChainTable
 from specledger.simulate.dispatch import Router, round_robin
 from specledger.simulate.replica import Replica
+from specledger.simulate.results import CapacityRowDict, CrossoverCellDict, SimMetricsDict
 from specledger.simulate.simulator import break_even_verify_premium, simulate
 from specledger.simulate.state import ServerConfig
 
@@ -51,7 +52,7 @@ class SLO:
     ttft_p99_ms: float | None = None
     tpot_p50_ms: float | None = None
 
-    def met(self, m: dict[str, Any]) -> bool:
+    def met(self, m: SimMetricsDict) -> bool:
         ok = True
         if self.ttft_p99_ms is not None:
             ok &= m["ttft_p99_ms"] is not None and m["ttft_p99_ms"] <= self.ttft_p99_ms
@@ -70,13 +71,13 @@ class SLO:
 
 def replicas_needed(table: ChainTable, rate: float, slo: SLO, cost: Any, gamma: GammaSpec, config: ServerConfig,
                     n_requests: int = 2000, max_replicas: int = 256, route: str = "least_outstanding",
-                    seed: int = 0) -> tuple[int | None, dict[str, Any] | None]:
+                    seed: int = 0) -> tuple[int | None, SimMetricsDict | None]:
     """Smallest N in 1..max_replicas meeting ``slo`` at Poisson ``rate`` (None if even max_replicas fails),
     with the metrics at that N."""
     arr = poisson(rate, n_requests, seed)
-    cache: dict[int, dict[str, Any]] = {}
+    cache: dict[int, SimMetricsDict] = {}
 
-    def run(n: int) -> dict[str, Any]:
+    def run(n: int) -> SimMetricsDict:
         if n not in cache:
             cache[n] = simulate(table, arr, n_requests, cost, gamma, config=config, replicas=n,
                                 router=router(route), seed=seed).metrics()
@@ -99,9 +100,9 @@ def replicas_needed(table: ChainTable, rate: float, slo: SLO, cost: Any, gamma: 
 
 def capacity_plan(table: ChainTable, rates: Sequence[float], slo: SLO, cost: Any, settings: Sequence[int | str],
                   config: ServerConfig, n_requests: int = 2000, max_replicas: int = 256,
-                  route: str = "least_outstanding", seed: int = 0) -> list[dict[str, Any]]:
+                  route: str = "least_outstanding", seed: int = 0) -> list[CapacityRowDict]:
     """Replicas needed per (rate, setting); ``saving`` = replicas with plain minus with the setting."""
-    rows = []
+    rows: list[CapacityRowDict] = []
     for rate in rates:
         plain_n = None
         for g in settings:
@@ -124,16 +125,17 @@ def with_context(table: ChainTable, context: int) -> ChainTable:
 
 def crossover_map(table: ChainTable, concurrencies: Sequence[int], contexts: Sequence[int], cost: Any,
                   settings: Sequence[int | str], config: ServerConfig, n_requests: int = 200,
-                  seed: int = 0) -> list[dict[str, Any]]:
+                  seed: int = 0) -> list[CrossoverCellDict]:
     """Over load x context: each setting's throughput speed-up over plain, its break-even verify premium
     (:func:`~specledger.simulate.simulator.break_even_verify_premium`) and the best setting per cell."""
-    cells = []
+    cells: list[CrossoverCellDict] = []
     for ctx in contexts:
         t = with_context(table, ctx)
         for c in concurrencies:
             cfg = dataclasses.replace(config, max_num_seqs=max(config.max_num_seqs, c))
             base = simulate(t, closed_loop(c), n_requests, cost, 0, config=cfg, seed=seed).metrics()
-            speed, premium = {}, {}
+            speed: dict[str, float] = {}
+            premium: dict[str, float | None] = {}
             for g in settings:
                 if g == 0:
                     continue

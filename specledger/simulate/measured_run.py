@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.errors import require
 from specledger.records import GammaSpec, RequestRecord
 from specledger.rundir import SERVING_JSON, RunDir
@@ -32,7 +33,7 @@ class RunSource:
 
     @property
     def drafters(self) -> list[str]:
-        return sorted({r.drafter for r in self.records if r.drafter != "none" and r.rounds})
+        return sorted({r.drafter for r in self.records if r.drafter != PLAIN.name and r.rounds})
 
     def serving_records(self) -> list[RequestRecord]:
         return [r for r in self.records if r.extra.get("experiment") == "serving"]

@@ -24,6 +24,7 @@ import numpy as np
 
 from specledger.cost.pricer import step_s_each
 from specledger.cost.roofline import DRAFT_MODEL_DRAFTERS, RooflineCost
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.simulate.chains import STREAM_PREFILL_JITTER, STREAM_STEP_JITTER, keyed_stream
 
 
@@ -111,7 +112,7 @@ class StepPrices:
 
     def __init__(self, cost: Any, drafter: str, slots: int, replica: int, seed: int, jitter: bool = True) -> None:
         self.cost, self.drafter, self.replica, self.seed = cost, drafter, replica, seed
-        self.drafting = drafter != "none"
+        self.drafting = drafter != PLAIN.name
         self.forward_s = scalar_step(cost)  # (rows, batch, context) -> seconds, clamps included
         # forward(rows, batch, context) and (forward(rows, ..), forward(base, ..)) as plain functions (the same floats)
         self.forward_one, self.forward_two = step_fns(cost)

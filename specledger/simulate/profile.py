@@ -53,6 +53,7 @@ from specledger.cost.costmodel import (
     prefill_features,
     slot_prefill_features,
 )
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.errors import require
 from specledger.records import RequestRecord
 
@@ -199,7 +200,7 @@ def fit_serving_cost(records: Sequence[RequestRecord], source: str = "") -> Cost
         prefill = robust_fit(PREFILL_TERMS, [prefill_features(r.prompt_tokens) for r, _ in pre],
                              [r.t_prefill for r, _ in pre])
     draft: dict[str, Part] = {}
-    for d in sorted({r.drafter for r in records} - {"none"}):
+    for d in sorted({r.drafter for r in records} - {PLAIN.name}):
         xs, ys = [], []
         for r in records:
             if r.drafter != d:

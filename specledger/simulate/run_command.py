@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specledger.command_options import CommandOptions
+from specledger.engine.drafters.catalog import NGRAM
 from specledger.errors import SpecLedgerError, require
 from specledger.records import GammaSpec, setting_label
 from specledger.rundir import SIMULATE_JSON, RunDir
@@ -17,16 +19,17 @@ from specledger.simulate.arrivals import closed_loop, poisson, replay_file
 from specledger.simulate.cluster import SLO, capacity_plan, crossover_map, with_context
 from specledger.simulate.cluster import router as make_router
 from specledger.simulate.measured_run import RunSource, tables_per_gamma
+from specledger.simulate.results import SimPointDict, SimulateDocDict
 from specledger.simulate.simulator import break_even_verify_premium, simulate
 from specledger.simulate.state import ServerConfig
 
 
 @dataclass
-class SimulateOptions:
+class SimulateOptions(CommandOptions):
     """The options of ``specledger simulate`` (their help is the command's)."""
 
     from_: Path
-    drafter: str = "ngram"
+    drafter: str = NGRAM.name
     gamma: str = "4"
     concurrency: str = ""
     rate: str = ""
@@ -54,8 +57,6 @@ class SimulateOptions:
     slo_ttft_p99_ms: float | None = None
     slo_tpot_p50_ms: float | None = None
     tree_budget: int | None = None
-    seed: int = 0
-    out: Path | None = None
 
 
 @dataclass
@@ -63,7 +64,7 @@ class SimulateResult:
     """``simulate.json``'s document, one note per tree setting (where its acceptance and cost came from), and
     the file written (None without ``out``)."""
 
-    doc: dict[str, Any]
+    doc: SimulateDocDict
     tree_notes: list[str] = field(default_factory=list)
     written: Path | None = None
 
@@ -197,14 +198,14 @@ def _server(o: SimulateOptions, seqs: int, kv_budget: int | None) -> ServerConfi
     return ServerConfig(seqs, o.max_batched_tokens, kv_budget, o.block_size, o.chunked_prefill, o.reserve_gamma)
 
 
-def _points(o: SimulateOptions, p: _Parsed, x: _Inputs, kv_budget: int | None) -> list[dict[str, Any]]:
+def _points(o: SimulateOptions, p: _Parsed, x: _Inputs, kv_budget: int | None) -> list[SimPointDict]:
     """Every setting at every load, with its speed-up over plain's at that load and its break-even premium."""
     loads: list[tuple[str, Any, Any]] = [("concurrency", c, closed_loop(c)) for c in p.concs]
     loads += [("rate", r, poisson(r, o.requests, o.seed)) for r in p.rates]
     if o.replay is not None:
         arr = replay_file(o.replay)
         loads.append(("replay", arr.label, arr))
-    points: list[dict[str, Any]] = []
+    points: list[SimPointDict] = []
     for kind, load, arr in loads:
         n = o.requests if arr.closed else min(o.requests, arr.times.shape[0])
         cfg = _server(o, o.max_num_seqs or (int(load) if kind == "concurrency" else 256), kv_budget)
@@ -234,7 +235,7 @@ def run_simulate(o: SimulateOptions) -> SimulateResult:
     points = _points(o, p, x, kv_budget)
     elapsed = time.perf_counter() - t0
     settings, tables, trees = x.settings, x.tables, x.trees
-    doc: dict[str, Any] = {
+    doc: SimulateDocDict = {
         "experiment": "simulate", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "from": str(x.run.path),
         "drafter": o.drafter, "settings": [str(g) for g in settings], "cost_source": x.cost.source,
         "acceptance": o.acceptance, "chains": o.chains, "acceptance_assumption": x.table.assumption,

@@ -34,9 +34,11 @@ import numpy as np
 
 from specledger.analysis.metrics import MS, latency_stats, tpot
 from specledger.analysis.stats import paired_speedup_bootstrap
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.records import RequestRecord, setting_label
 from specledger.simulate.arrivals import closed_loop
 from specledger.simulate.measured_run import measured_gammas, plain_table, tables_per_gamma, workload_order
+from specledger.simulate.results import LoadValidationRowDict
 from specledger.simulate.simulator import simulate
 from specledger.simulate.state import ServerConfig
 
@@ -82,16 +84,16 @@ class SimPoint:
 
 def settings_of(solo: Sequence[RequestRecord]) -> list[tuple[str, int]]:
     """Plain, then every (drafter, static γ ≥ 1) with chain rounds in ``solo``, sorted."""
-    drafters = sorted({r.drafter for r in solo if r.drafter != "none" and r.rounds and not r.tree_budget})
-    return [("none", 0)] + [(d, g) for d in drafters for g in measured_gammas(solo, d)]
+    drafters = sorted({r.drafter for r in solo if r.drafter != PLAIN.name and r.rounds and not r.tree_budget})
+    return [(PLAIN.name, 0)] + [(d, g) for d in drafters for g in measured_gammas(solo, d)]
 
 
 def _tables(solo: Sequence[RequestRecord], settings: Sequence[tuple[str, int]]) -> dict[tuple[str, int], tuple]:
     """(table, {prompt: row}) per setting: plain's sizes, each drafter's chains measured at that γ."""
-    out: dict[tuple[str, int], tuple] = {("none", 0): plain_table([r for r in solo if r.drafter == "none"])}
+    out: dict[tuple[str, int], tuple] = {(PLAIN.name, 0): plain_table([r for r in solo if r.drafter == PLAIN.name])}
     by_drafter: dict[str, list[int]] = defaultdict(list)
     for d, g in settings:
-        if d != "none":
+        if d != PLAIN.name:
             by_drafter[d].append(g)
     chains = [r for r in solo if not r.tree_budget]
     for d, gs in by_drafter.items():
@@ -221,11 +223,11 @@ def _real_speedup(spec: Sequence[RequestRecord], base: Sequence[RequestRecord]) 
 
 
 def validation(sim: Sequence[SimPoint], measured: Mapping[tuple[float, int, str], Sequence[RequestRecord]]
-               ) -> list[dict[str, Any]]:
+               ) -> list[LoadValidationRowDict]:
     """One row per simulated point that was also measured (``measured``: load records per (temperature,
     load, setting)): each figure of :data:`VALIDATED`, real and simulated, and error = (sim − real) / real."""
     by = {(p.temperature, p.load, p.setting): p for p in sim}
-    rows = []
+    rows: list[LoadValidationRowDict] = []
     for (temperature, load, setting), recs in sorted(measured.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
         p, plain = by.get((temperature, load, setting)), by.get((temperature, load, "plain"))
         if p is None or not recs:
@@ -234,7 +236,7 @@ def validation(sim: Sequence[SimPoint], measured: Mapping[tuple[float, int, str]
         if setting != "plain" and plain is not None:
             real["speedup"] = _real_speedup(recs, measured.get((temperature, load, "plain"), []))
             simulated["speedup"] = sim_speedup(p, plain, set(p.prompt_ids), n_resamples=0)[0]
-        row: dict[str, Any] = {"temperature": temperature, "load": load, "setting": setting, "reps": p.reps}
+        row: LoadValidationRowDict = {"temperature": temperature, "load": load, "setting": setting, "reps": p.reps}
         for m in VALIDATED:
             if m not in real:
                 continue
@@ -245,7 +247,7 @@ def validation(sim: Sequence[SimPoint], measured: Mapping[tuple[float, int, str]
     return rows
 
 
-def worst_errors(rows: Sequence[dict[str, Any]], temperature: float) -> dict[str, float]:
+def worst_errors(rows: Sequence[LoadValidationRowDict], temperature: float) -> dict[str, float]:
     """The largest |error| of each validated figure at ``temperature``, over its settings and measured loads."""
     out: dict[str, float] = {}
     for row in rows:

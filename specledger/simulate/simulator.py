@@ -29,6 +29,7 @@ import numpy as np
 
 from specledger.analysis.metrics import MS, tpot
 from specledger.analysis.stats import distribution
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.errors import require
 from specledger.records import GammaSpec
 from specledger.simulate.arrivals import Arrivals
@@ -37,6 +38,7 @@ from specledger.simulate.dispatch import Dispatcher, Router, round_robin
 from specledger.simulate.fastpath import advance
 from specledger.simulate.gamma import GammaPlan
 from specledger.simulate.replica import Replica
+from specledger.simulate.results import SimMetricsDict
 from specledger.simulate.state import ServerConfig, SimCounters
 
 
@@ -47,7 +49,7 @@ class SimResult:
     replicas: int
     label: str = ""
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> SimMetricsDict:
         """The point's figures. TTFT, TPOT and latency are :func:`specledger.analysis.metrics.tpot` per request,
         summarised by :func:`specledger.analysis.stats.distribution` as the measured runs' figures are. The
         inter-token gaps (one per chunk, ~10^8 at a million requests, float32) are summarised here, on arrays:
@@ -104,7 +106,7 @@ class SimResult:
         }
 
 
-def break_even_verify_premium(speedup: float | None, m: dict[str, Any]) -> float | None:
+def break_even_verify_premium(speedup: float | None, m: SimMetricsDict) -> float | None:
     """The verify premium r* = T(verify step) / T(the same step without candidates) at which this point's
     throughput speed-up S over plain would fall to 1.0, all else held (``m``: the point's :meth:`SimResult.metrics`).
 
@@ -206,7 +208,7 @@ def simulate(
     plan = GammaPlan(gamma, cost)
     name = table.drafter if drafter is None else drafter
     if plan.static == 0:
-        name = "none"
+        name = PLAIN.name
     draws = Draws(seed, per)
     counters = SimCounters(table, order, per)
     reps = [Replica(i, cfg, cost, table, plan, name, counters, jitter, draws) for i in range(replicas)]

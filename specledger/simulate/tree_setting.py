@@ -18,13 +18,16 @@ priced per tree round (measured on the run's tree rounds, else the chain of the 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from specledger.errors import require
 from specledger.records import RequestRecord
 from specledger.simulate.chains import ChainTable
+
+if TYPE_CHECKING:
+    from specledger.predict.tree_forecast import TreeAcceptance
 
 #: the simulator codes a round's outcome as P * 32 + K in 5 bits per count (simulate/rounds.py)
 MAX_SIM_TREE_BUDGET = 31
@@ -72,7 +75,8 @@ class TreePricer:
         return self.inner.to_dict()
 
 
-def tree_table(base: ChainTable, per_category: dict[str, Any], budget: int, depth: int, drafter: str) -> ChainTable:
+def tree_table(base: ChainTable, per_category: dict[str, TreeAcceptance], budget: int, depth: int, drafter: str
+               ) -> ChainTable:
     """``base``'s requests (sizes, categories) with each category's tree acceptance as the module's chain."""
     n = base.size
     accept = np.zeros((n, budget))

@@ -32,11 +32,13 @@ from typing import Any
 import numpy as np
 
 from specledger.analysis.metrics import latency_stats
+from specledger.engine.drafters.catalog import PLAIN
 from specledger.errors import require
 from specledger.ledger.speedup import best_point
 from specledger.simulate.arrivals import closed_loop
 from specledger.simulate.measured_run import RunSource, plain_table, tables_per_gamma, workload_order
 from specledger.simulate.profile import fit_serving_cost
+from specledger.simulate.results import CrossoverCheckDict, SpeedupSidesDict, ValidationDict, ValidationRowDict
 from specledger.simulate.simulator import simulate
 from specledger.simulate.state import ServerConfig
 
@@ -45,9 +47,9 @@ TOLERANCE = {"throughput_tok_s": 0.05, "tpot_p50_ms": 0.10, "ttft_p50_ms": 0.10,
 
 
 def parse_setting(setting: str) -> tuple[str, int | str]:
-    """``"plain"`` -> ("none", 0); ``"ngram γ=4"`` -> ("ngram", 4); policies keep their name."""
+    """``"plain"`` -> (``PLAIN.name``, 0); ``"ngram γ=4"`` -> ("ngram", 4); policies keep their name."""
     if setting == "plain":
-        return "none", 0
+        return PLAIN.name, 0
     m = re.fullmatch(r"(\S+) γ=(\S+)", setting)
     require(m is not None, f"unrecognised serving setting {setting!r}")
     g = m.group(2)  # type: ignore[union-attr]
@@ -99,11 +101,11 @@ def half_width(rel_sd: float, repeats: int, groups: int) -> float:
     return float(t.ppf(0.975, dof) * rel_sd / math.sqrt(repeats))
 
 
-def _blocked(rows: list[dict[str, Any]]) -> None:
+def _blocked(rows: list[ValidationRowDict]) -> None:
     """Per (kind, load) and metric: the noise with the repeat's common drift removed (:func:`blocked_noise`)
     becomes the point's ``real_ci_half`` (what decides whether it can be judged); the plain repeats' own
     half-width stays as ``real_ci_half_unblocked``."""
-    groups: dict[tuple, list[dict]] = defaultdict(list)
+    groups: dict[tuple, list[ValidationRowDict]] = defaultdict(list)
     for r in rows:
         groups[(r["kind"], r["load"])].append(r)
     for rs in groups.values():
@@ -130,7 +132,7 @@ def mean_ci_half(values: Sequence[float]) -> float:
 
 
 def validate(run: RunSource, cost: Any = None, seeds: int = 16, max_gamma: int = 16, jitter: bool = True,
-             per: str = "prompt", chains: str = "per-gamma") -> dict[str, Any]:
+             per: str = "prompt", chains: str = "per-gamma") -> ValidationDict:
     """Real vs simulated figures at every concurrency point of ``run`` (see the module docstring)."""
     require(run.serving is not None, f"{run.path} has no serving.json; give a `sweep --experiment serving` run")
     points = {k: v for k, v in run.points().items() if k[0] == "concurrency"}
@@ -139,9 +141,9 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 16, max_gamma: int =
     order_ids = run.prompt_order()
     recs = run.serving_records()
     repeats = sorted({k[3] for k in points})
-    tables: dict[tuple, tuple] = {("none", 0): plain_table(recs)}
+    tables: dict[tuple, tuple] = {(PLAIN.name, 0): plain_table(recs)}
     settings = {parse_setting(k[2]) for k in points}
-    for d in {s[0] for s in settings} - {"none"}:
+    for d in {s[0] for s in settings} - {PLAIN.name}:
         per_g = tables_per_gamma(recs, d, sorted({g for dd, g in settings if dd == d}, key=str), max_gamma, chains)
         tables.update({(d, g): t for g, t in per_g.items()})
     costs = {}
@@ -153,7 +155,7 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 16, max_gamma: int =
             label = ("in-sample: fitted on the same (only) repeat" if len(repeats) == 1
                      else f"fitted on the steps of repeats other than {r}")
             costs[r] = fit_serving_cost(train, source=f"serving-run steps ({label})")
-    rows = []
+    rows: list[ValidationRowDict] = []
     for (kind, load, setting) in sorted({k[:3] for k in points}, key=lambda k: (k[1], k[2])):
         drafter, gamma = parse_setting(setting)
         table, index = tables[(drafter, gamma)]
@@ -171,7 +173,7 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 16, max_gamma: int =
                               per=per).metrics()
                     for s in range(seeds)]
             sim = {m: float(np.mean([s[m] for s in sims])) for m in (*METRICS, "preemptions")}
-            if drafter != "none":  # the inference-sim model: the mean chain, E[K] every round
+            if drafter != PLAIN.name:  # the inference-sim model: the mean chain, E[K] every round
                 det = simulate(table.mean_only(deterministic=True), closed_loop(int(load)), n, costs[r], gamma,
                                drafter, ServerConfig(max_num_seqs=int(load)), order=order, seed=0).metrics()
                 sim["itl_p99_ms_mean_only"] = det["itl_p99_ms"]
@@ -179,8 +181,8 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 16, max_gamma: int =
             per_sim.append(sim)
         if not per_real:
             continue
-        row: dict[str, Any] = {"kind": kind, "load": load, "setting": setting, "drafter": drafter, "gamma": gamma,
-                               "repeats": len(per_real)}
+        row: ValidationRowDict = {"kind": kind, "load": load, "setting": setting, "drafter": drafter, "gamma": gamma,
+                                  "repeats": len(per_real)}
         for m in METRICS:
             real = float(np.mean([x[m] for x in per_real if x[m] is not None]))
             sim = float(np.mean([x[m] for x in per_sim]))
@@ -207,10 +209,10 @@ def validate(run: RunSource, cost: Any = None, seeds: int = 16, max_gamma: int =
             "tolerance": TOLERANCE, "seeds": seeds, "jitter": jitter, "per": per, "chains": chains}
 
 
-def _speedups(rows: list[dict[str, Any]]) -> None:
+def _speedups(rows: list[ValidationRowDict]) -> None:
     """Speed-up over plain at the same load, real and simulated; ``real_repeats``: repeat r's throughput
     over plain's in repeat r (the sweep runs them side by side)."""
-    base = {(r["kind"], r["load"]): r for r in rows if r["drafter"] == "none"}
+    base = {(r["kind"], r["load"]): r for r in rows if r["drafter"] == PLAIN.name}
     for r in rows:
         b = base.get((r["kind"], r["load"]))
         if b is not None:
@@ -219,30 +221,34 @@ def _speedups(rows: list[dict[str, Any]]) -> None:
             r["speedup"]["real_repeats"] = [x / y for x, y in pairs if x is not None and y]
 
 
-def _side(speedup: dict[str, Any]) -> str:
+def _side(speedup: SpeedupSidesDict) -> str:
     """'>1' / '<1' when every real repeat's speed-up falls on that side of 1, '~1' when they straddle it."""
     reps = speedup.get("real_repeats") or [speedup["real"]]
     return ">1" if min(reps) > 1.0 else "<1" if max(reps) < 1.0 else "~1"
 
 
-def crossovers(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def crossovers(rows: Sequence[ValidationRowDict]) -> list[CrossoverCheckDict]:
     """Per (load, drafter): the smallest static γ whose speed-up is below 1, real and simulated, and the best γ."""
-    by: dict[tuple, list[dict]] = defaultdict(list)
+    by: dict[tuple, list[ValidationRowDict]] = defaultdict(list)
     for r in rows:
-        if r["drafter"] != "none" and isinstance(r["gamma"], int) and "speedup" in r:
+        if r["drafter"] != PLAIN.name and isinstance(r["gamma"], int) and "speedup" in r:
             by[(r["load"], r["drafter"])].append(r)
-    out = []
+    out: list[CrossoverCheckDict] = []
     for (load, drafter), rs in sorted(by.items()):
         rs = sorted(rs, key=lambda r: r["gamma"])
-        entry: dict[str, Any] = {"load": load, "drafter": drafter}
-        for side in ("real", "sim"):
-            entry[f"crossover_{side}"] = next((r["gamma"] for r in rs if r["speedup"][side] < 1.0), None)
-            gamma, speed = best_point((r["gamma"], r["speedup"][side]) for r in rs)
-            entry[f"best_{side}"] = gamma if speed > 1.0 else 0
-        entry["same"] = entry["crossover_real"] == entry["crossover_sim"]
+        real, sim = _crossing(rs, "real"), _crossing(rs, "sim")
         # resolved by the measurement? a γ whose real repeats straddle 1 cannot say on which side it lies
-        entry["real_sides"] = {r["gamma"]: _side(r["speedup"]) for r in rs}
-        entry["consistent"] = all(side == "~1" or (side == ">1") == (r["speedup"]["sim"] > 1.0)
-                                  for r, side in zip(rs, entry["real_sides"].values()))
-        out.append(entry)
+        real_sides = {r["gamma"]: _side(r["speedup"]) for r in rs}
+        out.append({"load": load, "drafter": drafter, "crossover_real": real[0], "best_real": real[1],
+                    "crossover_sim": sim[0], "best_sim": sim[1], "same": real[0] == sim[0], "real_sides": real_sides,
+                    "consistent": all(side == "~1" or (side == ">1") == (r["speedup"]["sim"] > 1.0)
+                                      for r, side in zip(rs, real_sides.values()))})
     return out
+
+
+def _crossing(rows: Sequence[ValidationRowDict], side: str) -> tuple[int | None, int]:
+    """(the smallest γ of ``rows`` (sorted by γ) whose ``side`` speed-up is below 1, None if none; the best γ, 0
+    where none beats plain)."""
+    crossover = next((r["gamma"] for r in rows if r["speedup"][side] < 1.0), None)
+    gamma, speed = best_point((r["gamma"], r["speedup"][side]) for r in rows)
+    return crossover, gamma if speed > 1.0 else 0

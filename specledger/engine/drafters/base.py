@@ -28,10 +28,24 @@ import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from specledger.engine.drafters import catalog
 from specledger.engine.sampling import SamplingParams
 
 if TYPE_CHECKING:
+    from specledger.engine.protocol import TargetEngine
     from specledger.engine.tree import DraftTree
+
+
+@dataclass(frozen=True)
+class DrafterOptions:
+    """What building a drafter may take beyond its target engine (each drafter reads the fields it needs)."""
+
+    #: layerskip: the layers to run, e.g. ``"12"`` or ``"0-7,26-29"``; None: calibrate
+    layers: str | None = None
+    #: model: a GGUF file or Hugging Face directory; head: a head file when it ends in ``.safetensors``
+    draft_path: str | None = None
+    #: layerskip: the token ids to calibrate on; None: a built-in text
+    calibration_tokens: list[int] | None = None
 
 
 @dataclass(slots=True)
@@ -44,11 +58,19 @@ class Drafter:
     """Base class; subclasses override ``propose`` and any of the hooks they need."""
 
     name: str = "base"
+    #: its catalog entry (:mod:`specledger.engine.drafters.catalog`); every drafter of the catalog sets its own
+    spec: catalog.DrafterSpec | None = None
     #: True if the drafter runs a neural network (its q is a real distribution).
     uses_model: bool = False
     #: True if the drafter reads the target's final hidden states (a learned head): the decode
     #: loops then ask the target for them and hand them over with :meth:`observe_hidden`.
     wants_hidden: bool = False
+
+    @classmethod
+    def from_engine(cls, engine: TargetEngine, options: DrafterOptions) -> Drafter:
+        """The drafter for ``engine``'s target (:func:`specledger.engine.drafters.registry.make_drafter`).
+        Default: a drafter that needs nothing but itself."""
+        return cls()
 
     def begin(self, prompt: list[int], params: SamplingParams) -> None:
         """A new request starts with ``prompt`` (token ids). Reset per-request state."""
@@ -120,7 +142,8 @@ class Drafter:
 class NoDrafter(Drafter):
     """Plain decoding: proposes nothing, so every round commits exactly the target's token."""
 
-    name = "none"
+    spec = catalog.PLAIN
+    name = spec.name
 
     def propose(self, context: list[int], gamma: int, params: SamplingParams, rng: Any) -> Proposal:
         return Proposal()

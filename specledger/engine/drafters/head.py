@@ -67,7 +67,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from specledger.engine.drafters.base import Drafter, Proposal
+from specledger.engine.drafters import catalog
+from specledger.engine.drafters.base import Drafter, DrafterOptions, Proposal
 from specledger.engine.drafters.neural import common_prefix_len
 from specledger.engine.layers import Linear, rope_cos_sin
 from specledger.engine.model import Block
@@ -78,6 +79,7 @@ from specledger.errors import SpecLedgerError
 
 if TYPE_CHECKING:
     from specledger.engine.model import Transformer
+    from specledger.engine.protocol import TargetEngine
 
 HEAD_FORMAT = "specledger-head/1"
 HEAD_SUFFIX = ".safetensors"
@@ -283,8 +285,9 @@ class HeadDrafter(Drafter):
     """EAGLE-style chain drafter; see the module docstring. Per-request state: target features
     for committed positions, the head's one-layer cache and the tokens it holds."""
 
-    name = "head"
-    uses_model = True
+    spec = catalog.HEAD
+    name = spec.name
+    uses_model = spec.needs_network
     wants_hidden = True
 
     def __init__(self, target: Transformer, head: HeadFile, topk: int = 4, full_vocab: bool = False) -> None:
@@ -304,6 +307,12 @@ class HeadDrafter(Drafter):
         self.topk = topk
         self.step_topk: list[tuple[list[int], list[float]]] = []
         self._reset()
+
+    @classmethod
+    def from_engine(cls, engine: TargetEngine, options: DrafterOptions) -> HeadDrafter:
+        """``options.draft_path`` if it is a head file (ends in :data:`HEAD_SUFFIX`), else :func:`find_head`'s."""
+        path = options.draft_path if options.draft_path and str(options.draft_path).endswith(HEAD_SUFFIX) else None
+        return make_head_drafter(engine.model, path)
 
     # -- per-request state ----------------------------------------------------------------------
     def _reset(self) -> None:

@@ -15,11 +15,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from specledger.engine.drafters import catalog
 from specledger.engine.drafters.neural import NeuralDrafter
 from specledger.errors import require
 
 if TYPE_CHECKING:
+    from specledger.engine.drafters.base import DrafterOptions
     from specledger.engine.model import Transformer
+    from specledger.engine.protocol import TargetEngine
 
 
 def parse_layers(spec: str, n_layers: int) -> list[int]:
@@ -84,6 +87,38 @@ def calibrate(model: Transformer, tokens: Sequence[int], gamma: int = 4) -> tupl
     return best["layers"], table
 
 
+_CALIBRATION_TEXT = (
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    a, b = 0, 1\n"
+    "    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n"
+    "The quick brown fox jumps over the lazy dog. Speculative decoding drafts several tokens and "
+    "lets the target model verify them in one pass; accepted tokens are kept and the rest discarded. "
+    "Question: Tom has 3 apples and buys 5 more. How many apples does he have? Answer: 8."
+)
+
+
+def calibration_tokens(engine: TargetEngine) -> list[int]:
+    """The built-in calibration text in ``engine``'s tokens (64 seeded random ids without a tokenizer)."""
+    if engine.tokenizer is not None:
+        return engine.tokenizer.encode(_CALIBRATION_TEXT)
+    import random
+
+    rnd = random.Random(0)
+    return [rnd.randrange(engine.model.config.vocab_size) for _ in range(64)]
+
+
 class LayerSkipDrafter(NeuralDrafter):
+    spec = catalog.LAYERSKIP
+
     def __init__(self, target: Transformer, layers: Sequence[int]) -> None:
-        super().__init__(target, layers=layers, name="layerskip")
+        super().__init__(target, layers=layers, name=self.spec.name)
+
+    @classmethod
+    def from_engine(cls, engine: TargetEngine, options: DrafterOptions) -> LayerSkipDrafter:
+        """``options.layers`` if given, else the layers :func:`calibrate` picks on ``options.calibration_tokens``
+        (default: :func:`calibration_tokens`)."""
+        n_layers = engine.model.config.n_layers
+        if options.layers:
+            chosen = parse_layers(options.layers, n_layers)
+        else:
+            chosen, _ = calibrate(engine.model, options.calibration_tokens or calibration_tokens(engine))
+        return cls(engine.model, chosen)

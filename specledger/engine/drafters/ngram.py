@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from specledger.engine.drafters import catalog
 from specledger.engine.drafters.base import Drafter, Proposal
 from specledger.engine.sampling import SamplingParams
 from specledger.engine.tree import DraftTree
@@ -63,8 +64,9 @@ def overlapping_copy(tokens: list[int], start: int, count: int) -> list[int]:
 class NgramDrafter(Drafter):
     """Prompt lookup decoding with an incremental n-gram index; always ``q=None`` (one-hot)."""
 
-    name = "ngram"
-    uses_model = False
+    spec = catalog.NGRAM
+    name = spec.name
+    uses_model = spec.needs_network
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
         require(

@@ -56,6 +56,7 @@ import math
 from collections import deque
 from typing import Any
 
+from specledger.engine.drafters import catalog
 from specledger.engine.drafters.base import Drafter, Proposal
 from specledger.engine.drafters.ngram import is_extension
 from specledger.engine.sampling import SamplingParams
@@ -182,8 +183,9 @@ class GlobalSuffixTrie:
 class SuffixDrafter(Drafter):
     """SuffixDecoding with a per-request trie and a windowed cross-request trie; ``q=None``."""
 
-    name = "suffix"
-    uses_model = False
+    spec = catalog.SUFFIX
+    name = spec.name
+    uses_model = spec.needs_network
 
     def __init__(
         self,

@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -141,7 +141,16 @@ def status() -> str:
     return _status
 
 
-def describe() -> dict[str, Any]:
+class KernelsInfoDict(TypedDict):
+    """Which kernels ran: the native library or not, the quantized matmul's instruction-set path ("avx512-vnni",
+    "avx2", "portable"; "none" without the library) and the loader's status line."""
+
+    native: bool
+    path: str
+    status: str
+
+
+def describe() -> KernelsInfoDict:
     """Which kernels ran, for a run's record: ``{"native": bool, "path": "avx512-vnni" | "avx2" | "portable" |
     "none", "status": status()}``; ``path`` is the quantized matmul's instruction-set path (``specledger_qpath``),
     "none" when the library is not in use (oneDNN / torch fallback)."""

@@ -19,12 +19,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from specledger.engine.drafters.catalog import SUFFIX
 from specledger.records import RequestRecord
 
 if TYPE_CHECKING:
     from specledger.engine.protocol import TargetEngine
 
-CROSS_REQUEST_DRAFTERS = frozenset({"suffix"})
+CROSS_REQUEST_DRAFTERS = frozenset({SUFFIX.name})
 
 
 def decode_speed(r: RequestRecord) -> float:
