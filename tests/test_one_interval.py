@@ -19,12 +19,12 @@ import pytest
 from rich.console import Console
 
 from specledger.gates import SLO
+from specledger.gates.decision import Verdict
 from specledger.gates.verdicts import setting_name, verdicts
 from specledger.mainjob.job import RunPlan, run
 from specledger.report.build import build_report, render_html
 from specledger.report.console import answer_lines, category_line, print_summary
 from specledger.report.summary_model import Summary
-from specledger.report.summary_verdicts import VerdictEntry
 from specledger.report.view import slug, verdict_row
 from tests.conftest import char_engine
 
@@ -263,7 +263,7 @@ def test_a_deploy_shown_faster_through_another_setting_says_why_in_words(built):
     assert through["setting"] == "suffix γ=4" and through["bound"] > slo.min_ci_low and through["level"] == 0.9
     assert through["text"].startswith(f"its own interval [{lo:.2f}–{hi:.2f}] is not above 1; faster than plain "
                                       "shown through suffix γ=4: S ≥ ")
-    line = category_line(VerdictEntry.model_validate({**v, "load": 1}), 10)
+    line = category_line(Verdict.from_dict({**v, "load": 1}), 10)
     assert f"S {v['speedup']:.2f} [{lo:.2f}–{hi:.2f}] n=4 " in line and through["text"] in line
     summary, _ = built  # the report's answer row says it beside the interval, not only in the (cut) reason
     shown = copy.deepcopy(summary)

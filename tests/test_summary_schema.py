@@ -9,6 +9,7 @@ import copy
 import json
 import shutil
 import subprocess
+from dataclasses import fields
 from importlib import metadata
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import jsonschema
 import pytest
 
 from specledger.analysis.metrics import quantile_sketch
+from specledger.gates.decision import Comparison, LegacyDrop, Verdict
 from specledger.mainjob.job import RunPlan, run
 from specledger.provenance import PACKAGE_DIR, git_state, provenance
 from specledger.report.build import build_report
@@ -78,15 +80,35 @@ def test_the_golden_summary_validates(schema):
     assert _errors(schema, {**golden, "generated": "2025-01-01T00:00:00+00:00", "provenance": provenance()}) == []
 
 
-def test_the_files_verdict_mirrors_the_gates_verdict():
-    """The schema's verdict (specledger.report.summary_verdicts.VerdictEntry) has every field of the gates' Verdict,
-    so a key the rule writes is documented and read."""
-    from dataclasses import fields
+def test_the_files_verdict_is_the_gates_verdict(schema, summary):
+    """summary.json's verdict is the gates' own Verdict (specledger.gates.decision), read by the report with pydantic
+    and its schema generated from it: the schema's verdict has its fields, and every verdict (and the mix's) of a
+    real and the golden summary reads back whole, writing the same dict again."""
+    verdict_def = schema["properties"]["verdicts"]["items"]["$ref"].removeprefix("#/$defs/")
+    assert list(schema["$defs"][verdict_def]["properties"]) == [f.name for f in fields(Verdict)]
+    for doc in (summary, json.loads(GOLDEN.read_text(encoding="utf-8"))):
+        typed = Summary.read(doc)
+        assert typed.mix and all(type(v) is Verdict for v in typed.verdicts + typed.mix)
+        assert [v.to_dict() for v in typed.verdicts] == doc["verdicts"]
+        assert [v.to_dict() for v in typed.mix] == doc["mix"]
+    assert all(type(s.at_target) is Verdict for s in Summary.read(summary).schedules if s.at_target is not None)
 
-    from specledger.gates.decision import Verdict
-    from specledger.report.summary_verdicts import VerdictEntry
 
-    assert {f.name for f in fields(Verdict)} <= set(VerdictEntry.model_fields)
+def test_an_old_summarys_verdict_reads_as_the_report_always_read_it(summary):
+    """What a summary written before a key existed lacks reads as the report has always read it, not as the rule's
+    default: no resolution or resolved (None: the page says "resolved"), no decision ("off"), a comparison without
+    n (None: "n/a"); a ratio written as null stays None; the legacy ``dropped`` reads typed."""
+    old = copy.deepcopy(summary)
+    v = old["verdicts"][0]
+    for key in ("resolution", "resolved", "decision"):
+        del v[key]
+    v["comparisons"] = [{"a": "ngram γ=4", "b": "suffix γ=4", "ratio": None, "ci": [1.02, None], "verdict": "open"}]
+    v["dropped"] = [{"label": "draft γ=2", "after_prompts": 2, "why": "paired upper bound 0.71 < leader"}]
+    read = Summary.read(old).verdicts[0]
+    assert (read.resolution, read.resolved, read.decision) == (None, None, "off")
+    assert read.comparisons == [Comparison("ngram γ=4", "suffix γ=4", None, (1.02, None), None, "open")]
+    assert read.dropped == [LegacyDrop("draft γ=2", 2, "paired upper bound 0.71 < leader")]
+    assert read.to_dict()["dropped"] == v["dropped"]
 
 
 def test_every_top_level_key_and_verdict_key_is_documented(schema, summary):

@@ -7,8 +7,13 @@ carry (``needs_plain``, ``shown_through``, ``context_bucket``, ``load`` ...) sta
 the same order, and :meth:`Verdict.from_dict` reads one back (``from_dict(d).to_dict() == d`` for every verdict
 the rule writes). A hand-built dict may leave keys out: each reads as its field's default.
 
+The same plain dataclasses are ``summary.json``'s verdict type: the report reads the file through them with
+pydantic and generates the file's JSON Schema from them (:mod:`specledger.report.summary_verdicts`), so each
+field's docstring is its key's description there, and a field is Optional wherever the file may hold null (JSON
+writes NaN and infinity as null) or a summary written before the key existed lacks it.
+
 Decisions: :data:`DEPLOY`, :data:`OFF`, :data:`CONTROL`, :data:`NO_DECISION`. Resolutions: :data:`WINNER`,
-:data:`BY_EQUIVALENCE`, :data:`OFF`, :data:`OPEN`, :data:`NO_DATA`, :data:`CONTROL`. Torch-free.
+:data:`BY_EQUIVALENCE`, :data:`OFF`, :data:`OPEN`, :data:`NO_DATA`, :data:`CONTROL`. Torch-free, pydantic-free.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypedDict
 
+from specledger.workloads.context_buckets import Bucket
+
 #: the decision: deploy a setting / speculation off / a control, never deployed / nothing measurable
 DEPLOY, OFF, CONTROL, NO_DECISION = "deploy", "off", "control", "no-decision"
 Decision = Literal["deploy", "off", "control", "no-decision"]
@@ -25,6 +32,8 @@ Decision = Literal["deploy", "off", "control", "no-decision"]
 #: chosen by the rule among settings within the margin / ``OFF`` / still ``OPEN`` / ``NO_DATA`` / ``CONTROL``
 WINNER, BY_EQUIVALENCE, OPEN, NO_DATA = "winner", "equivalent", "open", "no-data"
 Resolution = Literal["winner", "equivalent", "off", "open", "no-data", "control"]
+#: a paired comparison's outcome (:mod:`specledger.analysis.paired`)
+PairedVerdict = Literal["a faster", "b faster", "equivalent", "open"]
 
 #: a 1 − α interval as written: (lo, hi), None where unbounded or unknown
 Interval = tuple[float | None, float | None]
@@ -43,26 +52,34 @@ def _pair(values: Sequence[float | None] | None) -> Interval:
 class ComparisonDict(TypedDict):
     a: str
     b: str
-    ratio: float
+    ratio: float | None
     ci: list[float | None]
-    n: int
-    verdict: str
+    n: int | None
+    verdict: PairedVerdict
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """The leader against one other eligible setting, paired: S_a / S_b on the prompts both ran."""
+    """One paired comparison of two settings: the ratio of their speed-ups on the same prompts (the leader
+    against one other eligible setting)."""
 
-    a: str  # the leader's setting name ("suffix γ=4")
-    b: str  # the other setting's name
-    ratio: float  # S_a / S_b (NaN when unknown)
-    ci: Interval  # its 1 − α confidence-sequence interval; None where unbounded
-    n: int  # paired prompts behind it
-    verdict: str  # analysis.paired: "a faster" | "b faster" | "equivalent" | "open"
+    a: str
+    """Setting a, the leader ("suffix γ=4")."""
+    b: str
+    """Setting b."""
+    ratio: float | None
+    """S_a / S_b, paired; unknown: NaN as the rule computes it, null in the file (None read back)."""
+    ci: Interval
+    """Its 1 − α confidence-sequence interval (null where unbounded)."""
+    n: int | None
+    """Paired prompts behind it (absent from summaries written before the key: read as None)."""
+    verdict: PairedVerdict
+    """"equivalent": the interval lies inside [1/(1+m), 1+m] (TOST, m = slo.equivalence_margin); "a faster" /
+    "b faster": it excludes 1; else "open"."""
 
     @classmethod
     def from_dict(cls, d: ComparisonDict) -> Comparison:
-        return cls(d["a"], d["b"], d["ratio"], _pair(d.get("ci")), d["n"], d["verdict"])
+        return cls(d["a"], d["b"], d["ratio"], _pair(d.get("ci")), d.get("n"), d["verdict"])
 
     def to_dict(self) -> ComparisonDict:
         return {"a": self.a, "b": self.b, "ratio": self.ratio, "ci": list(self.ci), "n": self.n,
@@ -79,12 +96,16 @@ class ShownThroughDict(TypedDict):
 @dataclass(frozen=True)
 class ShownThrough:
     """A deploy whose own S interval does not clear ``min_ci_low``, shown faster than plain through a setting
-    that pays: lo(S_via) · lo(S_chosen / S_via)."""
+    that pays (and clears it): lo(S_via) · lo(S_chosen / S_via)."""
 
-    setting: str  # the setting it is shown through
-    bound: float  # the chained lower bound on S
-    level: float  # its confidence level (0.9 = 90 %): 1 − 2α at worst
-    text: str  # the same in words, for the answer line
+    setting: str
+    """The setting it is shown through."""
+    bound: float
+    """lo(S_setting) · lo(paired ratio): the chained lower bound on S."""
+    level: float
+    """The chained bound's confidence level (0.9 = 90 %), 1 − 2·decision_alpha at worst."""
+    text: str
+    """The same in words, as the answer shows it."""
 
     @classmethod
     def from_dict(cls, d: ShownThroughDict) -> ShownThrough:
@@ -102,12 +123,15 @@ class SimulationErrorDict(TypedDict):
 
 @dataclass(frozen=True)
 class SimulationError:
-    """How well the simulator behind a simulated verdict was validated
-    (:func:`specledger.gates.simulated.error_note`)."""
+    """How well the simulator behind a simulated verdict matched the measured loads
+    (specledger.gates.simulated.error_note)."""
 
-    validated_at: tuple[int, ...]  # the measured loads > 1 it was checked at (empty: not validated)
-    errors: dict[str, float]  # figure -> largest |relative error| there (0.05 = 5 %)
-    text: str  # in words, or "not validated"
+    validated_at: tuple[int, ...]
+    """The measured loads > 1 it was checked at (empty: not validated)."""
+    errors: dict[str, float]
+    """Figure -> largest |relative error| there (0.05 = 5 %)."""
+    text: str
+    """The same in words, or "not validated"."""
 
     @classmethod
     def from_dict(cls, d: SimulationErrorDict) -> SimulationError:
@@ -127,9 +151,12 @@ class RaceDropDict(TypedDict):
 class RaceDrop:
     """A setting the main job's race dropped from this decision (``run.json`` ``race.dropped``)."""
 
-    setting: str  # its setting name
-    after_prompts: int | None  # prompts measured when it was dropped
-    why: str | None  # the race's reason
+    setting: str
+    """Its setting name."""
+    after_prompts: int | None
+    """Prompts measured when it was dropped."""
+    why: str | None
+    """The race's reason."""
 
     @classmethod
     def from_dict(cls, d: RaceDropDict) -> RaceDrop:
@@ -139,23 +166,55 @@ class RaceDrop:
         return {"setting": self.setting, "after_prompts": self.after_prompts, "why": self.why}
 
 
+class LegacyDropDict(TypedDict, total=False):
+    label: str
+    after_prompts: int | None
+    why: str | None
+
+
+@dataclass(frozen=True)
+class LegacyDrop:
+    """A setting the race stopped running, as a verdict's ``dropped`` listed it in summaries written before
+    ``race_dropped`` (the rule never writes one; the report still shows them)."""
+
+    label: str = ""
+    """The setting ("ngram γ=2")."""
+    after_prompts: int | None = None
+    """The category's prompts when it was dropped."""
+    why: str | None = None
+    """Why: the paired comparison that put it out, or the plain reason."""
+
+    @classmethod
+    def from_dict(cls, d: LegacyDropDict) -> LegacyDrop:
+        return cls(d.get("label", ""), d.get("after_prompts"), d.get("why"))
+
+    def to_dict(self) -> LegacyDropDict:
+        return {"label": self.label, "after_prompts": self.after_prompts, "why": self.why}
+
+
 class MixSettingDict(TypedDict):
     setting: str
-    speedup: float
-    speedup_ci: list[float]
+    speedup: float | None
+    speedup_ci: list[float | None]
     prompts: int
     per_category: dict[str, float | None]
 
 
 @dataclass(frozen=True)
 class MixSetting:
-    """One setting's figures on the traffic mix (:mod:`specledger.gates.mix`)."""
+    """One setting's figures on the traffic mix (specledger.gates.mix)."""
 
-    setting: str  # its setting name
-    speedup: float  # S_mix against plain
-    speedup_ci: tuple[float, float]  # its stratified 1 − α interval (may be infinite)
-    prompts: int  # paired prompts behind it
-    per_category: dict[str, float | None]  # its S in each category (None: not measured there)
+    setting: str
+    """Its setting name."""
+    speedup: float | None
+    """S on the mix against plain; unknown: NaN as the rule computes it, null in the file (None read back)."""
+    speedup_ci: Interval
+    """Its stratified 1 − α interval; an unbounded end is infinite as the rule computes it, null in the file (None
+    read back)."""
+    prompts: int
+    """Paired prompts behind it."""
+    per_category: dict[str, float | None]
+    """Its S in each category (null: not measured there)."""
 
     @classmethod
     def from_dict(cls, d: MixSettingDict) -> MixSetting:
@@ -172,14 +231,14 @@ class _VerdictKeys(TypedDict):
 
     category: str
     temperature: float
-    resolved: bool
+    resolved: bool | None
     tied_with: list[str]
     equivalent_to: list[str]
     comparisons: list[ComparisonDict]
     prompts_needed: int | None
     contenders: list[str]
     slo_out_of_reach: str | None
-    decision: str
+    decision: Decision
     drafter: str | None
     gamma: int | str | None
     label: str
@@ -188,7 +247,7 @@ class _VerdictKeys(TypedDict):
     setting: str | None
     mean_committed: float | None
     prompts: int
-    resolution: str
+    resolution: Resolution | None
     headline: str
     reason: str
 
@@ -196,7 +255,7 @@ class _VerdictKeys(TypedDict):
 class VerdictDict(_VerdictKeys, total=False):
     """A verdict as JSON (``summary.json`` ``verdicts`` / ``mix``): :meth:`Verdict.to_dict`."""
 
-    context_bucket: str
+    context_bucket: Bucket
     repeated_ngram_fraction: float | None
     shown_through: ShownThroughDict
     needs_plain: bool
@@ -206,44 +265,99 @@ class VerdictDict(_VerdictKeys, total=False):
     simulated: bool
     simulation_error: SimulationErrorDict
     race_dropped: list[RaceDropDict]
+    dropped: list[LegacyDropDict]
 
 
 @dataclass
 class Verdict:
-    """The decision of one (category, temperature) at one load (:mod:`specledger.gates.verdicts`). Fields default
-    to None where the key is absent from the dict form (a key only some verdicts carry)."""
+    """The decision for one (category, temperature) at one load, as specledger.gates.verdicts decides it. Fields
+    default to None where the key is absent from the dict form (a key only some verdicts carry)."""
 
-    category: str  # the decision key: a workload category, "<category>@<bucket>", or "all traffic" (the mix)
-    temperature: float  # sampling temperature
-    decision: str = NO_DECISION  # DEPLOY | OFF | CONTROL | NO_DECISION
-    resolution: str = NO_DATA  # WINNER | BY_EQUIVALENCE | OFF | OPEN | NO_DATA | CONTROL
-    resolved: bool = False  # True: the decision stands (a rerun decides alike); False: open or no data
-    label: str = ""  # the chosen scenario's label where it deploys, else the decision ("off", "control")
-    drafter: str | None = None  # the deployed drafter (None unless it deploys)
-    gamma: int | str | None = None  # the deployed draft length, or its policy's name (None unless it deploys)
-    setting: str | None = None  # the setting reported ("ngram γ=4"): the pick, the leader, or the fastest
-    speedup: float | None = None  # that setting's S against plain (None: nothing measured)
-    speedup_ci: Interval = (None, None)  # its 1 − α interval; None where unbounded
-    prompts: int = 0  # paired prompts behind ``speedup``
-    mean_committed: float | None = None  # E[L]: mean tokens committed per full round of that setting
-    tied_with: list[str] = field(default_factory=list)  # scenario labels it could not be told apart from
-    equivalent_to: list[str] = field(default_factory=list)  # settings within the margin of the pick (TOST)
-    comparisons: list[Comparison] = field(default_factory=list)  # the leader against every other eligible setting
-    prompts_needed: int | None = None  # paired prompts that would settle an open decision (None: unknown / resolved)
-    contenders: list[str] = field(default_factory=list)  # settings still racing (open decisions only)
-    slo_out_of_reach: str | None = None  # why the SLO fails at this load even without speculation, else None
-    headline: str = ""  # the cause in one line
-    reason: str = ""  # the decision and its cause in sentences
-    context_bucket: str | None = None  # the context bucket decided ("1-2k"); None: not split by context
-    repeated_ngram_fraction: float | None = None  # controls only: plain's repeated 4-gram share (None: too short)
-    shown_through: ShownThrough | None = None  # a deploy shown faster than plain only through another setting
-    needs_plain: bool | None = None  # open decisions only: settling it needs more plain runs too
-    weights: dict[str, float] | None = None  # the mix only: each category's share of the traffic
-    settings: list[MixSetting] | None = None  # the mix only: every setting's S on the mix
-    load: int | None = None  # concurrency it was decided at (None until labelled by the caller)
-    simulated: bool | None = None  # decided by the simulator (None until labelled by the caller)
-    simulation_error: SimulationError | None = None  # simulated verdicts only: the simulator's validation
-    race_dropped: list[RaceDrop] | None = None  # settings the race dropped here (None: none dropped)
+    category: str
+    """Workload category: the decision key ("CATEGORY@BUCKET" where decided per context bucket, "all traffic"
+    for the mix)."""
+    temperature: float
+    """Sampling temperature (0 = greedy)."""
+    decision: Decision = NO_DECISION
+    """"deploy": run ``drafter`` at ``gamma``; "off": plain decoding; "control": a control category (random
+    tokens), never deployed; "no-decision": too few speculative rounds were measured to decide anything (``reason``
+    says what to change)."""
+    resolution: Resolution | None = NO_DATA
+    """Why the decision is, or is not, settled: "winner" (one setting beats every other, paired), "equivalent"
+    (leader and others within the equivalence margin; the rule picked the cheapest), "off" (decisively off),
+    "open" (not resolved), "no-data", "control". Absent from summaries written before the key: read as None, the
+    status then told by ``resolved``."""
+    resolved: bool | None = False
+    """True for a winner, an equivalence or a decisive off (a rerun decides alike); false while open or without
+    data. Absent from summaries written before the key: read as None."""
+    label: str = ""
+    """The chosen scenario's label, or the decision itself when nothing is deployed."""
+    drafter: str | None = None
+    """The drafter to deploy; null unless decision is "deploy"."""
+    gamma: int | str | None = None
+    """γ: candidates proposed per round (an integer), or the name of an adaptive policy; null where nothing is
+    deployed."""
+    setting: str | None = None
+    """"drafter γ=g" of the chosen setting, else of the leader or the fastest."""
+    speedup: float | None = None
+    """S of that setting over plain decoding (null: nothing measured)."""
+    speedup_ci: Interval = (None, None)
+    """The 1 − α interval of that S the decision used (null where unbounded)."""
+    prompts: int = 0
+    """Paired prompts behind the verdict's S (its speedup_ci); each comparison carries its own n."""
+    mean_committed: float | None = None
+    """E[L] of that setting: tokens committed per full round."""
+    tied_with: list[str] = field(default_factory=list)
+    """Labels of settings the chosen one could not be separated from (open) or is equivalent to."""
+    equivalent_to: list[str] = field(default_factory=list)
+    """Settings equivalent to the chosen one within the margin (TOST)."""
+    comparisons: list[Comparison] = field(default_factory=list)
+    """The paired comparisons of the leader with every other eligible setting."""
+    prompts_needed: int | None = None
+    """Paired prompts that would likely settle an open decision (null: unknown, or resolved)."""
+    contenders: list[str] = field(default_factory=list)
+    """Open decisions: the leader and every setting whose paired comparison with it is open (what a race keeps
+    running)."""
+    slo_out_of_reach: str | None = None
+    """Set when plain decoding itself misses the SLO at this load (a capacity fact, not a verdict on
+    speculation)."""
+    headline: str = ""
+    """The one reason, as one short sentence."""
+    reason: str = ""
+    """The full reason: the figures and the rule that decided."""
+    context_bucket: Bucket | None = None
+    """The context bucket this decision covers (prompt tokens), present where the category was decided per bucket;
+    its category is then 'CATEGORY@BUCKET'."""
+    repeated_ngram_fraction: float | None = None
+    """Controls only: share of plain outputs' 4-grams seen earlier in the same output (null: too short)."""
+    shown_through: ShownThrough | None = None
+    """A deploy whose own S interval does not clear slo.min_ci_low but is shown faster than plain through another
+    setting that does: setting, bound, level, text."""
+    needs_plain: bool | None = None
+    """Open decisions: whether more prompts must run plain decoding too (S against plain still open), or only the
+    contenders (what is open is between settings)."""
+    weights: dict[str, float] | None = None
+    """The mix only: each category's share of the traffic (of its requests, or --mix)."""
+    settings: list[MixSetting] | None = None
+    """The mix only: each setting's S on the mix and in every category."""
+    load: int | None = None
+    """Concurrent requests it was measured, simulated or decided at (absent: 1, one request at a time; the rule
+    leaves it to its caller)."""
+    simulated: bool | None = None
+    """True when the decision rests on the simulator (loads not measured); the rule leaves it to its caller."""
+    simulation_error: SimulationError | None = None
+    """Simulated loads: how well the simulator matched the measured loads (validated_at, errors per figure,
+    text)."""
+    race_dropped: list[RaceDrop] | None = None
+    """The settings the race dropped from this decision (specledger run's race), with why (absent: none)."""
+    dropped: list[LegacyDrop] | None = None
+    """Settings the race stopped running, in summaries written before ``race_dropped`` (label, after_prompts, why);
+    the rule never writes it."""
+
+    @property
+    def key(self) -> tuple[str, float]:
+        """(category, temperature): the decision it belongs to."""
+        return self.category, float(self.temperature)
 
     @property
     def deploys(self) -> bool:
@@ -272,7 +386,7 @@ class Verdict:
     def from_dict(cls, d: VerdictDict) -> Verdict:
         """A verdict from its dict form; a key left out reads as the field's default."""
         shown, sim = d.get("shown_through"), d.get("simulation_error")
-        drops, mix = d.get("race_dropped"), d.get("settings")
+        drops, mix, legacy = d.get("race_dropped"), d.get("settings"), d.get("dropped")
         return cls(
             category=d.get("category", ""), temperature=d.get("temperature", 0.0),
             decision=d.get("decision", NO_DECISION), resolution=d.get("resolution", NO_DATA),
@@ -290,7 +404,8 @@ class Verdict:
             settings=[MixSetting.from_dict(s) for s in mix] if mix is not None else None,
             load=d.get("load"), simulated=d.get("simulated"),
             simulation_error=SimulationError.from_dict(sim) if sim is not None else None,
-            race_dropped=[RaceDrop.from_dict(r) for r in drops] if drops is not None else None)
+            race_dropped=[RaceDrop.from_dict(r) for r in drops] if drops is not None else None,
+            dropped=[LegacyDrop.from_dict(x) for x in legacy] if legacy is not None else None)
 
     def to_dict(self) -> VerdictDict:
         """The JSON-ready dict, its keys in the order the rule has always written them (a control's
@@ -330,6 +445,8 @@ class Verdict:
             out["simulation_error"] = self.simulation_error.to_dict()
         if self.race_dropped is not None:
             out["race_dropped"] = [r.to_dict() for r in self.race_dropped]
+        if self.dropped is not None:
+            out["dropped"] = [x.to_dict() for x in self.dropped]
         return out
 
 
@@ -355,6 +472,7 @@ def as_verdict(v: Verdict | VerdictDict) -> Verdict:
 
 
 __all__ = ["BY_EQUIVALENCE", "CONTROL", "DEPLOY", "NO_DATA", "NO_DECISION", "OFF", "OPEN", "WINNER", "Comparison",
-           "ComparisonDict", "Decision", "DecisionGroup", "Interval", "MixSetting", "MixSettingDict", "RaceDrop",
-           "RaceDropDict", "Resolution", "ShownThrough", "ShownThroughDict", "SimulationError", "SimulationErrorDict",
-           "Verdict", "VerdictDict", "as_verdict", "interval_of"]
+           "ComparisonDict", "Decision", "DecisionGroup", "Interval", "LegacyDrop", "LegacyDropDict", "MixSetting",
+           "MixSettingDict", "PairedVerdict", "RaceDrop", "RaceDropDict", "Resolution", "ShownThrough",
+           "ShownThroughDict", "SimulationError", "SimulationErrorDict", "Verdict", "VerdictDict", "as_verdict",
+           "interval_of"]

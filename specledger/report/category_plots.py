@@ -277,10 +277,10 @@ def crossover_marks(summary: Summary, key: tuple[str, float]) -> tuple[list[Shap
     from specledger.gates.schedule import switches
     from specledger.load_bisect import is_located
 
-    cells = sorted((v for v in summary.verdicts if v.key == key), key=lambda v: v.at_load)
+    cells = sorted((v for v in summary.verdicts if v.key == key), key=lambda v: v.load_or_solo)
     shapes: list[Shape] = []
     notes: list[Annotation] = []
-    for a, b in switches([v.as_verdict() for v in cells]):
+    for a, b in switches(cells):
         shapes.append({"type": "rect", "x0": a, "x1": b, "xref": "x", "y0": 0, "y1": 1, "yref": "paper",
                        "fillcolor": "#d62728", "opacity": 0.08, "line": {"width": 0}, "layer": "below"})
         shapes.append({"type": "line", "x0": a + 1, "x1": a + 1, "xref": "x", "y0": 0, "y1": 1, "yref": "paper",

@@ -23,9 +23,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from specledger.gates.decision import Comparison, Verdict
 from specledger.report.summary_model import Summary
 from specledger.report.summary_rows import PredictionCheck, SettingRow
-from specledger.report.summary_verdicts import ComparisonEntry, MixVerdictEntry, VerdictEntry
 
 if TYPE_CHECKING:
     from specledger.gates.context_schedule import ContextSchedule
@@ -35,7 +35,7 @@ def _num(x: Any, digits: int = 2) -> str:
     return f"{x:.{digits}f}" if isinstance(x, (int, float)) and math.isfinite(x) else "–"
 
 
-def decision_text(v: VerdictEntry) -> str:
+def decision_text(v: Verdict) -> str:
     """"deploy ngram γ=4", "off", "no decision", "control"."""
     if v.decision == "deploy":
         setting = v.setting or f"{v.drafter} γ={v.gamma}"
@@ -50,7 +50,7 @@ def interval_text(lo: Any, hi: Any) -> str:
     return f"[{lo:.2f}–{hi:.2f}]" if ok else "[no interval]"
 
 
-def speedup_text(v: VerdictEntry) -> str:
+def speedup_text(v: Verdict) -> str:
     """"S 1.71 [1.30–2.24] n=8": S with its interval and the prompts it rests on (a verdict's ``prompts``); the
     point alone where no prompts are counted (a control, an interval given whole)."""
     s = v.speedup
@@ -63,13 +63,13 @@ def speedup_text(v: VerdictEntry) -> str:
     return f"S {s:.2f} {interval_text(lo, hi)} n={n}"
 
 
-def comparison_text(c: ComparisonEntry) -> str:
+def comparison_text(c: Comparison) -> str:
     """"suffix γ=4 / ngram γ=2 1.540 [1.23–1.93] n=8 (a faster)": one paired ratio of a verdict."""
     lo, hi = c.ci
     return f"{c.a} / {c.b} {_num(c.ratio, 3)} {interval_text(lo, hi)} n={c.n} ({c.verdict})"
 
 
-def status_text(v: VerdictEntry) -> str:
+def status_text(v: Verdict) -> str:
     """"resolved (winner)", "open", "no decision", "control"."""
     res = v.resolution or ("resolved" if v.resolved else "open")
     if v.decision in ("control", "no-decision"):
@@ -77,7 +77,7 @@ def status_text(v: VerdictEntry) -> str:
     return f"resolved ({res})" if v.resolved else "open"
 
 
-def category_line(v: VerdictEntry, width: int) -> str:
+def category_line(v: Verdict, width: int) -> str:
     """One line: category, decision, S [CI], E[L], resolved or open, and the one reason."""
     el = v.mean_committed
     why = v.headline or v.reason or ""
@@ -93,9 +93,9 @@ def _answer_load(summary: Summary) -> int:
     return int(target) if target else int((summary.loads or [1])[0])
 
 
-def cell_text(v: VerdictEntry) -> str:
+def cell_text(v: Verdict) -> str:
     """One load of a schedule: "16 → off (S < 1)", "64 sim → ngram γ=2 (open)"."""
-    load = f"{v.at_load}" + (" sim" if v.simulated else "")
+    load = f"{v.load_or_solo}" + (" sim" if v.simulated else "")
     what = decision_text(v).removeprefix("deploy ")
     notes = []
     if not v.resolved and v.decision != "control":
@@ -110,24 +110,24 @@ def cell_text(v: VerdictEntry) -> str:
     return f"{load} → {what}" + (f" ({', '.join(notes)})" if notes else "")
 
 
-def schedule_lines(verdicts: Sequence[VerdictEntry], width: int) -> list[str]:
+def schedule_lines(verdicts: Sequence[Verdict], width: int) -> list[str]:
     """Per (category, temperature): its decision at every load, in load order, then where each change lies
     between the loads measured and where the configs switch (:func:`specledger.gates.schedule.switch_text`)."""
     from specledger.gates.schedule import switch_text
 
-    by: dict[tuple[str, float], list[VerdictEntry]] = defaultdict(list)
+    by: dict[tuple[str, float], list[Verdict]] = defaultdict(list)
     for v in verdicts:
         if v.decision != "control":
             by[v.key].append(v)
     lines = []
     for (cat, _), cells in by.items():
-        cells.sort(key=lambda v: (v.at_load, bool(v.simulated)))
+        cells.sort(key=lambda v: (v.load_or_solo, bool(v.simulated)))
         lines.append(f"  {cat:<{width}} " + " · ".join(cell_text(v) for v in cells)
-                     + switch_text([v.as_verdict() for v in cells]))
+                     + switch_text(cells))
     return lines
 
 
-def mix_lines(mix: Sequence[MixVerdictEntry], width: int) -> list[str]:
+def mix_lines(mix: Sequence[Verdict], width: int) -> list[str]:
     """The one setting for all the traffic (:mod:`specledger.gates.mix`): its shares, then its line in the
     categories' format."""
     lines = []
@@ -144,7 +144,7 @@ def answer_lines(summary: Summary | dict[str, Any]) -> list[str]:
     summary = Summary.read(summary)
     verdicts = summary.verdicts
     load = _answer_load(summary)
-    here = [v for v in verdicts if v.at_load == load and not v.simulated]
+    here = [v for v in verdicts if v.load_or_solo == load and not v.simulated]
     temps = sorted({float(v.temperature) for v in here})
     meta = summary.meta
     race = meta.race or summary.race
@@ -174,7 +174,7 @@ def answer_lines(summary: Summary | dict[str, Any]) -> list[str]:
         lines.append(context_line(cast("ContextSchedule", entry.model_dump())))
         if entry.engine_note:
             lines.append(f"    {entry.engine_note}")
-    loads = sorted({v.at_load for v in verdicts})
+    loads = sorted({v.load_or_solo for v in verdicts})
     if len(loads) > 1:
         lines.append("schedule (load → setting; sim = simulated):")
         lines += schedule_lines(verdicts, width)
@@ -268,7 +268,7 @@ def print_summary(summary: Summary | dict[str, Any], console: Console | None = N
         head = (f"deploy {v.drafter} γ={v.gamma}" if v.decision == "deploy"
                 else "control" if v.decision == "control" else "off")
         colour = "green" if v.decision == "deploy" else "yellow"
-        at = f" load {v.at_load}" + (" (simulated)" if v.simulated else "") if several else ""
+        at = f" load {v.load_or_solo}" + (" (simulated)" if v.simulated else "") if several else ""
         console.print(f"[bold]{v.category} T={v.temperature:g}{at}[/]: [{colour}]{head}[/] — {escape(v.reason)}")
         for c in v.comparisons:
             console.print(f"    paired {comparison_text(c)}", markup=False, highlight=False)

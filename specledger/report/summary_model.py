@@ -2,9 +2,10 @@
 and the source of the file's JSON Schema (``specledger/schemas/summary.schema.json`` is :func:`summary_schema`,
 written by ``scripts/gen_summary_schema.py``; a test keeps the file equal to it).
 
-The decisions are :mod:`specledger.report.summary_verdicts`', the figure rows :mod:`specledger.report.summary_rows`'.
-Every type is a :class:`~specledger.report.summary_rows.FileModel`: lenient to read (a summary written before a
-key existed still reads, as the report always read it), strict as a schema. Genuinely open parts (side
+The decisions are :mod:`specledger.report.summary_verdicts`' (a verdict is the gates' own
+:class:`~specledger.gates.decision.Verdict`), the figure rows :mod:`specledger.report.summary_rows`'. Every other type
+is a :class:`~specledger.report.summary_rows.FileModel`: lenient to read (a summary written before a key existed
+still reads, as the report always read it), strict as a schema. Genuinely open parts (side
 experiments, cost models, the run plan, the simulation's validation) stay JSON."""
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ from specledger.report.summary_rows import (
     SettingRow,
 )
 from specledger.report.summary_verdicts import (
+    FILE_KEYS,
     ContextScheduleEntry,
     DroppedSetting,
-    MixVerdictEntry,
+    FileKeys,
+    FileVerdict,
+    MixVerdict,
     ScheduleEntry,
-    VerdictEntry,
 )
 
 SCHEMA_ID = "https://github.com/specledger/specledger/schemas/summary.schema.json"
@@ -252,7 +255,7 @@ class Summary(FileModel):
     experiments: dict[str, JsonValue] = {}
     """Side experiments' results as written (quantization, policies, serving, simulate) and endpoint figures
     (probe, vllm_bench, guidellm), by key."""
-    verdicts: list[VerdictEntry] = []
+    verdicts: list[FileVerdict] = []
     """THE ANSWER: one decision per (category, temperature, load), load 1 first."""
     schedules: list[ScheduleEntry] = []
     """The decisions folded over loads per (category, temperature), with paste-ready engine configs."""
@@ -282,7 +285,7 @@ class Summary(FileModel):
     """Token-tree rounds against chains, one row per tree setting (only when the run had tree budgets)."""
     prediction_check: PredictionCheck = Field(default_factory=PredictionCheck)
     """Leave-one-γ-out check of the forecasts: rows, median/p90/max absolute error."""
-    mix: list[MixVerdictEntry] = []
+    mix: list[MixVerdict] = []
     """One setting for the traffic as a whole (specledger.gates.mix), one entry per temperature, absent (empty)
     with fewer than 2 categories: a verdict (same keys and rule as verdicts, category 'all traffic') decided on the
     speed-up of the mix, the ratio of share-weighted per-request totals, paired per category (stratified interval);
@@ -334,6 +337,13 @@ class _SchemaFile(GenerateJsonSchema):
     def model_schema(self, schema: Any) -> JsonSchemaValue:
         out = super().model_schema(schema)
         out.pop("title", None)
+        return out
+
+    def dataclass_schema(self, schema: Any) -> JsonSchemaValue:
+        """One of the gates' dataclasses (a verdict and its parts) as the file holds it (:data:`FILE_KEYS`)."""
+        out = super().dataclass_schema(schema)
+        out.pop("title", None)
+        FILE_KEYS.get(schema["cls"], FileKeys()).apply(out, schema["cls"])
         return out
 
 

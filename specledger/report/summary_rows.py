@@ -12,6 +12,7 @@ open-ended: the main keys are typed."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -27,15 +28,16 @@ Count = Annotated[int, Field(ge=0)]
 Load = Annotated[int, Field(ge=1)]
 
 
-def _file_schema(schema: JsonDict, model: type[Any]) -> None:
-    """The JSON Schema of a :class:`FileModel` as a file must hold it: its ``REQUIRED`` keys required (without the
-    default a reader takes), its ``NEVER_NULL`` fields without the null a reader's default adds, its ``FORBIDDEN``
-    keys refused; every description on one line."""
+def file_schema(schema: JsonDict, required: Sequence[str] = (), never_null: Sequence[str] = (),
+                forbidden: Sequence[str] = ()) -> None:
+    """An object's JSON Schema as a file must hold it: the ``required`` keys required (without the default a reader
+    takes), the ``never_null`` fields without the null a reader's default adds, the ``forbidden`` keys refused;
+    every description on one line."""
     properties = schema["properties"]
     assert isinstance(properties, dict)
-    if model.REQUIRED:
-        schema["required"] = list(model.REQUIRED)
-    for name in model.NEVER_NULL:
+    if required:
+        schema["required"] = list(required)
+    for name in never_null:
         prop = properties[name]
         assert isinstance(prop, dict) and isinstance(prop["anyOf"], list)
         kinds = [k for k in prop.pop("anyOf") if isinstance(k, dict) and k.get("type") != "null"]
@@ -43,14 +45,20 @@ def _file_schema(schema: JsonDict, model: type[Any]) -> None:
         prop.update(kinds[0] if len(kinds) == 1 else {"anyOf": kinds})
     for name, prop in properties.items():
         if isinstance(prop, dict):
-            if name in model.REQUIRED:
+            if name in required:
                 prop.pop("default", None)
             if isinstance(prop.get("description"), str):
                 prop["description"] = " ".join(str(prop["description"]).split())
-    for name in model.FORBIDDEN:
+    for name in forbidden:
         properties[name] = False
     if isinstance(schema.get("description"), str):
         schema["description"] = " ".join(str(schema["description"]).split())
+
+
+def _file_schema(schema: JsonDict, model: type[Any]) -> None:
+    """A :class:`FileModel`'s JSON Schema (:func:`file_schema` of its ``REQUIRED``, ``NEVER_NULL`` and
+    ``FORBIDDEN``)."""
+    file_schema(schema, model.REQUIRED, model.NEVER_NULL, model.FORBIDDEN)
 
 
 class FileModel(BaseModel):
@@ -323,4 +331,4 @@ class PredictionCheck(FileModel):
 
 __all__ = ["AcceptancePoint", "Count", "CurvePoint", "Distribution", "Ecdf", "FileModel", "Gamma", "Gate",
            "Interval", "Keyed", "KeyedAtLoad", "Latency", "Load", "MachineNoise", "OptimalGamma", "PredictionCheck",
-           "Rounds", "SettingRow", "Totals"]
+           "Rounds", "SettingRow", "Totals", "file_schema"]

@@ -1,53 +1,121 @@
-"""``summary.json``'s decisions as types: the verdicts (and the mix's), :class:`VerdictEntry`, the file's mirror of
-:class:`specledger.gates.decision.Verdict` (the same fields, plus the ``dropped`` of summaries before
-``race_dropped``; :meth:`VerdictEntry.as_verdict` gives the gates' own type), and the schedules over loads and
-context buckets. Part of :class:`specledger.report.summary_model.Summary`; every type is a
-:class:`~specledger.report.summary_rows.FileModel` (lenient to read, strict as a schema)."""
+"""``summary.json``'s decisions as types: a verdict (``verdicts``, ``mix``, a schedule's ``at_target``) is the
+gates' own :class:`specledger.gates.decision.Verdict`, a plain dataclass, read through :data:`FileVerdict` and
+:data:`MixVerdict`; the schedules over loads and context buckets, and the race's dropped settings, are
+:class:`~specledger.report.summary_rows.FileModel` types (lenient to read, strict as a schema). Part of
+:class:`specledger.report.summary_model.Summary`.
+
+How pydantic reads and describes the gates' dataclasses (they import no pydantic):
+
+- a plain dataclass is validated with the config of the model that holds it, FileModel's: each field's docstring
+  is its key's description in the schema, and keys the type does not name are kept (``additionalProperties``);
+- :func:`read_verdict`, a before-validator, reads what summaries written before a key existed lack as the report
+  has always read it (:data:`LEGACY_VERDICT`, and a comparison without ``n``) rather than as the rule's default;
+- :data:`FILE_KEYS` says what a file holds of each dataclass, as a FileModel's ``REQUIRED`` and ``NEVER_NULL``
+  say it of a model, and :class:`Carries` the keys a verdict carries in one place of the file only (``load`` in
+  ``verdicts``, ``weights`` in ``mix``); :func:`specledger.report.summary_model.summary_schema` applies both."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Annotated, Any
 
-from pydantic import Field, JsonValue
+from pydantic import BeforeValidator, Field, GetJsonSchemaHandler, JsonValue
+from pydantic.json_schema import JsonDict, JsonSchemaValue
+from pydantic_core import CoreSchema
 
-from specledger.gates.decision import NO_DATA, Comparison, Verdict
+from specledger.gates.decision import OFF, Comparison, Verdict
 from specledger.report.summary_rows import (
     Count,
     FileModel,
     Gamma,
-    Interval,
     Keyed,
-    KeyedAtLoad,
     Load,
+    file_schema,
 )
 
-Decision = Literal["deploy", "off", "control", "no-decision"]
-Resolution = Literal["winner", "equivalent", "off", "open", "no-data", "control"]
-Bucket = Literal["<1k", "1-2k", "2-4k", "4-8k", ">=8k"]
+#: what the report reads for a verdict key a summary lacks, where the rule's own default would read otherwise
+LEGACY_VERDICT: dict[str, Any] = {
+    "category": "", "temperature": 0.0,  # every summary carries both; a hand-made one may not
+    "decision": OFF,  # not the rule's "no-decision": a verdict that names no decision reads as off
+    "resolution": None,  # summaries before it: the status is read from ``resolved`` (view.status_of)
+    "resolved": None,  # missing too: the page reads resolved (no resolution says otherwise), the console open
+}
 
 
-class ComparisonEntry(FileModel):
-    """One paired comparison of two settings: the ratio of their speed-ups on the same prompts."""
+def read_verdict(value: Any) -> Any:
+    """A verdict as ``summary.json`` holds it, with the keys older summaries lack read as the report has always
+    read them (:data:`LEGACY_VERDICT`; a comparison without ``n``: None, shown as "n/a"). A legacy ``dropped``
+    needs nothing: :attr:`Verdict.dropped` reads it. Anything but a mapping passes as it is, to the type's own
+    validation."""
+    if not isinstance(value, Mapping):
+        return value
+    out = {**LEGACY_VERDICT, **value}
+    comparisons = out.get("comparisons")
+    if isinstance(comparisons, list):
+        out["comparisons"] = [{"n": None, **c} if isinstance(c, Mapping) else c for c in comparisons]
+    return out
 
-    REQUIRED = ("a", "b", "ratio", "ci", "verdict")
-    NEVER_NULL = ("n",)
-    a: str = ""
-    """Setting a (the leader)."""
-    b: str = ""
-    """Setting b."""
-    ratio: float | None = None
-    """S_a / S_b, paired."""
-    ci: Interval = (None, None)
-    """Interval of the ratio."""
-    n: int | None = None
-    """Paired prompts."""
-    verdict: Literal["a faster", "b faster", "equivalent", "open"] = "open"
-    """"equivalent": the interval lies inside [1/(1+m), 1+m] (TOST, m = slo.equivalence_margin); "a faster" /
-    "b faster": it excludes 1; else "open"."""
+
+@dataclass(frozen=True)
+class Carries:
+    """Where a verdict sits in the file, the keys it carries there beyond the ones every verdict carries: its
+    JSON Schema is the verdict's ``$ref`` with these ``required`` beside it."""
+
+    keys: tuple[str, ...]
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return {**handler(schema), "required": list(self.keys)}
+
+
+#: a verdict of ``verdicts`` (or a schedule's ``at_target``): decided at a load, measured or simulated
+FileVerdict = Annotated[Verdict, BeforeValidator(read_verdict), Carries(("load", "simulated"))]
+#: one setting for the traffic as a whole at one temperature (``mix``, :mod:`specledger.gates.mix`): a verdict
+#: (category "all traffic", decided at the solo load) with the traffic's ``weights`` and every setting's figures
+MixVerdict = Annotated[Verdict, BeforeValidator(read_verdict), Carries(("weights", "settings"))]
+
+
+@dataclass(frozen=True)
+class FileKeys:
+    """What a file holds of one of the gates' dataclasses, as a FileModel's ``REQUIRED`` and ``NEVER_NULL`` say it
+    of a model (:func:`~specledger.report.summary_rows.file_schema`; without ``required``, the fields without a
+    default), and the lower bounds its schema states."""
+
+    required: tuple[str, ...] = ()
+    never_null: tuple[str, ...] = ()
+    minimum: dict[str, int] = field(default_factory=dict)
+
+    def apply(self, schema: JsonDict, cls: type[Any]) -> None:
+        """``schema``, dataclass ``cls``'s generated JSON Schema, as the file holds it; a field whose default is
+        made by a factory (an empty list) states that default, as any other field's does."""
+        properties = schema["properties"]
+        assert isinstance(properties, dict)
+        for f in fields(cls):
+            prop = properties.get(f.name)
+            if isinstance(prop, dict) and f.default_factory is not MISSING:
+                prop.setdefault("default", f.default_factory())
+        file_schema(schema, self.required, self.never_null)
+        for name, low in self.minimum.items():
+            prop = properties[name]
+            assert isinstance(prop, dict)
+            prop["minimum"] = low
+
+
+#: the gates' dataclasses whose file form differs from what their fields say (every other one: :class:`FileKeys`)
+FILE_KEYS: dict[type, FileKeys] = {
+    Verdict: FileKeys(
+        required=("category", "temperature", "decision", "label", "speedup", "speedup_ci", "reason", "headline",
+                  "resolved", "resolution"),
+        never_null=("resolution", "resolved", "context_bucket", "shown_through", "needs_plain", "weights", "settings",
+                    "load", "simulated", "race_dropped", "dropped"),
+        minimum={"prompts": 0, "load": 1}),
+    Comparison: FileKeys(required=("a", "b", "ratio", "ci", "verdict"), never_null=("n",)),
+}
 
 
 class DroppedSetting(FileModel):
-    """A setting the race stopped running: ``race.dropped`` (and a verdict's ``dropped`` in older summaries)."""
+    """A setting the race stopped running: ``race.dropped`` (a verdict's ``dropped`` of older summaries is the gates'
+    :class:`~specledger.gates.decision.LegacyDrop`)."""
 
     category: str | None = None
     """The decision's category (``race.dropped``)."""
@@ -61,156 +129,6 @@ class DroppedSetting(FileModel):
     """Seconds into the race (``race.dropped``)."""
     why: str | None = None
     """Why: the paired comparison that put it out, or the plain reason."""
-
-
-class RaceDropEntry(FileModel):
-    """A setting the race dropped from this decision (its ``race_dropped``)."""
-
-    setting: str = ""
-    """Its name."""
-    after_prompts: int | None = None
-    """Prompts measured when it was dropped."""
-    why: str | None = None
-    """The race's reason."""
-
-
-class ShownThroughEntry(FileModel):
-    """A deploy shown faster than plain only through another setting that clears slo.min_ci_low."""
-
-    setting: str = ""
-    """That setting."""
-    bound: float = 0.0
-    """lo(S_setting) · lo(paired ratio): the chained lower bound on S."""
-    level: float = 0.0
-    """The chained bound's confidence level, 1 − 2·decision_alpha at worst."""
-    text: str = ""
-    """The words the answer shows."""
-
-
-class SimulationErrorEntry(FileModel):
-    """How well the simulator matched the measured loads."""
-
-    validated_at: list[int] = []
-    """The measured loads > 1 it was checked at (empty: not validated)."""
-    errors: dict[str, float] = {}
-    """Figure -> largest |relative error| there (0.05 = 5 %)."""
-    text: str = ""
-    """The same in words."""
-
-
-class MixSettingEntry(FileModel):
-    """One setting's figures on the traffic mix."""
-
-    setting: str = ""
-    """Its name."""
-    speedup: float | None = None
-    """S on the mix against plain."""
-    speedup_ci: Interval = (None, None)
-    """Its stratified interval."""
-    prompts: int | None = None
-    """Paired prompts behind it."""
-    per_category: dict[str, float | None] = {}
-    """Its S in each category (null: not measured there)."""
-
-
-class VerdictEntry(KeyedAtLoad):
-    """The decision for one (category, temperature) at one load."""
-
-    REQUIRED = ("category", "temperature", "load", "simulated", "decision", "label", "speedup", "speedup_ci",
-                "reason", "headline", "resolved", "resolution")
-    NEVER_NULL = ("load", "simulated", "resolution", "resolved", "prompts", "context_bucket", "shown_through",
-                  "needs_plain", "race_dropped", "weights", "settings")
-    simulated: bool | None = None
-    """True when the decision rests on the simulator (loads not measured)."""
-    decision: Decision = "off"
-    """"deploy": run ``drafter`` at ``gamma``; "off": plain decoding; "control": a control category (random
-    tokens), never deployed; "no-decision": too few speculative rounds were measured to decide anything (``reason``
-    says what to change)."""
-    resolution: Resolution | None = None
-    """Why the decision is, or is not, settled: "winner" (one setting beats every other, paired), "equivalent"
-    (leader and others within the equivalence margin; the rule picked the cheapest), "off" (decisively off),
-    "open" (not resolved), "no-data", "control"."""
-    resolved: bool | None = None
-    """True for a winner, an equivalence or a decisive off; false while open."""
-    drafter: str | None = None
-    """The drafter to deploy; null unless decision is "deploy"."""
-    gamma: Gamma | None = None
-    """γ: candidates proposed per round (an integer), or the name of an adaptive policy; null where nothing is
-    deployed."""
-    label: str = ""
-    """The chosen scenario's label, or the decision itself when nothing is deployed."""
-    setting: str | None = None
-    """"drafter γ=g" of the chosen (or fastest) setting."""
-    speedup: float | None = None
-    """S of the chosen (or fastest) setting over plain decoding."""
-    speedup_ci: Interval = (None, None)
-    """The interval of that S the decision used."""
-    mean_committed: float | None = None
-    """E[L] of that setting: tokens committed per full round."""
-    prompts: Count | None = None
-    """Paired prompts behind the verdict's S (its speedup_ci); each comparison carries its own n."""
-    headline: str = ""
-    """The one reason, as one short sentence."""
-    reason: str = ""
-    """The full reason: the figures and the rule that decided."""
-    tied_with: list[str] = []
-    """Labels of settings the chosen one could not be separated from (open) or is equivalent to."""
-    equivalent_to: list[str] = []
-    """Settings equivalent to the chosen one within the margin."""
-    comparisons: list[ComparisonEntry] = []
-    """The paired comparisons of the leader with every other contender."""
-    dropped: list[DroppedSetting] = []
-    """Settings the race stopped running (summaries before ``race_dropped``): label, after_prompts, why."""
-    contenders: list[str] = []
-    """Open decisions: the leader and every setting whose paired comparison with it is open (what a race keeps
-    running)."""
-    needs_plain: bool | None = None
-    """Open decisions: whether more prompts must run plain decoding too (S against plain still open), or only the
-    contenders (what is open is between settings)."""
-    simulation_error: SimulationErrorEntry | None = None
-    """Simulated loads: how well the simulator matched the measured loads (validated_at, errors per figure,
-    text)."""
-    prompts_needed: int | None = None
-    """Paired prompts that would likely settle an open decision."""
-    slo_out_of_reach: str | None = None
-    """Set when plain decoding itself misses the SLO at this load (a capacity fact, not a verdict on
-    speculation)."""
-    repeated_ngram_fraction: float | None = None
-    """Controls only: share of plain outputs' 4-grams seen earlier in the same output."""
-    context_bucket: Bucket | None = None
-    """The context bucket this decision covers (prompt tokens), present where the category was decided per bucket;
-    its category is then 'CATEGORY@BUCKET'."""
-    shown_through: ShownThroughEntry | None = None
-    """A deploy whose own S interval does not clear slo.min_ci_low but is shown faster than plain through another
-    setting that does: setting, bound, level, text."""
-    race_dropped: list[RaceDropEntry] | None = None
-    """The settings the race dropped from this decision (specledger run's race), with why."""
-    weights: dict[str, float] | None = None
-    """The mix only: each category's share of the traffic (of its requests, or --mix)."""
-    settings: list[MixSettingEntry] | None = None
-    """The mix only: each setting's S on the mix and in every category."""
-
-    def as_verdict(self) -> Verdict:
-        """The gates' own :class:`~specledger.gates.decision.Verdict` of it (the mix's figures and the race's story
-        left out): what :mod:`specledger.gates.schedule` reads."""
-        return Verdict(
-            self.category, self.temperature, decision=self.decision, resolution=self.resolution or NO_DATA,
-            resolved=bool(self.resolved), label=self.label, drafter=self.drafter, gamma=self.gamma,
-            setting=self.setting, speedup=self.speedup, speedup_ci=self.speedup_ci, prompts=self.prompts or 0,
-            mean_committed=self.mean_committed, tied_with=list(self.tied_with), equivalent_to=list(self.equivalent_to),
-            comparisons=[Comparison(c.a, c.b, c.ratio if c.ratio is not None else float("nan"), c.ci, c.n or 0,
-                                    c.verdict) for c in self.comparisons],
-            prompts_needed=self.prompts_needed, contenders=list(self.contenders),
-            slo_out_of_reach=self.slo_out_of_reach, headline=self.headline, reason=self.reason,
-            context_bucket=self.context_bucket, needs_plain=self.needs_plain, load=self.load,
-            simulated=self.simulated)
-
-
-class MixVerdictEntry(VerdictEntry):
-    """One setting for the traffic as a whole at one temperature (specledger.gates.mix): a verdict (category 'all
-    traffic', decided at the solo load) with the traffic's ``weights`` and every setting's figures."""
-
-    REQUIRED = tuple(k for k in VerdictEntry.REQUIRED if k not in ("load", "simulated")) + ("weights", "settings")
 
 
 class ScheduleDecisionEntry(FileModel):
@@ -255,7 +173,7 @@ class ScheduleEntry(Keyed):
     """A control category: never deployed."""
     text: str = ""
     """The schedule as one line, e.g. "ngram γ=4 at 1, off from 16" ("(sim)": decided by the simulator)."""
-    at_target: VerdictEntry | None = None
+    at_target: FileVerdict | None = None
     """The verdict at slo.target_load, when one is set."""
     drafter: str | None = None
     """The deployment's one drafter (the target load's, else the lowest deploying load's); null when speculation is
@@ -333,6 +251,6 @@ class ContextScheduleEntry(FileModel):
     """How to deploy the turn (route by length)."""
 
 
-__all__ = ["Bucket", "BucketEntry", "ComparisonEntry", "ContextScheduleEntry", "Decision", "DroppedSetting",
-           "EngineConfig", "LaunchedEngine", "MixSettingEntry", "MixVerdictEntry", "RaceDropEntry", "Resolution",
-           "ScheduleDecisionEntry", "ScheduleEntry", "ShownThroughEntry", "SimulationErrorEntry", "VerdictEntry"]
+__all__ = ["FILE_KEYS", "LEGACY_VERDICT", "BucketEntry", "Carries", "ContextScheduleEntry", "DroppedSetting",
+           "EngineConfig", "FileKeys", "FileVerdict", "LaunchedEngine", "MixVerdict", "ScheduleDecisionEntry",
+           "ScheduleEntry", "read_verdict"]

@@ -23,15 +23,10 @@ import re
 from collections.abc import Sequence
 from typing import TypedDict
 
+from specledger.gates.decision import Comparison, LegacyDrop, Verdict
 from specledger.report.summary_model import SloFigures, Summary
 from specledger.report.summary_rows import Interval, SettingRow
-from specledger.report.summary_verdicts import (
-    ComparisonEntry,
-    DroppedSetting,
-    MixVerdictEntry,
-    ScheduleEntry,
-    VerdictEntry,
-)
+from specledger.report.summary_verdicts import ScheduleEntry
 
 #: decision -> css class
 DECISIONS = {"deploy": "deploy", "off": "off", "control": "control", "no-decision": "nodecision"}
@@ -72,7 +67,7 @@ def slug(key: tuple[str, float]) -> str:
     return f"{cat}-T{key[1]:g}"
 
 
-def decision_text(v: VerdictEntry) -> str:
+def decision_text(v: Verdict) -> str:
     """"deploy ngram γ=4", "off", "no decision", "control"."""
     if v.decision == "deploy":
         return f"deploy {v.drafter} γ={v.gamma}"
@@ -83,7 +78,7 @@ def decision_text(v: VerdictEntry) -> str:
     return "off"
 
 
-def status_of(v: VerdictEntry) -> tuple[str, str]:
+def status_of(v: Verdict) -> tuple[str, str]:
     """(status text, css class) from ``resolution`` when present, else from ``resolved``."""
     res = v.resolution
     if v.decision == "control" and res is None:
@@ -132,7 +127,7 @@ def interval_spec(decision_alpha: float | None) -> dict[str, float | str]:
             "simulated": f"simulated loads: {SIMULATED_INTERVAL}"}
 
 
-def ci_note(v: VerdictEntry) -> str | None:
+def ci_note(v: Verdict) -> str | None:
     """What a verdict's shown S interval needs said beside it: a deploy shown faster than plain through another
     setting (its own interval does not clear min_ci_low: ``shown_through``), or a simulated interval."""
     if v.shown_through is not None and v.shown_through.text:
@@ -195,17 +190,17 @@ class VerdictRow(TypedDict):
     reason: str  # the whole reason
     out_of_reach: str | None  # the SLO out of reach even for plain, where the headline does not say it
     prompts: int | None  # the verdict's paired prompts
-    comparisons: list[ComparisonEntry]
-    dropped: list[DroppedSetting]
+    comparisons: list[Comparison]
+    dropped: list[LegacyDrop]  # a verdict's ``dropped``: summaries written before race_dropped only
     tied_with: list[str]
 
 
-def verdict_row(v: VerdictEntry, summary: Summary, solo_load: int,
+def verdict_row(v: Verdict, summary: Summary, solo_load: int,
                 els: dict[tuple[str, float, str, int | str], float] | None = None) -> VerdictRow:
     """What one verdict shows: decision, S [CI] on n prompts (of the chosen setting, else of the fastest, named;
     ``ci_note``: what its interval needs said, :func:`ci_note`), E[L], status, the one reason (``headline``;
     ``short``: cut for the answer table) and the full one."""
-    key, load = v.key, v.at_load
+    key, load = v.key, v.load_or_solo
     els = solo_el(summary) if els is None else els
     s, (lo, hi), s_of, n = v.speedup, v.speedup_ci, None, v.prompts
     drafter, gamma = v.drafter, v.gamma
@@ -233,21 +228,21 @@ def verdict_row(v: VerdictEntry, summary: Summary, solo_load: int,
         status=status, status_css=status_css,
         headline=headline, short=shorten(headline), reason=v.reason,
         out_of_reach=out_of_reach if out_of_reach and out_of_reach not in headline else None,
-        prompts=v.prompts, comparisons=list(v.comparisons), dropped=list(v.dropped), tied_with=list(v.tied_with))
+        prompts=v.prompts, comparisons=list(v.comparisons), dropped=list(v.dropped or []), tied_with=list(v.tied_with))
 
 
-def grouped_verdicts(summary: Summary) -> dict[tuple[str, float], list[VerdictEntry]]:
+def grouped_verdicts(summary: Summary) -> dict[tuple[str, float], list[Verdict]]:
     """(category, temperature) -> its verdicts sorted by load, in the summary's order of categories."""
-    out: dict[tuple[str, float], list[VerdictEntry]] = {}
+    out: dict[tuple[str, float], list[Verdict]] = {}
     for v in summary.verdicts:
         out.setdefault(v.key, []).append(v)
-    return {k: sorted(vs, key=lambda v: v.at_load) for k, vs in out.items()}
+    return {k: sorted(vs, key=lambda v: v.load_or_solo) for k, vs in out.items()}
 
 
-def leading(verdicts: Sequence[VerdictEntry], target_load: int | None) -> VerdictEntry:
+def leading(verdicts: Sequence[Verdict], target_load: int | None) -> Verdict:
     """The verdict at ``target_load`` when set and decided, else the one at the lowest load."""
-    at_target = [v for v in verdicts if target_load is not None and v.at_load == int(target_load)]
-    return at_target[0] if at_target else min(verdicts, key=lambda v: v.at_load)
+    at_target = [v for v in verdicts if target_load is not None and v.load_or_solo == int(target_load)]
+    return at_target[0] if at_target else min(verdicts, key=lambda v: v.load_or_solo)
 
 
 def answer_rows(summary: Summary) -> list[VerdictRow]:
@@ -312,7 +307,7 @@ def mix_rows(summary: Summary) -> list[MixRow]:
     return [_mix_row(m, summary, solo, given) for m in summary.mix]
 
 
-def _mix_row(m: MixVerdictEntry, summary: Summary, solo: int, given: bool) -> MixRow:
+def _mix_row(m: Verdict, summary: Summary, solo: int, given: bool) -> MixRow:
     weights = m.weights or {}
     settings = [MixSettingRow(setting=s.setting, speedup=s.speedup, ci=s.speedup_ci, n=s.prompts,
                               per_category=[s.per_category.get(c) for c in weights])

@@ -8,9 +8,12 @@ whose prompts all fall in one bucket keeps one decision, labelled with that buck
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Literal, get_args
 
 BUCKET_EDGES: tuple[int, ...] = (1024, 2048, 4096, 8192)
-BUCKETS: tuple[str, ...] = ("<1k", "1-2k", "2-4k", "4-8k", ">=8k")
+#: a bucket's name (a verdict's ``context_bucket``)
+Bucket = Literal["<1k", "1-2k", "2-4k", "4-8k", ">=8k"]
+BUCKETS: tuple[str, ...] = get_args(Bucket)
 #: the separator of a bucketed decision key, ``"long@2-4k"``
 SEPARATOR = "@"
 
