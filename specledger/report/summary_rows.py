@@ -65,7 +65,7 @@ class FileModel(BaseModel):
     """A part of ``summary.json`` (see the module doc: lenient to read, strict as a schema)."""
 
     model_config = ConfigDict(extra="allow", use_attribute_docstrings=True, json_schema_extra=_file_schema,
-                              populate_by_name=True)
+                              populate_by_name=True, defer_build=True)  # built on first read: imports stay cheap
     #: the keys every summary written now carries (the schema's ``required``)
     REQUIRED: ClassVar[tuple[str, ...]] = ()
     #: fields that read None when absent but are never null in a file
