@@ -264,8 +264,9 @@ class Transformer(native_rows.EpochOnApply, nn.Module):
     def _causal_mask(self, start_pos: int, seq: int, group: int) -> torch.Tensor | None:
         """Boolean [group*T, start_pos+T] mask: query row for position ``start_pos+i`` may see
         key slot ``j`` iff ``j <= start_pos + i`` (rows repeat per folded query head). None where no layer
-        needs one: one query, or a pass from position 0 (the layers attend with ``is_causal``)."""
-        if seq == 1 or start_pos == 0:
+        needs one: up to ``ROW_INVARIANT_MAX_T`` queries (decode and verify attend row by row, unmasked), or a pass
+        from position 0 (the layers attend with ``is_causal``)."""
+        if seq <= ROW_INVARIANT_MAX_T or start_pos == 0:
             return None
         device = self.device
         query_pos = torch.arange(start_pos, start_pos + seq, device=device).repeat(group)

@@ -27,8 +27,7 @@ from warnings import warn
 from specledger.engine.drafters.catalog import LAYERSKIP, PLAIN
 from specledger.engine.protocol import StreamArgs, TargetEngine
 from specledger.errors import SpecLedgerError, SpecLedgerWarning, require
-from specledger.mainjob.disturbance import DISTURBED_EXPERIMENT, RunWatch
-from specledger.mainjob.disturbance import EXTRA_KEY as DISTURBANCE_KEY
+from specledger.mainjob.disturbance import RunWatch, watched
 from specledger.mainjob.plan import (
     DEFAULT_BUDGET_S,
     DEFAULT_CATEGORIES,
@@ -65,7 +64,7 @@ from specledger.mainjob.prompts import (
     surface_contexts,
     traffic_counts,
 )
-from specledger.records import EXPERIMENT_KEY, setting_label
+from specledger.records import setting_label
 from specledger.rundir import SURFACE_KEY, RunDir
 
 if TYPE_CHECKING:
@@ -177,22 +176,15 @@ class Executor:
         ``disturbed`` (kept, out of the figures) and the drafters' cross-request state rewound first."""
         drafters = [self.drafters.for_job(job) for job in group]
         saved = [d.checkpoint() for d in drafters]
-        start = self.watch.start()
-        records = self.side_by_side.run([self.request(job) for job in group])
-        entry = self.watch.judge(start, records)
-        if self.watch.remeasure(entry):
+
+        def set_aside(records: list[Any]) -> None:
             for rec in records:
                 rec.category, rec.prompt_id = item.category, item.id
-                rec.extra.update({EXPERIMENT_KEY: DISTURBED_EXPERIMENT, DISTURBANCE_KEY: entry})
             self.rd.append(records)
             for d, state in zip(drafters, saved):
                 d.rewind(state)
-            start = self.watch.start()
-            records = self.side_by_side.run([self.request(job) for job in group])
-            entry = self.watch.judge(start, records, second=True)
-        for rec in records if entry else []:
-            rec.extra[DISTURBANCE_KEY] = entry
-        return records
+
+        return watched(self.watch, lambda: self.side_by_side.run([self.request(job) for job in group]), set_aside)
 
 
 def run(

@@ -42,15 +42,15 @@ from specledger.rundir import RunDir
 
 Progress = Callable[[int, int, str], None]
 #: an extra load point is started only when its estimated time, times this, ends before the deadline (the
+#: estimate interpolates between other loads: a point can take longer than it says)
+POINT_COST_MARGIN = 1.25
+
+
 class MemoryFacts(TypedDict):
     """``run.json``'s figures for the KV-capacity gate at loads > 1."""
 
     kv_bytes_per_token: int  # m_KV: bytes of K and V per token of context
     memory_total_bytes: int | None  # the machine's physical memory (None: unknown)
-
-
-#: estimate interpolates between other loads: a point can take longer than it says)
-POINT_COST_MARGIN = 1.25
 
 
 def memory_facts(engine: TargetEngine) -> MemoryFacts:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any
 
+from specledger.cost.serialized import CostSurfaceDict
 from specledger.engine.drafters import catalog
 from specledger.engine.drafters.catalog import LAYERSKIP, MODEL, NGRAM, PLAIN, QUANT_SELF, SUFFIX
 from specledger.errors import SpecLedgerError, require
@@ -226,22 +227,6 @@ def plan_config(config: Any) -> RunPlan | None:
         return None
 
 
-class SurfacePointDict(TypedDict):
-    """One measured verify step of the run's cost surface (``run.json`` ``cost_surface.points``)."""
-
-    batch: int  # requests verified together
-    rows: int  # positions verified per request
-    context: int  # positions already in each request's cache
-    seconds: float  # the step's time
-
-
-class SurfaceDict(TypedDict, total=False):
-    """The run's verify cost surface as ``run.json`` keeps it (:meth:`specledger.cost.surface.CostSurface.to_dict`):
-    what the budget check reads of it."""
-
-    points: list[SurfacePointDict]
-
-
 #: share of the budget kept for the load points, which run after the race with the settings it left
 LOAD_POINTS_SHARE = 0.15
 #: speculative settings the load points keep after a race: the ones most categories' decisions stand on
@@ -265,7 +250,7 @@ def survivor_settings(decisions: Sequence[Verdict], plan: RunPlan) -> list[tuple
     return [(PLAIN.name, 0)] + sorted(keep, key=lambda k: order.index(k) if k in order else len(order))
 
 
-def _surface_at(surface: SurfaceDict, context: int) -> tuple[float, float]:
+def _surface_at(surface: CostSurfaceDict, context: int) -> tuple[float, float]:
     """(one-row step, marginal seconds per extra row) at the measured context nearest ``context``."""
     points = [p for p in surface.get("points") or [] if int(p.get("batch", 1) or 1) == 1]
     if not points:
@@ -276,7 +261,7 @@ def _surface_at(surface: SurfaceDict, context: int) -> tuple[float, float]:
     return one, (at[top] - one) / (top - 1) if top > 1 else 0.0
 
 
-def initial_seconds(plan: RunPlan, surface: SurfaceDict, prompts: Sequence[tuple[str, int]]) -> float:
+def initial_seconds(plan: RunPlan, surface: CostSurfaceDict, prompts: Sequence[tuple[str, int]]) -> float:
     """An estimate of the initial prompts' time: per (category, prompt tokens n), one prefill, shared by the
     prompt's settings (n rows at the surface's marginal row cost at its shortest context: a prefill's linears),
     and every setting's output at the one-row step at that context; draft passes come on top. On the AVX2 EPYC a
@@ -289,7 +274,7 @@ def initial_seconds(plan: RunPlan, surface: SurfaceDict, prompts: Sequence[tuple
     return total
 
 
-def check_budget(plan: RunPlan, surface: SurfaceDict, spent_s: float, categories: Sequence[str] = ()) -> None:
+def check_budget(plan: RunPlan, surface: CostSurfaceDict, spent_s: float, categories: Sequence[str] = ()) -> None:
     """One-line error when ``plan.budget_s`` cannot hold what one prompt needs: the time already spent on
     start-up plus one prompt of every setting, priced at the measured 1-row step (a lower bound: draft
     passes and prefill come on top), plus :data:`REPORT_RESERVE_S`."""

@@ -31,15 +31,15 @@ from specledger.gates import (
     SLO,
     check_target_load,
     control_repetition,
-    verdicts,
     with_measured_margin,
 )
 from specledger.gates.context_schedule import context_schedules
-from specledger.gates.decision import RaceDrop, Verdict, VerdictDict, as_verdict
+from specledger.gates.decision import RaceDrop, Verdict, VerdictDict
 from specledger.gates.load_verdicts import analyze_loads
 from specledger.gates.mix import mix_decisions
 from specledger.gates.schedule import schedules
 from specledger.gates.solo import gate_scenarios
+from specledger.gates.verdicts import decide
 from specledger.mainjob.disturbance import run_finding
 from specledger.mainjob.race import RaceDropped, Setting
 from specledger.predict.check import run_prediction_check, scenario_predictions, usable
@@ -182,8 +182,7 @@ def summarize(
     drops = race_drops(meta)
     decided: list[VerdictDict] = [
         replace(v, load=solo_load, simulated=False, race_dropped=story(v, drops)).to_dict()
-        for v in map(as_verdict, verdicts(still_racing(analysis["scenarios"], drops), slo, controls, plain_gates,
-                                          solo_load))]
+        for v in decide(still_racing(analysis["scenarios"], drops), slo, controls, plain_gates, solo_load)]
     at_loads = analyze_loads(all_records, meta, slo, controls)
     decided += at_loads["verdicts"]
     loads = sorted({solo_load, *at_loads["loads"]}) if records else at_loads["loads"]

@@ -41,9 +41,13 @@ from typing import Any
 
 import h11
 import uvicorn
+from starlette.types import ASGIApp as AsgiApp
+from starlette.types import Message as AsgiMessage
+from starlette.types import Receive as AsgiReceive
+from starlette.types import Scope as AsgiScope
+from starlette.types import Send as AsgiSend
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from specledger.serve.asgi import AsgiApp, AsgiMessage, AsgiReceive, AsgiScope, AsgiSend
 from specledger.serve.drain import DEFAULT_SHUTDOWN_GRACE_S, SHUTDOWN_BACKSTOP_S
 from specledger.serve.protocol import RequestError, error_body
 

@@ -7,7 +7,6 @@ whose prompts all fall in one bucket keeps one decision, labelled with that buck
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Literal, get_args
 
 BUCKET_EDGES: tuple[int, ...] = (1024, 2048, 4096, 8192)
@@ -24,12 +23,6 @@ def bucket_of(prompt_tokens: int) -> str:
         if prompt_tokens < edge:
             return label
     return BUCKETS[-1]
-
-
-def buckets_present(lengths: Iterable[int]) -> list[str]:
-    """The buckets that ``lengths`` fall in, in :data:`BUCKETS` order."""
-    seen = {bucket_of(n) for n in lengths}
-    return [b for b in BUCKETS if b in seen]
 
 
 def bucket_key(category: str, bucket: str) -> str:
